@@ -1,0 +1,36 @@
+//! The vocabulary every Chainsub process shares: the compiled contract artifacts, alloy
+//! bindings generated from them, and one typed [`ContractEvent`] for every contract log.
+
+mod calendar;
+mod events;
+
+pub use calendar::add_months;
+pub use events::{ContractEvent, DecodeError, EndReason, EventKind, FailureReason};
+
+use alloy::sol;
+
+sol!(
+    #[allow(missing_docs)]
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    SubscriptionManager,
+    "artifacts/SubscriptionManager.json"
+);
+
+sol!(
+    #[allow(missing_docs)]
+    #[sol(rpc)]
+    #[derive(Debug, PartialEq, Eq)]
+    MockUSDC,
+    "artifacts/MockUSDC.json"
+);
+
+/// The committed SubscriptionManager artifact (ABI + bytecode), as compiled by
+/// `scripts/compile-contracts.mjs`.
+pub const SUBSCRIPTION_MANAGER_ARTIFACT: &str =
+    include_str!("../artifacts/SubscriptionManager.json");
+/// The committed MockUSDC artifact.
+pub const MOCK_USDC_ARTIFACT: &str = include_str!("../artifacts/MockUSDC.json");
+
+/// USDC has 6 decimals: one USDC is 1_000_000 base units.
+pub const USDC_DECIMALS: u32 = 6;

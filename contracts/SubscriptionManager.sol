@@ -1,0 +1,397 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+/// Minimal ERC-20 surface the manager needs.
+interface IERC20 {
+    function transferFrom(address from, address to, uint256 amount) external returns (bool);
+    function balanceOf(address account) external view returns (uint256);
+    function allowance(address owner, address spender) external view returns (uint256);
+}
+
+/// @title SubscriptionManager
+/// @notice Recurring USDC subscriptions paid from the subscriber's own allowance.
+///
+/// Lifecycle (DESIGN §3):
+///   subscribe            -> Active (first period charged at once)
+///   charge, pulled       -> Active (next period)
+///   charge, pull failed  -> PastDue
+///   charge on PastDue, pulled           -> Active
+///   MAX_PAYMENT_ATTEMPTS failures       -> Ended (reason PaymentFailed)
+///   cancelAtPeriodEnd, then charge once the period is over -> Ended (reason CancelAtPeriodEnd)
+///   cancel               -> Cancelled
+/// Cancelled and Ended are terminal.
+///
+/// Grace rules: a due period gets at most MAX_PAYMENT_ATTEMPTS (3) pull attempts. The first
+/// may happen as soon as the period is due; each retry waits at least RETRY_INTERVAL (1 day)
+/// after the previous failure. The third failure ends the subscription, so a customer who
+/// never pays is ended about two days after the period fell due. A successful retry charges
+/// the same period (periods stay anchored on the start day) and returns the subscription to
+/// Active.
+///
+/// Billing periods are calendar months anchored on the start time, with the day clamped to
+/// the month's end (Jan 31 -> Feb 28/29 -> Mar 31), as Stripe does: period k ends at
+/// addMonths(anchor, k).
+contract SubscriptionManager {
+    enum Status {
+        None,
+        Active,
+        PastDue,
+        Cancelled,
+        Ended
+    }
+
+    /// Why a payment attempt failed.
+    enum FailureReason {
+        None,
+        InsufficientAllowance,
+        InsufficientBalance,
+        TransferFailed
+    }
+
+    /// Why a subscription ended.
+    enum EndReason {
+        None,
+        PaymentFailed,
+        CancelAtPeriodEnd
+    }
+
+    struct Plan {
+        address merchant;
+        uint256 amount;
+        bytes32 planRef;
+    }
+
+    struct Subscription {
+        uint256 planId;
+        address subscriber;
+        address merchant;
+        uint256 amount;
+        bytes32 customerRef;
+        uint64 anchor;
+        uint64 periodStart;
+        uint64 periodEnd;
+        uint32 period;
+        uint8 failedAttempts;
+        uint64 lastFailureAt;
+        Status status;
+        bool cancelAtPeriodEnd;
+    }
+
+    uint8 public constant MAX_PAYMENT_ATTEMPTS = 3;
+    uint64 public constant RETRY_INTERVAL = 1 days;
+
+    IERC20 public immutable token;
+    address public operator;
+
+    uint256 public planCount;
+    uint256 public subscriptionCount;
+
+    mapping(uint256 => Plan) private _plans;
+    mapping(bytes32 => uint256) public planIdByRef;
+    mapping(uint256 => Subscription) private _subscriptions;
+    /// planId => subscriber => live subscription id (0 when none).
+    mapping(uint256 => mapping(address => uint256)) public liveSubscriptionOf;
+
+    uint256 private _lock = 1;
+
+    event OperatorChanged(address indexed previousOperator, address indexed newOperator);
+
+    event PlanCreated(
+        uint256 indexed planId, address indexed merchant, bytes32 indexed planRef, uint256 amount, address createdBy
+    );
+
+    event SubscriptionCreated(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        bytes32 customerRef,
+        uint256 amount,
+        uint64 periodStart,
+        uint64 periodEnd
+    );
+
+    event SubscriptionCharged(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        uint256 amount,
+        uint32 period,
+        uint64 periodStart,
+        uint64 periodEnd,
+        uint8 attempt
+    );
+
+    event PaymentFailed(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        uint256 amount,
+        uint32 period,
+        uint8 attempt,
+        FailureReason reason,
+        uint64 nextRetryAt
+    );
+
+    event CancelAtPeriodEndSet(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        address by,
+        uint64 periodEnd
+    );
+
+    event SubscriptionCancelled(
+        uint256 indexed subscriptionId, address indexed merchant, address indexed subscriber, uint256 planId, address by
+    );
+
+    event SubscriptionEnded(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        EndReason reason
+    );
+
+    error NotAuthorized();
+    error InvalidAmount();
+    error InvalidReference();
+    error DuplicatePlanRef(uint256 existingPlanId);
+    error UnknownPlan(uint256 planId);
+    error UnknownSubscription(uint256 subscriptionId);
+    error AlreadySubscribed(uint256 subscriptionId);
+    error NotLive(uint256 subscriptionId);
+    error NotDue(uint64 dueAt);
+    error AlreadyCancelling(uint256 subscriptionId);
+    error FirstPaymentFailed(FailureReason reason);
+    error Reentrancy();
+
+    modifier nonReentrant() {
+        if (_lock != 1) revert Reentrancy();
+        _lock = 2;
+        _;
+        _lock = 1;
+    }
+
+    constructor(IERC20 token_, address operator_) {
+        token = token_;
+        operator = operator_;
+        emit OperatorChanged(address(0), operator_);
+    }
+
+    function setOperator(address newOperator) external {
+        if (msg.sender != operator) revert NotAuthorized();
+        emit OperatorChanged(operator, newOperator);
+        operator = newOperator;
+    }
+
+    // ---------------------------------------------------------------- plans
+
+    /// Creates a monthly plan for `merchant`. Callable by the operator (relayer) on the
+    /// merchant's behalf, or by the merchant itself. `planRef` ties the plan to the API's plan
+    /// row and is unique, so a retried provisioning can never create a second plan.
+    function createPlan(address merchant, uint256 amount, bytes32 planRef) external returns (uint256 planId) {
+        if (msg.sender != operator && msg.sender != merchant) revert NotAuthorized();
+        if (merchant == address(0)) revert NotAuthorized();
+        if (amount == 0) revert InvalidAmount();
+        if (planRef == bytes32(0)) revert InvalidReference();
+        uint256 existing = planIdByRef[planRef];
+        if (existing != 0) revert DuplicatePlanRef(existing);
+
+        planId = ++planCount;
+        _plans[planId] = Plan({merchant: merchant, amount: amount, planRef: planRef});
+        planIdByRef[planRef] = planId;
+        emit PlanCreated(planId, merchant, planRef, amount, msg.sender);
+    }
+
+    function getPlan(uint256 planId) external view returns (Plan memory) {
+        return _plans[planId];
+    }
+
+    // -------------------------------------------------------- subscriptions
+
+    /// Subscribes the caller to `planId` and charges the first period at once. The call
+    /// reverts when the first payment cannot be pulled. `customerRef` ties the subscription
+    /// to the checkout that produced it (never a raw merchant user id).
+    function subscribe(uint256 planId, bytes32 customerRef) external nonReentrant returns (uint256 subscriptionId) {
+        Plan memory plan = _plans[planId];
+        if (plan.merchant == address(0)) revert UnknownPlan(planId);
+        uint256 live = liveSubscriptionOf[planId][msg.sender];
+        if (live != 0) revert AlreadySubscribed(live);
+
+        FailureReason reason = _pull(msg.sender, plan.merchant, plan.amount);
+        if (reason != FailureReason.None) revert FirstPaymentFailed(reason);
+
+        uint64 start = uint64(block.timestamp);
+        uint64 end = addMonths(start, 1);
+        subscriptionId = ++subscriptionCount;
+        _subscriptions[subscriptionId] = Subscription({
+            planId: planId,
+            subscriber: msg.sender,
+            merchant: plan.merchant,
+            amount: plan.amount,
+            customerRef: customerRef,
+            anchor: start,
+            periodStart: start,
+            periodEnd: end,
+            period: 1,
+            failedAttempts: 0,
+            lastFailureAt: 0,
+            status: Status.Active,
+            cancelAtPeriodEnd: false
+        });
+        liveSubscriptionOf[planId][msg.sender] = subscriptionId;
+
+        emit SubscriptionCreated(
+            subscriptionId, plan.merchant, msg.sender, planId, customerRef, plan.amount, start, end
+        );
+        emit SubscriptionCharged(subscriptionId, plan.merchant, msg.sender, planId, plan.amount, 1, start, end, 1);
+    }
+
+    /// Processes a due period. Callable by anyone (the keeper) once the current period has
+    /// ended. A cancel-at-period-end subscription is ended; otherwise the next period is
+    /// pulled. A failed pull does not revert: it is recorded and `PaymentFailed` is emitted.
+    function charge(uint256 subscriptionId) external nonReentrant {
+        Subscription storage s = _live(subscriptionId);
+        uint64 dueAt = nextAttemptAt(subscriptionId);
+        if (block.timestamp < dueAt) revert NotDue(dueAt);
+
+        if (s.cancelAtPeriodEnd) {
+            _end(subscriptionId, s, EndReason.CancelAtPeriodEnd);
+            return;
+        }
+
+        uint8 attempt = s.failedAttempts + 1;
+        FailureReason reason = _pull(s.subscriber, s.merchant, s.amount);
+        if (reason == FailureReason.None) {
+            uint32 period = s.period + 1;
+            uint64 start = s.periodEnd;
+            uint64 end = addMonths(s.anchor, period);
+            s.period = period;
+            s.periodStart = start;
+            s.periodEnd = end;
+            s.failedAttempts = 0;
+            s.lastFailureAt = 0;
+            s.status = Status.Active;
+            emit SubscriptionCharged(
+                subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, period, start, end, attempt
+            );
+            return;
+        }
+
+        s.failedAttempts = attempt;
+        s.lastFailureAt = uint64(block.timestamp);
+        s.status = Status.PastDue;
+        bool exhausted = attempt >= MAX_PAYMENT_ATTEMPTS;
+        uint64 nextRetryAt = exhausted ? 0 : uint64(block.timestamp) + RETRY_INTERVAL;
+        emit PaymentFailed(
+            subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, s.period + 1, attempt, reason, nextRetryAt
+        );
+        if (exhausted) _end(subscriptionId, s, EndReason.PaymentFailed);
+    }
+
+    /// Marks the subscription to end when the current period is over. Subscriber or merchant.
+    function cancelAtPeriodEnd(uint256 subscriptionId) external {
+        Subscription storage s = _live(subscriptionId);
+        if (msg.sender != s.subscriber && msg.sender != s.merchant) revert NotAuthorized();
+        if (s.cancelAtPeriodEnd) revert AlreadyCancelling(subscriptionId);
+        s.cancelAtPeriodEnd = true;
+        emit CancelAtPeriodEndSet(subscriptionId, s.merchant, s.subscriber, s.planId, msg.sender, s.periodEnd);
+    }
+
+    /// Cancels at once. Subscriber or merchant.
+    function cancel(uint256 subscriptionId) external {
+        Subscription storage s = _live(subscriptionId);
+        if (msg.sender != s.subscriber && msg.sender != s.merchant) revert NotAuthorized();
+        s.status = Status.Cancelled;
+        liveSubscriptionOf[s.planId][s.subscriber] = 0;
+        emit SubscriptionCancelled(subscriptionId, s.merchant, s.subscriber, s.planId, msg.sender);
+    }
+
+    function getSubscription(uint256 subscriptionId) external view returns (Subscription memory) {
+        return _subscriptions[subscriptionId];
+    }
+
+    /// The earliest time `charge` will act on a live subscription: the period end, or for a
+    /// past-due one, RETRY_INTERVAL after the last failed attempt.
+    function nextAttemptAt(uint256 subscriptionId) public view returns (uint64) {
+        Subscription storage s = _subscriptions[subscriptionId];
+        if (s.status == Status.PastDue && !s.cancelAtPeriodEnd) {
+            uint64 retryAt = s.lastFailureAt + RETRY_INTERVAL;
+            return retryAt > s.periodEnd ? retryAt : s.periodEnd;
+        }
+        return s.periodEnd;
+    }
+
+    // ------------------------------------------------------------- calendar
+
+    /// `anchor` moved forward by `months` calendar months, keeping the time of day and
+    /// clamping the anchor's day of month to the target month's length.
+    function addMonths(uint64 anchor, uint256 months) public pure returns (uint64) {
+        (uint256 y, uint256 m, uint256 d) = _civilFromDays(anchor / 86400);
+        uint256 secondsOfDay = anchor % 86400;
+        uint256 total = (m - 1) + months;
+        uint256 ny = y + total / 12;
+        uint256 nm = total % 12 + 1;
+        uint256 dim = _daysInMonth(ny, nm);
+        uint256 nd = d < dim ? d : dim;
+        return uint64(_daysFromCivil(ny, nm, nd) * 86400 + secondsOfDay);
+    }
+
+    // ------------------------------------------------------------ internals
+
+    function _live(uint256 subscriptionId) private view returns (Subscription storage s) {
+        s = _subscriptions[subscriptionId];
+        if (s.status == Status.None) revert UnknownSubscription(subscriptionId);
+        if (s.status != Status.Active && s.status != Status.PastDue) revert NotLive(subscriptionId);
+    }
+
+    function _end(uint256 subscriptionId, Subscription storage s, EndReason reason) private {
+        s.status = Status.Ended;
+        liveSubscriptionOf[s.planId][s.subscriber] = 0;
+        emit SubscriptionEnded(subscriptionId, s.merchant, s.subscriber, s.planId, reason);
+    }
+
+    /// Pulls `amount` from `from` to `to`; reports why it could not instead of reverting.
+    function _pull(address from, address to, uint256 amount) private returns (FailureReason) {
+        if (token.allowance(from, address(this)) < amount) return FailureReason.InsufficientAllowance;
+        if (token.balanceOf(from) < amount) return FailureReason.InsufficientBalance;
+        (bool ok, bytes memory ret) =
+            address(token).call(abi.encodeWithSelector(IERC20.transferFrom.selector, from, to, amount));
+        if (!ok || (ret.length != 0 && !abi.decode(ret, (bool)))) return FailureReason.TransferFailed;
+        return FailureReason.None;
+    }
+
+    // Howard Hinnant's days_from_civil / civil_from_days, for dates on or after 1970-01-01.
+    function _civilFromDays(uint256 z) private pure returns (uint256 y, uint256 m, uint256 d) {
+        z += 719468;
+        uint256 era = z / 146097;
+        uint256 doe = z - era * 146097;
+        uint256 yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+        y = yoe + era * 400;
+        uint256 doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        uint256 mp = (5 * doy + 2) / 153;
+        d = doy - (153 * mp + 2) / 5 + 1;
+        m = mp < 10 ? mp + 3 : mp - 9;
+        if (m <= 2) y += 1;
+    }
+
+    function _daysFromCivil(uint256 y, uint256 m, uint256 d) private pure returns (uint256) {
+        if (m <= 2) y -= 1;
+        uint256 era = y / 400;
+        uint256 yoe = y - era * 400;
+        uint256 mp = m > 2 ? m - 3 : m + 9;
+        uint256 doy = (153 * mp + 2) / 5 + d - 1;
+        uint256 doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        return era * 146097 + doe - 719468;
+    }
+
+    function _daysInMonth(uint256 y, uint256 m) private pure returns (uint256) {
+        if (m == 2) return (y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)) ? 29 : 28;
+        if (m == 4 || m == 6 || m == 9 || m == 11) return 30;
+        return 31;
+    }
+}

@@ -1,0 +1,118 @@
+//! Chainsub's SQL schema and its runner. Both binaries call [`migrate`] at start; it is
+//! safe when several processes start at once (they serialize on an advisory lock, and the
+//! ones that come second find nothing left to do).
+
+pub mod locks;
+
+use sha2::{Digest, Sha256};
+use tokio_postgres::Client;
+
+/// One migration: a version, a name and its SQL, embedded at compile time.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: i32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration, in order. Add new files here; never edit an applied one (the runner
+/// refuses a changed checksum).
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("../sql/0001_init.sql"),
+}];
+
+/// Migration failures.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("migration {version} ({name}) was changed after it was applied (checksum mismatch)")]
+    Changed { version: i32, name: String },
+    #[error("database has migration {0}, which this binary does not know: deploy the newer binary")]
+    Unknown(i32),
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn checksum(sql: &str) -> String {
+    hex::encode(Sha256::digest(sql.as_bytes()))
+}
+
+/// Applies every pending migration, each in its own transaction, while holding
+/// [`locks::MIGRATIONS`]. Returns the versions it applied.
+pub async fn migrate(client: &mut Client) -> Result<Vec<i32>> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&locks::MIGRATIONS])
+        .await?;
+    let result = apply_pending(client).await;
+    // Unlock even when applying failed; a dropped connection releases it anyway.
+    let unlock = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&locks::MIGRATIONS])
+        .await;
+    let applied = result?;
+    unlock?;
+    Ok(applied)
+}
+
+async fn apply_pending(client: &mut Client) -> Result<Vec<i32>> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (
+                version    INTEGER PRIMARY KEY,
+                name       TEXT NOT NULL,
+                checksum   TEXT NOT NULL,
+                applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            )",
+        )
+        .await?;
+    let rows = client
+        .query(
+            "SELECT version, name, checksum FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await?;
+    let mut applied_versions = Vec::new();
+    for row in &rows {
+        let version: i32 = row.get(0);
+        let name: String = row.get(1);
+        let sum: String = row.get(2);
+        match MIGRATIONS.iter().find(|m| m.version == version) {
+            None => return Err(Error::Unknown(version)),
+            Some(m) if checksum(m.sql) != sum => return Err(Error::Changed { version, name }),
+            Some(_) => applied_versions.push(version),
+        }
+    }
+
+    let mut newly = Vec::new();
+    for m in MIGRATIONS
+        .iter()
+        .filter(|m| !applied_versions.contains(&m.version))
+    {
+        let tx = client.transaction().await?;
+        tx.batch_execute(m.sql).await?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+            &[&m.version, &m.name, &checksum(m.sql)],
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(version = m.version, name = m.name, "applied migration");
+        newly.push(m.version);
+    }
+    Ok(newly)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_strictly_increasing() {
+        for pair in MIGRATIONS.windows(2) {
+            assert!(pair[0].version < pair[1].version);
+        }
+    }
+}

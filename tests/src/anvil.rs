@@ -1,0 +1,92 @@
+//! A fresh anvil per test, from the npm package pinned in package-lock.json.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::process::{ChildGuard, free_port, workspace_root};
+
+/// A running anvil, killed on drop.
+#[derive(Debug)]
+pub struct Anvil {
+    pub port: u16,
+    pub url: String,
+    pub chain_id: u64,
+    _child: ChildGuard,
+}
+
+/// The anvil binary: `$ANVIL_BIN`, else `node_modules/.bin/anvil` (run `npm ci`).
+pub fn anvil_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("ANVIL_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = workspace_root().join("node_modules/.bin/anvil");
+    assert!(p.exists(), "{} is missing: run `npm ci` first", p.display());
+    p
+}
+
+impl Anvil {
+    /// Starts anvil with chain id 31337 and instant mining.
+    pub fn start() -> Anvil {
+        Self::start_with(&[])
+    }
+
+    /// Starts anvil with extra arguments (e.g. `["--block-time", "1"]`).
+    pub fn start_with(extra: &[&str]) -> Anvil {
+        let chain_id = 31337;
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new(anvil_bin())
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--chain-id",
+                    &chain_id.to_string(),
+                ])
+                .args(["--host", "127.0.0.1", "--silent"])
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn anvil");
+            let mut guard = ChildGuard(child);
+            let url = format!("http://127.0.0.1:{port}");
+            if wait_ready(&url, &mut guard) {
+                return Anvil {
+                    port,
+                    url,
+                    chain_id,
+                    _child: guard,
+                };
+            }
+        }
+        panic!("anvil did not start after 5 tries");
+    }
+}
+
+fn wait_ready(url: &str, child: &mut ChildGuard) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId","params":[]}"#;
+    let addr = url.trim_start_matches("http://").to_string();
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.0.try_wait() {
+            return false; // exited: port taken, try another
+        }
+        if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
+            use std::io::{Read, Write};
+            let req = format!(
+                "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let mut out = String::new();
+            if s.write_all(req.as_bytes()).is_ok()
+                && s.read_to_string(&mut out).is_ok()
+                && out.contains("\"result\"")
+            {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}

@@ -1,0 +1,94 @@
+//! A fresh Postgres database per test.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tokio_postgres::{Client, NoTls};
+
+/// The server tests create databases on: `$TEST_DATABASE_ADMIN_URL`, else the local one.
+pub fn admin_url() -> String {
+    std::env::var("TEST_DATABASE_ADMIN_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
+}
+
+/// A migrated database that exists for the life of the value and is dropped after.
+#[derive(Debug)]
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl TestDb {
+    /// Creates and migrates a new database.
+    pub async fn create() -> TestDb {
+        let db = Self::create_empty().await;
+        let mut client = db.connect().await;
+        chainsub_migrations::migrate(&mut client)
+            .await
+            .expect("migrate");
+        db
+    }
+
+    /// Creates a new database without applying migrations.
+    pub async fn create_empty() -> TestDb {
+        let name = format!(
+            "chainsub_test_{}_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        );
+        let admin = connect(&admin_url()).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create database");
+        let base = admin_url();
+        let url = match base.rfind('/') {
+            Some(i) => format!("{}/{name}", &base[..i]),
+            None => panic!("admin url without a database: {base}"),
+        };
+        TestDb { name, url }
+    }
+
+    /// A new connection to this database.
+    pub async fn connect(&self) -> Client {
+        connect(&self.url).await
+    }
+}
+
+/// Connects and drives the connection on a background task.
+pub async fn connect(url: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside or outside a runtime; a thread with its own runtime works in both.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok((client, conn)) = tokio_postgres::connect(&admin_url(), NoTls).await {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            })
+        })
+        .join();
+    }
+}
