@@ -3,6 +3,7 @@
 
 mod calendar;
 mod events;
+pub mod ids;
 
 pub use calendar::add_months;
 pub use events::{ContractEvent, DecodeError, EndReason, EventKind, FailureReason};

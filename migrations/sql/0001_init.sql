@@ -162,8 +162,12 @@ CREATE TABLE chain_events (
     plan_id           BIGINT,                 -- on-chain plan id
     topics            BYTEA[] NOT NULL,
     data              BYTEA NOT NULL,
-    decoded           JSONB NOT NULL,         -- event fields, camelCase, numbers as strings
-    snapshot          JSONB,                  -- the subscription as of this event (camelCase)
+    decoded           JSONB NOT NULL,         -- the log's fields by their Solidity names; uints as decimal strings, addresses/bytes32 as 0x hex
+    -- The subscription as of this event (after applying it), written by the sink:
+    -- {"id":"sub_…","status","cancelAtPeriodEnd","period","currentPeriodStart","currentPeriodEnd"
+    --  (RFC 3339),"nextPaymentAt" (RFC 3339 or null when terminal),"failedAttempts",
+    --  "subscriber" (0x…),"customerExternalId","amount" (base units, string),"planOnchainId"}
+    snapshot          JSONB,
     enqueued          BOOLEAN NOT NULL DEFAULT FALSE,  -- outbox row written (confirmed)
     UNIQUE (chain_id, block_hash, log_index)
 );
