@@ -17,11 +17,18 @@ pub struct Migration {
 
 /// Every migration, in order. Add new files here; never edit an applied one (the runner
 /// refuses a changed checksum).
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("../sql/0001_init.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("../sql/0001_init.sql"),
+    },
+    Migration {
+        version: 5,
+        name: "keeper",
+        sql: include_str!("../sql/0005_keeper.sql"),
+    },
+];
 
 /// Migration failures.
 #[derive(Debug, thiserror::Error)]
