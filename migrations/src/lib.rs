@@ -24,6 +24,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/0001_init.sql"),
     },
     Migration {
+        version: 4,
+        name: "webhooks",
+        sql: include_str!("../sql/0004_webhooks.sql"),
+    },
+    Migration {
         version: 5,
         name: "keeper",
         sql: include_str!("../sql/0005_keeper.sql"),
