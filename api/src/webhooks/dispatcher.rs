@@ -1,0 +1,324 @@
+//! The dispatcher: claims due outbox rows, delivers them with bounded concurrency and
+//! per-merchant fairness, and persists every attempt. Runs inside `api serve` and alone as
+//! `api dispatch`; any number of copies can share one database.
+//!
+//! Shape: one claimer loop (woken by LISTEN/NOTIFY on new outbox rows, by finished
+//! deliveries, or by a poll tick for due retries) spawns one task per claimed row; finished
+//! attempts go through a channel to one writer that persists them in batches. Nothing is
+//! marked done before the writer commits, so a crash anywhere leaves leased rows that
+//! another dispatcher redelivers when the lease runs out (at-least-once, same webhook-id).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::StreamExt;
+use tokio::sync::{Notify, mpsc};
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::config::WebhookConfig;
+use super::delivery::{Attempt, Deliverer};
+use super::payload;
+use super::store::{self, Claimed, Endpoint, NextState, Outcome};
+use crate::db::Pool;
+use crate::error::Result;
+
+/// The NOTIFY channel the 0004 trigger signals on every outbox insert.
+pub const CHANNEL: &str = "chainsub_webhook_outbox";
+/// Merchants considered per claim round (the oldest-due first).
+const MERCHANTS_PER_ROUND: i64 = 256;
+/// Attempts persisted per transaction at most.
+const WRITE_BATCH: usize = 512;
+
+struct Shared {
+    cfg: WebhookConfig,
+    pool: Pool,
+    deliverer: Deliverer,
+    /// Woken by NOTIFY, by finished deliveries and by retries requested from the dashboard.
+    wake: Notify,
+    inflight: AtomicUsize,
+    per_merchant: Mutex<HashMap<Vec<u8>, usize>>,
+    outcomes: mpsc::UnboundedSender<Outcome>,
+    stopping: AtomicBool,
+}
+
+/// Runs a dispatcher until `shutdown` resolves, then stops claiming, lets in-flight
+/// deliveries finish (each is bounded by the timeout) and persists their outcomes.
+pub async fn run(
+    pool: Pool,
+    database_url: String,
+    cfg: WebhookConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<()> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        deliverer: Deliverer::new(cfg.clone()),
+        cfg,
+        pool,
+        wake: Notify::new(),
+        inflight: AtomicUsize::new(0),
+        per_merchant: Mutex::new(HashMap::new()),
+        outcomes: tx,
+        stopping: AtomicBool::new(false),
+    });
+    let writer = tokio::spawn(write_outcomes(shared.pool.clone(), rx, shared.cfg.lease));
+    let listener = tokio::spawn(listen(database_url, shared.clone()));
+    let gauge = tokio::spawn(queue_gauge(shared.pool.clone()));
+    tracing::info!(
+        concurrency = shared.cfg.concurrency,
+        per_merchant = shared.cfg.per_merchant_concurrency,
+        "webhook dispatcher started"
+    );
+
+    tokio::pin!(shutdown);
+    let claimer = claim_loop(shared.clone());
+    tokio::select! {
+        _ = claimer => {}
+        _ = &mut shutdown => {}
+    }
+    shared.stopping.store(true, Ordering::SeqCst);
+    listener.abort();
+    gauge.abort();
+    while shared.inflight.load(Ordering::SeqCst) > 0 {
+        // Deliveries notify `wake` as they finish; the tick covers a lost wakeup.
+        let _ = tokio::time::timeout(Duration::from_millis(100), shared.wake.notified()).await;
+    }
+    // The last sender goes with `shared`; the writer drains the channel and ends.
+    drop(shared);
+    let _ = writer.await;
+    tracing::info!("webhook dispatcher stopped");
+    Ok(())
+}
+
+async fn claim_loop(shared: Arc<Shared>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let spare = shared.cfg.concurrency.saturating_sub(shared.inflight.load(Ordering::SeqCst));
+        let claimed = if spare == 0 {
+            0
+        } else {
+            match claim_round(&shared, spare).await {
+                Ok(n) => {
+                    backoff = Duration::from_millis(100);
+                    n
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming webhooks failed; backing off");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    0
+                }
+            }
+        };
+        if claimed == 0 {
+            let _ = tokio::time::timeout(shared.cfg.poll_interval, shared.wake.notified()).await;
+        }
+    }
+}
+
+/// One round: find merchants with due work, share the spare capacity among them (each
+/// limited by its per-merchant cap), claim, and spawn the deliveries. Returns how many
+/// rows were claimed.
+async fn claim_round(shared: &Arc<Shared>, spare: usize) -> Result<usize> {
+    let conn = shared.pool.get().await?;
+    let endpoints = store::due_endpoints(&conn, MERCHANTS_PER_ROUND).await?;
+    let rooms: Vec<(Endpoint, usize)> = {
+        let busy = shared.per_merchant.lock().expect("per-merchant lock");
+        endpoints
+            .into_iter()
+            .filter_map(|e| {
+                let used = busy.get(&e.wallet).copied().unwrap_or(0);
+                let room = shared.cfg.per_merchant_concurrency.saturating_sub(used);
+                (room > 0).then_some((e, room))
+            })
+            .collect()
+    };
+    if rooms.is_empty() {
+        return Ok(0);
+    }
+    // An equal share each (rounded up), so a merchant with a deep backlog cannot take the
+    // whole round; leftovers go to the next round.
+    let share = spare.div_ceil(rooms.len());
+    let mut budget = spare;
+    let mut wanted = Vec::new();
+    for (e, room) in rooms {
+        let n = room.min(share).min(budget);
+        if n == 0 {
+            break;
+        }
+        budget -= n;
+        wanted.push((e, n));
+    }
+    let lease = shared.cfg.lease;
+    let claims = futures::future::join_all(
+        wanted
+            .iter()
+            .map(|(e, n)| store::claim(&conn, &e.wallet, *n as i64, lease)),
+    )
+    .await;
+    let mut batches = Vec::new();
+    for ((e, _), claimed) in wanted.into_iter().zip(claims) {
+        let claimed = claimed?;
+        if !claimed.is_empty() {
+            batches.push((e, claimed));
+        }
+    }
+    let rows: Vec<&Claimed> = batches.iter().flat_map(|(_, c)| c.iter()).collect();
+    let count = rows.len();
+    if count == 0 {
+        return Ok(0);
+    }
+    let mut bodies = payload::bodies(&conn, &rows).await?;
+    drop(conn);
+    for (endpoint, claimed) in batches {
+        let endpoint = Arc::new(endpoint);
+        {
+            let mut busy = shared.per_merchant.lock().expect("per-merchant lock");
+            *busy.entry(endpoint.wallet.clone()).or_default() += claimed.len();
+        }
+        shared.inflight.fetch_add(claimed.len(), Ordering::SeqCst);
+        for row in claimed {
+            let body = bodies.remove(&row.id);
+            tokio::spawn(deliver(shared.clone(), endpoint.clone(), row, body));
+        }
+    }
+    Ok(count)
+}
+
+async fn deliver(shared: Arc<Shared>, endpoint: Arc<Endpoint>, row: Claimed, body: Option<Vec<u8>>) {
+    let outcome = match body {
+        Some(body) => {
+            shared
+                .deliverer
+                .send(Attempt {
+                    outbox_id: row.id,
+                    attempt: row.attempt,
+                    msg_id: &row.event_public_id,
+                    url: &endpoint.url,
+                    secrets: &endpoint.secrets,
+                    body: &body,
+                    wallet: &endpoint.wallet,
+                })
+                .await
+        }
+        // The event row is gone (it never should be once confirmed): nothing to send, ever.
+        None => Outcome {
+            outbox_id: row.id,
+            attempt: row.attempt,
+            attempted_at: Utc::now(),
+            url: endpoint.url.clone(),
+            status_code: None,
+            latency_ms: 0,
+            error: Some("event not found; nothing to deliver".into()),
+            response_excerpt: None,
+            next: NextState::Failed,
+            disable_wallet: None,
+        },
+    };
+    if outcome.next == NextState::Delivered && row.attempt == 1 {
+        let age = (Utc::now() - row.created_at).to_std().unwrap_or_default();
+        metrics::histogram!("chainsub_webhook_enqueue_to_delivery_seconds").record(age.as_secs_f64());
+    }
+    // The writer outlives every delivery; a send error only happens if it panicked, and
+    // then the lease brings the row back.
+    let _ = shared.outcomes.send(outcome);
+    {
+        let mut busy = shared.per_merchant.lock().expect("per-merchant lock");
+        if let Some(n) = busy.get_mut(&endpoint.wallet) {
+            *n -= 1;
+            if *n == 0 {
+                busy.remove(&endpoint.wallet);
+            }
+        }
+    }
+    shared.inflight.fetch_sub(1, Ordering::SeqCst);
+    shared.wake.notify_one();
+}
+
+/// Persists outcomes in batches. A failed write is retried for up to one lease; after
+/// that the rows are left to expire and be redelivered (at-least-once).
+async fn write_outcomes(pool: Pool, mut rx: mpsc::UnboundedReceiver<Outcome>, lease: Duration) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < WRITE_BATCH {
+            match rx.try_recv() {
+                Ok(o) => batch.push(o),
+                Err(_) => break,
+            }
+        }
+        let started = std::time::Instant::now();
+        let mut wait = Duration::from_millis(50);
+        loop {
+            let res = async {
+                let mut conn = pool.get().await?;
+                store::record(&mut conn, &batch).await
+            }
+            .await;
+            match res {
+                Ok(()) => break,
+                Err(e) if started.elapsed() < lease => {
+                    tracing::warn!(error = %e, n = batch.len(), "persisting webhook attempts failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, n = batch.len(), "dropping webhook attempt records; leases will expire and rows be redelivered");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// LISTEN on [`CHANNEL`] and wake the claimer on every notification, reconnecting forever.
+async fn listen(database_url: String, shared: Arc<Shared>) {
+    loop {
+        match tokio_postgres::connect(&database_url, NoTls).await {
+            Ok((client, mut conn)) => {
+                let (tx, mut rx) = mpsc::unbounded_channel();
+                let driver = tokio::spawn(async move {
+                    let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+                    while let Some(msg) = messages.next().await {
+                        match msg {
+                            Ok(AsyncMessage::Notification(_)) => {
+                                let _ = tx.send(());
+                            }
+                            Ok(_) => {}
+                            Err(_) => break,
+                        }
+                    }
+                });
+                if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+                    tracing::warn!(error = %e, "LISTEN failed");
+                } else {
+                    // Anything inserted while we were not listening is found by this round.
+                    shared.wake.notify_one();
+                    while rx.recv().await.is_some() {
+                        shared.wake.notify_one();
+                    }
+                }
+                driver.abort();
+            }
+            Err(e) => tracing::warn!(error = %e, "webhook LISTEN connection failed"),
+        }
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Publishes the number of due rows every few seconds.
+async fn queue_gauge(pool: Pool) {
+    loop {
+        if let Ok(conn) = pool.get().await
+            && let Ok(n) = store::queue_depth(&conn).await
+        {
+            metrics::gauge!("chainsub_webhook_queue_depth").set(n as f64);
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
