@@ -1,1 +1,139 @@
-fn main() {}
+//! `api`: serve (default), migrate, dispatch, admin create-key.
+
+use std::process::ExitCode;
+
+use alloy::primitives::Address;
+use clap::{Parser, Subcommand};
+
+use chainsub_api::config::Config;
+
+#[derive(Parser)]
+#[command(name = "api", version, about = "Chainsub merchant API")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the REST API, dashboard and checkout pages, and (unless --no-dispatcher) the
+    /// webhook dispatcher. The default when no subcommand is given.
+    Serve(Box<Config>),
+    /// Apply pending migrations and exit.
+    Migrate {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+    },
+    /// Run only the webhook dispatcher.
+    Dispatch(Box<Config>),
+    /// Operator commands.
+    #[command(subcommand)]
+    Admin(Admin),
+}
+
+#[derive(Subcommand)]
+enum Admin {
+    /// Create the merchant of WALLET if needed and print a fresh API key (rotating any old
+    /// one) on stdout.
+    CreateKey {
+        #[arg(long)]
+        wallet: Address,
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+    },
+}
+
+const SUBCOMMANDS: [&str; 6] = ["serve", "migrate", "dispatch", "admin", "help", "--help"];
+
+fn main() -> ExitCode {
+    // `api` alone, or `api --flag …`, means `api serve …`.
+    let mut args: Vec<String> = std::env::args().collect();
+    let first = args.get(1).map(String::as_str);
+    if !first
+        .is_some_and(|a| SUBCOMMANDS.contains(&a) || a == "-h" || a == "-V" || a == "--version")
+    {
+        args.insert(1, "serve".into());
+    }
+    let cli = Cli::parse_from(args);
+    init_tracing();
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "api failed");
+            eprintln!("api: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = std::env::var("LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
+        Cmd::Serve(cfg) => serve(*cfg).await,
+        Cmd::Migrate { database_url } => {
+            let applied = chainsub_api::db::migrate(&database_url).await?;
+            println!("applied migrations: {applied:?}");
+            Ok(())
+        }
+        Cmd::Dispatch(_cfg) => {
+            // The webhooks engineer implements this: run `webhooks::run_dispatcher` alone
+            // until SIGTERM.
+            anyhow::bail!("the webhook dispatcher is not part of this build yet")
+        }
+        Cmd::Admin(Admin::CreateKey {
+            wallet,
+            database_url,
+        }) => {
+            let mut client = chainsub_api::db::connect(&database_url).await?;
+            let (merchant, key) =
+                chainsub_api::auth::api_key::admin_create_key(&mut client, wallet).await?;
+            eprintln!("merchant {} (code {})", merchant.public_id, merchant.code);
+            // stdout carries only the key, so scripts can capture it.
+            println!("{}", key.expose());
+            Ok(())
+        }
+    }
+}
+
+async fn serve(cfg: Config) -> anyhow::Result<()> {
+    tracing::info!(config = ?cfg, "starting api");
+    let running = chainsub_api::server::start(cfg).await?;
+    // Scripts and tests read the bound address (API_LISTEN may ask for port 0) from here.
+    println!("listening on {}", running.addr);
+    // Webhook dispatcher: unless `cfg.no_dispatcher`, spawn
+    // `chainsub_api::webhooks::run_dispatcher(running.ctx.clone(), shutdown)` here (webhooks
+    // engineer).
+    shutdown_signal().await;
+    tracing::info!("shutting down: draining in-flight requests");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

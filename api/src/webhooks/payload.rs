@@ -25,7 +25,16 @@ pub async fn bodies(client: &Client, rows: &[&Claimed]) -> Result<HashMap<i64, V
     if wanted.is_empty() {
         return Ok(out);
     }
-    let events = crate::render::events_by_public_id(client, &wanted).await?;
+    let rendered = client
+        .query(
+            &format!("{} WHERE ce.public_id = ANY($1)", crate::render::EVENT_SELECT),
+            &[&wanted],
+        )
+        .await?;
+    let events: HashMap<String, serde_json::Value> = rendered
+        .iter()
+        .map(|row| (row.get("public_id"), crate::render::event_object(row)))
+        .collect();
     for r in rows {
         if r.test_payload.is_none()
             && let Some(ev) = events.get(&r.event_public_id)

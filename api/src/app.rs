@@ -1,0 +1,75 @@
+//! Composes the per-resource routers into one filter, with the single `recover`, request ids,
+//! access logs, metrics and tracing spans around all of them.
+
+use std::convert::Infallible;
+use std::time::Instant;
+
+use warp::Filter;
+use warp::filters::BoxedFilter;
+use warp::http::Method;
+
+use crate::ctx::Ctx;
+use crate::error::recover;
+use crate::reply::Resp;
+use crate::routes;
+
+/// Every route of the API.
+pub fn api_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    routes::health::routes(ctx.clone())
+        .or(routes::auth::routes(ctx.clone()))
+        .unify()
+        .or(routes::keys::routes(ctx.clone()))
+        .unify()
+        .or(routes::plans::routes(ctx.clone()))
+        .unify()
+        .or(routes::checkouts::routes(ctx.clone()))
+        .unify()
+        .or(routes::subscriptions::routes(ctx.clone()))
+        .unify()
+        .or(routes::events::routes(ctx.clone()))
+        .unify()
+        .or(routes::openapi::routes())
+        .unify()
+        .or(crate::metrics::routes(ctx.clone()))
+        .unify()
+        // Webhooks engineer: merge `crate::routes::webhooks::routes(ctx.clone())` here, and
+        // the page engineer `crate::routes::pages::routes(ctx.clone())`, each `.or(..).unify()`.
+        .boxed()
+}
+
+/// The whole server filter: routes + recover + X-Request-Id + metrics + spans.
+pub fn app(ctx: Ctx) -> impl Filter<Extract = (impl warp::Reply,), Error = Infallible> + Clone {
+    let routes = api_routes(ctx).recover(recover).unify();
+    warp::any()
+        .map(|| (Instant::now(), new_request_id()))
+        .and(warp::method())
+        .and(warp::path::full())
+        .and(routes)
+        .map(
+            |(start, rid): (Instant, String),
+             method: Method,
+             path: warp::path::FullPath,
+             resp: Resp| {
+                let status = resp.status.as_u16();
+                let route = crate::metrics::route_label(path.as_str());
+                let secs = start.elapsed().as_secs_f64();
+                crate::metrics::record(method.as_str(), route, status, secs);
+                tracing::info!(
+                    request_id = %rid,
+                    method = %method,
+                    route,
+                    status,
+                    latency_ms = secs * 1000.0,
+                    "request"
+                );
+                resp.finish(&rid)
+            },
+        )
+        .with(warp::trace::request())
+}
+
+/// `req_<24 hex>`: unique per request, quoted in error bodies.
+pub fn new_request_id() -> String {
+    let bytes: [u8; 12] = rand::random();
+    format!("req_{}", hex::encode(bytes))
+}

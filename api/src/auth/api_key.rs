@@ -1,0 +1,209 @@
+//! API keys: `sk_live_` + 32 random bytes (hex). Only the SHA3-256 hash is stored; the
+//! plaintext exists in memory only while it is returned once.
+
+use serde_json::{Value, json};
+use tokio_postgres::GenericClient;
+
+use super::{ct_eq, sha3};
+use crate::ctx::Ctx;
+use crate::error::{ApiError, Result};
+use crate::merchants::{self, Merchant};
+use crate::ratelimit::Allowed;
+use crate::routes::Caller;
+
+/// The public prefix of every live key.
+pub const PREFIX: &str = "sk_live_";
+
+/// A plaintext key. `Debug` is redacted so a key can never reach a log line by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ApiKey({PREFIX}…{})", self.last4())
+    }
+}
+
+impl ApiKey {
+    /// A fresh random key.
+    pub fn generate() -> ApiKey {
+        let bytes: [u8; 32] = rand::random();
+        ApiKey(format!("{PREFIX}{}", hex::encode(bytes)))
+    }
+
+    /// Parses a presented key (prefix + 64 lowercase hex); anything else is not a key.
+    pub fn parse(s: &str) -> Option<ApiKey> {
+        let rest = s.strip_prefix(PREFIX)?;
+        (rest.len() == 64
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        .then(|| ApiKey(s.to_string()))
+    }
+
+    /// SHA3-256 of the key text.
+    pub fn hash(&self) -> [u8; 32] {
+        sha3(self.0.as_bytes())
+    }
+
+    /// The last four characters (shown in key status).
+    pub fn last4(&self) -> &str {
+        &self.0[self.0.len() - 4..]
+    }
+
+    /// The plaintext, for the one response that returns it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An API-key-authenticated request.
+#[derive(Debug, Clone)]
+pub struct Authed {
+    pub merchant: Merchant,
+    pub rate: Allowed,
+}
+
+/// Authenticates `Authorization: Bearer sk_live_…` and counts the request against the key's
+/// rate limit. Failed attempts count against the caller's IP instead, so guessing is limited.
+pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
+    let presented = caller
+        .authorization
+        .as_deref()
+        .and_then(|h| {
+            h.strip_prefix("Bearer ")
+                .or_else(|| h.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .and_then(ApiKey::parse);
+    let Some(key) = presented else {
+        ctx.limits.per_ip.check(&caller.ip_key())?;
+        return Err(ApiError::bad_key());
+    };
+    let hash = key.hash();
+    let conn = ctx.pool.get().await?;
+    let row = conn
+        .query_opt(
+            &format!(
+                "SELECT k.id AS key_id, k.key_hash, k.last_used_at < now() - interval '60 seconds' \
+                 OR k.last_used_at IS NULL AS stale, {} \
+                 FROM api_keys k JOIN merchants m ON m.id = k.merchant_id \
+                 WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
+                merchants::COLUMNS
+            ),
+            &[&hash.as_slice()],
+        )
+        .await?;
+    let Some(row) = row else {
+        ctx.limits.per_ip.check(&caller.ip_key())?;
+        return Err(ApiError::bad_key());
+    };
+    let stored: Vec<u8> = row.get("key_hash");
+    // The index lookup found the row; compare again in constant time as defence in depth.
+    if !ct_eq(&stored, &hash) {
+        return Err(ApiError::bad_key());
+    }
+    let merchant = Merchant::from_row(&row);
+    let rate = ctx.limits.per_key.check(&merchant.public_id)?;
+    if row.get::<_, Option<bool>>("stale").unwrap_or(true) {
+        // last_used_at at minute resolution: one write per key per minute, not per request.
+        let key_id: i64 = row.get("key_id");
+        conn.execute(
+            "UPDATE api_keys SET last_used_at = now() WHERE id = $1",
+            &[&key_id],
+        )
+        .await?;
+    }
+    Ok(Authed { merchant, rate })
+}
+
+/// Key status: prefix, last 4, created and last used; `key: null` when there is none.
+pub async fn status(client: &impl GenericClient, merchant_id: i64) -> Result<Value> {
+    let row = client
+        .query_opt(
+            "SELECT prefix, last4, created_at, last_used_at FROM api_keys \
+             WHERE merchant_id = $1 AND revoked_at IS NULL",
+            &[&merchant_id],
+        )
+        .await?;
+    let key = row.map(|r| {
+        json!({
+            "prefix": r.get::<_, String>("prefix"),
+            "last4": r.get::<_, String>("last4"),
+            "createdAt": crate::render::time(r.get("created_at")),
+            "lastUsedAt": r.get::<_, Option<chrono::DateTime<chrono::Utc>>>("last_used_at")
+                .map(crate::render::time),
+        })
+    });
+    Ok(json!({ "object": "api_key_status", "active": key.is_some(), "key": key }))
+}
+
+/// Creates the merchant's key, or rotates it: the old key is revoked in the same
+/// transaction, so it fails from the moment the new one exists.
+pub async fn create_or_rotate(
+    client: &mut tokio_postgres::Client,
+    merchant_id: i64,
+) -> Result<(ApiKey, bool)> {
+    let tx = client.transaction().await?;
+    // Serializes concurrent rotations of one merchant (the one-live-key index would
+    // otherwise fail the loser).
+    tx.execute(
+        "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
+        &[&merchant_id],
+    )
+    .await?;
+    let revoked = tx
+        .execute(
+            "UPDATE api_keys SET revoked_at = now() WHERE merchant_id = $1 AND revoked_at IS NULL",
+            &[&merchant_id],
+        )
+        .await?;
+    let key = ApiKey::generate();
+    tx.execute(
+        "INSERT INTO api_keys (merchant_id, key_hash, prefix, last4) VALUES ($1, $2, $3, $4)",
+        &[&merchant_id, &key.hash().as_slice(), &PREFIX, &key.last4()],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((key, revoked > 0))
+}
+
+/// Revokes the live key, if any. Returns whether one was revoked.
+pub async fn revoke(client: &impl GenericClient, merchant_id: i64) -> Result<bool> {
+    let n = client
+        .execute(
+            "UPDATE api_keys SET revoked_at = now() WHERE merchant_id = $1 AND revoked_at IS NULL",
+            &[&merchant_id],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
+/// `api admin create-key --wallet`: the merchant (created if needed) and a fresh key.
+pub async fn admin_create_key(
+    client: &mut tokio_postgres::Client,
+    wallet: alloy::primitives::Address,
+) -> Result<(Merchant, ApiKey)> {
+    let merchant = merchants::find_or_create(&*client, wallet).await?;
+    let (key, _) = create_or_rotate(client, merchant.id).await?;
+    Ok((merchant, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_have_prefix_and_redacted_debug() {
+        let k = ApiKey::generate();
+        assert!(k.expose().starts_with("sk_live_") && k.expose().len() == 8 + 64);
+        let dbg = format!("{k:?}");
+        assert!(
+            !dbg.contains(&k.expose()[8..40]),
+            "Debug must not show the key: {dbg}"
+        );
+        assert_eq!(ApiKey::parse(k.expose()), Some(k.clone()));
+        assert_eq!(ApiKey::parse("sk_live_xyz"), None);
+        assert_eq!(ApiKey::parse(&k.expose().to_uppercase()), None);
+    }
+}

@@ -1,0 +1,192 @@
+//! Dashboard sessions: a random id in an HttpOnly SameSite=Strict cookie (`__Host-` and
+//! `Secure` over TLS); the database holds only its SHA3-256 hash. State-changing calls must
+//! echo the session's CSRF token in `X-CSRF-Token`.
+
+use std::net::SocketAddr;
+
+use chrono::{DateTime, Utc};
+use warp::Filter;
+use warp::http::Method;
+
+use super::{ct_eq, random_token, sha3};
+use crate::config::Config;
+use crate::ctx::{Ctx, with_ctx};
+use crate::error::{ApiError, Result};
+use crate::merchants::{self, Merchant};
+
+/// The header that carries the CSRF token.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// A signed-in dashboard session.
+#[derive(Clone)]
+pub struct Session {
+    pub id: i64,
+    pub merchant: Merchant,
+    pub csrf_token: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("merchant", &self.merchant.public_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The cookie name: `__Host-` prefixed when served over https.
+pub fn cookie_name(cfg: &Config) -> &'static str {
+    if cfg.is_https() {
+        "__Host-chainsub_session"
+    } else {
+        "chainsub_session"
+    }
+}
+
+/// `Set-Cookie` for a new session.
+pub fn set_cookie(cfg: &Config, value: &str, max_age_secs: u64) -> String {
+    let secure = if cfg.is_https() { "; Secure" } else { "" };
+    format!(
+        "{}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}",
+        cookie_name(cfg)
+    )
+}
+
+/// `Set-Cookie` that deletes the session cookie.
+pub fn clear_cookie(cfg: &Config) -> String {
+    set_cookie(cfg, "", 0)
+}
+
+/// Creates a session for `merchant_id`; returns (cookie value, session).
+pub async fn create(
+    client: &impl tokio_postgres::GenericClient,
+    merchant: &Merchant,
+    ttl_secs: u64,
+) -> Result<(String, Session)> {
+    let cookie = random_token(32);
+    let csrf = random_token(32);
+    let row = client
+        .query_one(
+            "INSERT INTO dashboard_sessions (session_hash, merchant_id, csrf_token, expires_at) \
+             VALUES ($1, $2, $3, now() + make_interval(secs => $4)) RETURNING id, expires_at",
+            &[
+                &sha3(cookie.as_bytes()).as_slice(),
+                &merchant.id,
+                &csrf,
+                &(ttl_secs as f64),
+            ],
+        )
+        .await?;
+    Ok((
+        cookie,
+        Session {
+            id: row.get(0),
+            merchant: merchant.clone(),
+            csrf_token: csrf,
+            expires_at: row.get(1),
+        },
+    ))
+}
+
+/// Revokes a session (logout).
+pub async fn revoke(client: &impl tokio_postgres::GenericClient, id: i64) -> Result<()> {
+    client
+        .execute(
+            "UPDATE dashboard_sessions SET revoked_at = now() WHERE id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(())
+}
+
+fn cookie_value(header: Option<&str>, name: &str) -> Option<String> {
+    header?
+        .split(';')
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
+}
+
+/// The signed-in merchant's session, or a 401. For any method other than GET/HEAD the
+/// `X-CSRF-Token` header must equal the session's token (403 otherwise). Requests count
+/// against the per-IP rate limit.
+pub fn require_session(
+    ctx: Ctx,
+) -> impl Filter<Extract = (Session,), Error = warp::Rejection> + Clone {
+    with_ctx(ctx)
+        .and(warp::method())
+        .and(warp::header::optional::<String>("cookie"))
+        .and(warp::header::optional::<String>(CSRF_HEADER))
+        .and(warp::addr::remote())
+        .and_then(
+            |ctx: Ctx,
+             method: Method,
+             cookie: Option<String>,
+             csrf: Option<String>,
+             remote: Option<SocketAddr>| async move {
+                session_of(&ctx, &method, cookie.as_deref(), csrf.as_deref(), remote)
+                    .await
+                    .map_err(warp::reject::custom)
+            },
+        )
+}
+
+/// The logic of [`require_session`], callable from handlers.
+pub async fn session_of(
+    ctx: &Ctx,
+    method: &Method,
+    cookie_header: Option<&str>,
+    csrf: Option<&str>,
+    remote: Option<SocketAddr>,
+) -> Result<Session> {
+    let ip = remote.map_or_else(|| "unknown".to_string(), |r| r.ip().to_string());
+    ctx.limits.per_ip.check(&ip)?;
+    let unauthorized = || ApiError::Unauthorized {
+        code: "session_required",
+        message: "sign in to the dashboard (Sign-In with Ethereum) first".into(),
+    };
+    let value = cookie_value(cookie_header, cookie_name(&ctx.cfg)).ok_or_else(unauthorized)?;
+    let conn = ctx.pool.get().await?;
+    let row = conn
+        .query_opt(
+            &format!(
+                "SELECT s.id AS session_id, s.csrf_token, s.expires_at, {} \
+                 FROM dashboard_sessions s JOIN merchants m ON m.id = s.merchant_id \
+                 WHERE s.session_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > now()",
+                merchants::COLUMNS
+            ),
+            &[&sha3(value.as_bytes()).as_slice()],
+        )
+        .await?
+        .ok_or_else(unauthorized)?;
+    let session = Session {
+        id: row.get("session_id"),
+        merchant: Merchant::from_row(&row),
+        csrf_token: row.get("csrf_token"),
+        expires_at: row.get("expires_at"),
+    };
+    let safe = *method == Method::GET || *method == Method::HEAD;
+    if !safe && !csrf.is_some_and(|t| ct_eq(t.as_bytes(), session.csrf_token.as_bytes())) {
+        return Err(ApiError::Forbidden {
+            code: "csrf_token_invalid",
+            message: format!(
+                "state-changing dashboard calls need the session's `{CSRF_HEADER}` header"
+            ),
+        });
+    }
+    Ok(session)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_value_finds_the_named_cookie_only() {
+        let h = Some("a=1; chainsub_session=abc; b=2");
+        assert_eq!(cookie_value(h, "chainsub_session").as_deref(), Some("abc"));
+        assert_eq!(cookie_value(h, "__Host-chainsub_session"), None);
+        assert_eq!(cookie_value(None, "a"), None);
+    }
+}

@@ -1,0 +1,184 @@
+//! The relayer: provisions plans on chain with `createPlan(merchant, amount, planRef)`.
+//!
+//! Retry safety comes from the contract: `planRef` is unique on chain (a second createPlan
+//! with the same ref reverts with `DuplicatePlanRef`), and every attempt first asks
+//! `planIdByRef`, so one API plan can never become two on-chain plans.
+
+use std::time::Duration;
+
+use alloy::network::EthereumWallet;
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol_types::SolEvent;
+use chainsub_abi::SubscriptionManager;
+
+use crate::config::Config;
+use crate::error::{ApiError, Result};
+
+/// Sends provisioning transactions with the relayer key.
+pub struct Relayer {
+    provider: DynProvider,
+    manager: Address,
+    /// Serializes sends so concurrent requests never race for the same nonce.
+    send_lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Relayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relayer")
+            .field("manager", &self.manager)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a provisioning attempt ended.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Our transaction created the plan; everything comes from the receipt's PlanCreated log.
+    Created {
+        tx_hash: B256,
+        onchain_id: u64,
+        block_number: u64,
+        block_hash: B256,
+        log_index: u64,
+    },
+    /// The plan already exists on chain (an earlier attempt landed).
+    AlreadyExists { onchain_id: u64 },
+    /// Sent, but no receipt within the bounded wait: still pending.
+    Submitted { tx_hash: B256 },
+    /// Not created; safe to retry.
+    Failed { error: String },
+}
+
+impl Relayer {
+    /// The relayer of `cfg`, if a key is configured.
+    pub fn from_config(cfg: &Config) -> Result<Option<Relayer>> {
+        let Some(key) = &cfg.relayer_private_key else {
+            return Ok(None);
+        };
+        let signer: PrivateKeySigner =
+            key.expose().trim_start_matches("0x").parse().map_err(|_| {
+                ApiError::Internal("RELAYER_PRIVATE_KEY is not a private key".into())
+            })?;
+        let url = cfg
+            .rpc_url
+            .parse()
+            .map_err(|e| ApiError::Internal(format!("RPC_URL: {e}")))?;
+        let provider = ProviderBuilder::new()
+            .wallet(EthereumWallet::from(signer))
+            .connect_http(url)
+            .erased();
+        Ok(Some(Relayer {
+            provider,
+            manager: cfg.contract_address,
+            send_lock: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// The on-chain plan id registered for `plan_ref`, if any.
+    pub async fn plan_by_ref(&self, plan_ref: B256) -> Result<Option<u64>, String> {
+        let c = SubscriptionManager::new(self.manager, self.provider.clone());
+        let id: U256 = c
+            .planIdByRef(plan_ref)
+            .call()
+            .await
+            .map_err(|e| format!("planIdByRef: {e}"))?;
+        if id.is_zero() {
+            Ok(None)
+        } else {
+            Ok(Some(id.try_into().map_err(|_| "plan id overflows u64")?))
+        }
+    }
+
+    /// Provisions one plan, waiting at most `timeout` for the receipt.
+    pub async fn provision(
+        &self,
+        merchant: Address,
+        amount: U256,
+        plan_ref: B256,
+        timeout: Duration,
+    ) -> Outcome {
+        let sent = std::sync::Mutex::new(None);
+        let attempt = self.provision_inner(merchant, amount, plan_ref, &sent);
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(outcome) => outcome,
+            // Once sent, the transaction may still land: that is `submitted`, not `failed`.
+            Err(_) => match *sent.lock().unwrap_or_else(|p| p.into_inner()) {
+                Some(tx_hash) => Outcome::Submitted { tx_hash },
+                None => Outcome::Failed {
+                    error: format!("no answer from the chain within {} ms", timeout.as_millis()),
+                },
+            },
+        }
+    }
+
+    async fn provision_inner(
+        &self,
+        merchant: Address,
+        amount: U256,
+        plan_ref: B256,
+        sent: &std::sync::Mutex<Option<B256>>,
+    ) -> Outcome {
+        match self.plan_by_ref(plan_ref).await {
+            Ok(Some(onchain_id)) => return Outcome::AlreadyExists { onchain_id },
+            Ok(None) => {}
+            Err(error) => return Outcome::Failed { error },
+        }
+        let c = SubscriptionManager::new(self.manager, self.provider.clone());
+        let pending = {
+            let _guard = self.send_lock.lock().await;
+            c.createPlan(merchant, amount, plan_ref).send().await
+        };
+        let pending = match pending {
+            Ok(p) => p,
+            Err(e) => {
+                return self
+                    .after_failure(plan_ref, format!("createPlan: {e}"))
+                    .await;
+            }
+        };
+        let tx_hash = *pending.tx_hash();
+        *sent.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx_hash);
+        let receipt = match pending.get_receipt().await {
+            Ok(r) => r,
+            // The wait is bounded by the caller's timeout; an error here is an RPC failure
+            // after the send, so the transaction may still land: report it as submitted.
+            Err(_) => return Outcome::Submitted { tx_hash },
+        };
+        if !receipt.status() {
+            return self
+                .after_failure(plan_ref, format!("createPlan reverted in {tx_hash}"))
+                .await;
+        }
+        for log in receipt.inner.logs() {
+            if let Ok(ev) = SubscriptionManager::PlanCreated::decode_log(&log.inner)
+                && ev.planRef == plan_ref
+            {
+                let (Some(block_number), Some(block_hash), Some(log_index)) =
+                    (log.block_number, log.block_hash, log.log_index)
+                else {
+                    break;
+                };
+                return Outcome::Created {
+                    tx_hash,
+                    onchain_id: ev.planId.try_into().unwrap_or(u64::MAX),
+                    block_number,
+                    block_hash,
+                    log_index,
+                };
+            }
+        }
+        Outcome::Failed {
+            error: format!("receipt of {tx_hash} has no PlanCreated log for this plan"),
+        }
+    }
+
+    /// A failed send may mean a concurrent attempt won (DuplicatePlanRef): ask the chain.
+    async fn after_failure(&self, plan_ref: B256, error: String) -> Outcome {
+        match self.plan_by_ref(plan_ref).await {
+            Ok(Some(onchain_id)) => Outcome::AlreadyExists { onchain_id },
+            _ => Outcome::Failed { error },
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Configuration from flags and the environment (every knob is in the README table).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use alloy::primitives::Address;
+
+/// Everything `api serve` needs. Defaults suit a local dev chain; production values are explicit.
+#[derive(Clone, clap::Args)]
+pub struct Config {
+    /// Postgres connection string.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// Maximum Postgres connections in the pool.
+    #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
+    pub database_pool_size: usize,
+    /// JSON-RPC endpoint of the chain (used to provision plans and to read the head).
+    #[arg(long, env = "RPC_URL", default_value = "http://127.0.0.1:8545")]
+    pub rpc_url: String,
+    /// The one chain this deployment serves.
+    #[arg(long, env = "CHAIN_ID", default_value_t = 31337)]
+    pub chain_id: u64,
+    /// SubscriptionManager address.
+    #[arg(long, env = "CONTRACT_ADDRESS")]
+    pub contract_address: Address,
+    /// USDC (MockUSDC on a dev chain) address.
+    #[arg(long, env = "USDC_ADDRESS")]
+    pub usdc_address: Address,
+    /// Listen address; port 0 picks a free port (the bound address is printed to stdout).
+    #[arg(long, env = "API_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Public base URL: SIWE domain/URI, checkout URLs, cookie security (https => __Host-/Secure).
+    #[arg(long, env = "BASE_URL", default_value = "http://127.0.0.1:8080")]
+    pub base_url: url::Url,
+    /// Key of the relayer (the contract's operator) that sends createPlan. Without it plans
+    /// stay `pending` with a visible error.
+    #[arg(long, env = "RELAYER_PRIVATE_KEY", hide_env_values = true)]
+    pub relayer_private_key: Option<Secret>,
+    /// HMAC secret that signs checkout URLs and derives on-chain customer references.
+    #[arg(long, env = "CHECKOUT_SIGNING_SECRET", hide_env_values = true)]
+    pub checkout_signing_secret: Secret,
+    /// Upper bound on waiting for a createPlan receipt inside POST /plans, in milliseconds.
+    #[arg(long, env = "PROVISION_TIMEOUT_MS", default_value_t = 15_000)]
+    pub provision_timeout_ms: u64,
+    /// Requests per second allowed per API key (sustained).
+    #[arg(long, env = "RATE_LIMIT_KEY_PER_SEC", default_value_t = 100)]
+    pub rate_limit_key_per_sec: u32,
+    /// Burst allowed per API key.
+    #[arg(long, env = "RATE_LIMIT_KEY_BURST", default_value_t = 200)]
+    pub rate_limit_key_burst: u32,
+    /// Requests per second allowed per client IP on unauthenticated and dashboard routes.
+    #[arg(long, env = "RATE_LIMIT_IP_PER_SEC", default_value_t = 20)]
+    pub rate_limit_ip_per_sec: u32,
+    /// Burst allowed per client IP.
+    #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = 60)]
+    pub rate_limit_ip_burst: u32,
+    /// Lifetime of a dashboard session, in seconds.
+    #[arg(long, env = "SESSION_TTL_SECS", default_value_t = 12 * 3600)]
+    pub session_ttl_secs: u64,
+    /// Lifetime of a SIWE nonce, in seconds (also the oldest accepted `Issued At`).
+    #[arg(long, env = "SIWE_NONCE_TTL_SECS", default_value_t = 600)]
+    pub siwe_nonce_ttl_secs: u64,
+    /// Do not apply pending migrations at start.
+    #[arg(long, env = "NO_MIGRATE")]
+    pub no_migrate: bool,
+    /// Do not run the webhook dispatcher inside `serve` (run `api dispatch` apart instead).
+    #[arg(long, env = "NO_DISPATCHER")]
+    pub no_dispatcher: bool,
+    /// Optional separate listen address for Prometheus `/metrics` (it is always on the main
+    /// listener too).
+    #[arg(long, env = "API_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl Config {
+    /// The bounded wait for a provisioning receipt.
+    pub fn provision_timeout(&self) -> Duration {
+        Duration::from_millis(self.provision_timeout_ms)
+    }
+
+    /// True when served over TLS (cookies get `Secure` and the `__Host-` prefix).
+    pub fn is_https(&self) -> bool {
+        self.base_url.scheme() == "https"
+    }
+
+    /// `host[:port]` of BASE_URL: the SIWE domain.
+    pub fn siwe_domain(&self) -> String {
+        let host = self.base_url.host_str().unwrap_or_default();
+        match self.base_url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        }
+    }
+
+    /// BASE_URL without a trailing slash.
+    pub fn base(&self) -> String {
+        self.base_url.as_str().trim_end_matches('/').to_string()
+    }
+}
+
+/// A secret string whose `Debug`/`Display` never show it.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+    /// The secret itself; call sites are the only places it is used.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() {
+            return Err("empty secret".into());
+        }
+        Ok(Secret(s.to_string()))
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Hand-written so that secrets and the database password never reach a log line.
+        f.debug_struct("Config")
+            .field("chain_id", &self.chain_id)
+            .field("contract_address", &self.contract_address)
+            .field("listen", &self.listen)
+            .field("base_url", &self.base_url.as_str())
+            .field("relayer", &self.relayer_private_key.is_some())
+            .finish_non_exhaustive()
+    }
+}

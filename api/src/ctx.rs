@@ -1,0 +1,29 @@
+//! Shared state of one server, handed to every route.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use warp::Filter;
+
+use crate::chain::Relayer;
+use crate::config::Config;
+use crate::db::Pool;
+use crate::ratelimit::Limits;
+
+/// Everything a handler needs.
+pub struct AppState {
+    pub cfg: Config,
+    pub pool: Pool,
+    pub limits: Arc<Limits>,
+    /// Sends createPlan; `None` when no RELAYER_PRIVATE_KEY is configured.
+    pub relayer: Option<Relayer>,
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+}
+
+/// Cheap to clone.
+pub type Ctx = Arc<AppState>;
+
+/// Hands the context to a filter chain.
+pub fn with_ctx(ctx: Ctx) -> impl Filter<Extract = (Ctx,), Error = Infallible> + Clone {
+    warp::any().map(move || ctx.clone())
+}

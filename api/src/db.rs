@@ -1,0 +1,60 @@
+//! The Postgres pool every handler (and the webhook dispatcher) uses.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod, Runtime, Timeouts};
+use tokio_postgres::NoTls;
+
+use crate::error::{ApiError, Result};
+
+/// The pool type shared across the crate.
+pub type Pool = deadpool_postgres::Pool;
+/// A pooled connection.
+pub type Conn = deadpool_postgres::Object;
+
+/// Builds a pool. Connections are made lazily, so this succeeds while the database is down;
+/// waits are bounded so an outage turns into prompt 503s instead of hung requests.
+pub fn pool(database_url: &str, size: usize) -> Result<Pool> {
+    let pg: tokio_postgres::Config = database_url
+        .parse()
+        .map_err(|e| ApiError::Internal(format!("DATABASE_URL: {e}")))?;
+    let mut pg = pg;
+    pg.connect_timeout(Duration::from_secs(3));
+    let mgr = Manager::from_config(
+        pg,
+        NoTls,
+        ManagerConfig {
+            // Verify a connection before reuse so a restarted database heals the pool.
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(mgr)
+        .max_size(size.max(1))
+        .runtime(Runtime::Tokio1)
+        .timeouts(Timeouts {
+            wait: Some(Duration::from_secs(5)),
+            create: Some(Duration::from_secs(3)),
+            recycle: Some(Duration::from_secs(3)),
+        })
+        .build()
+        .map_err(|e| ApiError::Internal(format!("pool: {e}")))
+}
+
+/// One direct connection (for `migrate`), driven on a background task.
+pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(database_url, NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::warn!(error = %e, "postgres connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// Applies pending migrations (serialized across processes by the migrations crate).
+pub async fn migrate(database_url: &str) -> Result<Vec<i32>> {
+    let mut client = connect(database_url).await?;
+    chainsub_migrations::migrate(&mut client)
+        .await
+        .map_err(|e| ApiError::Internal(format!("migrate: {e}")))
+}

@@ -1,0 +1,284 @@
+//! The one API error type and the one place that turns errors (and warp rejections) into the
+//! JSON error shape `{"error":{"type","code","message","param","requestId"}}` (DESIGN §4).
+//! 5xx bodies never carry internal detail; it goes to the log with the request id instead.
+
+use std::convert::Infallible;
+
+use serde_json::json;
+use warp::http::StatusCode;
+use warp::reject::Rejection;
+
+use crate::reply::Resp;
+
+/// Result alias for this crate.
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+/// Every way a request can fail.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed; `param` names the offending field.
+    #[error("{message}")]
+    Invalid {
+        code: &'static str,
+        message: String,
+        param: Option<String>,
+    },
+    /// 401: missing, malformed, unknown or revoked credentials.
+    #[error("{message}")]
+    Unauthorized { code: &'static str, message: String },
+    /// 403: authenticated but not allowed (e.g. CSRF token missing).
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
+    /// 404: unknown object, or another merchant's (existence is never leaked).
+    #[error("{message}")]
+    NotFound {
+        message: String,
+        param: Option<String>,
+    },
+    /// 404 for a path no route serves.
+    #[error("no such route")]
+    RouteNotFound,
+    /// 405 with the methods the path allows.
+    #[error("method not allowed")]
+    MethodNotAllowed { allow: &'static str },
+    /// 409.
+    #[error("{message}")]
+    Conflict {
+        code: &'static str,
+        message: String,
+        param: Option<String>,
+    },
+    /// 411: a body without a length.
+    #[error("length required")]
+    LengthRequired,
+    /// 413.
+    #[error("request body too large")]
+    PayloadTooLarge,
+    /// 415.
+    #[error("content type must be application/json")]
+    UnsupportedMediaType,
+    /// 429; headers come from the limiter.
+    #[error("rate limited")]
+    RateLimited(crate::ratelimit::Limited),
+    /// 503: the database (or another dependency) is unreachable.
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    /// 500: a bug or an unexpected dependency failure. The text is logged, never sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl warp::reject::Reject for ApiError {}
+
+impl ApiError {
+    /// 400 naming a field.
+    pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError::Invalid {
+            code: "parameter_invalid",
+            message: message.into(),
+            param: Some(param.to_string()),
+        }
+    }
+
+    /// 400 for a missing field.
+    pub fn missing(param: &str) -> ApiError {
+        ApiError::Invalid {
+            code: "parameter_missing",
+            message: format!("`{param}` is required"),
+            param: Some(param.to_string()),
+        }
+    }
+
+    /// 404 for an object.
+    pub fn not_found(what: &str, param: Option<&str>) -> ApiError {
+        ApiError::NotFound {
+            message: format!("no such {what}"),
+            param: param.map(str::to_string),
+        }
+    }
+
+    /// 401 for a missing or bad API key.
+    pub fn bad_key() -> ApiError {
+        ApiError::Unauthorized {
+            code: "invalid_api_key",
+            message: "missing, invalid or revoked API key (send `Authorization: Bearer sk_live_…`)"
+                .into(),
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::NotFound { .. } | ApiError::RouteNotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::LengthRequired => StatusCode::LENGTH_REQUIRED,
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The error object without `requestId` (added when the response is finished).
+    pub fn body(&self) -> serde_json::Value {
+        let (ty, code, message, param): (&str, &str, String, Option<&str>) = match self {
+            ApiError::Invalid {
+                code,
+                message,
+                param,
+            } => (
+                "invalid_request_error",
+                code,
+                message.clone(),
+                param.as_deref(),
+            ),
+            ApiError::Unauthorized { code, message } => {
+                ("authentication_error", code, message.clone(), None)
+            }
+            ApiError::Forbidden { code, message } => {
+                ("permission_error", code, message.clone(), None)
+            }
+            ApiError::NotFound { message, param } => (
+                "invalid_request_error",
+                "resource_missing",
+                message.clone(),
+                param.as_deref(),
+            ),
+            ApiError::RouteNotFound => (
+                "invalid_request_error",
+                "route_not_found",
+                "no route serves this path (see /api/v1/openapi.json)".into(),
+                None,
+            ),
+            ApiError::MethodNotAllowed { allow } => (
+                "invalid_request_error",
+                "method_not_allowed",
+                format!("this path allows {allow}"),
+                None,
+            ),
+            ApiError::Conflict {
+                code,
+                message,
+                param,
+            } => (
+                "invalid_request_error",
+                code,
+                message.clone(),
+                param.as_deref(),
+            ),
+            ApiError::LengthRequired => (
+                "invalid_request_error",
+                "length_required",
+                "a request body needs Content-Length or chunked encoding".into(),
+                None,
+            ),
+            ApiError::PayloadTooLarge => (
+                "invalid_request_error",
+                "payload_too_large",
+                format!(
+                    "request bodies are limited to {} bytes",
+                    crate::reply::BODY_LIMIT
+                ),
+                None,
+            ),
+            ApiError::UnsupportedMediaType => (
+                "invalid_request_error",
+                "unsupported_media_type",
+                "request bodies must be JSON (Content-Type: application/json)".into(),
+                None,
+            ),
+            ApiError::RateLimited(_) => (
+                "rate_limit_error",
+                "rate_limited",
+                "too many requests; retry after the time in Retry-After".into(),
+                None,
+            ),
+            ApiError::Unavailable(_) => (
+                "api_error",
+                "service_unavailable",
+                "the service is temporarily unavailable; retry later".into(),
+                None,
+            ),
+            ApiError::Internal(_) => (
+                "api_error",
+                "internal_error",
+                "an internal error occurred; quote the requestId when reporting it".into(),
+                None,
+            ),
+        };
+        json!({ "type": ty, "code": code, "message": message, "param": param })
+    }
+
+    /// Turns the error into a response (logging 5xx detail, which the body never carries).
+    pub fn into_resp(self) -> Resp {
+        match &self {
+            ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
+            ApiError::Unavailable(detail) => tracing::warn!(error = %detail, "unavailable"),
+            _ => {}
+        }
+        let mut resp = Resp::error(self.status(), self.body());
+        match &self {
+            ApiError::MethodNotAllowed { allow } => resp = resp.header("allow", allow),
+            ApiError::RateLimited(l) => {
+                for (k, v) in l.headers() {
+                    resp = resp.header(k, &v);
+                }
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+impl From<tokio_postgres::Error> for ApiError {
+    fn from(e: tokio_postgres::Error) -> ApiError {
+        // A closed or refused connection is an outage (503); anything else is a bug (500).
+        if e.is_closed() || e.code().is_none() {
+            ApiError::Unavailable(e.to_string())
+        } else {
+            ApiError::Internal(e.to_string())
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for ApiError {
+    fn from(e: deadpool_postgres::PoolError) -> ApiError {
+        ApiError::Unavailable(e.to_string())
+    }
+}
+
+/// The single `recover`: every rejection becomes the JSON error shape.
+pub async fn recover(rejection: Rejection) -> Result<Resp, Infallible> {
+    let err = if let Some(e) = rejection.find::<ApiError>() {
+        e.clone()
+    } else if rejection.is_not_found() {
+        ApiError::RouteNotFound
+    } else if rejection.find::<warp::reject::PayloadTooLarge>().is_some() {
+        ApiError::PayloadTooLarge
+    } else if rejection.find::<warp::reject::LengthRequired>().is_some() {
+        ApiError::LengthRequired
+    } else if rejection
+        .find::<warp::reject::UnsupportedMediaType>()
+        .is_some()
+    {
+        ApiError::UnsupportedMediaType
+    } else if let Some(e) = rejection.find::<warp::reject::InvalidHeader>() {
+        ApiError::Invalid {
+            code: "header_invalid",
+            message: e.to_string(),
+            param: None,
+        }
+    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
+        // Every route declares its methods (routes::methods), so this is only reached for
+        // paths that match nothing else; answer like an unknown path.
+        ApiError::RouteNotFound
+    } else {
+        ApiError::Internal(format!("unhandled rejection: {rejection:?}"))
+    };
+    Ok(err.into_resp())
+}

@@ -1,0 +1,63 @@
+//! Prometheus metrics: request counts and latencies, served at `/metrics`.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use warp::Filter;
+use warp::filters::BoxedFilter;
+
+use crate::ctx::{Ctx, with_ctx};
+use crate::reply::Resp;
+
+/// Installs the global recorder once per process (tests start several servers in one).
+pub fn install() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .clone()
+}
+
+/// Counts one request.
+pub fn record(method: &str, route: &'static str, status: u16, secs: f64) {
+    let labels = [
+        ("method", method.to_string()),
+        ("route", route.to_string()),
+        ("status", status.to_string()),
+    ];
+    metrics::counter!("api_requests_total", &labels).increment(1);
+    metrics::histogram!("api_request_duration_seconds", &labels).record(secs);
+}
+
+/// A bounded label for a path (ids collapse to `{id}`, unknown paths to `other`).
+pub fn route_label(path: &str) -> &'static str {
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segs.as_slice() {
+        ["api", "v1", "health"] => "/api/v1/health",
+        ["api", "v1", "openapi.json"] => "/api/v1/openapi.json",
+        ["api", "v1", "auth", "nonce"] => "/api/v1/auth/nonce",
+        ["api", "v1", "auth", "session"] => "/api/v1/auth/session",
+        ["api", "v1", "auth", "keys"] => "/api/v1/auth/keys",
+        ["api", "v1", "plans"] => "/api/v1/plans",
+        ["api", "v1", "plans", _] => "/api/v1/plans/{id}",
+        ["api", "v1", "plans", _, "provision"] => "/api/v1/plans/{id}/provision",
+        ["api", "v1", "checkouts"] => "/api/v1/checkouts",
+        ["api", "v1", "subscriptions"] => "/api/v1/subscriptions",
+        ["api", "v1", "subscriptions", _] => "/api/v1/subscriptions/{id}",
+        ["api", "v1", "events"] => "/api/v1/events",
+        ["api", "v1", "events", _] => "/api/v1/events/{id}",
+        ["metrics"] => "/metrics",
+        _ => "other",
+    }
+}
+
+/// `GET /metrics` (Prometheus text format).
+pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    warp::path!("metrics")
+        .and(warp::get())
+        .and(with_ctx(ctx))
+        .map(|ctx: Ctx| {
+            let text = ctx.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+            Resp::raw("text/plain; version=0.0.4", text)
+        })
+        .boxed()
+}

@@ -1,0 +1,189 @@
+//! governor rate limits, keyed per API key (merchant) and per client IP. Quotas come from
+//! the config. Headers follow draft-ietf-httpapi-ratelimit-headers (structured
+//! `RateLimit-Policy: "<name>";q=<burst>;w=<secs>` and `RateLimit: "<name>";r=<left>;t=<secs>`).
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
+
+use crate::error::ApiError;
+
+type Inner =
+    RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
+
+/// One keyed limiter with its quota (for the headers).
+pub struct Limiter {
+    name: &'static str,
+    inner: Inner,
+    burst: u32,
+    window_secs: u64,
+}
+
+/// What a 429 tells the client.
+#[derive(Debug, Clone)]
+pub struct Limited {
+    pub policy: &'static str,
+    pub burst: u32,
+    pub window_secs: u64,
+    /// Seconds until a request would be allowed, rounded up (never 0).
+    pub retry_after_secs: u64,
+}
+
+impl Limited {
+    /// `Retry-After`, `RateLimit-Policy` and `RateLimit` headers.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("retry-after", self.retry_after_secs.to_string()),
+            (
+                "ratelimit-policy",
+                format!(
+                    "\"{}\";q={};w={}",
+                    self.policy, self.burst, self.window_secs
+                ),
+            ),
+            (
+                "ratelimit",
+                format!("\"{}\";r=0;t={}", self.policy, self.retry_after_secs),
+            ),
+        ]
+    }
+}
+
+/// Headers for an allowed request.
+#[derive(Debug, Clone)]
+pub struct Allowed {
+    pub policy: &'static str,
+    pub burst: u32,
+    pub window_secs: u64,
+    pub remaining: u32,
+}
+
+impl Allowed {
+    /// `RateLimit-Policy` and `RateLimit` headers.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "ratelimit-policy",
+                format!(
+                    "\"{}\";q={};w={}",
+                    self.policy, self.burst, self.window_secs
+                ),
+            ),
+            (
+                "ratelimit",
+                format!(
+                    "\"{}\";r={};t={}",
+                    self.policy,
+                    self.remaining,
+                    if self.remaining == 0 { 1 } else { 0 }
+                ),
+            ),
+        ]
+    }
+}
+
+impl Limiter {
+    /// `per_sec` sustained, `burst` at once (both at least 1).
+    pub fn new(name: &'static str, per_sec: u32, burst: u32) -> Limiter {
+        let per_sec = NonZeroU32::new(per_sec.max(1)).expect("non-zero");
+        let burst_nz = NonZeroU32::new(burst.max(1)).expect("non-zero");
+        let quota = Quota::per_second(per_sec).allow_burst(burst_nz);
+        Limiter {
+            name,
+            inner: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
+            burst: burst_nz.get(),
+            // Time for an empty bucket to refill completely.
+            window_secs: (burst_nz.get() as u64)
+                .div_ceil(per_sec.get() as u64)
+                .max(1),
+        }
+    }
+
+    /// Counts one request for `key`.
+    pub fn check(&self, key: &str) -> Result<Allowed, ApiError> {
+        match self.inner.check_key(&key.to_string()) {
+            Ok(snapshot) => Ok(Allowed {
+                policy: self.name,
+                burst: self.burst,
+                window_secs: self.window_secs,
+                remaining: snapshot.remaining_burst_capacity(),
+            }),
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                Err(ApiError::RateLimited(Limited {
+                    policy: self.name,
+                    burst: self.burst,
+                    window_secs: self.window_secs,
+                    retry_after_secs: ceil_secs(wait),
+                }))
+            }
+        }
+    }
+
+    /// Forgets keys whose buckets are full again (bounded memory).
+    pub fn retain_recent(&self) {
+        self.inner.retain_recent();
+    }
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    s.max(1)
+}
+
+/// The limiters of one server.
+pub struct Limits {
+    pub per_key: Limiter,
+    pub per_ip: Limiter,
+}
+
+impl Limits {
+    /// Builds both limiters and a task that trims them every minute.
+    pub fn new(cfg: &crate::config::Config) -> Arc<Limits> {
+        let limits = Arc::new(Limits {
+            per_key: Limiter::new("key", cfg.rate_limit_key_per_sec, cfg.rate_limit_key_burst),
+            per_ip: Limiter::new("ip", cfg.rate_limit_ip_per_sec, cfg.rate_limit_ip_burst),
+        });
+        let weak = Arc::downgrade(&limits);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                let Some(l) = weak.upgrade() else { break };
+                l.per_key.retain_recent();
+                l.per_ip.retain_recent();
+            }
+        });
+        limits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(ceil_secs(Duration::from_secs(3)), 3);
+        assert_eq!(ceil_secs(Duration::ZERO), 1);
+    }
+
+    #[test]
+    fn burst_is_allowed_then_limited_with_headers() {
+        let l = Limiter::new("key", 1, 2);
+        assert!(l.check("a").is_ok());
+        assert!(l.check("a").is_ok());
+        let Err(ApiError::RateLimited(lim)) = l.check("a") else {
+            panic!("third request in a burst of 2 must be limited")
+        };
+        assert_eq!(lim.retry_after_secs, 1);
+        assert!(l.check("b").is_ok(), "keys are independent");
+    }
+}

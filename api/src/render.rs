@@ -1,0 +1,183 @@
+//! JSON renderings of chain-derived objects. [`event_object`] is THE event renderer: used by
+//! `GET /api/v1/events` and by webhook delivery, so a webhook body and the API agree byte for
+//! byte. Rows must come from [`EVENT_SELECT`].
+
+use alloy::primitives::Address;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use tokio_postgres::Row;
+
+use crate::domain::format_units;
+
+/// `SELECT … FROM chain_events ce …` with every column [`event_object`] reads. Append
+/// `WHERE …` (e.g. `WHERE ce.public_id = $1`); the `plans` join is scoped to the event's
+/// merchant, so a planRef cannot resolve to another merchant's plan.
+pub const EVENT_SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.chain_id, \
+    ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, ce.log_index, \
+    ce.subscription_id, ce.decoded, ce.snapshot, p.public_id AS plan_public_id, \
+    cur.block_number AS indexed_block \
+    FROM chain_events ce \
+    LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id \
+    LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet \
+    LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
+    LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id";
+
+/// `0x…` lowercase hex.
+pub fn hex0x(b: &[u8]) -> String {
+    format!("0x{}", hex::encode(b))
+}
+
+/// An EIP-55 address from 20 bytes (falls back to hex for malformed input).
+pub fn address(b: &[u8]) -> String {
+    if b.len() == 20 {
+        Address::from_slice(b).to_checksum(None)
+    } else {
+        hex0x(b)
+    }
+}
+
+/// RFC 3339 with second precision and `Z`.
+pub fn time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Confirmations of a block given the indexer's tip (0 when unknown).
+pub fn confirmations(block_number: i64, indexed_block: Option<i64>) -> i64 {
+    indexed_block.map_or(0, |tip| (tip - block_number + 1).max(0))
+}
+
+/// The `chain` block of DESIGN §4.
+pub struct ChainRef<'a> {
+    pub chain_id: i64,
+    pub contract: &'a [u8],
+    pub block_number: i64,
+    pub block_hash: &'a [u8],
+    pub transaction_hash: &'a [u8],
+    pub log_index: i64,
+    pub indexed_block: Option<i64>,
+}
+
+impl ChainRef<'_> {
+    /// `{chainId, contract, blockNumber, blockHash, transactionHash, logIndex, confirmations}`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "chainId": self.chain_id,
+            "contract": address(self.contract),
+            "blockNumber": self.block_number,
+            "blockHash": hex0x(self.block_hash),
+            "transactionHash": hex0x(self.transaction_hash),
+            "logIndex": self.log_index,
+            "confirmations": confirmations(self.block_number, self.indexed_block),
+        })
+    }
+}
+
+/// A base-unit amount held as a decimal string (JSON from the indexer) -> "9.99".
+pub fn amount_from_str(s: &str) -> Option<String> {
+    s.parse::<u128>().ok().map(format_units)
+}
+
+fn str_field<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+/// The subscription snapshot (as the indexer stores it) in API form.
+pub fn snapshot_object(snapshot: &Value, plan_public_id: Option<&str>) -> Value {
+    json!({
+        "id": snapshot.get("id"),
+        "object": "subscription",
+        "status": snapshot.get("status"),
+        "cancelAtPeriodEnd": snapshot.get("cancelAtPeriodEnd"),
+        "planId": plan_public_id,
+        "customerExternalId": snapshot.get("customerExternalId"),
+        "subscriber": snapshot.get("subscriber"),
+        "amount": str_field(snapshot, "amount").and_then(amount_from_str),
+        "currency": "USDC",
+        "period": snapshot.get("period"),
+        "currentPeriodStart": snapshot.get("currentPeriodStart"),
+        "currentPeriodEnd": snapshot.get("currentPeriodEnd"),
+        "nextPaymentAt": snapshot.get("nextPaymentAt"),
+        "failedAttempts": snapshot.get("failedAttempts"),
+    })
+}
+
+/// The event object of DESIGN §4 from an [`EVENT_SELECT`] row.
+pub fn event_object(row: &Row) -> Value {
+    let decoded: Value = row.get("decoded");
+    let snapshot: Option<Value> = row.get("snapshot");
+    let snapshot = snapshot.unwrap_or(Value::Null);
+    let plan_public_id: Option<String> = row.get("plan_public_id");
+    let tx: Vec<u8> = row.get("transaction_hash");
+    let onchain_sub: Option<i64> = row.get("subscription_id");
+    let block_time: DateTime<Utc> = row.get("block_time");
+    let amount = str_field(&decoded, "amount")
+        .or_else(|| str_field(&snapshot, "amount"))
+        .and_then(amount_from_str);
+    let mut data = json!({
+        "subscriptionId": snapshot.get("id").cloned().unwrap_or_else(||
+            onchain_sub.map_or(Value::Null, |id| json!(chainsub_abi::ids::subscription_id(id as u64)))),
+        "planId": plan_public_id,
+        "customerExternalId": snapshot.get("customerExternalId"),
+        "subscriberAddress": snapshot.get("subscriber").cloned()
+            .or_else(|| decoded.get("subscriber").cloned()),
+        "amount": amount,
+        "currency": "USDC",
+        "txHash": hex0x(&tx),
+        "status": snapshot.get("status"),
+        "nextPaymentAt": snapshot.get("nextPaymentAt"),
+        "subscription": snapshot_object(&snapshot, plan_public_id.as_deref()),
+    });
+    let kind: Option<String> = row.get("kind");
+    // Kind-specific facts from the log itself.
+    if let Some(o) = data.as_object_mut() {
+        if let Some(p) = decoded.get("period") {
+            o.insert("period".into(), p.clone());
+        }
+        if let Some(a) = decoded.get("attempt") {
+            o.insert("attempt".into(), a.clone());
+        }
+        let reason = str_field(&decoded, "reason").and_then(|r| r.parse::<u8>().ok());
+        match (kind.as_deref(), reason) {
+            (Some("subscription.payment_failed"), Some(r)) => {
+                o.insert(
+                    "failureReason".into(),
+                    json!(chainsub_abi::FailureReason::from_u8(r).map(|x| x.as_str())),
+                );
+                if let Some(t) =
+                    str_field(&decoded, "nextRetryAt").and_then(|t| t.parse::<i64>().ok())
+                {
+                    o.insert(
+                        "nextRetryAt".into(),
+                        json!(DateTime::from_timestamp(t, 0).map(time)),
+                    );
+                }
+            }
+            (Some("subscription.ended"), Some(r)) => {
+                o.insert(
+                    "endReason".into(),
+                    json!(chainsub_abi::EndReason::from_u8(r).map(|x| x.as_str())),
+                );
+            }
+            _ => {}
+        }
+    }
+    let contract: Vec<u8> = row.get("contract");
+    let block_hash: Vec<u8> = row.get("block_hash");
+    let chain = ChainRef {
+        chain_id: row.get("chain_id"),
+        contract: &contract,
+        block_number: row.get("block_number"),
+        block_hash: &block_hash,
+        transaction_hash: &tx,
+        log_index: i64::from(row.get::<_, i32>("log_index")),
+        indexed_block: row.get("indexed_block"),
+    };
+    json!({
+        "id": row.get::<_, String>("public_id"),
+        "object": "event",
+        "type": kind,
+        "createdAt": time(block_time),
+        "data": data,
+        "chain": chain.to_json(),
+    })
+}

@@ -1,0 +1,215 @@
+//! `Resp`: the one reply type every route returns, so that the outer layer can stamp
+//! `X-Request-Id` on every response and put the same id into every error body. Also the
+//! request-body reader (size limit, JSON content type).
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::Value;
+use warp::Filter;
+use warp::http::{HeaderName, HeaderValue, StatusCode};
+
+use crate::error::ApiError;
+
+/// Request bodies are capped at 64 KiB.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// What a response carries.
+#[derive(Debug, Clone)]
+pub enum RespBody {
+    Json(Value),
+    /// An error object; `requestId` is added when the response is finished.
+    Error(Value),
+    Raw {
+        content_type: &'static str,
+        bytes: Bytes,
+    },
+    Empty,
+}
+
+/// A response under construction.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: RespBody,
+}
+
+impl Resp {
+    /// 200 with a JSON body.
+    pub fn json(value: Value) -> Resp {
+        Resp::with_status(StatusCode::OK, value)
+    }
+
+    /// A JSON body with a status.
+    pub fn with_status(status: StatusCode, value: Value) -> Resp {
+        Resp {
+            status,
+            headers: Vec::new(),
+            body: RespBody::Json(value),
+        }
+    }
+
+    /// An error response (see [`ApiError::into_resp`]).
+    pub fn error(status: StatusCode, error: Value) -> Resp {
+        Resp {
+            status,
+            headers: Vec::new(),
+            body: RespBody::Error(error),
+        }
+    }
+
+    /// A non-JSON body.
+    pub fn raw(content_type: &'static str, bytes: impl Into<Bytes>) -> Resp {
+        Resp {
+            status: StatusCode::OK,
+            headers: Vec::new(),
+            body: RespBody::Raw {
+                content_type,
+                bytes: bytes.into(),
+            },
+        }
+    }
+
+    /// Adds a header; invalid values are dropped (they are all built by us).
+    pub fn header(mut self, name: &str, value: &str) -> Resp {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            self.headers.push((n, v));
+        }
+        self
+    }
+
+    /// The JSON body as it will be sent (errors get `requestId`).
+    pub fn json_body(&self, request_id: &str) -> Option<Value> {
+        match &self.body {
+            RespBody::Json(v) => Some(v.clone()),
+            RespBody::Error(e) => {
+                let mut e = e.clone();
+                if let Some(o) = e.as_object_mut() {
+                    o.insert("requestId".into(), Value::String(request_id.into()));
+                }
+                Some(serde_json::json!({ "error": e }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The final HTTP response.
+    pub fn finish(self, request_id: &str) -> warp::reply::Response {
+        let (content_type, bytes): (Option<&str>, Bytes) = match &self.body {
+            RespBody::Json(_) | RespBody::Error(_) => (
+                Some("application/json"),
+                Bytes::from(
+                    serde_json::to_vec(&self.json_body(request_id).unwrap_or(Value::Null))
+                        .unwrap_or_default(),
+                ),
+            ),
+            RespBody::Raw {
+                content_type,
+                bytes,
+            } => (Some(content_type), bytes.clone()),
+            RespBody::Empty => (None, Bytes::new()),
+        };
+        let mut resp = warp::reply::Response::new(bytes.into());
+        *resp.status_mut() = self.status;
+        let h = resp.headers_mut();
+        if let Some(ct) = content_type {
+            h.insert("content-type", HeaderValue::from_static(ct));
+        }
+        for (k, v) in self.headers {
+            h.append(k, v);
+        }
+        if let Ok(v) = HeaderValue::from_str(request_id) {
+            h.insert("x-request-id", v);
+        }
+        h.insert("cache-control", HeaderValue::from_static("no-store"));
+        resp
+    }
+}
+
+impl From<ApiError> for Resp {
+    fn from(e: ApiError) -> Resp {
+        e.into_resp()
+    }
+}
+
+/// Turns a handler's result into a `Resp` (errors are answered here, not rejected, so a
+/// failing handler never falls through to another route).
+pub fn respond(r: Result<Resp, ApiError>) -> Resp {
+    r.unwrap_or_else(ApiError::into_resp)
+}
+
+/// The raw request body, capped at [`BODY_LIMIT`] whether or not Content-Length is sent.
+pub fn body_bytes() -> impl Filter<Extract = (Bytes,), Error = warp::Rejection> + Clone {
+    warp::header::optional::<u64>("content-length")
+        .and(warp::body::stream())
+        .and_then(|len: Option<u64>, stream| async move {
+            if len.is_some_and(|l| l > BODY_LIMIT as u64) {
+                return Err(warp::reject::custom(ApiError::PayloadTooLarge));
+            }
+            read_limited(stream).await.map_err(warp::reject::custom)
+        })
+}
+
+async fn read_limited<S, B>(mut stream: S) -> Result<Bytes, ApiError>
+where
+    S: futures::Stream<Item = Result<B, warp::Error>> + Unpin,
+    B: warp::Buf,
+{
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let mut chunk = chunk.map_err(|e| ApiError::Invalid {
+            code: "body_unreadable",
+            message: format!("could not read the request body: {e}"),
+            param: None,
+        })?;
+        if out.len() + chunk.remaining() > BODY_LIMIT {
+            return Err(ApiError::PayloadTooLarge);
+        }
+        while chunk.has_remaining() {
+            let part = chunk.chunk();
+            out.extend_from_slice(part);
+            let n = part.len();
+            chunk.advance(n);
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Parses a JSON object body; `content_type` must be JSON when a body is present. An empty
+/// body is an empty object (so `POST /auth/keys` needs none).
+pub fn parse_json_object(
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Map::new());
+    }
+    let is_json = content_type.is_some_and(|ct| {
+        let mime = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+    });
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::Invalid {
+            code: "body_invalid",
+            message: "the request body must be a JSON object".into(),
+            param: None,
+        }),
+        Err(e) => Err(ApiError::Invalid {
+            code: "body_invalid",
+            message: format!("the request body is not valid JSON: {e}"),
+            param: None,
+        }),
+    }
+}

@@ -1,0 +1,113 @@
+//! One router per resource, each exporting `routes(ctx) -> BoxedFilter<(Resp,)>`; `app.rs`
+//! composes them. Shared helpers for method fallbacks, queries and request metadata live here.
+
+pub mod auth;
+pub mod checkouts;
+pub mod events;
+pub mod health;
+pub mod keys;
+pub mod openapi;
+pub mod plans;
+pub mod subscriptions;
+
+use std::net::{IpAddr, SocketAddr};
+
+use warp::Filter;
+use warp::filters::BoxedFilter;
+use warp::http::Method;
+
+use crate::error::ApiError;
+use crate::reply::Resp;
+
+/// The last alternative of every path: 405 with `Allow` when the method is not one of
+/// `allow` (comma-separated, e.g. "GET, POST"); otherwise steps aside (a handler for the
+/// method already answered or rejected).
+pub fn method_fallback(allow: &'static str) -> BoxedFilter<(Resp,)> {
+    warp::method()
+        .and_then(move |m: Method| async move {
+            let allowed = allow.split(", ").any(|a| a == m.as_str())
+                || (m == Method::HEAD && allow.contains("GET"));
+            if allowed {
+                Err(warp::reject::not_found())
+            } else {
+                Err(warp::reject::custom(ApiError::MethodNotAllowed { allow }))
+            }
+        })
+        .boxed()
+}
+
+/// The query string as decoded pairs (empty when there is none).
+pub fn query_pairs() -> BoxedFilter<(Vec<(String, String)>,)> {
+    warp::query::raw()
+        .or(warp::any().map(String::new))
+        .unify()
+        .map(|q: String| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .into_owned()
+                .collect::<Vec<_>>()
+        })
+        .boxed()
+}
+
+/// What a request says about who sends it.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub authorization: Option<String>,
+    pub ip: Option<IpAddr>,
+    pub idempotency_key: Option<String>,
+    pub content_type: Option<String>,
+}
+
+impl Caller {
+    /// Key for per-IP limits.
+    pub fn ip_key(&self) -> String {
+        self.ip
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| "unknown".into())
+    }
+}
+
+/// Extracts [`Caller`].
+pub fn caller() -> BoxedFilter<(Caller,)> {
+    warp::header::optional::<String>("authorization")
+        .and(warp::addr::remote())
+        .and(warp::header::optional::<String>("idempotency-key"))
+        .and(warp::header::optional::<String>("content-type"))
+        .map(
+            |authorization, remote: Option<SocketAddr>, idempotency_key, content_type| Caller {
+                authorization,
+                ip: remote.map(|r| r.ip()),
+                idempotency_key,
+                content_type,
+            },
+        )
+        .boxed()
+}
+
+/// Rejects unknown query parameters and duplicates, naming them in `param`.
+pub fn check_params(pairs: &[(String, String)], known: &[&str]) -> Result<(), ApiError> {
+    for (i, (k, _)) in pairs.iter().enumerate() {
+        if !known.contains(&k.as_str()) {
+            return Err(ApiError::Invalid {
+                code: "parameter_unknown",
+                message: format!("unknown query parameter `{k}`"),
+                param: Some(k.clone()),
+            });
+        }
+        if pairs[..i].iter().any(|(p, _)| p == k) {
+            return Err(ApiError::invalid(
+                k,
+                format!("`{k}` is given more than once"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The value of query parameter `name`.
+pub fn param<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}

@@ -1,0 +1,18 @@
+//! `GET /api/v1/openapi.json`: the hand-written OpenAPI 3.1 document (api/openapi.json).
+
+use warp::Filter;
+use warp::filters::BoxedFilter;
+
+use crate::reply::Resp;
+use crate::routes::method_fallback;
+
+/// The document, embedded at compile time.
+pub const OPENAPI_JSON: &str = include_str!("../../openapi.json");
+
+/// The router.
+pub fn routes() -> BoxedFilter<(Resp,)> {
+    let get = warp::get().map(|| Resp::raw("application/json", OPENAPI_JSON));
+    warp::path!("api" / "v1" / "openapi.json")
+        .and(get.or(method_fallback("GET")).unify())
+        .boxed()
+}

@@ -1,0 +1,102 @@
+//! Starting and stopping one API server (used by `main` and by the tests, in-process).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use warp::Filter as _;
+
+use crate::app::app;
+use crate::chain::Relayer;
+use crate::config::Config;
+use crate::ctx::{AppState, Ctx};
+use crate::error::{ApiError, Result};
+use crate::ratelimit::Limits;
+
+/// A running server.
+pub struct Running {
+    /// The bound address (the real port when API_LISTEN asked for port 0).
+    pub addr: SocketAddr,
+    pub ctx: Ctx,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+/// Builds the shared state: pool, limiters, relayer, metrics.
+pub fn build_ctx(cfg: Config) -> Result<Ctx> {
+    let pool = crate::db::pool(&cfg.database_url, cfg.database_pool_size)?;
+    let relayer = Relayer::from_config(&cfg)?;
+    let limits = Limits::new(&cfg);
+    Ok(Arc::new(AppState {
+        pool,
+        limits,
+        relayer,
+        metrics: crate::metrics::install(),
+        cfg,
+    }))
+}
+
+/// Migrates (unless `--no-migrate`), binds and serves until [`Running::shutdown`].
+pub async fn start(cfg: Config) -> Result<Running> {
+    if !cfg.no_migrate {
+        let applied = crate::db::migrate(&cfg.database_url).await?;
+        if !applied.is_empty() {
+            tracing::info!(?applied, "applied migrations");
+        }
+    }
+    let ctx = build_ctx(cfg)?;
+    start_with(ctx).await
+}
+
+/// Serves an already built context.
+pub async fn start_with(ctx: Ctx) -> Result<Running> {
+    let listener = tokio::net::TcpListener::bind(ctx.cfg.listen)
+        .await
+        .map_err(|e| ApiError::Internal(format!("bind {}: {e}", ctx.cfg.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    if let Some(metrics_addr) = ctx.cfg.metrics_listen {
+        let l = tokio::net::TcpListener::bind(metrics_addr)
+            .await
+            .map_err(|e| ApiError::Internal(format!("bind {metrics_addr}: {e}")))?;
+        tokio::spawn(
+            warp::serve(
+                crate::metrics::routes(ctx.clone())
+                    .map(|r: crate::reply::Resp| r.finish("metrics")),
+            )
+            .incoming(l)
+            .run(),
+        );
+    }
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = warp::serve(app(ctx.clone()))
+        .incoming(listener)
+        .graceful(async move {
+            let _ = stopped.await;
+        });
+    let task = tokio::spawn(server.run());
+    tracing::info!(%addr, "api listening");
+    Ok(Running {
+        addr,
+        ctx,
+        stop: Some(stop),
+        task,
+    })
+}
+
+impl Running {
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, lets in-flight requests finish, and returns when done.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
