@@ -1,1 +1,88 @@
-fn main() {}
+//! The `indexer` binary: `indexer run` (default), `indexer migrate`, `indexer verify`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use chainsub_indexer::config::{Cli, Command, Settings};
+use chainsub_indexer::source::RpcSource;
+use chainsub_indexer::{ops, run, verify, writer};
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f == "json");
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if json {
+        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Run) {
+        Command::Run => run_indexer(&cli.settings).await,
+        Command::Migrate => migrate(&cli.settings).await,
+        Command::Verify { from, to } => verify_range(&cli.settings, from, to).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "indexer failed");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn migrate(s: &Settings) -> anyhow::Result<ExitCode> {
+    let mut client = writer::connect(&s.database_url()?).await?;
+    let applied = chainsub_migrations::migrate(&mut client).await?;
+    tracing::info!(?applied, "migrations up to date");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_indexer(s: &Settings) -> anyhow::Result<ExitCode> {
+    let cfg = s.indexer_config()?;
+    let url = s.database_url()?;
+    let metrics = ops::install_metrics()?;
+    let status = ops::Status::new(cfg.chain_id);
+    ops::serve(s.metrics_listen, status.clone(), metrics).await?;
+    if !s.no_migrate {
+        let mut client = writer::connect(&url).await.context("connect for migrations")?;
+        chainsub_migrations::migrate(&mut client).await?;
+    }
+    let source = Arc::new(RpcSource::new(&s.rpc_url()?, cfg.contract)?);
+    let node_chain = source
+        .chain_id()
+        .await
+        .map_err(|e| anyhow::anyhow!("eth_chainId: {e}"))?;
+    anyhow::ensure!(
+        node_chain == cfg.chain_id,
+        "RPC_URL serves chain {node_chain}, CHAIN_ID is {}",
+        cfg.chain_id
+    );
+    let shutdown = run::signal_shutdown();
+    run::run(&cfg, &url, source, status, shutdown).await?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn verify_range(s: &Settings, from: u64, to: u64) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(from <= to, "--from must not exceed --to");
+    let cfg = s.indexer_config()?;
+    let client = writer::connect(&s.database_url()?).await?;
+    let source = Arc::new(RpcSource::new(&s.rpc_url()?, cfg.contract)?);
+    let diffs = verify::verify(cfg.chain_id, cfg.contract, cfg.fetch, source, &client, from, to)
+        .await?;
+    for d in &diffs {
+        println!("{d}");
+    }
+    if diffs.is_empty() {
+        println!("verify: blocks {from}..={to}: clean");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("verify: blocks {from}..={to}: {} difference(s)", diffs.len());
+        Ok(ExitCode::from(1))
+    }
+}

@@ -1,0 +1,297 @@
+//! Subscription state as a pure fold over its events. The sink uses it to apply new blocks
+//! and, after a reorg, to rebuild a subscription from the events that remain: one function,
+//! so "apply" and "undo then replay" cannot disagree.
+
+use alloy::primitives::{Address, B256, U256};
+use chainsub_abi::{ContractEvent, ids};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Value, json};
+
+use crate::map::{end_reason_name, id_to_i64};
+use crate::{Error, Result};
+
+/// Subscription status, as stored and served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Active,
+    PastDue,
+    Cancelled,
+    Ended,
+}
+
+impl Status {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::PastDue => "past_due",
+            Status::Cancelled => "cancelled",
+            Status::Ended => "ended",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<Status> {
+        [
+            Status::Active,
+            Status::PastDue,
+            Status::Cancelled,
+            Status::Ended,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+
+    /// Cancelled and ended subscriptions never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Cancelled | Status::Ended)
+    }
+}
+
+/// One subscription after some prefix of its events (a `subscriptions` row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubState {
+    pub onchain_id: i64,
+    pub merchant: Address,
+    pub subscriber: Address,
+    pub plan_onchain_id: i64,
+    pub amount: U256,
+    pub customer_ref: B256,
+    pub customer_external_id: Option<String>,
+    pub status: Status,
+    pub cancel_at_period_end: bool,
+    pub period: u32,
+    pub current_period_start: u64,
+    pub current_period_end: u64,
+    pub failed_attempts: u8,
+    pub next_retry_at: Option<u64>,
+    pub ended_reason: Option<String>,
+    /// `chain_events.id` of the creating and of the latest event. While a batch is being
+    /// applied, events not yet inserted are referred to by a negative placeholder
+    /// (`-(index in batch) - 1`) that the sink swaps for the real id after the insert.
+    pub created_event: i64,
+    pub last_event: i64,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// What the fold needs to know about an event besides the log itself.
+#[derive(Debug, Clone)]
+pub struct EventCtx {
+    /// The event's `chain_events.id` (or placeholder, see [`SubState::created_event`]).
+    pub event_ref: i64,
+    pub block_time: u64,
+    /// For `SubscriptionCreated`: the checkout's customer external id, resolved by the sink.
+    pub customer_external_id: Option<String>,
+}
+
+/// Applies one event. `Ok(None)` with no prior state means the event is not a subscription
+/// event, or belongs to a subscription created before START_BLOCK (nothing to project).
+pub fn apply(state: Option<SubState>, ev: &ContractEvent, ctx: &EventCtx) -> Result<Option<SubState>> {
+    if let ContractEvent::SubscriptionCreated(e) = ev {
+        if state.is_some() {
+            return Err(Error::Inconsistent(format!(
+                "subscription {} created twice",
+                e.subscriptionId
+            )));
+        }
+        return Ok(Some(SubState {
+            onchain_id: id_to_i64(e.subscriptionId)?,
+            merchant: e.merchant,
+            subscriber: e.subscriber,
+            plan_onchain_id: id_to_i64(e.planId)?,
+            amount: e.amount,
+            customer_ref: e.customerRef,
+            customer_external_id: ctx.customer_external_id.clone(),
+            status: Status::Active,
+            cancel_at_period_end: false,
+            period: 1,
+            current_period_start: e.periodStart,
+            current_period_end: e.periodEnd,
+            failed_attempts: 0,
+            next_retry_at: None,
+            ended_reason: None,
+            created_event: ctx.event_ref,
+            last_event: ctx.event_ref,
+            created_at: ctx.block_time,
+            updated_at: ctx.block_time,
+        }));
+    }
+    let Some(mut s) = state else {
+        return Ok(None);
+    };
+    match ev {
+        ContractEvent::SubscriptionCharged(e) => {
+            s.status = Status::Active;
+            s.period = e.period;
+            s.current_period_start = e.periodStart;
+            s.current_period_end = e.periodEnd;
+            s.failed_attempts = 0;
+            s.next_retry_at = None;
+        }
+        ContractEvent::PaymentFailed(e) => {
+            s.status = Status::PastDue;
+            s.failed_attempts = e.attempt;
+            s.next_retry_at = (e.nextRetryAt != 0).then_some(e.nextRetryAt);
+        }
+        ContractEvent::CancelAtPeriodEndSet(_) => s.cancel_at_period_end = true,
+        ContractEvent::SubscriptionCancelled(_) => s.status = Status::Cancelled,
+        ContractEvent::SubscriptionEnded(e) => {
+            s.status = Status::Ended;
+            s.ended_reason = Some(end_reason_name(u8::from(e.reason)));
+        }
+        ContractEvent::SubscriptionCreated(_)
+        | ContractEvent::PlanCreated(_)
+        | ContractEvent::OperatorChanged(_) => return Ok(Some(s)),
+    }
+    s.last_event = ctx.event_ref;
+    s.updated_at = ctx.block_time;
+    Ok(Some(s))
+}
+
+/// RFC 3339 UTC with seconds, e.g. `2026-01-31T12:00:00Z`.
+pub fn rfc3339(secs: u64) -> String {
+    ts(secs).to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Unix seconds as a timestamp (clamped into chrono's range; chain times always fit).
+pub fn ts(secs: u64) -> DateTime<Utc> {
+    DateTime::from_timestamp(i64::try_from(secs).unwrap_or(i64::MAX), 0)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+impl SubState {
+    /// When the keeper will next try to charge: the period end, the retry time while past
+    /// due, nothing once terminal.
+    pub fn next_payment_at(&self) -> Option<u64> {
+        match self.status {
+            Status::Cancelled | Status::Ended => None,
+            Status::PastDue => self.next_retry_at,
+            Status::Active => Some(self.current_period_end),
+        }
+    }
+
+    /// The `chain_events.snapshot` JSON (the contract with the API and webhooks).
+    pub fn snapshot(&self) -> Value {
+        json!({
+            "id": ids::subscription_id(self.onchain_id as u64),
+            "status": self.status.as_str(),
+            "cancelAtPeriodEnd": self.cancel_at_period_end,
+            "period": self.period,
+            "currentPeriodStart": rfc3339(self.current_period_start),
+            "currentPeriodEnd": rfc3339(self.current_period_end),
+            "nextPaymentAt": self.next_payment_at().map(rfc3339),
+            "failedAttempts": self.failed_attempts,
+            "subscriber": alloy::hex::encode_prefixed(self.subscriber),
+            "customerExternalId": self.customer_external_id,
+            "amount": self.amount.to_string(),
+            "planOnchainId": self.plan_onchain_id,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chainsub_abi::SubscriptionManager as SM;
+
+    const T0: u64 = 1_767_225_600; // 2026-01-01T00:00:00Z
+    const MONTH: u64 = 31 * 86_400;
+
+    fn ctx(r: i64, t: u64) -> EventCtx {
+        EventCtx {
+            event_ref: r,
+            block_time: t,
+            customer_external_id: Some("cus_1".into()),
+        }
+    }
+
+    fn created() -> ContractEvent {
+        ContractEvent::SubscriptionCreated(SM::SubscriptionCreated {
+            subscriptionId: U256::from(5),
+            merchant: Address::repeat_byte(0xaa),
+            subscriber: Address::repeat_byte(0xbb),
+            planId: U256::from(2),
+            customerRef: B256::repeat_byte(1),
+            amount: U256::from(9_990_000u64),
+            periodStart: T0,
+            periodEnd: T0 + MONTH,
+        })
+    }
+
+    fn failed(attempt: u8, next: u64) -> ContractEvent {
+        ContractEvent::PaymentFailed(SM::PaymentFailed {
+            subscriptionId: U256::from(5),
+            merchant: Address::repeat_byte(0xaa),
+            subscriber: Address::repeat_byte(0xbb),
+            planId: U256::from(2),
+            amount: U256::from(9_990_000u64),
+            period: 2,
+            attempt,
+            reason: SM::FailureReason::InsufficientBalance,
+            nextRetryAt: next,
+        })
+    }
+
+    fn fold(events: &[ContractEvent]) -> SubState {
+        let mut s = None;
+        for (i, e) in events.iter().enumerate() {
+            s = apply(s, e, &ctx(i as i64 + 1, T0 + i as u64)).unwrap();
+        }
+        s.unwrap()
+    }
+
+    #[test]
+    fn created_subscription_is_active_with_the_first_period() {
+        let s = fold(&[created()]);
+        assert_eq!(s.status, Status::Active);
+        assert_eq!(s.period, 1);
+        assert_eq!(s.next_payment_at(), Some(T0 + MONTH));
+        let snap = s.snapshot();
+        assert_eq!(snap["id"], "sub_5");
+        assert_eq!(snap["currentPeriodStart"], "2026-01-01T00:00:00Z");
+        assert_eq!(snap["amount"], "9990000");
+        assert_eq!(snap["customerExternalId"], "cus_1");
+        assert_eq!(snap["subscriber"], format!("0x{}", "bb".repeat(20)));
+        let keys: Vec<_> = snap.as_object().unwrap().keys().cloned().collect();
+        let mut want = vec![
+            "id", "status", "cancelAtPeriodEnd", "period", "currentPeriodStart",
+            "currentPeriodEnd", "nextPaymentAt", "failedAttempts", "subscriber",
+            "customerExternalId", "amount", "planOnchainId",
+        ];
+        want.sort();
+        assert_eq!(keys, want);
+    }
+
+    #[test]
+    fn failed_payment_makes_past_due_with_retry_time_then_exhaustion_ends() {
+        let retry = T0 + MONTH + 86_400;
+        let s = fold(&[created(), failed(1, retry)]);
+        assert_eq!(s.status, Status::PastDue);
+        assert_eq!(s.failed_attempts, 1);
+        assert_eq!(s.next_payment_at(), Some(retry));
+        assert_eq!(s.last_event, 2);
+        let ended = ContractEvent::SubscriptionEnded(SM::SubscriptionEnded {
+            subscriptionId: U256::from(5),
+            merchant: Address::repeat_byte(0xaa),
+            subscriber: Address::repeat_byte(0xbb),
+            planId: U256::from(2),
+            reason: SM::EndReason::PaymentFailed,
+        });
+        let s = fold(&[created(), failed(1, retry), failed(3, 0), ended]);
+        assert_eq!(s.status, Status::Ended);
+        assert_eq!(s.ended_reason.as_deref(), Some("payment_failed"));
+        assert_eq!(s.snapshot()["nextPaymentAt"], Value::Null);
+    }
+
+    #[test]
+    fn event_of_unknown_subscription_projects_nothing() {
+        assert_eq!(apply(None, &failed(1, 0), &ctx(1, T0)).unwrap(), None);
+    }
+
+    #[test]
+    fn second_creation_is_an_inconsistency() {
+        let s = fold(&[created()]);
+        assert!(apply(Some(s), &created(), &ctx(9, T0)).is_err());
+    }
+}

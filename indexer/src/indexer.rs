@@ -1,0 +1,121 @@
+//! One step of the pipeline: take the next stream item and hand it to the sink.
+
+use std::sync::Arc;
+
+use tokio_postgres::Client;
+
+use crate::block::Cursor;
+use crate::config::IndexerConfig;
+use crate::ops::Status;
+use crate::sink::{Applied, Sink};
+use crate::source::{BlockSource, Fetcher};
+use crate::stream::{Item, Stream, StreamConfig};
+use crate::{Result, writer};
+
+/// Live batches up to this many blocks are committed block by block.
+const LIVE_PER_BLOCK_MAX: usize = 16;
+
+/// What a step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Applied(Applied),
+    Undone { depth: u64 },
+    Idle { head: u64 },
+}
+
+/// Source, stream and sink of one writer session.
+pub struct Indexer<S: ?Sized> {
+    stream: Stream<S>,
+    sink: Sink,
+    status: Arc<Status>,
+}
+
+impl<S: BlockSource + ?Sized> Indexer<S> {
+    /// Opens a session on `client`, which must already hold the writer lock: claims the
+    /// cursor (bumping the epoch) and resumes from it.
+    pub async fn open(
+        cfg: &IndexerConfig,
+        source: Arc<S>,
+        client: Client,
+        status: Arc<Status>,
+    ) -> Result<Self> {
+        let fetcher = Fetcher::new(source, cfg.contract, cfg.fetch.clone());
+        // The cursor starts on the block before START_BLOCK, so the first block's parent
+        // hash is checked like any other. Block 0 has no logs, so START_BLOCK 0 means 1.
+        let start = cfg.start_block.max(1);
+        let before = fetcher.header(start - 1).await;
+        let genesis = Cursor {
+            number: before.number,
+            hash: before.hash,
+        };
+        let epoch = writer::claim_cursor(&client, cfg.chain_id, cfg.contract, genesis).await?;
+        let sink = Sink::new(client, cfg.chain_id, cfg.contract, epoch, cfg.confirmations);
+        let (cursor, window) = sink.load().await?;
+        tracing::info!(epoch, cursor = cursor.number, "writer session opened");
+        status.set_indexed(cursor.number);
+        let stream = Stream::new(
+            fetcher,
+            StreamConfig {
+                finality_depth: cfg.finality_depth,
+                use_finalized_tag: cfg.use_finalized_tag,
+                reorg_policy: cfg.reorg_policy,
+                genesis,
+            },
+            cursor,
+            window,
+        );
+        Ok(Indexer {
+            stream,
+            sink,
+            status,
+        })
+    }
+
+    /// The stream's cursor (equal to the database's after a successful step).
+    pub fn cursor(&self) -> Cursor {
+        self.stream.cursor()
+    }
+
+    /// Pulls one item and commits it.
+    pub async fn step(&mut self) -> Result<Progress> {
+        let item = self.stream.next().await?;
+        let progress = match item {
+            Item::Idle { head } => {
+                if self.status.head() != head {
+                    self.sink.record_head(head).await?;
+                }
+                self.status.set_head(head);
+                Progress::Idle { head }
+            }
+            Item::Undo { back_to, depth } => {
+                self.sink.undo(back_to).await?;
+                metrics::counter!("indexer_reorgs_total").increment(1);
+                metrics::histogram!("indexer_reorg_depth").record(depth as f64);
+                Progress::Undone { depth }
+            }
+            Item::Blocks {
+                blocks,
+                head,
+                finalized,
+            } => {
+                self.status.set_head(head);
+                let last = blocks.last().map(|b| b.number).unwrap_or(0);
+                let live = last == head && blocks.len() <= LIVE_PER_BLOCK_MAX;
+                let mut total = Applied::default();
+                if live {
+                    for b in blocks.chunks(1) {
+                        let a = self.sink.apply(b, head, finalized).await?;
+                        total.blocks += a.blocks;
+                        total.events += a.events;
+                        total.enqueued += a.enqueued;
+                    }
+                } else {
+                    total = self.sink.apply(&blocks, head, finalized).await?;
+                }
+                Progress::Applied(total)
+            }
+        };
+        self.status.set_indexed(self.stream.cursor().number);
+        Ok(progress)
+    }
+}

@@ -1,0 +1,175 @@
+//! Pure mapping from a block's logs to domain events: decode through `chainsub_abi`, give each
+//! log its stable public id and its `decoded` JSON. No I/O here.
+
+use alloy::primitives::{Address, B256, Bytes, Log, LogData, U256};
+use chainsub_abi::{ContractEvent, EndReason, EventKind, FailureReason, ids};
+use serde_json::{Value, json};
+
+use crate::block::Block;
+use crate::{Error, Result};
+
+/// One contract log, decoded and placed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MappedEvent {
+    pub public_id: String,
+    pub block_number: u64,
+    pub block_hash: B256,
+    pub block_time: u64,
+    pub tx_hash: B256,
+    pub tx_index: u64,
+    pub log_index: u64,
+    /// Solidity event name (`Unknown` when the log does not decode).
+    pub name: &'static str,
+    pub kind: Option<EventKind>,
+    pub merchant: Option<Address>,
+    pub subscription_id: Option<i64>,
+    pub plan_id: Option<i64>,
+    pub topics: Vec<B256>,
+    pub data: Bytes,
+    pub decoded: Value,
+    /// `None` when the log does not decode (kept as a row all the same: the row is the fact).
+    pub event: Option<ContractEvent>,
+}
+
+/// A `uint256` on-chain id as BIGINT, refusing (not truncating) larger ones.
+pub fn id_to_i64(v: U256) -> Result<i64> {
+    u64::try_from(v)
+        .ok()
+        .and_then(|v| i64::try_from(v).ok())
+        .ok_or_else(|| Error::IdOverflow(v.to_string()))
+}
+
+/// Decodes raw topics and data.
+pub fn decode(topics: &[B256], data: &Bytes) -> Result<ContractEvent, chainsub_abi::DecodeError> {
+    let log = Log {
+        address: Address::ZERO,
+        data: LogData::new_unchecked(topics.to_vec(), data.clone()),
+    };
+    ContractEvent::decode(&log)
+}
+
+/// Maps every log of `block` (in log-index order).
+pub fn map_block(chain_id: u64, block: &Block) -> Result<Vec<MappedEvent>> {
+    block
+        .logs
+        .iter()
+        .map(|log| {
+            let decoded = decode(&log.topics, &log.data);
+            let (name, json, event) = match decoded {
+                Ok(ev) => (ev.name(), decoded_json(&ev), Some(ev)),
+                Err(e) => {
+                    tracing::warn!(block = block.number, log_index = log.log_index, error = %e,
+                        "log of the contract does not decode; stored undecoded");
+                    ("Unknown", json!({ "error": e.to_string() }), None)
+                }
+            };
+            let subscription_id = event
+                .as_ref()
+                .and_then(ContractEvent::subscription_id)
+                .map(id_to_i64)
+                .transpose()?;
+            let plan_id = event.as_ref().and_then(plan_id).map(id_to_i64).transpose()?;
+            Ok(MappedEvent {
+                public_id: ids::event_id(chain_id, log.tx_hash, log.log_index),
+                block_number: block.number,
+                block_hash: block.hash,
+                block_time: block.timestamp,
+                tx_hash: log.tx_hash,
+                tx_index: log.tx_index,
+                log_index: log.log_index,
+                name,
+                kind: event.as_ref().and_then(ContractEvent::kind),
+                merchant: event.as_ref().and_then(ContractEvent::merchant),
+                subscription_id,
+                plan_id,
+                topics: log.topics.clone(),
+                data: log.data.clone(),
+                decoded: json,
+                event,
+            })
+        })
+        .collect()
+}
+
+/// The on-chain plan id an event refers to.
+pub fn plan_id(ev: &ContractEvent) -> Option<U256> {
+    Some(match ev {
+        ContractEvent::OperatorChanged(_) => return None,
+        ContractEvent::PlanCreated(e) => e.planId,
+        ContractEvent::SubscriptionCreated(e) => e.planId,
+        ContractEvent::SubscriptionCharged(e) => e.planId,
+        ContractEvent::PaymentFailed(e) => e.planId,
+        ContractEvent::CancelAtPeriodEndSet(e) => e.planId,
+        ContractEvent::SubscriptionCancelled(e) => e.planId,
+        ContractEvent::SubscriptionEnded(e) => e.planId,
+    })
+}
+
+fn addr(a: Address) -> Value {
+    Value::String(alloy::hex::encode_prefixed(a))
+}
+
+fn uint(v: impl ToString) -> Value {
+    Value::String(v.to_string())
+}
+
+/// The log's fields by their Solidity names: uints as decimal strings, addresses and bytes32
+/// as 0x hex. Enums (uint8 on the wire) are uints too; their names live in the projections.
+pub fn decoded_json(ev: &ContractEvent) -> Value {
+    match ev {
+        ContractEvent::OperatorChanged(e) => json!({
+            "previousOperator": addr(e.previousOperator), "newOperator": addr(e.newOperator),
+        }),
+        ContractEvent::PlanCreated(e) => json!({
+            "planId": uint(e.planId), "merchant": addr(e.merchant),
+            "planRef": e.planRef.to_string(), "amount": uint(e.amount),
+            "createdBy": addr(e.createdBy),
+        }),
+        ContractEvent::SubscriptionCreated(e) => json!({
+            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
+            "subscriber": addr(e.subscriber), "planId": uint(e.planId),
+            "customerRef": e.customerRef.to_string(), "amount": uint(e.amount),
+            "periodStart": uint(e.periodStart), "periodEnd": uint(e.periodEnd),
+        }),
+        ContractEvent::SubscriptionCharged(e) => json!({
+            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
+            "subscriber": addr(e.subscriber), "planId": uint(e.planId), "amount": uint(e.amount),
+            "period": uint(e.period), "periodStart": uint(e.periodStart),
+            "periodEnd": uint(e.periodEnd), "attempt": uint(e.attempt),
+        }),
+        ContractEvent::PaymentFailed(e) => json!({
+            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
+            "subscriber": addr(e.subscriber), "planId": uint(e.planId), "amount": uint(e.amount),
+            "period": uint(e.period), "attempt": uint(e.attempt), "reason": uint(u8::from(e.reason)),
+            "nextRetryAt": uint(e.nextRetryAt),
+        }),
+        ContractEvent::CancelAtPeriodEndSet(e) => json!({
+            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
+            "subscriber": addr(e.subscriber), "planId": uint(e.planId), "by": addr(e.by),
+            "periodEnd": uint(e.periodEnd),
+        }),
+        ContractEvent::SubscriptionCancelled(e) => json!({
+            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
+            "subscriber": addr(e.subscriber), "planId": uint(e.planId), "by": addr(e.by),
+        }),
+        ContractEvent::SubscriptionEnded(e) => json!({
+            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
+            "subscriber": addr(e.subscriber), "planId": uint(e.planId),
+            "reason": uint(u8::from(e.reason)),
+        }),
+    }
+}
+
+/// The failure reason's stable name (`unknown_<n>` for a value this build does not know).
+pub fn failure_reason_name(v: u8) -> String {
+    FailureReason::from_u8(v)
+        .map(|r| r.as_str().to_string())
+        .unwrap_or_else(|| format!("unknown_{v}"))
+}
+
+/// The end reason's stable name (`unknown_<n>` for a value this build does not know).
+pub fn end_reason_name(v: u8) -> String {
+    EndReason::from_u8(v)
+        .map(|r| r.as_str().to_string())
+        .unwrap_or_else(|| format!("unknown_{v}"))
+}

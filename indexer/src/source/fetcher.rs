@@ -1,0 +1,300 @@
+//! Retries, backoff, the adaptive log range, and the distrust checks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy::primitives::{Address, BloomInput};
+
+use super::{BlockSource, SourceError};
+use crate::block::{Block, Header, RawLog};
+
+/// Knobs of the fetcher (see the README's settings table).
+#[derive(Debug, Clone)]
+pub struct FetchConfig {
+    /// First `eth_getLogs` range, in blocks.
+    pub initial_range: u64,
+    /// The range never grows beyond this.
+    pub max_range: u64,
+    /// A response with at least this many logs is treated as truncated and the range halved.
+    pub max_logs_per_response: usize,
+    /// Backoff after a failed call starts here and doubles up to `max_backoff`.
+    pub min_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Per-call timeout; a timed-out `eth_getLogs` shrinks the range.
+    pub rpc_timeout: Duration,
+    /// How many times an empty answer is retried for a block whose bloom says the contract
+    /// emitted; after that the answer is accepted (blooms have false positives).
+    pub bloom_retries: u32,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig {
+            initial_range: 100,
+            max_range: 2000,
+            max_logs_per_response: 10_000,
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+            rpc_timeout: Duration::from_secs(30),
+            bloom_retries: 3,
+        }
+    }
+}
+
+/// Why one attempt at a range failed.
+enum Attempt {
+    TooLarge(Option<u64>),
+    Retry(String),
+    /// Bloom says logs exist but none came back; retried a bounded number of times.
+    BloomMismatch(u64),
+}
+
+/// A [`BlockSource`] made trustworthy. Every method retries until it gets a consistent
+/// answer: the indexer never skips a block, it waits.
+pub struct Fetcher<S: ?Sized> {
+    src: Arc<S>,
+    contract: Address,
+    cfg: FetchConfig,
+    range: u64,
+}
+
+impl<S: BlockSource + ?Sized> Fetcher<S> {
+    /// A fetcher for `contract`'s logs.
+    pub fn new(src: Arc<S>, contract: Address, cfg: FetchConfig) -> Self {
+        let range = cfg.initial_range.clamp(1, cfg.max_range.max(1));
+        Fetcher {
+            src,
+            contract,
+            cfg,
+            range,
+        }
+    }
+
+    /// The current adaptive range (blocks per `eth_getLogs`).
+    pub fn range(&self) -> u64 {
+        self.range
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(16)).unwrap_or(u32::MAX);
+        self.cfg
+            .min_backoff
+            .saturating_mul(factor)
+            .min(self.cfg.max_backoff)
+    }
+
+    async fn retry_wait(&self, what: &'static str, attempt: u32, err: &str) {
+        metrics::counter!("indexer_rpc_errors_total", "call" => what).increment(1);
+        metrics::counter!("indexer_rpc_retries_total").increment(1);
+        if attempt >= 3 {
+            tracing::warn!(call = what, attempt, error = err, "rpc call failing, retrying");
+        } else {
+            tracing::debug!(call = what, attempt, error = err, "rpc call failed, retrying");
+        }
+        tokio::time::sleep(self.backoff(attempt)).await;
+    }
+
+    async fn timed<T>(
+        &self,
+        fut: impl Future<Output = Result<T, SourceError>>,
+        on_timeout: SourceError,
+    ) -> Result<T, SourceError> {
+        match tokio::time::timeout(self.cfg.rpc_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(on_timeout),
+        }
+    }
+
+    /// The chain head.
+    pub async fn head(&self) -> u64 {
+        let mut attempt = 0;
+        loop {
+            let timeout = SourceError::Transient("timeout".into());
+            match self.timed(self.src.head(), timeout).await {
+                Ok(n) => return n,
+                Err(e) => self.retry_wait("head", attempt, &e.to_string()).await,
+            }
+            attempt += 1;
+        }
+    }
+
+    /// The node's finalized block, if it has the tag.
+    pub async fn finalized(&self) -> Option<u64> {
+        let mut attempt = 0;
+        loop {
+            let timeout = SourceError::Transient("timeout".into());
+            match self.timed(self.src.finalized(), timeout).await {
+                Ok(n) => return n,
+                Err(e) => self.retry_wait("finalized", attempt, &e.to_string()).await,
+            }
+            attempt += 1;
+        }
+    }
+
+    /// One header.
+    pub async fn header(&self, number: u64) -> Header {
+        let mut attempt = 0;
+        loop {
+            let timeout = SourceError::Transient("timeout".into());
+            match self.timed(self.src.headers(number, number), timeout).await {
+                Ok(mut h) if h.len() == 1 && h[0].number == number => return h.remove(0),
+                Ok(_) => self.retry_wait("header", attempt, "wrong header").await,
+                Err(e) => self.retry_wait("header", attempt, &e.to_string()).await,
+            }
+            attempt += 1;
+        }
+    }
+
+    /// Consecutive, verified blocks `from..=to` for some `to <= to_limit` (at least one block).
+    /// The range adapts: it grows after a success and shrinks when the node refuses, down to
+    /// a single block, which is then read through receipts if it is still too large.
+    pub async fn fetch(&mut self, from: u64, to_limit: u64) -> Vec<Block> {
+        assert!(from <= to_limit, "fetch of an empty range {from}..={to_limit}");
+        let mut attempt = 0u32;
+        let mut bloom_misses = 0u32;
+        let mut to = to_limit.min(from.saturating_add(self.range - 1));
+        loop {
+            match self.try_fetch(from, to, bloom_misses >= self.cfg.bloom_retries).await {
+                Ok(blocks) => {
+                    let size = to - from + 1;
+                    // Grow only after a full-size success, so a quiet tip does not inflate it.
+                    if size >= self.range {
+                        self.range = (self.range * 2).min(self.cfg.max_range.max(1));
+                    }
+                    metrics::gauge!("indexer_getlogs_range_blocks").set(self.range as f64);
+                    return blocks;
+                }
+                Err(Attempt::TooLarge(suggested)) => {
+                    metrics::counter!("indexer_rpc_errors_total", "call" => "logs_too_large")
+                        .increment(1);
+                    if from == to {
+                        return self.fetch_single_block(from).await;
+                    }
+                    let new_to = match suggested {
+                        Some(s) if s >= from && s < to => s,
+                        _ => from + (to - from) / 2,
+                    };
+                    tracing::debug!(from, to, new_to, "shrinking eth_getLogs range");
+                    to = new_to;
+                    self.range = to - from + 1;
+                    metrics::gauge!("indexer_getlogs_range_blocks").set(self.range as f64);
+                }
+                Err(Attempt::BloomMismatch(block)) => {
+                    bloom_misses += 1;
+                    metrics::counter!("indexer_bloom_retries_total").increment(1);
+                    let msg = format!("bloom of block {block} says the contract emitted, no logs");
+                    self.retry_wait("logs", attempt, &msg).await;
+                    attempt += 1;
+                }
+                Err(Attempt::Retry(msg)) => {
+                    self.retry_wait("logs", attempt, &msg).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    async fn fetch_single_block(&self, number: u64) -> Vec<Block> {
+        let mut attempt = 0;
+        loop {
+            let header = self.header(number).await;
+            let timeout = SourceError::Transient("timeout".into());
+            let logs = self
+                .timed(self.src.block_logs(number, header.hash), timeout)
+                .await;
+            match logs {
+                Ok(logs) => match self.assemble(std::slice::from_ref(&header), logs, true) {
+                    Ok(blocks) => return blocks,
+                    Err(Attempt::Retry(m)) => self.retry_wait("block_logs", attempt, &m).await,
+                    Err(_) => self.retry_wait("block_logs", attempt, "bad answer").await,
+                },
+                Err(e) => self.retry_wait("block_logs", attempt, &e.to_string()).await,
+            }
+            attempt += 1;
+        }
+    }
+
+    async fn try_fetch(&self, from: u64, to: u64, trust_empty: bool) -> Result<Vec<Block>, Attempt> {
+        let too_large = SourceError::TooLarge { suggested_to: None };
+        let logs = self
+            .timed(self.src.logs(from, to), too_large)
+            .await
+            .map_err(|e| match e {
+                SourceError::TooLarge { suggested_to } => Attempt::TooLarge(suggested_to),
+                SourceError::Transient(m) => Attempt::Retry(m),
+            })?;
+        if logs.len() >= self.cfg.max_logs_per_response && to > from {
+            // A provider cap reached exactly: the answer may be cut short.
+            return Err(Attempt::TooLarge(None));
+        }
+        let timeout = SourceError::Transient("timeout".into());
+        let headers = self
+            .timed(self.src.headers(from, to), timeout)
+            .await
+            .map_err(|e| Attempt::Retry(format!("headers: {e}")))?;
+        self.assemble(&headers, logs, trust_empty)
+    }
+
+    /// Checks an answer and groups the logs by block. Any inconsistency means the node
+    /// answered from two different views of the chain (a reorg under us, a lagging replica
+    /// behind a load balancer): retry rather than guess.
+    fn assemble(
+        &self,
+        headers: &[Header],
+        logs: Vec<RawLog>,
+        trust_empty: bool,
+    ) -> Result<Vec<Block>, Attempt> {
+        let Some(first) = headers.first() else {
+            return Err(Attempt::Retry("no headers".into()));
+        };
+        for (i, pair) in headers.windows(2).enumerate() {
+            if pair[1].number != pair[0].number + 1 || pair[1].parent_hash != pair[0].hash {
+                return Err(Attempt::Retry(format!(
+                    "headers do not link at block {}",
+                    first.number + i as u64 + 1
+                )));
+            }
+        }
+        let mut by_block: BTreeMap<u64, Vec<RawLog>> = BTreeMap::new();
+        for log in logs {
+            let idx = log.block_number.checked_sub(first.number);
+            let header = idx.and_then(|i| headers.get(i as usize)).ok_or_else(|| {
+                Attempt::Retry(format!("log of block {} outside the range", log.block_number))
+            })?;
+            if log.block_hash != header.hash {
+                return Err(Attempt::Retry(format!(
+                    "log of block {} has hash {}, header says {}",
+                    log.block_number, log.block_hash, header.hash
+                )));
+            }
+            if log.address != self.contract {
+                return Err(Attempt::Retry(format!("log of another contract {}", log.address)));
+            }
+            by_block.entry(log.block_number).or_default().push(log);
+        }
+        let mut blocks = Vec::with_capacity(headers.len());
+        for h in headers {
+            let mut logs = by_block.remove(&h.number).unwrap_or_default();
+            logs.sort_by_key(|l| l.log_index);
+            if logs.windows(2).any(|w| w[0].log_index == w[1].log_index) {
+                return Err(Attempt::Retry(format!("duplicate log index in block {}", h.number)));
+            }
+            if logs.is_empty()
+                && !trust_empty
+                && h.logs_bloom
+                    .contains_input(BloomInput::Raw(self.contract.as_slice()))
+            {
+                return Err(Attempt::BloomMismatch(h.number));
+            }
+            blocks.push(Block {
+                number: h.number,
+                hash: h.hash,
+                parent_hash: h.parent_hash,
+                timestamp: h.timestamp,
+                logs,
+            });
+        }
+        Ok(blocks)
+    }
+}

@@ -1,0 +1,226 @@
+//! The production [`BlockSource`]: an alloy HTTP provider.
+
+use alloy::eips::{BlockId, BlockNumberOrTag};
+use alloy::primitives::{Address, B256, Bloom, U64};
+use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::rpc::types::{Filter, Log};
+use alloy::transports::{RpcError, TransportErrorKind};
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use super::{BlockSource, SourceError};
+use crate::block::{Header, RawLog};
+
+/// Headers are fetched in JSON-RPC batches of this many calls.
+const HEADER_BATCH: u64 = 500;
+
+/// Reads blocks and the contract's logs from a JSON-RPC node.
+pub struct RpcSource {
+    provider: DynProvider,
+    contract: Address,
+}
+
+/// The header fields we read; serde skips the rest of the block object.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RpcHeader {
+    number: U64,
+    hash: B256,
+    parent_hash: B256,
+    timestamp: U64,
+    logs_bloom: Bloom,
+}
+
+impl From<RpcHeader> for Header {
+    fn from(h: RpcHeader) -> Header {
+        Header {
+            number: h.number.to(),
+            hash: h.hash,
+            parent_hash: h.parent_hash,
+            timestamp: h.timestamp.to(),
+            logs_bloom: h.logs_bloom,
+        }
+    }
+}
+
+impl RpcSource {
+    /// Connects (lazily) to `rpc_url`.
+    pub fn new(rpc_url: &str, contract: Address) -> crate::Result<RpcSource> {
+        let url = rpc_url
+            .parse()
+            .map_err(|e| crate::Error::Config(format!("RPC_URL {rpc_url}: {e}")))?;
+        let provider = ProviderBuilder::new()
+            .disable_recommended_fillers()
+            .connect_http(url)
+            .erased();
+        Ok(RpcSource { provider, contract })
+    }
+
+    /// The chain id the node reports.
+    pub async fn chain_id(&self) -> Result<u64, SourceError> {
+        self.provider.get_chain_id().await.map_err(classify)
+    }
+}
+
+/// Sorts a node's error into "shrink the range" or "retry as is". Providers word the first
+/// differently; the common words are matched, and a suggested range (`[0x…, 0x…]`, as
+/// Alchemy and Infura send) is honoured.
+fn classify(e: RpcError<TransportErrorKind>) -> SourceError {
+    match &e {
+        RpcError::ErrorResp(payload) => {
+            let msg = payload.message.to_lowercase();
+            let data = payload
+                .data
+                .as_ref()
+                .map(|d| d.get().to_lowercase())
+                .unwrap_or_default();
+            let text = format!("{msg} {data}");
+            let too_large = [
+                "too many",
+                "too large",
+                "range",
+                "limit",
+                "exceed",
+                "response size",
+                "query timeout",
+            ]
+            .iter()
+            .any(|w| text.contains(w));
+            if too_large {
+                SourceError::TooLarge {
+                    suggested_to: suggested_end(&text),
+                }
+            } else {
+                SourceError::Transient(e.to_string())
+            }
+        }
+        RpcError::Transport(TransportErrorKind::HttpError(h)) if h.status == 413 => {
+            SourceError::TooLarge { suggested_to: None }
+        }
+        _ => SourceError::Transient(e.to_string()),
+    }
+}
+
+/// The end of the last `[0xA, 0xB]` range in a provider's message.
+fn suggested_end(text: &str) -> Option<u64> {
+    let open = text.rfind('[')?;
+    let close = open + text[open..].find(']')?;
+    let inner = &text[open + 1..close];
+    let mut parts = inner.split(',').map(str::trim);
+    let _start = parts.next()?;
+    let end = parts.next()?.trim_matches('"');
+    let hex = end.strip_prefix("0x")?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+fn raw_log(l: Log) -> Result<RawLog, SourceError> {
+    let missing = |f: &str| SourceError::Transient(format!("log without {f} (pending?)"));
+    if l.removed {
+        return Err(SourceError::Transient("log marked removed".into()));
+    }
+    Ok(RawLog {
+        address: l.inner.address,
+        block_number: l.block_number.ok_or_else(|| missing("blockNumber"))?,
+        block_hash: l.block_hash.ok_or_else(|| missing("blockHash"))?,
+        tx_hash: l.transaction_hash.ok_or_else(|| missing("transactionHash"))?,
+        tx_index: l.transaction_index.ok_or_else(|| missing("transactionIndex"))?,
+        log_index: l.log_index.ok_or_else(|| missing("logIndex"))?,
+        topics: l.inner.data.topics().to_vec(),
+        data: l.inner.data.data.clone(),
+    })
+}
+
+#[async_trait]
+impl BlockSource for RpcSource {
+    async fn head(&self) -> Result<u64, SourceError> {
+        self.provider.get_block_number().await.map_err(classify)
+    }
+
+    async fn finalized(&self) -> Result<Option<u64>, SourceError> {
+        let r: Result<Option<RpcHeader>, _> = self
+            .provider
+            .raw_request(
+                "eth_getBlockByNumber".into(),
+                (BlockNumberOrTag::Finalized, false),
+            )
+            .await;
+        match r {
+            Ok(h) => Ok(h.map(|h| h.number.to())),
+            // Nodes without the tag answer with an error; that is "no finalized tag".
+            Err(RpcError::ErrorResp(_)) => Ok(None),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
+        let mut out = Vec::with_capacity((to - from + 1) as usize);
+        let mut start = from;
+        while start <= to {
+            let end = to.min(start + HEADER_BATCH - 1);
+            let client = self.provider.client();
+            let mut batch = alloy::rpc::client::BatchRequest::new(client);
+            let mut waiters = Vec::with_capacity((end - start + 1) as usize);
+            for n in start..=end {
+                let w = batch
+                    .add_call::<_, Option<RpcHeader>>(
+                        "eth_getBlockByNumber",
+                        &(BlockNumberOrTag::Number(n), false),
+                    )
+                    .map_err(classify)?;
+                waiters.push((n, w));
+            }
+            batch.send().await.map_err(classify)?;
+            for (n, w) in waiters {
+                let h = w
+                    .await
+                    .map_err(classify)?
+                    .ok_or_else(|| SourceError::Transient(format!("block {n} not found")))?;
+                out.push(h.into());
+            }
+            start = end + 1;
+        }
+        Ok(out)
+    }
+
+    async fn logs(&self, from: u64, to: u64) -> Result<Vec<RawLog>, SourceError> {
+        let filter = Filter::new()
+            .address(self.contract)
+            .from_block(from)
+            .to_block(to);
+        let logs = self.provider.get_logs(&filter).await.map_err(classify)?;
+        logs.into_iter().map(raw_log).collect()
+    }
+
+    async fn block_logs(&self, number: u64, hash: B256) -> Result<Vec<RawLog>, SourceError> {
+        let receipts = self
+            .provider
+            .get_block_receipts(BlockId::Hash(hash.into()))
+            .await
+            .map_err(classify)?
+            .ok_or_else(|| SourceError::Transient(format!("no receipts for block {number}")))?;
+        let mut out = Vec::new();
+        for r in receipts {
+            for l in r.inner.logs() {
+                if l.inner.address == self.contract {
+                    out.push(raw_log(l.clone())?);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggested_range_is_read_from_provider_messages() {
+        let alchemy = "log response size exceeded. you can make eth_getlogs requests with up to a 2k \
+                       block range. based on your parameters, this block range should work: [0x1f, 0x2a]";
+        assert_eq!(suggested_end(alchemy), Some(0x2a));
+        let infura = "query returned more than 10000 results. try with this block range [0x10, 0x11].";
+        assert_eq!(suggested_end(infura), Some(0x11));
+        assert_eq!(suggested_end("block range too large"), None);
+    }
+}

@@ -1,0 +1,69 @@
+//! The single-writer rule. The indexer that holds the session advisory lock
+//! `locks::indexer_writer(chain_id)` is the only one that writes chain-owned tables; it
+//! writes through the very connection that holds the lock, so losing the lock (the session
+//! dies) also loses the means to write. Each new holder bumps `indexer_cursor.writer_epoch`
+//! and every cursor update is fenced on it, so a stale writer cannot commit after a takeover.
+
+use alloy::primitives::Address;
+use tokio_postgres::{Client, NoTls};
+
+use crate::block::Cursor;
+use crate::{Error, Result};
+
+/// Connects and drives the connection on a background task.
+pub async fn connect(url: &str) -> Result<Client> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::warn!(error = %e, "database connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// Blocks until this session holds the writer lock for `chain_id` (a hot standby waits here).
+pub async fn acquire(client: &Client, chain_id: u64) -> Result<()> {
+    let key = chainsub_migrations::locks::indexer_writer(chain_id);
+    let got: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await?
+        .get(0);
+    if !got {
+        tracing::info!(chain_id, "another indexer holds the writer lock; waiting as hot standby");
+        client.execute("SELECT pg_advisory_lock($1)", &[&key]).await?;
+        tracing::info!(chain_id, "took over the writer lock");
+    }
+    Ok(())
+}
+
+/// Creates the cursor row at `genesis` if there is none, checks it belongs to `contract`, and
+/// bumps the writer epoch. Returns our epoch.
+pub async fn claim_cursor(
+    client: &Client,
+    chain_id: u64,
+    contract: Address,
+    genesis: Cursor,
+) -> Result<i64> {
+    let row = client
+        .query_one(
+            "INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, writer_epoch)
+             VALUES ($1, $2, $3, $4, 1)
+             ON CONFLICT (chain_id) DO UPDATE SET writer_epoch = indexer_cursor.writer_epoch + 1
+             RETURNING writer_epoch, contract",
+            &[
+                &(chain_id as i64),
+                &contract.as_slice(),
+                &(genesis.number as i64),
+                &genesis.hash.as_slice(),
+            ],
+        )
+        .await?;
+    let theirs: &[u8] = row.get(1);
+    if theirs != contract.as_slice() {
+        return Err(Error::Config(format!(
+            "the database indexes contract 0x{} on chain {chain_id}, not {contract}",
+            alloy::hex::encode(theirs)
+        )));
+    }
+    Ok(row.get(0))
+}
