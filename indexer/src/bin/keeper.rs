@@ -1,1 +1,38 @@
-fn main() {}
+//! `keeper`: the renewal keeper binary (see `keeper` module docs and the README table).
+
+// Until the indexer library exists, the keeper module is compiled into this binary directly.
+#[path = "../keeper/mod.rs"]
+mod keeper;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cfg = keeper::Config::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if cfg.log_json {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let prometheus = match keeper::telemetry::install_metrics() {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!(error = %e, "could not install the metrics recorder");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match keeper::run(cfg, prometheus).await {
+        Ok(keeper::Exit::Done) => std::process::ExitCode::SUCCESS,
+        Ok(keeper::Exit::BudgetExhausted) => std::process::ExitCode::from(2),
+        Ok(keeper::Exit::LockBusy) => std::process::ExitCode::from(3),
+        Err(e) => {
+            tracing::error!(error = %e, "keeper stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

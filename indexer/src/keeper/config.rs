@@ -1,0 +1,186 @@
+//! Keeper configuration: flags and environment (clap), parsed into types at the boundary.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use alloy::primitives::Address;
+use alloy::signers::local::PrivateKeySigner;
+
+/// The keeper's signing key. `Debug` shows the address only, never the key.
+#[derive(Clone)]
+pub struct KeeperKey(pub PrivateKeySigner);
+
+impl FromStr for KeeperKey {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.trim()
+            .parse::<PrivateKeySigner>()
+            .map(KeeperKey)
+            // The parse error could echo key material; say only what is wrong.
+            .map_err(|_| "KEEPER_PRIVATE_KEY is not a 32-byte hex private key".to_string())
+    }
+}
+
+impl fmt::Debug for KeeperKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeeperKey({} [redacted])", self.0.address())
+    }
+}
+
+/// `keeper`: sends `charge(subscriptionId)` for every due subscription in the index.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "keeper", version, about)]
+pub struct Config {
+    /// Postgres URL of the index (the indexer's database).
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// JSON-RPC endpoint of the chain.
+    #[arg(long, env = "RPC_URL")]
+    pub rpc_url: String,
+    /// Chain id; checked against the RPC at start.
+    #[arg(long, env = "CHAIN_ID")]
+    pub chain_id: u64,
+    /// SubscriptionManager address.
+    #[arg(long, env = "CONTRACT_ADDRESS")]
+    pub contract_address: Address,
+    /// The keeper's own key (hex). Pays the gas of every charge.
+    #[arg(long, env = "KEEPER_PRIVATE_KEY", hide_env_values = true)]
+    pub keeper_private_key: KeeperKey,
+    /// Health (`/health`) and Prometheus (`/metrics`) listen address.
+    #[arg(long, env = "KEEPER_METRICS_LISTEN", default_value = "127.0.0.1:9102")]
+    pub metrics_listen: SocketAddr,
+    /// Time between passes, in milliseconds.
+    #[arg(long, env = "KEEPER_POLL_INTERVAL_MS", default_value_t = 15_000)]
+    pub poll_interval_ms: u64,
+    /// Most transactions in flight (sent, not yet mined) at once; also the number of
+    /// preflight checks run in parallel.
+    #[arg(long, env = "KEEPER_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: usize,
+    /// Gas budget in wei per window: sends stop (and are reported) once the fees paid, plus
+    /// the worst-case fees of transactions still in flight, would exceed it.
+    #[arg(
+        long,
+        env = "KEEPER_GAS_BUDGET_WEI",
+        default_value_t = 1_000_000_000_000_000_000
+    )]
+    pub gas_budget_wei: u128,
+    /// Length of the gas budget window, in seconds.
+    #[arg(long, env = "KEEPER_BUDGET_WINDOW_SECS", default_value_t = 86_400)]
+    pub budget_window_secs: u64,
+    /// Check the subscriber's USDC balance and allowance before a charge; a charge that
+    /// would fail is deferred (see `--futile-defer-secs`).
+    #[arg(long, env = "KEEPER_PRECHECK_FUNDS", default_value_t = false)]
+    pub precheck_funds: bool,
+    /// How long (chain time, seconds) a futile charge attempt is held back after it fell due
+    /// before it is sent anyway, so that the failure is recorded and the grace rules move on.
+    #[arg(long, env = "KEEPER_FUTILE_DEFER_SECS", default_value_t = 21_600)]
+    pub futile_defer_secs: u64,
+    /// A transaction without a receipt after this many milliseconds is replaced (same nonce,
+    /// higher fee).
+    #[arg(long, env = "KEEPER_REPLACE_AFTER_MS", default_value_t = 120_000)]
+    pub replace_after_ms: u64,
+    /// Fee increase of a replacement, in percent (nodes require at least 10).
+    #[arg(long, env = "KEEPER_FEE_BUMP_PERCENT", default_value_t = 25)]
+    pub fee_bump_percent: u32,
+    /// Most replacements of one transaction.
+    #[arg(long, env = "KEEPER_MAX_REPLACEMENTS", default_value_t = 5)]
+    pub max_replacements: u32,
+    /// Ceiling of max_fee_per_gas, in wei (none when unset).
+    #[arg(long, env = "KEEPER_MAX_FEE_PER_GAS_WEI")]
+    pub max_fee_per_gas_wei: Option<u128>,
+    /// Due subscriptions read per pass.
+    #[arg(long, env = "KEEPER_BATCH_SIZE", default_value_t = 200)]
+    pub batch_size: i64,
+    /// Run one pass (resume in-flight sends, send what is due, record receipts) and exit.
+    /// Exit status 2 means the gas budget stopped sends.
+    #[arg(long)]
+    pub once: bool,
+    /// Do not apply pending migrations at start.
+    #[arg(long, env = "KEEPER_NO_MIGRATE", default_value_t = false)]
+    pub no_migrate: bool,
+    /// Test-only: abort the process at a named point (`after-persist`: right after a send
+    /// was journaled, before it is broadcast), as a crash would.
+    #[arg(long, env = "KEEPER_FAIL_POINT", hide = true)]
+    pub fail_point: Option<String>,
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "LOG_JSON", default_value_t = false)]
+    pub log_json: bool,
+}
+
+impl Config {
+    /// Time between passes.
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+
+    /// Rejects settings that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.concurrency == 0 {
+            return Err("KEEPER_CONCURRENCY must be at least 1".into());
+        }
+        if self.fee_bump_percent < 10 {
+            return Err("KEEPER_FEE_BUMP_PERCENT must be at least 10 (nodes refuse less)".into());
+        }
+        if self.batch_size < 1 {
+            return Err("KEEPER_BATCH_SIZE must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    const KEY: &str = "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+
+    fn parse(extra: &[&str]) -> Result<Config, clap::Error> {
+        let mut args = vec![
+            "keeper",
+            "--database-url",
+            "postgres://x/y",
+            "--rpc-url",
+            "http://127.0.0.1:8545",
+            "--chain-id",
+            "31337",
+            "--contract-address",
+            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+            "--keeper-private-key",
+            KEY,
+        ];
+        args.extend_from_slice(extra);
+        Config::try_parse_from(args)
+    }
+
+    #[test]
+    fn debug_output_never_contains_the_private_key() {
+        let cfg = parse(&[]).unwrap();
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains(KEY), "{shown}");
+        assert!(shown.contains("redacted"));
+    }
+
+    #[test]
+    fn defaults_are_sane_and_validate() {
+        let cfg = parse(&[]).unwrap();
+        assert_eq!(cfg.metrics_listen.to_string(), "127.0.0.1:9102");
+        assert!(!cfg.once && !cfg.precheck_funds);
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn fee_bump_below_ten_percent_is_refused() {
+        let cfg = parse(&["--fee-bump-percent", "5"]).unwrap();
+        assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn garbage_key_is_refused_without_echoing_it() {
+        let err = "not-a-key-0123".parse::<KeeperKey>().unwrap_err();
+        assert!(!err.contains("not-a-key"));
+    }
+}

@@ -1,0 +1,27 @@
+//! The keeper's error type.
+
+/// Everything that can stop a keeper pass.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("database pool error: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("database pool setup: {0}")]
+    PoolBuild(#[from] deadpool_postgres::BuildError),
+    #[error("migration error: {0}")]
+    Migrate(#[from] chainsub_migrations::Error),
+    #[error("rpc error: {0}")]
+    Rpc(#[from] alloy::transports::TransportError),
+    #[error("could not sign a transaction: {0}")]
+    Sign(String),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("the keeper lock connection was lost; stopping so that a standby can take over")]
+    LockLost,
+    #[error("io error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Result alias for the keeper.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

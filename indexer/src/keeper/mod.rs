@@ -1,0 +1,307 @@
+//! The renewal keeper (DESIGN §8): finds due subscriptions in the index and sends
+//! `SubscriptionManager.charge(id)` with its own key.
+//!
+//! How it stays safe:
+//! - **Due by chain time.** "Due" compares the latest block's timestamp (never the wall
+//!   clock) with the index's `current_period_end`, or `next_retry_at` for a past-due
+//!   subscription, exactly as the contract's `nextAttemptAt` does. Every candidate is then
+//!   preflighted with `eth_estimateGas`; a call that would revert (`NotDue`, `NotLive`: the
+//!   index may lag the chain) is skipped, not sent.
+//! - **One send per step, also across restarts.** A step is (subscription, period being
+//!   charged, attempt) — attempt 0 is the end of a cancel-at-period-end subscription. The
+//!   keeper signs locally, commits the step with its nonce and signed bytes to `keeper_steps`
+//!   / `keeper_txs` (unique on the step) and only then broadcasts. A restarted keeper
+//!   resumes open rows: a receipt closes them, a transaction that never reached the node is
+//!   re-broadcast byte for byte, and one stuck past `--replace-after-ms` is replaced with the
+//!   SAME nonce and a higher fee, so at most one of its transactions can ever be mined.
+//! - **Nonces.** One counter, initialised from the node's pending nonce (and never below an
+//!   open journal row), handed out and broadcast in order under one lock; "nonce too low"
+//!   re-syncs it from the node. A refused broadcast leaves a gap, so the counter re-syncs.
+//! - **Bounded work.** At most `--concurrency` transactions in flight; preflights run in
+//!   parallel up to the same bound.
+//! - **Gas budget.** Fees paid in the window plus the worst case of in-flight transactions;
+//!   a send that would exceed `--gas-budget-wei` is not made, health says
+//!   `budget_exhausted` and `--once` exits with status 2. Replacements of a stuck
+//!   transaction are exempt: they rescue a send the budget already admitted.
+//! - **Futile attempts and grace.** The contract only ends a subscription after 3 RECORDED
+//!   failures, so skipping a charge that would fail would leave it past due forever. With
+//!   `--precheck-funds`, an attempt whose subscriber lacks balance or allowance is deferred
+//!   for `--futile-defer-secs` of chain time after it fell due (the customer may still top
+//!   up), then sent anyway so that the failure is recorded and the grace clock moves on.
+//!   Deferral therefore delays the end of a non-paying subscription by at most 3 x that.
+//! - **One keeper per chain.** A session advisory lock (`locks::keeper(chain_id)`); a second
+//!   keeper waits as a hot standby. Losing the lock connection stops sends.
+
+pub mod chain;
+pub mod config;
+pub mod error;
+mod reconcile;
+mod send;
+pub mod store;
+pub mod telemetry;
+
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::watch;
+use tokio_postgres::NoTls;
+
+pub use config::Config;
+pub use error::{Error, Result};
+
+use chain::Chain;
+use store::Store;
+use telemetry::{Health, SharedHealth, names};
+
+/// How a keeper run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Stopped by a signal, or `--once` finished normally.
+    Done,
+    /// `--once` finished but the gas budget stopped at least one send.
+    BudgetExhausted,
+    /// `--once` found another keeper holding the lock.
+    LockBusy,
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassReport {
+    pub due: usize,
+    pub sent: usize,
+    pub skipped: usize,
+    pub budget_stopped: bool,
+}
+
+/// A keeper that holds the lock for its chain.
+pub struct Keeper {
+    cfg: Config,
+    chain: Chain,
+    store: Store,
+    /// The next nonce to hand out; None = read it from the node before the next send.
+    nonce: tokio::sync::Mutex<Option<u64>>,
+    lock_client: tokio_postgres::Client,
+    health: SharedHealth,
+}
+
+/// Runs the keeper until SIGTERM/SIGINT (or one pass with `--once`).
+pub async fn run(
+    cfg: Config,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+) -> Result<Exit> {
+    cfg.validate().map_err(Error::Config)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown signal received; finishing the current pass");
+        let _ = stop_tx.send(true);
+    });
+
+    let health: SharedHealth = Arc::new(Mutex::new(Health {
+        status: "starting",
+        chain_id: cfg.chain_id,
+        keeper_address: cfg.keeper_private_key.0.address().to_string(),
+        budget_wei: cfg.gas_budget_wei.to_string(),
+        ..Health::default()
+    }));
+    let bound = telemetry::serve(
+        cfg.metrics_listen,
+        health.clone(),
+        prometheus,
+        stop_rx.clone(),
+    )
+    .await?;
+    tracing::info!(%bound, "health and metrics listening");
+
+    let pg_config = tokio_postgres::Config::from_str(&cfg.database_url)?;
+    if !cfg.no_migrate {
+        let (mut client, conn) = pg_config.connect(NoTls).await?;
+        tokio::spawn(conn);
+        let applied = chainsub_migrations::migrate(&mut client).await?;
+        tracing::info!(?applied, "migrations checked");
+    }
+    let manager = deadpool_postgres::Manager::from_config(
+        pg_config.clone(),
+        NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(cfg.concurrency + 2)
+        .build()?;
+
+    let chain = Chain::connect(
+        &cfg.rpc_url,
+        cfg.chain_id,
+        cfg.contract_address,
+        cfg.keeper_private_key.0.clone(),
+    )
+    .await?;
+    let store = Store::new(pool, cfg.chain_id, cfg.contract_address, chain.keeper)?;
+
+    let (lock_client, conn) = pg_config.connect(NoTls).await?;
+    tokio::spawn(conn);
+    let key = chainsub_migrations::locks::keeper(cfg.chain_id);
+    let mut stop = stop_rx.clone();
+    loop {
+        let got: bool = lock_client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await?
+            .get(0);
+        if got {
+            break;
+        }
+        if cfg.once {
+            tracing::warn!("another keeper holds the lock for this chain; nothing to do");
+            return Ok(Exit::LockBusy);
+        }
+        set_status(&health, "standby");
+        tracing::info!("another keeper holds the lock for this chain; waiting as a standby");
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.poll_interval()) => {}
+            _ = stop.wait_for(|s| *s) => return Ok(Exit::Done),
+        }
+    }
+    metrics::gauge!(names::LOCK_HELD).set(1.0);
+    health.lock().expect("health lock").lock_held = true;
+    tracing::info!(keeper = %chain.keeper, chain_id = cfg.chain_id, contract = %cfg.contract_address, "keeper lock taken");
+
+    let keeper = Keeper {
+        cfg,
+        chain,
+        store,
+        nonce: tokio::sync::Mutex::new(None),
+        lock_client,
+        health,
+    };
+    keeper.run_loop(stop_rx).await
+}
+
+impl Keeper {
+    async fn run_loop(&self, mut stop: watch::Receiver<bool>) -> Result<Exit> {
+        loop {
+            let report = self.pass_with_health().await;
+            if self.cfg.once {
+                let report = report?;
+                // Record the receipts of what this pass sent (instant on a dev chain).
+                self.reconcile().await?;
+                self.refresh_in_flight().await?;
+                return Ok(if report.budget_stopped {
+                    Exit::BudgetExhausted
+                } else {
+                    Exit::Done
+                });
+            }
+            if let Err(Error::LockLost) = report {
+                return Err(Error::LockLost);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.cfg.poll_interval()) => {}
+                _ = stop.wait_for(|s| *s) => {
+                    tracing::info!("keeper stopped");
+                    return Ok(Exit::Done);
+                }
+            }
+        }
+    }
+
+    async fn pass_with_health(&self) -> Result<PassReport> {
+        let started = Instant::now();
+        let result = self.pass().await;
+        metrics::histogram!(names::PASS_SECONDS).record(started.elapsed().as_secs_f64());
+        let mut h = self.health.lock().expect("health lock");
+        h.last_pass_at = Some(chrono::Utc::now().to_rfc3339());
+        match &result {
+            Ok(report) => {
+                h.status = if report.budget_stopped {
+                    "budget_exhausted"
+                } else {
+                    "ok"
+                };
+                h.last_error = None;
+                h.due = report.due;
+                h.budget_exhausted = report.budget_stopped;
+                tracing::debug!(?report, "pass done");
+            }
+            Err(e) => {
+                metrics::counter!(names::PASS_ERRORS).increment(1);
+                h.status = "degraded";
+                h.last_error = Some(e.to_string());
+                tracing::error!(error = %e, "keeper pass failed");
+            }
+        }
+        result
+    }
+
+    /// One pass: resume in-flight sends, then send every due step the budget allows.
+    pub async fn pass(&self) -> Result<PassReport> {
+        self.ensure_lock()?;
+        self.reconcile().await?;
+        let chain_now = self.chain.chain_time().await?;
+        metrics::gauge!(names::CHAIN_TIME).set(chain_now as f64);
+        self.health.lock().expect("health lock").chain_time = Some(chain_now);
+        if let Ok(balance) = self.chain.keeper_balance().await {
+            metrics::gauge!(names::BALANCE_WEI).set(f64::from(balance));
+        }
+        let report = self.send_due(chain_now).await?;
+        self.refresh_in_flight().await?;
+        Ok(report)
+    }
+
+    async fn refresh_in_flight(&self) -> Result<()> {
+        let open = self.store.open_count().await?;
+        let spent = self
+            .store
+            .spent_in_window(self.cfg.budget_window_secs)
+            .await?;
+        metrics::gauge!(names::IN_FLIGHT).set(open as f64);
+        metrics::gauge!(names::SPENT_WEI).set(spent as f64);
+        let mut h = self.health.lock().expect("health lock");
+        h.in_flight = open;
+        h.spent_in_window_wei = spent.to_string();
+        Ok(())
+    }
+
+    /// The lock is a session lock: if its connection is gone another keeper may hold it now.
+    fn ensure_lock(&self) -> Result<()> {
+        if self.lock_client.is_closed() {
+            metrics::gauge!(names::LOCK_HELD).set(0.0);
+            return Err(Error::LockLost);
+        }
+        Ok(())
+    }
+}
+
+fn set_status(health: &SharedHealth, status: &'static str) {
+    health.lock().expect("health lock").status = status;
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Converts a block timestamp to the index's time type.
+fn chain_datetime(ts: u64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp(ts as i64, 0).unwrap_or_default()
+}

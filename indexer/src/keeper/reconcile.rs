@@ -1,0 +1,232 @@
+//! Resuming journaled sends: record receipts, re-broadcast what never reached the node, and
+//! replace what is stuck with the same nonce and a higher fee.
+
+use super::Keeper;
+use super::chain::Broadcast;
+use super::error::Result;
+use super::store::{OpenStep, TxRow};
+use super::telemetry::names;
+
+/// `fee` raised by `percent`, rounded up (nodes compare with >=).
+fn bump(fee: u128, percent: u32) -> u128 {
+    let raised = fee.saturating_mul(100 + percent as u128);
+    raised.div_ceil(100).max(fee + 1)
+}
+
+/// Fees of a replacement: at least `bump_percent` above the stuck transaction (as nodes
+/// require) and at least the current suggestion; None when the cap forbids a valid bump.
+pub(super) fn replacement_fees(
+    old: (u128, u128),
+    suggested: (u128, u128),
+    bump_percent: u32,
+    cap: Option<u128>,
+) -> Option<(u128, u128)> {
+    let min_fee = bump(old.0, bump_percent);
+    let min_prio = bump(old.1, bump_percent);
+    let mut fee = min_fee.max(suggested.0);
+    if let Some(cap) = cap {
+        if min_fee > cap {
+            return None;
+        }
+        fee = fee.min(cap);
+    }
+    let prio = min_prio.max(suggested.1).min(fee);
+    (prio >= min_prio).then_some((fee, prio))
+}
+
+impl Keeper {
+    /// Walks every open step of this keeper, oldest nonce first.
+    pub(super) async fn reconcile(&self) -> Result<()> {
+        let steps = self.store.open_steps().await?;
+        let mut mined_nonce = None;
+        for step in &steps {
+            self.reconcile_step(step, &mut mined_nonce).await?;
+        }
+        Ok(())
+    }
+
+    async fn reconcile_step(&self, step: &OpenStep, mined_nonce: &mut Option<u64>) -> Result<()> {
+        if self.record_receipt(step).await? {
+            return Ok(());
+        }
+        let mined = match *mined_nonce {
+            Some(n) => n,
+            None => *mined_nonce.insert(self.chain.mined_nonce().await?),
+        };
+        if mined > step.nonce {
+            // The nonce is used. One of ours may have been mined between the two reads.
+            if self.record_receipt(step).await? {
+                return Ok(());
+            }
+            tracing::error!(
+                step_id = step.id,
+                nonce = step.nonce,
+                "nonce used by a transaction the keeper did not journal"
+            );
+            return self
+                .store
+                .fail_step(
+                    step.id,
+                    "nonce used by a transaction the keeper did not journal",
+                )
+                .await;
+        }
+        let Some(latest) = step
+            .txs
+            .iter()
+            .rev()
+            .find(|t| t.status == "pending" || t.status == "sent")
+        else {
+            *self.nonce.lock().await = None;
+            return self
+                .store
+                .fail_step(step.id, "no transaction of this step is in a pool")
+                .await;
+        };
+        if latest.status == "pending" {
+            return self.rebroadcast(step, latest).await;
+        }
+        if latest.sent_age_ms.unwrap_or(0) < self.cfg.replace_after_ms as i64 {
+            return Ok(());
+        }
+        if step.txs.len() > self.cfg.max_replacements as usize {
+            // Out of replacements: keep the last one in the pools and wait.
+            return self.rebroadcast(step, latest).await;
+        }
+        self.replace(step, latest).await
+    }
+
+    /// Records a receipt of any transaction of the step; true when the step is now closed.
+    async fn record_receipt(&self, step: &OpenStep) -> Result<bool> {
+        for tx in step.txs.iter().rev() {
+            if let Some(out) = self.chain.receipt(tx.tx.hash).await? {
+                self.store.finish(step.id, tx.id, &out).await?;
+                let result = if out.success { "mined" } else { "reverted" };
+                metrics::counter!(names::RECEIPTS, "result" => result).increment(1);
+                if out.success {
+                    tracing::info!(subscription = step.subscription_id, period = step.period, attempt = step.attempt, tx = %tx.tx.hash, block = out.block_number, "charge mined");
+                } else {
+                    tracing::warn!(subscription = step.subscription_id, period = step.period, tx = %tx.tx.hash, "charge reverted on chain; step closed");
+                }
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Sends the journaled bytes again (a crash between journal and broadcast, or a node
+    /// that dropped it). Byte-identical, so it can never become a second send.
+    async fn rebroadcast(&self, step: &OpenStep, tx: &TxRow) -> Result<()> {
+        match self.chain.broadcast(&tx.tx.raw).await? {
+            Broadcast::Accepted => {
+                if tx.status == "pending" {
+                    tracing::info!(subscription = step.subscription_id, period = step.period, tx = %tx.tx.hash, "resumed a journaled send");
+                }
+                self.store.mark_sent(step.id, tx.id).await
+            }
+            // Mined meanwhile (the next pass sees the receipt) or a higher-fee twin of ours
+            // is in the pool: nothing to do.
+            Broadcast::NonceTooLow | Broadcast::Underpriced => Ok(()),
+            Broadcast::Rejected(why) => {
+                let others = step
+                    .txs
+                    .iter()
+                    .any(|t| t.id != tx.id && (t.status == "pending" || t.status == "sent"));
+                if others {
+                    self.store.mark_tx_rejected(tx.id, &why).await
+                } else {
+                    *self.nonce.lock().await = None;
+                    self.reject(step.id, tx.id, &why).await
+                }
+            }
+        }
+    }
+
+    /// Replaces a stuck transaction: same nonce, same call, higher fee.
+    async fn replace(&self, step: &OpenStep, stuck: &TxRow) -> Result<()> {
+        let suggested = self.chain.fees().await?;
+        let Some((fee, prio)) = replacement_fees(
+            (stuck.tx.max_fee_per_gas, stuck.tx.max_priority_fee_per_gas),
+            suggested,
+            self.cfg.fee_bump_percent,
+            self.cfg.max_fee_per_gas_wei,
+        ) else {
+            tracing::warn!(
+                step_id = step.id,
+                "stuck transaction cannot be re-priced under the fee cap"
+            );
+            return self.rebroadcast(step, stuck).await;
+        };
+        let signed = self
+            .chain
+            .sign(
+                step.subscription_id,
+                step.nonce,
+                stuck.tx.gas_limit,
+                fee,
+                prio,
+            )
+            .await?;
+        let tx_id = self.store.add_replacement(step.id, &signed).await?;
+        match self.chain.broadcast(&signed.raw).await? {
+            Broadcast::Accepted => {
+                self.store.mark_sent(step.id, tx_id).await?;
+                metrics::counter!(names::REPLACEMENTS).increment(1);
+                tracing::info!(
+                    subscription = step.subscription_id, nonce = step.nonce, old = %stuck.tx.hash,
+                    new = %signed.hash, max_fee_per_gas = fee, "replaced a stuck transaction"
+                );
+                Ok(())
+            }
+            Broadcast::NonceTooLow => {
+                self.store
+                    .mark_tx_rejected(
+                        tx_id,
+                        "nonce too low: an earlier transaction of this step was mined",
+                    )
+                    .await
+            }
+            Broadcast::Underpriced => {
+                self.store
+                    .mark_tx_rejected(tx_id, "replacement underpriced")
+                    .await
+            }
+            Broadcast::Rejected(why) => self.store.mark_tx_rejected(tx_id, &why).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replacement_raises_both_fees_by_at_least_the_bump() {
+        let (fee, prio) = replacement_fees((1_000, 100), (500, 50), 25, None).unwrap();
+        assert_eq!((fee, prio), (1_250, 125));
+    }
+
+    #[test]
+    fn replacement_follows_a_higher_market_price() {
+        let (fee, prio) = replacement_fees((1_000, 100), (5_000, 400), 25, None).unwrap();
+        assert_eq!((fee, prio), (5_000, 400));
+    }
+
+    #[test]
+    fn replacement_respects_the_fee_cap_or_gives_up() {
+        assert_eq!(
+            replacement_fees((1_000, 100), (5_000, 400), 25, Some(2_000)),
+            Some((2_000, 400))
+        );
+        assert_eq!(
+            replacement_fees((1_000, 100), (1_000, 100), 25, Some(1_100)),
+            None
+        );
+    }
+
+    #[test]
+    fn bump_of_tiny_fees_still_increases() {
+        assert_eq!(bump(0, 25), 1);
+        assert_eq!(bump(1, 10), 2);
+    }
+}

@@ -1,0 +1,186 @@
+//! The keeper against a real anvil, a real database and the real indexer: due subscriptions
+//! are charged exactly once, failed charges follow the grace rules, and cancel-at-period-end
+//! subscriptions end at period end.
+
+#[macro_use]
+mod keeper_support;
+
+use chainsub_abi::EndReason;
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts;
+use keeper_support::{DAY, Stack, Step};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_time_travel_each_due_subscription_is_charged_exactly_once() {
+    let stack = Stack::start().await;
+    let plan_a = stack.create_plan().await;
+    let plan_b = stack.create_plan().await;
+    let subs = [
+        stack.subscribe(accounts::CUSTOMER, plan_a, 3).await,
+        stack.subscribe(accounts::CUSTOMER_B, plan_a, 3).await,
+        stack.subscribe(accounts::CUSTOMER, plan_b, 3).await,
+    ];
+    stack.sync_index().await;
+
+    // Nothing is due yet: the keeper sends nothing.
+    stack.keeper_pass();
+    assert_eq!(stack.keeper_tx_count().await, 0);
+
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    // Again before the index has caught up with the charges: the journal prevents a resend.
+    stack.keeper_pass();
+    stack.sync_index().await;
+    // And after: period 3 is a month away.
+    stack.keeper_pass();
+
+    for sub in subs {
+        assert_eq!(
+            stack.steps(sub).await,
+            vec![Step::Charged {
+                period: 2,
+                attempt: 1
+            }],
+            "sub {sub}"
+        );
+        assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
+        assert_eq!(stack.indexed_status(sub).await, "active");
+    }
+    assert_eq!(stack.keeper_tx_count().await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_charges_are_retried_a_day_apart_and_the_third_failure_ends_the_subscription() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    // Allowance for the first period only: every renewal attempt fails.
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 1).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    stack.keeper_pass();
+    stack.sync_index().await;
+    assert_eq!(stack.indexed_status(sub).await, "past_due");
+    // The retry is not due until RETRY_INTERVAL after the failure.
+    stack.chain.increase_time(DAY / 2).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Failed {
+            period: 2,
+            attempt: 1
+        }]
+    );
+
+    stack.chain.increase_time(DAY / 2 + 60).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+    stack.chain.increase_time(DAY + 60).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+    // Ended: nothing left to do, however long we wait.
+    stack.chain.increase_time(40 * DAY).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![
+            Step::Failed {
+                period: 2,
+                attempt: 1
+            },
+            Step::Failed {
+                period: 2,
+                attempt: 2
+            },
+            Step::Failed {
+                period: 2,
+                attempt: 3
+            },
+            Step::Ended(EndReason::PaymentFailed),
+        ]
+    );
+    assert_eq!(stack.indexed_status(sub).await, "ended");
+    assert_eq!(stack.keeper_tx_count().await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_successful_retry_returns_a_past_due_subscription_to_active() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 1).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+    assert_eq!(stack.indexed_status(sub).await, "past_due");
+
+    // The customer tops up; the retry a day later succeeds for the same period.
+    let customer = DevChain::address(accounts::CUSTOMER);
+    stack.chain.mint(customer, keeper_support::PRICE).await;
+    send_as!(
+        customer,
+        stack.chain.usdc().approve(
+            stack.chain.manager,
+            alloy::primitives::U256::from(keeper_support::PRICE)
+        )
+    );
+    stack.chain.increase_time(DAY + 60).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![
+            Step::Failed {
+                period: 2,
+                attempt: 1
+            },
+            Step::Charged {
+                period: 2,
+                attempt: 2
+            },
+        ]
+    );
+    assert_eq!(stack.indexed_status(sub).await, "active");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_at_period_end_subscription_is_ended_at_period_end_without_a_charge() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    send_as!(
+        customer,
+        stack
+            .chain
+            .manager()
+            .cancelAtPeriodEnd(alloy::primitives::U256::from(sub))
+    );
+    stack.chain.increase_time(29 * DAY).await;
+    stack.sync_index().await;
+    // Not yet at period end: nothing happens.
+    stack.keeper_pass();
+    assert_eq!(stack.steps(sub).await, vec![]);
+
+    stack.chain.increase_time(3 * DAY).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+    stack.keeper_pass();
+
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Ended(EndReason::CancelAtPeriodEnd)]
+    );
+    assert_eq!(stack.journal(sub).await, vec![(2, 0, "mined".to_string())]);
+    assert_eq!(stack.indexed_status(sub).await, "ended");
+    assert_eq!(stack.keeper_tx_count().await, 1);
+}

@@ -1,0 +1,315 @@
+//! Fixture for the keeper tests: a dev chain, a fresh database, the REAL indexer following
+//! the chain into it, and the `keeper` binary run as a separate process.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::Provider;
+use alloy::rpc::types::Filter;
+use chainsub_abi::{ContractEvent, EndReason};
+use chainsub_tests::chain::{DEV_KEYS, accounts};
+use chainsub_tests::{ChildGuard, DevChain, TestDb, free_port};
+
+/// 9.99 USDC in base units.
+pub const PRICE: u64 = 9_990_000;
+pub const DAY: u64 = 86_400;
+
+/// Sends a contract call as `$from` and waits for a successful receipt.
+macro_rules! send_as {
+    ($from:expr, $call:expr) => {{
+        let receipt = $call
+            .from($from)
+            .send()
+            .await
+            .expect("send")
+            .get_receipt()
+            .await
+            .expect("receipt");
+        assert!(receipt.status(), "transaction reverted on chain");
+        receipt
+    }};
+}
+
+/// Chain + database + indexer.
+pub struct Stack {
+    pub chain: DevChain,
+    pub db: TestDb,
+    pub pg: tokio_postgres::Client,
+    indexer: Option<ChildGuard>,
+}
+
+/// One lifecycle log of a subscription, reduced to what the keeper tests assert on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Charged { period: u32, attempt: u8 },
+    Failed { period: u32, attempt: u8 },
+    Ended(EndReason),
+}
+
+impl Stack {
+    /// A fresh chain and database with the indexer running against them.
+    pub async fn start() -> Stack {
+        let chain = DevChain::start().await;
+        let db = TestDb::create().await;
+        let pg = db.connect().await;
+        let mut stack = Stack {
+            chain,
+            db,
+            pg,
+            indexer: None,
+        };
+        stack.start_indexer();
+        stack
+    }
+
+    fn start_indexer(&mut self) {
+        let child = Command::new(chainsub_tests::bin_path("indexer"))
+            .envs(self.common_env())
+            .env("START_BLOCK", self.chain.deploy_block.to_string())
+            .env("CONFIRMATIONS", "0")
+            .env(
+                "INDEXER_METRICS_LISTEN",
+                format!("127.0.0.1:{}", free_port()),
+            )
+            .env("INDEXER_POLL_INTERVAL_MS", "50")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn indexer");
+        self.indexer = Some(ChildGuard(child));
+    }
+
+    fn common_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("DATABASE_URL", self.db.url.clone()),
+            ("RPC_URL", self.chain.anvil.url.clone()),
+            ("CHAIN_ID", self.chain.anvil.chain_id.to_string()),
+            ("CONTRACT_ADDRESS", self.chain.manager.to_string()),
+        ]
+    }
+
+    /// Waits until the indexer has committed the chain's latest block.
+    pub async fn sync_index(&self) {
+        let head = self.chain.provider.get_block_number().await.unwrap() as i64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let row = self
+                .pg
+                .query_opt(
+                    "SELECT block_number FROM indexer_cursor WHERE chain_id = $1",
+                    &[&(self.chain.anvil.chain_id as i64)],
+                )
+                .await
+                .unwrap();
+            if row.is_some_and(|r| r.get::<_, i64>(0) >= head) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "indexer did not reach block {head}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A plan of `MERCHANT` at [`PRICE`]; returns its on-chain id.
+    pub async fn create_plan(&self) -> u64 {
+        let merchant = DevChain::address(accounts::MERCHANT);
+        let plan_ref = unique_ref();
+        send_as!(
+            merchant,
+            self.chain
+                .manager()
+                .createPlan(merchant, U256::from(PRICE), plan_ref)
+        );
+        self.chain
+            .manager()
+            .planCount()
+            .call()
+            .await
+            .unwrap()
+            .to::<u64>()
+    }
+
+    /// Funds dev account `customer` for `paid_periods` periods, approves exactly that much
+    /// and subscribes to `plan`; returns the subscription id. With `paid_periods` = 1 every
+    /// renewal fails for lack of allowance.
+    pub async fn subscribe(&self, customer: usize, plan: u64, paid_periods: u64) -> u64 {
+        let who = DevChain::address(customer);
+        self.chain.mint(who, PRICE * paid_periods).await;
+        send_as!(
+            who,
+            self.chain
+                .usdc()
+                .approve(self.chain.manager, U256::from(PRICE * paid_periods))
+        );
+        send_as!(
+            who,
+            self.chain
+                .manager()
+                .subscribe(U256::from(plan), unique_ref())
+        );
+        self.chain
+            .manager()
+            .subscriptionCount()
+            .call()
+            .await
+            .unwrap()
+            .to::<u64>()
+    }
+
+    /// The keeper binary with this stack's configuration and a fast poll interval.
+    pub fn keeper(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keeper"));
+        cmd.envs(self.common_env())
+            .env("KEEPER_PRIVATE_KEY", DEV_KEYS[accounts::KEEPER])
+            .env(
+                "KEEPER_METRICS_LISTEN",
+                format!("127.0.0.1:{}", free_port()),
+            )
+            .env("KEEPER_POLL_INTERVAL_MS", "100")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null());
+        cmd
+    }
+
+    /// Runs `keeper --once` (plus `extra` flags) to completion.
+    pub fn keeper_once(&self, extra: &[&str]) -> ExitStatus {
+        let mut child = self
+            .keeper()
+            .arg("--once")
+            .args(extra)
+            .spawn()
+            .expect("spawn keeper");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("keeper --once did not finish");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs `keeper --once` and expects success.
+    pub fn keeper_pass(&self) {
+        let status = self.keeper_once(&[]);
+        assert!(status.success(), "keeper --once failed: {status}");
+    }
+
+    /// Every lifecycle step the chain recorded for `sub` after its creation, in log order.
+    pub async fn steps(&self, sub: u64) -> Vec<Step> {
+        let logs = self
+            .chain
+            .provider
+            .get_logs(&Filter::new().address(self.chain.manager).from_block(0))
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        for log in logs {
+            let Ok(ev) = ContractEvent::decode(&log.inner) else {
+                continue;
+            };
+            if ev.subscription_id() != Some(U256::from(sub)) {
+                continue;
+            }
+            match ev {
+                ContractEvent::SubscriptionCharged(e) if e.period > 1 => out.push(Step::Charged {
+                    period: e.period,
+                    attempt: e.attempt,
+                }),
+                ContractEvent::PaymentFailed(e) => out.push(Step::Failed {
+                    period: e.period,
+                    attempt: e.attempt,
+                }),
+                ContractEvent::SubscriptionEnded(e) => out.push(Step::Ended(
+                    EndReason::from_u8(e.reason).expect("end reason"),
+                )),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Transactions the keeper account has had mined (its nonce).
+    pub async fn keeper_tx_count(&self) -> u64 {
+        self.chain
+            .provider
+            .get_transaction_count(keeper_address())
+            .latest()
+            .await
+            .unwrap()
+    }
+
+    /// The index's status of `sub`.
+    pub async fn indexed_status(&self, sub: u64) -> String {
+        self.pg
+            .query_one(
+                "SELECT status FROM subscriptions WHERE chain_id = $1 AND onchain_id = $2",
+                &[&(self.chain.anvil.chain_id as i64), &(sub as i64)],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Journal rows of `sub`: (period, attempt, status).
+    pub async fn journal(&self, sub: u64) -> Vec<(i32, i32, String)> {
+        self.pg
+            .query(
+                "SELECT period, attempt, status FROM keeper_steps WHERE subscription_id = $1
+                 ORDER BY id",
+                &[&(sub as i64)],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    }
+
+    /// Turns anvil's automine on or off (off: transactions wait in the pool).
+    pub async fn automine(&self, on: bool) {
+        let _: serde_json::Value = self
+            .chain
+            .provider
+            .raw_request("evm_setAutomine".into(), (on,))
+            .await
+            .unwrap();
+    }
+
+    /// Polls `sql` (one BIGINT column) until it returns at least `want`.
+    pub async fn wait_count(&self, sql: &str, want: i64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let n: i64 = self.pg.query_one(sql, &[]).await.unwrap().get(0);
+            if n >= want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {sql} >= {want} (is {n})"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+/// A bytes32 reference never used before in this process.
+pub fn unique_ref() -> B256 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    alloy::primitives::keccak256(format!("keeper-test-{}-{n}", std::process::id()))
+}
+
+/// The keeper's address (dev account 1).
+pub fn keeper_address() -> Address {
+    DevChain::address(accounts::KEEPER)
+}
