@@ -32,8 +32,9 @@ pub fn api_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .unify()
         .or(crate::metrics::routes(ctx.clone()))
         .unify()
-        // Webhooks engineer: merge `crate::routes::webhooks::routes(ctx.clone())` here, and
-        // the page engineer `crate::routes::pages::routes(ctx.clone())`, each `.or(..).unify()`.
+        .or(routes::webhooks::routes(ctx.clone()))
+        .unify()
+        // Page engineer: merge `crate::routes::pages::routes(ctx.clone())` here, `.or(..).unify()`.
         .boxed()
 }
 

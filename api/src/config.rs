@@ -70,6 +70,9 @@ pub struct Config {
     /// listener too).
     #[arg(long, env = "API_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Webhook dispatcher and endpoint settings (WEBHOOK_*).
+    #[command(flatten)]
+    pub webhooks: crate::webhooks::WebhookConfig,
 }
 
 impl Config {

@@ -20,6 +20,7 @@ pub mod render;
 pub mod reply;
 pub mod routes;
 pub mod server;
+pub mod webhooks;
 
 pub use config::Config;
 pub use ctx::{AppState, Ctx};

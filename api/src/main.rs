@@ -25,7 +25,7 @@ enum Cmd {
         database_url: String,
     },
     /// Run only the webhook dispatcher.
-    Dispatch(Box<Config>),
+    Dispatch(Box<chainsub_api::webhooks::DispatchArgs>),
     /// Operator commands.
     #[command(subcommand)]
     Admin(Admin),
@@ -89,10 +89,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("applied migrations: {applied:?}");
             Ok(())
         }
-        Cmd::Dispatch(_cfg) => {
-            // The webhooks engineer implements this: run `webhooks::run_dispatcher` alone
-            // until SIGTERM.
-            anyhow::bail!("the webhook dispatcher is not part of this build yet")
+        Cmd::Dispatch(args) => {
+            println!("dispatching webhooks");
+            chainsub_api::webhooks::run_standalone(*args, shutdown_signal()).await?;
+            Ok(())
         }
         Cmd::Admin(Admin::CreateKey {
             wallet,
@@ -114,12 +114,21 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     let running = chainsub_api::server::start(cfg).await?;
     // Scripts and tests read the bound address (API_LISTEN may ask for port 0) from here.
     println!("listening on {}", running.addr);
-    // Webhook dispatcher: unless `cfg.no_dispatcher`, spawn
-    // `chainsub_api::webhooks::run_dispatcher(running.ctx.clone(), shutdown)` here (webhooks
-    // engineer).
+    // The webhook dispatcher runs beside the server unless `--no-dispatcher`; on SIGTERM it
+    // stops claiming and finishes its in-flight deliveries while the server drains.
+    let (stop_dispatch, dispatch_stopped) = tokio::sync::oneshot::channel::<()>();
+    let dispatcher = (!running.ctx.cfg.no_dispatcher).then(|| {
+        tokio::spawn(chainsub_api::webhooks::run_dispatcher(running.ctx.clone(), async move {
+            let _ = dispatch_stopped.await;
+        }))
+    });
     shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
+    let _ = stop_dispatch.send(());
     running.shutdown().await;
+    if let Some(d) = dispatcher {
+        d.await??;
+    }
     Ok(())
 }
 

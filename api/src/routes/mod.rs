@@ -9,6 +9,7 @@ pub mod keys;
 pub mod openapi;
 pub mod plans;
 pub mod subscriptions;
+pub mod webhooks;
 
 use std::net::{IpAddr, SocketAddr};
 
