@@ -1,9 +1,6 @@
 //! `keeper`: the renewal keeper binary (see `keeper` module docs and the README table).
 
-// Until the indexer library exists, the keeper module is compiled into this binary directly.
-#[path = "../keeper/mod.rs"]
-mod keeper;
-
+use chainsub_indexer::keeper;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
