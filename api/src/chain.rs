@@ -123,7 +123,12 @@ impl Relayer {
         match self.plan_by_ref(plan_ref).await {
             Ok(Some(onchain_id)) => return Outcome::AlreadyExists { onchain_id },
             Ok(None) => {}
-            Err(error) => return Outcome::Failed { error },
+            Err(detail) => {
+                tracing::warn!(error = %detail, "provisioning: chain unreachable");
+                return Outcome::Failed {
+                    error: "the chain RPC could not be reached".into(),
+                };
+            }
         }
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let pending = {
@@ -172,6 +177,23 @@ impl Relayer {
         Outcome::Failed {
             error: format!("receipt of {tx_hash} has no PlanCreated log for this plan"),
         }
+    }
+
+    /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef
+    /// registered by someone else).
+    pub async fn plan_matches(
+        &self,
+        onchain_id: u64,
+        merchant: Address,
+        amount: U256,
+    ) -> Result<bool, String> {
+        let c = SubscriptionManager::new(self.manager, self.provider.clone());
+        let plan = c
+            .getPlan(U256::from(onchain_id))
+            .call()
+            .await
+            .map_err(|e| format!("getPlan: {e}"))?;
+        Ok(plan.merchant == merchant && plan.amount == amount)
     }
 
     /// A failed send may mean a concurrent attempt won (DuplicatePlanRef): ask the chain.

@@ -1,14 +1,157 @@
-//! Placeholder router (being written).
+//! Dashboard sign-in (SIWE): `POST /api/v1/auth/nonce`, `POST|GET|DELETE /api/v1/auth/session`.
+//!
+//! These endpoints ignore `Idempotency-Key`: a nonce and a session are single-use secrets
+//! by design, and replaying a stored `Set-Cookie` would mean storing a session secret.
 
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use serde_json::json;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
-use crate::ctx::Ctx;
-use crate::reply::Resp;
+use crate::auth::session::{self, Session, require_session};
+use crate::auth::siwe::{SiweMessage, verify_signature};
+use crate::ctx::{Ctx, with_ctx};
+use crate::error::{ApiError, Result};
+use crate::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::routes::method_fallback;
 
-/// The router.
-pub fn routes(_ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    warp::any()
-        .and_then(|| async { Err::<Resp, _>(warp::reject::not_found()) })
-        .boxed()
+/// The sign-in router.
+pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    let nonce = warp::path!("api" / "v1" / "auth" / "nonce").and(
+        warp::post()
+            .and(with_ctx(ctx.clone()))
+            .and(warp::addr::remote())
+            .then(|ctx: Ctx, remote: Option<SocketAddr>| async move {
+                respond(new_nonce(&ctx, remote).await)
+            })
+            .or(method_fallback("POST"))
+            .unify(),
+    );
+    let verify = warp::post()
+        .and(with_ctx(ctx.clone()))
+        .and(warp::addr::remote())
+        .and(warp::header::optional::<String>("content-type"))
+        .and(body_bytes())
+        .then(
+            |ctx: Ctx, remote: Option<SocketAddr>, ct: Option<String>, body: Bytes| async move {
+                respond(sign_in(&ctx, remote, ct.as_deref(), &body).await)
+            },
+        );
+    let current = warp::get()
+        .and(require_session(ctx.clone()))
+        .map(|s: Session| Resp::json(session_json(&s)));
+    let logout = warp::delete()
+        .and(with_ctx(ctx.clone()))
+        .and(require_session(ctx))
+        .then(|ctx: Ctx, s: Session| async move { respond(logout(&ctx, &s).await) });
+    let session = warp::path!("api" / "v1" / "auth" / "session").and(
+        verify
+            .or(current)
+            .unify()
+            .or(logout)
+            .unify()
+            .or(method_fallback("GET, POST, DELETE"))
+            .unify(),
+    );
+    nonce.or(session).unify().boxed()
+}
+
+fn session_json(s: &Session) -> serde_json::Value {
+    json!({
+        "object": "session",
+        "merchant": s.merchant.to_json(),
+        "csrfToken": s.csrf_token,
+        "expiresAt": crate::render::time(s.expires_at),
+    })
+}
+
+async fn new_nonce(ctx: &Ctx, remote: Option<SocketAddr>) -> Result<Resp> {
+    let ip = remote.map_or_else(|| "unknown".into(), |r| r.ip().to_string());
+    ctx.limits.per_ip.check(&ip)?;
+    let nonce = crate::auth::random_token(16);
+    let conn = ctx.pool.get().await?;
+    let expires: chrono::DateTime<chrono::Utc> = conn
+        .query_one(
+            "INSERT INTO siwe_nonces (nonce, expires_at) \
+             VALUES ($1, now() + make_interval(secs => $2)) RETURNING expires_at",
+            &[&nonce, &(ctx.cfg.siwe_nonce_ttl_secs as f64)],
+        )
+        .await?
+        .get(0);
+    // Old nonces are useless; trim them here rather than in a separate job.
+    conn.execute(
+        "DELETE FROM siwe_nonces WHERE expires_at < now() - interval '1 day'",
+        &[],
+    )
+    .await?;
+    Ok(Resp::with_status(
+        warp::http::StatusCode::CREATED,
+        json!({
+            "object": "siwe_nonce",
+            "nonce": nonce,
+            "expiresAt": crate::render::time(expires),
+            "domain": ctx.cfg.siwe_domain(),
+            "uri": ctx.cfg.base(),
+            "chainId": ctx.cfg.chain_id,
+            "version": "1",
+            "statement": "Sign in to the Chainsub dashboard",
+        }),
+    ))
+}
+
+async fn sign_in(
+    ctx: &Ctx,
+    remote: Option<SocketAddr>,
+    ct: Option<&str>,
+    body: &[u8],
+) -> Result<Resp> {
+    let ip = remote.map_or_else(|| "unknown".into(), |r| r.ip().to_string());
+    ctx.limits.per_ip.check(&ip)?;
+    let body = parse_json_object(ct, body)?;
+    let text = body
+        .get("message")
+        .ok_or_else(|| ApiError::missing("message"))?
+        .as_str()
+        .ok_or_else(|| ApiError::invalid("message", "`message` must be a string"))?;
+    let signature = body
+        .get("signature")
+        .ok_or_else(|| ApiError::missing("signature"))?
+        .as_str()
+        .ok_or_else(|| ApiError::invalid("signature", "`signature` must be a string"))?;
+    let msg = SiweMessage::parse(text)?;
+    msg.check(&ctx.cfg, chrono::Utc::now())?;
+    verify_signature(text, signature, msg.address)?;
+    let mut conn = ctx.pool.get().await?;
+    let tx = conn.transaction().await?;
+    // Single use: the nonce is consumed by the statement that checks it.
+    let fresh = tx
+        .execute(
+            "UPDATE siwe_nonces SET used_at = now() \
+             WHERE nonce = $1 AND used_at IS NULL AND expires_at > now()",
+            &[&msg.nonce],
+        )
+        .await?;
+    if fresh != 1 {
+        return Err(ApiError::Unauthorized {
+            code: "siwe_nonce_invalid",
+            message: "the nonce is unknown, expired or already used; request a new one".into(),
+        });
+    }
+    let merchant = crate::merchants::find_or_create(&*tx, msg.address).await?;
+    let (cookie, s) = session::create(&*tx, &merchant, ctx.cfg.session_ttl_secs).await?;
+    tx.commit().await?;
+    tracing::info!(merchant = %merchant.public_id, "dashboard sign-in");
+    Ok(Resp::json(session_json(&s)).header(
+        "set-cookie",
+        &session::set_cookie(&ctx.cfg, &cookie, ctx.cfg.session_ttl_secs),
+    ))
+}
+
+async fn logout(ctx: &Ctx, s: &Session) -> Result<Resp> {
+    let conn = ctx.pool.get().await?;
+    session::revoke(&**conn, s.id).await?;
+    Ok(Resp::json(json!({ "object": "session", "deleted": true }))
+        .header("set-cookie", &session::clear_cookie(&ctx.cfg)))
 }

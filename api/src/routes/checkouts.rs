@@ -1,14 +1,130 @@
-//! Placeholder router (being written).
+//! `POST /api/v1/checkouts`: a signed checkout URL for one of the merchant's active plans.
 
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
 use warp::Filter;
 use warp::filters::BoxedFilter;
+use warp::http::StatusCode;
 
-use crate::ctx::Ctx;
-use crate::reply::Resp;
+use crate::auth::api_key::{Authed, authenticate};
+use crate::ctx::{Ctx, with_ctx};
+use crate::domain::{random_hex, text};
+use crate::error::{ApiError, Result};
+use crate::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::routes::plans::{find, with_rate};
+use crate::routes::{Caller, caller, method_fallback};
 
-/// The router.
-pub fn routes(_ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    warp::any()
-        .and_then(|| async { Err::<Resp, _>(warp::reject::not_found()) })
+/// The checkouts router.
+pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    let create =
+        warp::post()
+            .and(with_ctx(ctx))
+            .and(caller())
+            .and(body_bytes())
+            .then(|ctx: Ctx, c: Caller, body: Bytes| async move {
+                respond(create(&ctx, &c, &body).await)
+            });
+    warp::path!("api" / "v1" / "checkouts")
+        .and(create.or(method_fallback("POST")).unify())
         .boxed()
+}
+
+struct NewCheckout {
+    plan_id: String,
+    customer: Option<String>,
+}
+
+fn parse(body: &Map<String, Value>) -> Result<NewCheckout> {
+    if let Some(k) = body
+        .keys()
+        .find(|k| !["planId", "customerExternalId"].contains(&k.as_str()))
+    {
+        return Err(ApiError::Invalid {
+            code: "parameter_unknown",
+            message: format!("unknown field `{k}`"),
+            param: Some(k.clone()),
+        });
+    }
+    let plan_id = match body.get("planId") {
+        None | Some(Value::Null) => return Err(ApiError::missing("planId")),
+        Some(Value::String(s)) if s.starts_with("plan_") && s.len() <= 64 => s.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "planId",
+                "`planId` must be a plan id such as \"plan_…\"",
+            ));
+        }
+    };
+    let customer = match body.get("customerExternalId") {
+        None | Some(Value::Null) => None,
+        v => Some(text("customerExternalId", v, 128)?),
+    };
+    Ok(NewCheckout { plan_id, customer })
+}
+
+async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
+    let Authed { merchant, rate } = authenticate(ctx, c).await?;
+    let body = parse_json_object(c.content_type.as_deref(), body)?;
+    let request = format!("POST /api/v1/checkouts\n{}", Value::Object(body.clone()));
+    let resp = crate::idempotency::run(
+        ctx,
+        &merchant.public_id,
+        c.idempotency_key.as_deref(),
+        &request,
+        std::convert::identity,
+        || async {
+            let input = parse(&body)?;
+            let plan = find(ctx, &merchant, &input.plan_id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
+            let active = plan.get::<_, Option<i64>>("cp_onchain_id").is_some()
+                || plan.get::<_, String>("provision_status") == "active";
+            if !active {
+                return Err(ApiError::Conflict {
+                    code: "plan_not_active",
+                    message: "the plan is not provisioned on chain yet (status must be `active`)"
+                        .into(),
+                    param: Some("planId".into()),
+                });
+            }
+            let slug: String = plan.get("slug");
+            let plan_pk: i64 = plan.get("id");
+            let secret = ctx.cfg.checkout_signing_secret.expose();
+            let customer = input.customer.as_deref();
+            let url =
+                crate::checkout::url(&ctx.cfg.base(), secret, &merchant.code, &slug, customer);
+            let customer_ref = crate::checkout::customer_ref(secret, &merchant.public_id, customer);
+            let public_id = format!("chk_{}", random_hex(12));
+            let conn = ctx.pool.get().await?;
+            let created: chrono::DateTime<chrono::Utc> = conn
+                .query_one(
+                    "INSERT INTO checkouts (public_id, merchant_id, plan_id, customer_external_id, \
+                     customer_ref, url) VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at",
+                    &[
+                        &public_id,
+                        &merchant.id,
+                        &plan_pk,
+                        &input.customer,
+                        &customer_ref.as_slice(),
+                        &url,
+                    ],
+                )
+                .await?
+                .get(0);
+            Ok(Resp::with_status(
+                StatusCode::CREATED,
+                json!({
+                    "id": public_id,
+                    "object": "checkout",
+                    "url": url,
+                    "planId": input.plan_id,
+                    "customerExternalId": input.customer,
+                    "customerRef": crate::render::hex0x(&customer_ref),
+                    "createdAt": crate::render::time(created),
+                }),
+            ))
+        },
+    )
+    .await?;
+    Ok(with_rate(resp, &rate))
 }

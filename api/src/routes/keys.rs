@@ -1,14 +1,110 @@
-//! Placeholder router (being written).
+//! `GET|POST|DELETE /api/v1/auth/keys`: the merchant's API key, dashboard session only.
 
+use bytes::Bytes;
+use serde_json::{Value, json};
 use warp::Filter;
 use warp::filters::BoxedFilter;
+use warp::http::StatusCode;
 
-use crate::ctx::Ctx;
-use crate::reply::Resp;
+use crate::auth::api_key;
+use crate::auth::session::{Session, require_session};
+use crate::ctx::{Ctx, with_ctx};
+use crate::error::{ApiError, Result};
+use crate::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::routes::method_fallback;
 
-/// The router.
-pub fn routes(_ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    warp::any()
-        .and_then(|| async { Err::<Resp, _>(warp::reject::not_found()) })
+/// The keys router.
+pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    let get = warp::get()
+        .and(with_ctx(ctx.clone()))
+        .and(require_session(ctx.clone()))
+        .then(|ctx: Ctx, s: Session| async move { respond(get_status(&ctx, &s).await) });
+    let post = warp::post()
+        .and(with_ctx(ctx.clone()))
+        .and(require_session(ctx.clone()))
+        .and(warp::header::optional::<String>("idempotency-key"))
+        .and(warp::header::optional::<String>("content-type"))
+        .and(body_bytes())
+        .then(
+            |ctx: Ctx, s: Session, key: Option<String>, ct: Option<String>, body: Bytes| async move {
+                respond(create(&ctx, &s, key.as_deref(), ct.as_deref(), &body).await)
+            },
+        );
+    let delete = warp::delete()
+        .and(with_ctx(ctx.clone()))
+        .and(require_session(ctx))
+        .then(|ctx: Ctx, s: Session| async move { respond(revoke(&ctx, &s).await) });
+    warp::path!("api" / "v1" / "auth" / "keys")
+        .and(
+            get.or(post)
+                .unify()
+                .or(delete)
+                .unify()
+                .or(method_fallback("GET, POST, DELETE"))
+                .unify(),
+        )
         .boxed()
+}
+
+async fn get_status(ctx: &Ctx, s: &Session) -> Result<Resp> {
+    let conn = ctx.pool.get().await?;
+    Ok(Resp::json(api_key::status(&**conn, s.merchant.id).await?))
+}
+
+/// A replayed key response must not carry the plaintext (it is never stored).
+fn redact_key(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.insert("key".into(), Value::Null);
+        o.insert("replayed".into(), json!(true));
+    }
+    v
+}
+
+async fn create(
+    ctx: &Ctx,
+    s: &Session,
+    idem: Option<&str>,
+    ct: Option<&str>,
+    body: &[u8],
+) -> Result<Resp> {
+    let body = parse_json_object(ct, body)?;
+    if let Some(k) = body.keys().next() {
+        return Err(ApiError::Invalid {
+            code: "parameter_unknown",
+            message: format!("unknown field `{k}` (this request takes no body)"),
+            param: Some(k.clone()),
+        });
+    }
+    let scope = s.merchant.public_id.clone();
+    crate::idempotency::run(
+        ctx,
+        &scope,
+        idem,
+        "POST /api/v1/auth/keys",
+        redact_key,
+        || async {
+            let mut conn = ctx.pool.get().await?;
+            let (key, rotated) = api_key::create_or_rotate(&mut conn, s.merchant.id).await?;
+            tracing::info!(merchant = %s.merchant.public_id, rotated, "api key issued");
+            let status = api_key::status(&**conn, s.merchant.id).await?;
+            Ok(Resp::with_status(
+                StatusCode::CREATED,
+                json!({
+                    "object": "api_key",
+                    "key": key.expose(),
+                    "rotated": rotated,
+                    "status": status,
+                }),
+            ))
+        },
+    )
+    .await
+}
+
+async fn revoke(ctx: &Ctx, s: &Session) -> Result<Resp> {
+    let conn = ctx.pool.get().await?;
+    let revoked = api_key::revoke(&**conn, s.merchant.id).await?;
+    let mut status = api_key::status(&**conn, s.merchant.id).await?;
+    status["revoked"] = json!(revoked);
+    Ok(Resp::json(status))
 }

@@ -1,14 +1,513 @@
-//! Placeholder router (being written).
+//! Plans: `GET|POST /api/v1/plans`, `GET /api/v1/plans/{id}`, and
+//! `POST /api/v1/plans/{id}/provision` (retry a pending or failed provisioning).
+//!
+//! POST creates the row, then provisions on chain with the relayer and waits a bounded time
+//! (PROVISION_TIMEOUT_MS) for the receipt. The answer's `status` is `active` (with `chain`),
+//! `pending` (sent, receipt not seen yet; the indexer will flip it) or `failed` (with
+//! `provisioning.error`). Retrying is always safe: the contract refuses a second plan with
+//! the same `planRef`, and every attempt asks the chain first.
 
+use alloy::primitives::{B256, U256};
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
 use warp::Filter;
 use warp::filters::BoxedFilter;
+use warp::http::StatusCode;
 
-use crate::ctx::Ctx;
-use crate::reply::Resp;
+use crate::auth::api_key::{Authed, authenticate};
+use crate::chain::Outcome;
+use crate::ctx::{Ctx, with_ctx};
+use crate::domain::{Amount, Slug, format_units, random_hex, text};
+use crate::error::{ApiError, Result};
+use crate::merchants::Merchant;
+use crate::pagination::{Cursor, Page};
+use crate::render::{ChainRef, time};
+use crate::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::routes::{Caller, caller, check_params, method_fallback, query_pairs};
 
-/// The router.
-pub fn routes(_ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    warp::any()
-        .and_then(|| async { Err::<Resp, _>(warp::reject::not_found()) })
-        .boxed()
+/// The plans router.
+pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    let list = warp::get()
+        .and(with_ctx(ctx.clone()))
+        .and(caller())
+        .and(query_pairs())
+        .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| async move {
+            respond(list(&ctx, &c, &q).await)
+        });
+    let create =
+        warp::post()
+            .and(with_ctx(ctx.clone()))
+            .and(caller())
+            .and(body_bytes())
+            .then(|ctx: Ctx, c: Caller, body: Bytes| async move {
+                respond(create(&ctx, &c, &body).await)
+            });
+    let collection = warp::path!("api" / "v1" / "plans").and(
+        list.or(create)
+            .unify()
+            .or(method_fallback("GET, POST"))
+            .unify(),
+    );
+    let one_path = || warp::path!("api" / "v1" / "plans" / String);
+    let one = one_path()
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(caller())
+        .then(
+            |id: String, ctx: Ctx, c: Caller| async move { respond(get_one(&ctx, &c, &id).await) },
+        )
+        .or(one_path()
+            .and(method_fallback("GET"))
+            .map(|_: String, r: Resp| r))
+        .unify();
+    let prov_path = || warp::path!("api" / "v1" / "plans" / String / "provision");
+    let provision = prov_path()
+        .and(warp::post())
+        .and(with_ctx(ctx))
+        .and(caller())
+        .and(body_bytes())
+        .then(|id: String, ctx: Ctx, c: Caller, body: Bytes| async move {
+            respond(retry(&ctx, &c, &id, &body).await)
+        })
+        .or(prov_path()
+            .and(method_fallback("POST"))
+            .map(|_: String, r: Resp| r))
+        .unify();
+    collection.or(one).unify().or(provision).unify().boxed()
+}
+
+fn select(chain_id: u64) -> String {
+    format!(
+        "SELECT p.id, p.public_id, p.name, p.amount::TEXT AS amount, p.currency, p.interval, \
+         p.slug, p.plan_ref, p.provision_status, p.provision_error, p.provision_tx_hash, \
+         p.onchain_plan_id, p.provision_block_number, p.provision_block_hash, \
+         p.provision_log_index, p.created_at, cp.onchain_id AS cp_onchain_id, \
+         ce.block_number AS ce_block_number, ce.block_hash AS ce_block_hash, \
+         ce.transaction_hash AS ce_tx, ce.log_index AS ce_log_index, ce.contract AS ce_contract, \
+         cur.block_number AS indexed_block \
+         FROM plans p JOIN merchants m ON m.id = p.merchant_id \
+         LEFT JOIN chain_plans cp ON cp.plan_ref = p.plan_ref AND cp.chain_id = {chain_id} \
+              AND cp.merchant_wallet = m.wallet \
+         LEFT JOIN chain_events ce ON ce.id = cp.event_id \
+         LEFT JOIN indexer_cursor cur ON cur.chain_id = {chain_id} \
+         WHERE p.merchant_id = $1"
+    )
+}
+
+/// The plan object of DESIGN §4.
+fn plan_json(ctx: &Ctx, r: &Row) -> Value {
+    let amount: String = r.get("amount");
+    let indexed: Option<i64> = r.get("indexed_block");
+    let state: String = r.get("provision_status");
+    let cp_onchain: Option<i64> = r.get("cp_onchain_id");
+    let contract = ctx.cfg.contract_address.as_slice().to_vec();
+    // The index wins when it has the plan; until then the receipt we saw is the evidence.
+    let chain = if let Some(onchain) = cp_onchain {
+        let ce_contract: Vec<u8> = r.get("ce_contract");
+        let bh: Vec<u8> = r.get("ce_block_hash");
+        let tx: Vec<u8> = r.get("ce_tx");
+        let mut c = ChainRef {
+            chain_id: ctx.cfg.chain_id as i64,
+            contract: &ce_contract,
+            block_number: r.get("ce_block_number"),
+            block_hash: &bh,
+            transaction_hash: &tx,
+            log_index: i64::from(r.get::<_, i32>("ce_log_index")),
+            indexed_block: indexed,
+        }
+        .to_json();
+        c["onchainPlanId"] = json!(onchain);
+        c
+    } else if let (Some(bn), Some(bh), Some(tx), Some(li), Some(onchain)) = (
+        r.get::<_, Option<i64>>("provision_block_number"),
+        r.get::<_, Option<Vec<u8>>>("provision_block_hash"),
+        r.get::<_, Option<Vec<u8>>>("provision_tx_hash"),
+        r.get::<_, Option<i32>>("provision_log_index"),
+        r.get::<_, Option<i64>>("onchain_plan_id"),
+    ) {
+        let mut c = ChainRef {
+            chain_id: ctx.cfg.chain_id as i64,
+            contract: &contract,
+            block_number: bn,
+            block_hash: &bh,
+            transaction_hash: &tx,
+            log_index: i64::from(li),
+            indexed_block: indexed,
+        }
+        .to_json();
+        c["onchainPlanId"] = json!(onchain);
+        c
+    } else {
+        Value::Null
+    };
+    let status = if cp_onchain.is_some() || state == "active" {
+        "active"
+    } else if state == "failed" {
+        "failed"
+    } else {
+        "pending"
+    };
+    let units: u128 = amount.parse().unwrap_or(0);
+    json!({
+        "id": r.get::<_, String>("public_id"),
+        "object": "plan",
+        "name": r.get::<_, String>("name"),
+        "amount": format_units(units),
+        "currency": r.get::<_, String>("currency"),
+        "interval": r.get::<_, String>("interval"),
+        "slug": r.get::<_, String>("slug"),
+        "status": status,
+        "createdAt": time(r.get("created_at")),
+        "provisioning": {
+            "state": if status == "active" { "active" } else { state.as_str() },
+            "error": if status == "active" { None } else { r.get::<_, Option<String>>("provision_error") },
+            "transactionHash": r.get::<_, Option<Vec<u8>>>("provision_tx_hash").map(|t| crate::render::hex0x(&t)),
+            "planRef": crate::render::hex0x(&r.get::<_, Vec<u8>>("plan_ref")),
+        },
+        "chain": chain,
+    })
+}
+
+/// One plan of `merchant` by public id (404 for unknown or another merchant's).
+pub async fn find(ctx: &Ctx, merchant: &Merchant, public_id: &str) -> Result<Option<Row>> {
+    let conn = ctx.pool.get().await?;
+    Ok(conn
+        .query_opt(
+            &format!("{} AND p.public_id = $2", select(ctx.cfg.chain_id)),
+            &[&merchant.id, &public_id],
+        )
+        .await?)
+}
+
+async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
+    let Authed { merchant, rate } = authenticate(ctx, c).await?;
+    check_params(q, &["limit", "startingAfter", "endingBefore"])?;
+    let page = Page::parse(q)?;
+    let conn = ctx.pool.get().await?;
+    let key: Option<i64> = match &page.cursor {
+        None => None,
+        Some(Cursor::After(id) | Cursor::Before(id)) => {
+            let param = if matches!(page.cursor, Some(Cursor::After(_))) {
+                "startingAfter"
+            } else {
+                "endingBefore"
+            };
+            let row = conn
+                .query_opt(
+                    "SELECT id FROM plans WHERE merchant_id = $1 AND public_id = $2",
+                    &[&merchant.id, id],
+                )
+                .await?
+                .ok_or_else(|| ApiError::invalid(param, format!("no such plan `{id}`")))?;
+            Some(row.get(0))
+        }
+    };
+    let (cond, order, reversed) = page.sql("p.id", key, 2);
+    let sql = format!(
+        "{}{cond}{order} LIMIT {}",
+        select(ctx.cfg.chain_id),
+        page.limit + 1
+    );
+    let rows = match key {
+        Some(k) => conn.query(&sql, &[&merchant.id, &k]).await?,
+        None => conn.query(&sql, &[&merchant.id]).await?,
+    };
+    let data = rows.iter().map(|r| plan_json(ctx, r)).collect();
+    Ok(with_rate(Resp::json(page.finish(data, reversed)), &rate))
+}
+
+/// Adds the key's RateLimit headers to a successful response.
+pub fn with_rate(mut resp: Resp, rate: &crate::ratelimit::Allowed) -> Resp {
+    for (k, v) in rate.headers() {
+        resp = resp.header(k, &v);
+    }
+    resp
+}
+
+async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
+    let Authed { merchant, rate } = authenticate(ctx, c).await?;
+    let row = find(ctx, &merchant, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
+    Ok(with_rate(Resp::json(plan_json(ctx, &row)), &rate))
+}
+
+/// Validated input of POST /plans.
+struct NewPlan {
+    name: String,
+    amount: Amount,
+    slug: Option<Slug>,
+}
+
+fn parse_new_plan(body: &Map<String, Value>) -> Result<NewPlan> {
+    const KNOWN: [&str; 5] = ["name", "amount", "currency", "interval", "slug"];
+    if let Some(k) = body.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(ApiError::Invalid {
+            code: "parameter_unknown",
+            message: format!("unknown field `{k}`"),
+            param: Some(k.clone()),
+        });
+    }
+    let name = text("name", body.get("name"), 100)?;
+    let amount = match body.get("amount") {
+        None => return Err(ApiError::missing("amount")),
+        Some(Value::String(s)) => {
+            Amount::parse(s).map_err(|e| ApiError::invalid("amount", format!("`amount` {e}")))?
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "amount",
+                "`amount` must be a decimal string such as \"9.99\", not a number",
+            ));
+        }
+    };
+    match body.get("currency") {
+        None => return Err(ApiError::missing("currency")),
+        Some(Value::String(s)) if s == "USDC" => {}
+        Some(_) => return Err(ApiError::invalid("currency", "`currency` must be \"USDC\"")),
+    }
+    match body.get("interval") {
+        None => return Err(ApiError::missing("interval")),
+        Some(Value::String(s)) if s == "month" => {}
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "interval",
+                "`interval` must be \"month\"",
+            ));
+        }
+    }
+    let slug = match body.get("slug") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => {
+            Some(Slug::parse(s).map_err(|e| ApiError::invalid("slug", format!("`slug` {e}")))?)
+        }
+        Some(_) => return Err(ApiError::invalid("slug", "`slug` must be a string")),
+    };
+    Ok(NewPlan { name, amount, slug })
+}
+
+async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
+    let Authed { merchant, rate } = authenticate(ctx, c).await?;
+    let body = parse_json_object(c.content_type.as_deref(), body)?;
+    let request = format!("POST /api/v1/plans\n{}", Value::Object(body.clone()));
+    let resp = crate::idempotency::run(
+        ctx,
+        &merchant.public_id,
+        c.idempotency_key.as_deref(),
+        &request,
+        std::convert::identity,
+        || async {
+            let input = parse_new_plan(&body)?;
+            let id = insert(ctx, &merchant, &input).await?;
+            provision(ctx, &merchant, id).await?;
+            let conn = ctx.pool.get().await?;
+            let row = conn
+                .query_one(
+                    &format!("{} AND p.id = $2", select(ctx.cfg.chain_id)),
+                    &[&merchant.id, &id],
+                )
+                .await?;
+            Ok(Resp::with_status(StatusCode::CREATED, plan_json(ctx, &row)))
+        },
+    )
+    .await?;
+    Ok(with_rate(resp, &rate))
+}
+
+async fn insert(ctx: &Ctx, merchant: &Merchant, input: &NewPlan) -> Result<i64> {
+    let conn = ctx.pool.get().await?;
+    let base = input
+        .slug
+        .clone()
+        .unwrap_or_else(|| Slug::from_name(&input.name));
+    let amount = input.amount.base_units().to_string();
+    for attempt in 0..5 {
+        // A derived slug that is taken gets a short random suffix; an explicit one is a 409.
+        let slug = if attempt == 0 {
+            base.as_str().to_string()
+        } else {
+            format!("{}-{}", base.as_str(), random_hex(2))
+        };
+        let plan_ref: [u8; 32] = rand::random();
+        let res = conn
+            .query_one(
+                "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, plan_ref) \
+                 VALUES ($1, $2, $3, $4::TEXT::NUMERIC, 'USDC', 'month', $5, $6) RETURNING id",
+                &[
+                    &format!("plan_{}", random_hex(12)),
+                    &merchant.id,
+                    &input.name,
+                    &amount,
+                    &slug,
+                    &plan_ref.as_slice(),
+                ],
+            )
+            .await;
+        match res {
+            Ok(row) => return Ok(row.get(0)),
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                if input.slug.is_some() {
+                    return Err(ApiError::Conflict {
+                        code: "slug_taken",
+                        message: format!("you already have a plan with slug `{slug}`"),
+                        param: Some("slug".into()),
+                    });
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::Conflict {
+        code: "slug_taken",
+        message: "could not derive a free slug from the name; give `slug` explicitly".into(),
+        param: Some("slug".into()),
+    })
+}
+
+/// Runs one provisioning attempt for plan row `id` and records the outcome.
+async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
+    let conn = ctx.pool.get().await?;
+    let row = conn
+        .query_one(
+            "SELECT plan_ref, amount::TEXT FROM plans WHERE id = $1 AND merchant_id = $2",
+            &[&id, &merchant.id],
+        )
+        .await?;
+    let plan_ref = B256::from_slice(&row.get::<_, Vec<u8>>(0));
+    let amount = U256::from(row.get::<_, String>(1).parse::<u128>().unwrap_or(0));
+    drop(conn);
+    let Some(relayer) = &ctx.relayer else {
+        let conn = ctx.pool.get().await?;
+        conn.execute(
+            "UPDATE plans SET provision_status = 'failed', provision_error = $2 WHERE id = $1",
+            &[
+                &id,
+                &"this deployment has no relayer key (RELAYER_PRIVATE_KEY)",
+            ],
+        )
+        .await?;
+        return Ok(());
+    };
+    let mut outcome = relayer
+        .provision(
+            merchant.wallet,
+            amount,
+            plan_ref,
+            ctx.cfg.provision_timeout(),
+        )
+        .await;
+    if let Outcome::AlreadyExists { onchain_id } = outcome {
+        match relayer
+            .plan_matches(onchain_id, merchant.wallet, amount)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                outcome = Outcome::Failed {
+                    error: "this plan's planRef is registered on chain for a different plan".into(),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "provisioning: getPlan failed");
+                outcome = Outcome::Failed {
+                    error: "the chain RPC could not be reached".into(),
+                }
+            }
+        }
+    }
+    let conn = ctx.pool.get().await?;
+    match outcome {
+        Outcome::Created {
+            tx_hash,
+            onchain_id,
+            block_number,
+            block_hash,
+            log_index,
+        } => {
+            conn.execute(
+                "UPDATE plans SET provision_status = 'active', provision_error = NULL, \
+                 provision_tx_hash = $2, onchain_plan_id = $3, provision_block_number = $4, \
+                 provision_block_hash = $5, provision_log_index = $6 WHERE id = $1",
+                &[
+                    &id,
+                    &tx_hash.as_slice(),
+                    &(onchain_id as i64),
+                    &(block_number as i64),
+                    &block_hash.as_slice(),
+                    &(log_index as i32),
+                ],
+            )
+            .await?;
+        }
+        Outcome::AlreadyExists { onchain_id } => {
+            conn.execute(
+                "UPDATE plans SET provision_status = 'active', provision_error = NULL, \
+                 onchain_plan_id = $2 WHERE id = $1",
+                &[&id, &(onchain_id as i64)],
+            )
+            .await?;
+        }
+        Outcome::Submitted { tx_hash } => {
+            conn.execute(
+                "UPDATE plans SET provision_status = 'submitted', provision_tx_hash = $2, \
+                 provision_error = $3 WHERE id = $1 AND provision_status <> 'active'",
+                &[
+                    &id,
+                    &tx_hash.as_slice(),
+                    &"sent; no receipt within the wait — it becomes active when mined, or retry \
+                      with POST /api/v1/plans/{id}/provision",
+                ],
+            )
+            .await?;
+        }
+        Outcome::Failed { error } => {
+            conn.execute(
+                "UPDATE plans SET provision_status = 'failed', provision_error = $2 \
+                 WHERE id = $1 AND provision_status <> 'active'",
+                &[&id, &error],
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
+    let Authed { merchant, rate } = authenticate(ctx, c).await?;
+    let body = parse_json_object(c.content_type.as_deref(), body)?;
+    if let Some(k) = body.keys().next() {
+        return Err(ApiError::Invalid {
+            code: "parameter_unknown",
+            message: format!("unknown field `{k}` (this request takes no body)"),
+            param: Some(k.clone()),
+        });
+    }
+    let request = format!("POST /api/v1/plans/{id}/provision");
+    let resp = crate::idempotency::run(
+        ctx,
+        &merchant.public_id,
+        c.idempotency_key.as_deref(),
+        &request,
+        std::convert::identity,
+        || async {
+            let row = find(ctx, &merchant, id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
+            let active = row.get::<_, Option<i64>>("cp_onchain_id").is_some()
+                || row.get::<_, String>("provision_status") == "active";
+            if active {
+                return Ok(Resp::json(plan_json(ctx, &row)));
+            }
+            let pk: i64 = row.get("id");
+            provision(ctx, &merchant, pk).await?;
+            let row = find(ctx, &merchant, id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
+            Ok(Resp::json(plan_json(ctx, &row)))
+        },
+    )
+    .await?;
+    Ok(with_rate(resp, &rate))
 }
