@@ -30,19 +30,29 @@ async fn signature_verifies_with_standardwebhooks_and_tampering_or_old_timestamp
     let got = &rx.received()[0];
     assert_eq!(got.webhook_id(), ids[0]);
     assert_eq!(got.headers["content-type"], "application/json");
-    wh.verify(&got.body, &got.headers).expect("signature verifies");
+    wh.verify(&got.body, &got.headers)
+        .expect("signature verifies");
 
     let mut tampered = got.body.to_vec();
     tampered[5] ^= 1;
-    assert!(wh.verify(&tampered, &got.headers).is_err(), "tampered body must fail");
+    assert!(
+        wh.verify(&tampered, &got.headers).is_err(),
+        "tampered body must fail"
+    );
 
     let mut old = got.headers.clone();
     let ts: i64 = old["webhook-timestamp"].to_str().unwrap().parse().unwrap();
     old.insert("webhook-timestamp", (ts - 600).to_string().parse().unwrap());
-    assert!(wh.verify(&got.body, &old).is_err(), "old timestamp must fail");
+    assert!(
+        wh.verify(&got.body, &old).is_err(),
+        "old timestamp must fail"
+    );
 
     let other = Webhook::new(chainsub_api::webhooks::WebhookSecret::generate().expose()).unwrap();
-    assert!(other.verify(&got.body, &got.headers).is_err(), "another secret must fail");
+    assert!(
+        other.verify(&got.body, &got.headers).is_err(),
+        "another secret must fail"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -52,8 +62,12 @@ async fn during_rotation_both_secrets_verify_and_after_overlap_only_the_new_one_
     let rx = Receiver::ok().await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, m, &rx.url()).await;
-    let old = settings::reveal_secrets(&mut client, m).await.unwrap()[0].secret.clone();
-    let new = settings::rotate_secret(&mut client, m, Duration::from_secs(3600)).await.unwrap();
+    let old = settings::reveal_secrets(&mut client, m).await.unwrap()[0]
+        .secret
+        .clone();
+    let new = settings::rotate_secret(&mut client, m, Duration::from_secs(3600))
+        .await
+        .unwrap();
     let live = settings::reveal_secrets(&mut client, m).await.unwrap();
     assert_eq!(live.len(), 2);
     assert_eq!(live[0].secret, new, "current secret is listed first");
@@ -66,18 +80,38 @@ async fn during_rotation_both_secrets_verify_and_after_overlap_only_the_new_one_
     let sig = got.headers["webhook-signature"].to_str().unwrap();
     assert_eq!(sig.split(' ').count(), 2, "{sig}");
     for s in [&old, &new] {
-        Webhook::new(s.expose()).unwrap().verify(&got.body, &got.headers).expect("each secret verifies");
+        Webhook::new(s.expose())
+            .unwrap()
+            .verify(&got.body, &got.headers)
+            .expect("each secret verifies");
     }
 
     // A rotation with no overlap: the old secret stops signing at once.
-    let newest = settings::rotate_secret(&mut client, m, Duration::ZERO).await.unwrap();
+    let newest = settings::rotate_secret(&mut client, m, Duration::ZERO)
+        .await
+        .unwrap();
     client.execute("UPDATE webhook_secrets SET expires_at = now() - interval '1 second' WHERE secret <> $1", &[&newest.expose()]).await.unwrap();
     enqueue(&client, 1, "rot2", 1).await;
     rx.wait_until("second delivery", |r| r.len() == 2).await;
     let got = &rx.received()[1];
-    assert_eq!(got.headers["webhook-signature"].to_str().unwrap().split(' ').count(), 1);
-    Webhook::new(newest.expose()).unwrap().verify(&got.body, &got.headers).unwrap();
-    assert!(Webhook::new(new.expose()).unwrap().verify(&got.body, &got.headers).is_err());
+    assert_eq!(
+        got.headers["webhook-signature"]
+            .to_str()
+            .unwrap()
+            .split(' ')
+            .count(),
+        1
+    );
+    Webhook::new(newest.expose())
+        .unwrap()
+        .verify(&got.body, &got.headers)
+        .unwrap();
+    assert!(
+        Webhook::new(new.expose())
+            .unwrap()
+            .verify(&got.body, &got.headers)
+            .is_err()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -93,7 +127,10 @@ async fn receiver_failing_twice_then_200_records_three_attempts_under_one_webhoo
 
     let got = rx.received();
     assert_eq!(got.len(), 3);
-    assert!(got.iter().all(|r| r.webhook_id() == ids[0]), "one webhook-id across attempts");
+    assert!(
+        got.iter().all(|r| r.webhook_id() == ids[0]),
+        "one webhook-id across attempts"
+    );
     let a = attempts(&client, &ids[0]).await;
     assert_eq!(
         a.iter().map(|(n, code, _)| (*n, *code)).collect::<Vec<_>>(),
@@ -101,7 +138,10 @@ async fn receiver_failing_twice_then_200_records_three_attempts_under_one_webhoo
     );
     assert_eq!(a[0].2.as_deref(), Some("HTTP 500"));
     let excerpt: String = client
-        .query_one("SELECT response_excerpt FROM webhook_attempts ORDER BY id LIMIT 1", &[])
+        .query_one(
+            "SELECT response_excerpt FROM webhook_attempts ORDER BY id LIMIT 1",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -115,7 +155,14 @@ async fn exhausted_delivery_is_failed_and_a_dashboard_retry_delivers_it() {
     let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let h = healthy.clone();
     let rx = Receiver::start(Arc::new(move |_, _| {
-        (if h.load(std::sync::atomic::Ordering::SeqCst) { 204 } else { 503 }, vec![])
+        (
+            if h.load(std::sync::atomic::Ordering::SeqCst) {
+                204
+            } else {
+                503
+            },
+            vec![],
+        )
     }))
     .await;
     let m = merchant(&client, 1).await;
@@ -139,7 +186,13 @@ async fn exhausted_delivery_is_failed_and_a_dashboard_retry_delivers_it() {
     // Another merchant cannot see or retry it.
     let other = merchant(&client, 2).await;
     assert!(settings::retry(&client, other, id).await.is_err());
-    assert!(settings::deliveries(&client, other, 10, None).await.unwrap().0.is_empty());
+    assert!(
+        settings::deliveries(&client, other, 10, None)
+            .await
+            .unwrap()
+            .0
+            .is_empty()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -159,14 +212,20 @@ async fn gone_410_disables_the_endpoint_and_holds_deliveries_until_re_enabled() 
             assert!(ep["disabledReason"].as_str().unwrap().contains("410"));
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "endpoint not disabled");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "endpoint not disabled"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let more = enqueue(&client, 1, "held", 3).await;
     // Several poll rounds pass; nothing more may be sent while disabled.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(rx.count(), 1, "no delivery to a disabled endpoint");
-    assert_eq!(outbox_state(&client, &more[0]).await, ("pending".to_string(), 0));
+    assert_eq!(
+        outbox_state(&client, &more[0]).await,
+        ("pending".to_string(), 0)
+    );
 
     settings::enable(&client, m).await.unwrap();
     for id in first.iter().chain(&more) {
@@ -189,14 +248,22 @@ async fn redirects_are_not_followed_and_count_as_failures() {
     wait_status(&client, &ids[0], "failed").await;
     assert_eq!(rx.count(), 2);
     assert_eq!(target.count(), 0, "redirect target must never be called");
-    assert!(attempts(&client, &ids[0]).await.iter().all(|(_, code, _)| *code == Some(302)));
+    assert!(
+        attempts(&client, &ids[0])
+            .await
+            .iter()
+            .all(|(_, code, _)| *code == Some(302))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retry_after_pushes_the_next_attempt_back_within_the_cap() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::start(Arc::new(|_, _| (429, vec![("retry-after", "120".to_string())]))).await;
+    let rx = Receiver::start(Arc::new(|_, _| {
+        (429, vec![("retry-after", "120".to_string())])
+    }))
+    .await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, m, &rx.url()).await;
     let ids = enqueue(&client, 1, "ra", 1).await;
@@ -222,7 +289,10 @@ async fn retry_after_pushes_the_next_attempt_back_within_the_cap() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     // Asked for 120 s, capped at 60 s; the 5 ms schedule would have retried at once.
-    assert!((59.0..=61.0).contains(&delay), "next attempt {delay}s after the 429");
+    assert!(
+        (59.0..=61.0).contains(&delay),
+        "next attempt {delay}s after the 429"
+    );
     assert_eq!(rx.count(), 1);
 }
 
@@ -247,7 +317,11 @@ async fn a_hung_endpoint_does_not_starve_other_merchants() {
     for id in &fast_ids {
         wait_status(&client, id, "delivered").await;
     }
-    assert_eq!(slow.count(), 2, "the hung endpoint holds only its own per-merchant share");
+    assert_eq!(
+        slow.count(),
+        2,
+        "the hung endpoint holds only its own per-merchant share"
+    );
     // Release the hung endpoint: its backlog drains too.
     *slow.gate.lock().unwrap() = None;
     gate.notify_waiters();
@@ -286,7 +360,10 @@ async fn events_of_a_merchant_without_url_are_held_until_one_is_set() {
     let ids = enqueue(&client, 1, "nourl", 3).await;
     let (_stop, _task) = spawn_dispatcher(&db.url, fast_config("0s"));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(outbox_state(&client, &ids[0]).await, ("pending".to_string(), 0));
+    assert_eq!(
+        outbox_state(&client, &ids[0]).await,
+        ("pending".to_string(), 0)
+    );
     set_url(&mut client, m, &rx.url()).await;
     for id in &ids {
         wait_status(&client, id, "delivered").await;

@@ -34,14 +34,20 @@ async fn wait_all_delivered(client: &tokio_postgres::Client, n: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
         let done: i64 = client
-            .query_one("SELECT count(*) FROM webhook_outbox WHERE status = 'delivered'", &[])
+            .query_one(
+                "SELECT count(*) FROM webhook_outbox WHERE status = 'delivered'",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);
         if done == n {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "only {done} of {n} delivered");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {done} of {n} delivered"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -94,12 +100,17 @@ async fn killing_a_dispatcher_mid_delivery_loses_nothing() {
     // A short lease, so the victim's claims come back quickly.
     let lease = [("WEBHOOK_LEASE", "1s"), ("WEBHOOK_TIMEOUT", "30s")];
     let mut victim = dispatcher_process(&db.url, &lease);
-    rx.wait_until("the victim's requests in flight", |r| r.len() == 5).await;
+    rx.wait_until("the victim's requests in flight", |r| r.len() == 5)
+        .await;
     let in_flight: Vec<String> = rx.received().iter().map(|r| r.webhook_id()).collect();
     victim.0.kill().unwrap();
     victim.0.wait().unwrap();
     let (status, attempts) = outbox_state(&client, &ids[0]).await;
-    assert_eq!((status.as_str(), attempts), ("delivering", 1), "claimed, not finished");
+    assert_eq!(
+        (status.as_str(), attempts),
+        ("delivering", 1),
+        "claimed, not finished"
+    );
 
     *rx.gate.lock().unwrap() = None;
     gate.notify_waiters();
@@ -109,7 +120,11 @@ async fn killing_a_dispatcher_mid_delivery_loses_nothing() {
     let got: Vec<String> = rx.received().iter().map(|r| r.webhook_id()).collect();
     for id in &ids {
         assert!(in_flight.contains(id));
-        assert_eq!(got.iter().filter(|g| *g == id).count(), 2, "{id}: redelivered once, same webhook-id");
+        assert_eq!(
+            got.iter().filter(|g| *g == id).count(),
+            2,
+            "{id}: redelivered once, same webhook-id"
+        );
         let (status, attempts) = outbox_state(&client, id).await;
         assert_eq!((status.as_str(), attempts), ("delivered", 2));
     }

@@ -28,7 +28,9 @@ use crate::webhooks::settings::{self, WebhookUrl};
 
 /// The webhook settings router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let base = warp::path("dashboard").and(warp::path("api")).and(warp::path("webhook"));
+    let base = warp::path("dashboard")
+        .and(warp::path("api"))
+        .and(warp::path("webhook"));
     let session = require_session(ctx.clone());
 
     let get_endpoint = warp::path::end()
@@ -36,7 +38,9 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(with_ctx(ctx.clone()))
         .and(session.clone())
         .then(|ctx: Ctx, s: Session| async move { respond(endpoint(&ctx, &s).await) });
-    let endpoint_path = get_endpoint.or(warp::path::end().and(method_fallback("GET"))).unify();
+    let endpoint_path = get_endpoint
+        .or(warp::path::end().and(method_fallback("GET")))
+        .unify();
 
     let put_url = warp::path!("url")
         .and(warp::put())
@@ -44,17 +48,23 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(session.clone())
         .and(warp::header::optional::<String>("content-type"))
         .and(body_bytes())
-        .then(|ctx: Ctx, s: Session, ct: Option<String>, body: Bytes| async move {
-            respond(set_url(&ctx, &s, ct.as_deref(), &body).await)
-        });
-    let url_path = put_url.or(warp::path!("url").and(method_fallback("PUT"))).unify();
+        .then(
+            |ctx: Ctx, s: Session, ct: Option<String>, body: Bytes| async move {
+                respond(set_url(&ctx, &s, ct.as_deref(), &body).await)
+            },
+        );
+    let url_path = put_url
+        .or(warp::path!("url").and(method_fallback("PUT")))
+        .unify();
 
     let reveal = warp::path!("secret")
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(session.clone())
         .then(|ctx: Ctx, s: Session| async move { respond(reveal(&ctx, &s).await) });
-    let secret_path = reveal.or(warp::path!("secret").and(method_fallback("GET"))).unify();
+    let secret_path = reveal
+        .or(warp::path!("secret").and(method_fallback("GET")))
+        .unify();
 
     let rotate = post(&ctx, warp::path!("secret" / "rotate").boxed(), |ctx, s| {
         Box::pin(async move { rotate(&ctx, &s).await })
@@ -71,16 +81,22 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(with_ctx(ctx.clone()))
         .and(session.clone())
         .and(query_pairs())
-        .then(|ctx: Ctx, s: Session, q: Vec<(String, String)>| async move {
-            respond(deliveries(&ctx, &s, &q).await)
-        });
-    let list_path = list.or(warp::path!("deliveries").and(method_fallback("GET"))).unify();
+        .then(
+            |ctx: Ctx, s: Session, q: Vec<(String, String)>| async move {
+                respond(deliveries(&ctx, &s, &q).await)
+            },
+        );
+    let list_path = list
+        .or(warp::path!("deliveries").and(method_fallback("GET")))
+        .unify();
 
     let retry = warp::path!("deliveries" / String / "retry")
         .and(warp::post())
         .and(with_ctx(ctx.clone()))
         .and(session)
-        .then(|id: String, ctx: Ctx, s: Session| async move { respond(retry(&ctx, &s, &id).await) });
+        .then(
+            |id: String, ctx: Ctx, s: Session| async move { respond(retry(&ctx, &s, &id).await) },
+        );
     let retry_path = retry
         .or(warp::path!("deliveries" / String / "retry")
             .and(method_fallback("POST"))
@@ -107,7 +123,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     .boxed()
 }
 
-type Handler = fn(Ctx, Session) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Resp>> + Send>>;
+type Handler =
+    fn(Ctx, Session) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Resp>> + Send>>;
 
 /// A bodiless POST route with its 405 fallback.
 fn post(ctx: &Ctx, path: BoxedFilter<()>, handler: Handler) -> BoxedFilter<(Resp,)> {
@@ -217,18 +234,26 @@ async fn deliveries(ctx: &Ctx, s: &Session, q: &[(String, String)]) -> Result<Re
             .parse::<i64>()
             .ok()
             .filter(|n| (1..=100).contains(n))
-            .ok_or_else(|| ApiError::invalid("limit", "`limit` must be an integer from 1 to 100"))?,
+            .ok_or_else(|| {
+                ApiError::invalid("limit", "`limit` must be an integer from 1 to 100")
+            })?,
     };
     let before = param(q, "startingAfter")
-        .map(|id| settings::parse_delivery_id(id).ok_or_else(|| ApiError::invalid("startingAfter", "not a delivery id")))
+        .map(|id| {
+            settings::parse_delivery_id(id)
+                .ok_or_else(|| ApiError::invalid("startingAfter", "not a delivery id"))
+        })
         .transpose()?;
     let conn = ctx.pool.get().await?;
     let (data, has_more) = settings::deliveries(&conn, s.merchant.id, limit, before).await?;
-    Ok(Resp::json(json!({"object": "list", "data": data, "hasMore": has_more})))
+    Ok(Resp::json(
+        json!({"object": "list", "data": data, "hasMore": has_more}),
+    ))
 }
 
 async fn retry(ctx: &Ctx, s: &Session, id: &str) -> Result<Resp> {
-    let outbox_id = settings::parse_delivery_id(id).ok_or_else(|| ApiError::not_found("webhook delivery", Some("id")))?;
+    let outbox_id = settings::parse_delivery_id(id)
+        .ok_or_else(|| ApiError::not_found("webhook delivery", Some("id")))?;
     let conn = ctx.pool.get().await?;
     settings::retry(&conn, s.merchant.id, outbox_id).await?;
     Ok(Resp::with_status(

@@ -25,11 +25,19 @@ pub struct WebhookConfig {
     #[arg(long = "webhook-retry-after-max", env = "WEBHOOK_RETRY_AFTER_MAX", value_parser = duration, default_value = "1h")]
     pub retry_after_max: Duration,
     /// Deliveries in flight per dispatcher process.
-    #[arg(long = "webhook-concurrency", env = "WEBHOOK_CONCURRENCY", default_value_t = 64)]
+    #[arg(
+        long = "webhook-concurrency",
+        env = "WEBHOOK_CONCURRENCY",
+        default_value_t = 64
+    )]
     pub concurrency: usize,
     /// Deliveries in flight per merchant endpoint per dispatcher process, so one slow
     /// endpoint cannot take every worker.
-    #[arg(long = "webhook-per-merchant-concurrency", env = "WEBHOOK_PER_MERCHANT_CONCURRENCY", default_value_t = 8)]
+    #[arg(
+        long = "webhook-per-merchant-concurrency",
+        env = "WEBHOOK_PER_MERCHANT_CONCURRENCY",
+        default_value_t = 8
+    )]
     pub per_merchant_concurrency: usize,
     /// How long a claimed delivery is reserved; a dispatcher that dies mid-delivery loses
     /// its claims when this runs out and another dispatcher redelivers (same webhook-id).

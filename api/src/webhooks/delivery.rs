@@ -110,7 +110,9 @@ impl Deliverer {
                 None => NextState::Failed,
                 Some(d) => {
                     let d = apply_retry_after(d, retry_after, self.cfg.retry_after_max);
-                    NextState::Retry(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX))
+                    NextState::Retry(
+                        Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX),
+                    )
                 }
             }
         };
@@ -121,10 +123,23 @@ impl Deliverer {
         };
         metrics::counter!("chainsub_webhook_attempts_total", "outcome" => outcome).increment(1);
         if success {
-            tracing::debug!(outbox_id = a.outbox_id, msg_id = a.msg_id, attempt = a.attempt, latency_ms, "webhook delivered");
+            tracing::debug!(
+                outbox_id = a.outbox_id,
+                msg_id = a.msg_id,
+                attempt = a.attempt,
+                latency_ms,
+                "webhook delivered"
+            );
         } else {
-            tracing::info!(outbox_id = a.outbox_id, msg_id = a.msg_id, attempt = a.attempt, latency_ms,
-                error = error.as_deref().unwrap_or_default(), outcome, "webhook attempt failed");
+            tracing::info!(
+                outbox_id = a.outbox_id,
+                msg_id = a.msg_id,
+                attempt = a.attempt,
+                latency_ms,
+                error = error.as_deref().unwrap_or_default(),
+                outcome,
+                "webhook attempt failed"
+            );
         }
         Outcome {
             outbox_id: a.outbox_id,
@@ -168,7 +183,13 @@ impl Deliverer {
                 Err(_) => return Answer::Error(format!("unencodable {name} header")),
             };
         }
-        let resp = match client.post(url).headers(headers).body(a.body.to_vec()).send().await {
+        let resp = match client
+            .post(url)
+            .headers(headers)
+            .body(a.body.to_vec())
+            .send()
+            .await
+        {
             Ok(r) => r,
             Err(e) => return Answer::Error(describe(&e)),
         };

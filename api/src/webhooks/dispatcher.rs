@@ -96,7 +96,10 @@ pub async fn run(
 async fn claim_loop(shared: Arc<Shared>) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let spare = shared.cfg.concurrency.saturating_sub(shared.inflight.load(Ordering::SeqCst));
+        let spare = shared
+            .cfg
+            .concurrency
+            .saturating_sub(shared.inflight.load(Ordering::SeqCst));
         let claimed = if spare == 0 {
             0
         } else {
@@ -188,7 +191,12 @@ async fn claim_round(shared: &Arc<Shared>, spare: usize) -> Result<usize> {
     Ok(count)
 }
 
-async fn deliver(shared: Arc<Shared>, endpoint: Arc<Endpoint>, row: Claimed, body: Option<Vec<u8>>) {
+async fn deliver(
+    shared: Arc<Shared>,
+    endpoint: Arc<Endpoint>,
+    row: Claimed,
+    body: Option<Vec<u8>>,
+) {
     let outcome = match body {
         Some(body) => {
             shared
@@ -220,7 +228,8 @@ async fn deliver(shared: Arc<Shared>, endpoint: Arc<Endpoint>, row: Claimed, bod
     };
     if outcome.next == NextState::Delivered && row.attempt == 1 {
         let age = (Utc::now() - row.created_at).to_std().unwrap_or_default();
-        metrics::histogram!("chainsub_webhook_enqueue_to_delivery_seconds").record(age.as_secs_f64());
+        metrics::histogram!("chainsub_webhook_enqueue_to_delivery_seconds")
+            .record(age.as_secs_f64());
     }
     // The writer outlives every delivery; a send error only happens if it panicked, and
     // then the lease brings the row back.

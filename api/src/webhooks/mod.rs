@@ -61,7 +61,10 @@ pub struct DispatchArgs {
 }
 
 /// Runs a standalone dispatcher until `shutdown` (SIGTERM in `main`).
-pub async fn run_standalone(args: DispatchArgs, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+pub async fn run_standalone(
+    args: DispatchArgs,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<()> {
     if !args.no_migrate {
         crate::db::migrate(&args.database_url).await?;
     }

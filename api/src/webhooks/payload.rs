@@ -27,7 +27,10 @@ pub async fn bodies(client: &Client, rows: &[&Claimed]) -> Result<HashMap<i64, V
     }
     let rendered = client
         .query(
-            &format!("{} WHERE ce.public_id = ANY($1)", crate::render::EVENT_SELECT),
+            &format!(
+                "{} WHERE ce.public_id = ANY($1)",
+                crate::render::EVENT_SELECT
+            ),
             &[&wanted],
         )
         .await?;

@@ -90,7 +90,11 @@ pub fn parse_retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Opt
 /// Honours a receiver's `Retry-After` within bounds: never sooner than our own schedule
 /// (a receiver cannot make us hammer it) and never later than `cap` (a receiver cannot park
 /// its events for days).
-pub fn apply_retry_after(scheduled: Duration, retry_after: Option<Duration>, cap: Duration) -> Duration {
+pub fn apply_retry_after(
+    scheduled: Duration,
+    retry_after: Option<Duration>,
+    cap: Duration,
+) -> Duration {
     match retry_after {
         Some(ra) => scheduled.max(ra.min(cap)),
         None => scheduled,
@@ -106,7 +110,10 @@ mod tests {
         let s = RetrySchedule::default();
         assert_eq!(s.max_attempts(), 8);
         let total: Duration = s.0.iter().sum();
-        assert_eq!(total, Duration::from_secs(5 + 300 + 1800 + 7200 + 18000 + 72000));
+        assert_eq!(
+            total,
+            Duration::from_secs(5 + 300 + 1800 + 7200 + 18000 + 72000)
+        );
     }
 
     #[test]
@@ -114,7 +121,10 @@ mod tests {
         let s: RetrySchedule = "0s,10s,100ms".parse().unwrap();
         for _ in 0..100 {
             let d = s.next_delay(1).unwrap();
-            assert!(d >= Duration::from_secs(8) && d <= Duration::from_secs(12), "{d:?}");
+            assert!(
+                d >= Duration::from_secs(8) && d <= Duration::from_secs(12),
+                "{d:?}"
+            );
         }
         assert!(s.next_delay(2).unwrap() <= Duration::from_millis(120));
         assert_eq!(s.next_delay(3), None);
@@ -129,8 +139,13 @@ mod tests {
 
     #[test]
     fn retry_after_is_honoured_within_bounds() {
-        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().to_utc();
-        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
+        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
         assert_eq!(
             parse_retry_after("Thu, 01 Jan 2026 00:01:00 GMT", now),
             Some(Duration::from_secs(60))
@@ -138,8 +153,14 @@ mod tests {
         assert_eq!(parse_retry_after("soon", now), None);
         let cap = Duration::from_secs(3600);
         let s = Duration::from_secs(5);
-        assert_eq!(apply_retry_after(s, Some(Duration::from_secs(60)), cap), Duration::from_secs(60));
+        assert_eq!(
+            apply_retry_after(s, Some(Duration::from_secs(60)), cap),
+            Duration::from_secs(60)
+        );
         assert_eq!(apply_retry_after(s, Some(Duration::from_secs(1)), cap), s);
-        assert_eq!(apply_retry_after(s, Some(Duration::from_secs(99_999)), cap), cap);
+        assert_eq!(
+            apply_retry_after(s, Some(Duration::from_secs(99_999)), cap),
+            cap
+        );
     }
 }

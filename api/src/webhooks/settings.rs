@@ -55,7 +55,11 @@ impl WebhookUrl {
 
 /// Sets (or with `None` removes) the endpoint URL. Setting a URL re-enables an endpoint
 /// disabled by a 410 (the merchant has fixed it) and creates the first signing secret.
-pub async fn set_url(client: &mut Client, merchant_id: i64, url: Option<&WebhookUrl>) -> Result<()> {
+pub async fn set_url(
+    client: &mut Client,
+    merchant_id: i64,
+    url: Option<&WebhookUrl>,
+) -> Result<()> {
     let tx = client.transaction().await?;
     let n = tx
         .execute(
@@ -68,15 +72,19 @@ pub async fn set_url(client: &mut Client, merchant_id: i64, url: Option<&Webhook
         return Err(ApiError::not_found("merchant", None));
     }
     ensure_secret_in(&tx, merchant_id).await?;
-    tx.execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[]).await?;
+    tx.execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[])
+        .await?;
     tx.commit().await?;
     Ok(())
 }
 
 async fn ensure_secret_in(tx: &tokio_postgres::Transaction<'_>, merchant_id: i64) -> Result<()> {
     // Serialize with rotations of the same merchant.
-    tx.execute("SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE", &[&merchant_id])
-        .await?;
+    tx.execute(
+        "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
+        &[&merchant_id],
+    )
+    .await?;
     tx.execute(
         "INSERT INTO webhook_secrets (merchant_id, secret)
          SELECT $1, $2 WHERE NOT EXISTS
@@ -113,8 +121,9 @@ pub async fn reveal_secrets(client: &mut Client, merchant_id: i64) -> Result<Vec
         .map(|r| {
             let text: String = r.get(0);
             Ok(LiveSecret {
-                secret: WebhookSecret::parse(&text)
-                    .map_err(|_| ApiError::Internal("malformed webhook secret in database".into()))?,
+                secret: WebhookSecret::parse(&text).map_err(|_| {
+                    ApiError::Internal("malformed webhook secret in database".into())
+                })?,
                 created_at: r.get(1),
                 expires_at: r.get(2),
             })
@@ -123,10 +132,17 @@ pub async fn reveal_secrets(client: &mut Client, merchant_id: i64) -> Result<Vec
 }
 
 /// Rotates: the current secret keeps signing for `overlap`, a new one becomes current.
-pub async fn rotate_secret(client: &mut Client, merchant_id: i64, overlap: Duration) -> Result<WebhookSecret> {
+pub async fn rotate_secret(
+    client: &mut Client,
+    merchant_id: i64,
+    overlap: Duration,
+) -> Result<WebhookSecret> {
     let tx = client.transaction().await?;
     let locked = tx
-        .execute("SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE", &[&merchant_id])
+        .execute(
+            "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
+            &[&merchant_id],
+        )
         .await?;
     if locked == 0 {
         return Err(ApiError::not_found("merchant", None));
@@ -172,12 +188,19 @@ pub async fn enable(client: &Client, merchant_id: i64) -> Result<()> {
             &[&merchant_id],
         )
         .await?;
-    client.execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[]).await?;
+    client
+        .execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[])
+        .await?;
     Ok(())
 }
 
 /// Queues a dashboard test event (its body is `payload`, sent as is). Returns the delivery id.
-pub async fn enqueue_test(client: &Client, merchant_id: i64, event_id: &str, payload: &Value) -> Result<i64> {
+pub async fn enqueue_test(
+    client: &Client,
+    merchant_id: i64,
+    event_id: &str,
+    payload: &Value,
+) -> Result<i64> {
     let row = client
         .query_opt(
             "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload)
@@ -231,13 +254,20 @@ pub async fn retry(client: &Client, merchant_id: i64, outbox_id: i64) -> Result<
             &[&outbox_id],
         )
         .await?;
-    client.execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[]).await?;
+    client
+        .execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[])
+        .await?;
     Ok(())
 }
 
 /// Recent deliveries, newest first, each with its attempts (newest first). `before` is a
 /// delivery id to page from.
-pub async fn deliveries(client: &Client, merchant_id: i64, limit: i64, before: Option<i64>) -> Result<(Vec<Value>, bool)> {
+pub async fn deliveries(
+    client: &Client,
+    merchant_id: i64,
+    limit: i64,
+    before: Option<i64>,
+) -> Result<(Vec<Value>, bool)> {
     let rows = client
         .query(
             "SELECT o.id, o.event_public_id, o.test_payload IS NOT NULL, o.status, o.attempts,
@@ -299,7 +329,10 @@ pub async fn deliveries(client: &Client, merchant_id: i64, limit: i64, before: O
 
 /// Delivery status of events by public id, for `GET /api/v1/events` (`delivery` field):
 /// absent from the map when the event has no outbox row yet (not confirmed).
-pub async fn delivery_status(client: &Client, event_ids: &[String]) -> Result<HashMap<String, Value>> {
+pub async fn delivery_status(
+    client: &Client,
+    event_ids: &[String],
+) -> Result<HashMap<String, Value>> {
     let rows = client
         .query(
             "SELECT o.event_public_id, o.status, o.attempts, o.next_attempt_at, o.delivered_at, o.last_error
@@ -355,7 +388,13 @@ mod tests {
     #[test]
     fn delivery_ids_round_trip_and_reject_garbage() {
         assert_eq!(parse_delivery_id(&delivery_public_id(42)), Some(42));
-        for bad in ["whd_", "whd_01", "whd_x", "evt_1", "whd_99999999999999999999"] {
+        for bad in [
+            "whd_",
+            "whd_01",
+            "whd_x",
+            "evt_1",
+            "whd_99999999999999999999",
+        ] {
             assert_eq!(parse_delivery_id(bad), None, "{bad}");
         }
     }

@@ -123,7 +123,14 @@ mod tests {
     fn header_carries_one_signature_per_secret_space_separated() {
         let (a, b) = (WebhookSecret::generate(), WebhookSecret::generate());
         let h = signature_header(&[a.clone(), b.clone()], "evt_1", 10, b"{}");
-        assert_eq!(h, format!("{} {}", a.sign("evt_1", 10, b"{}"), b.sign("evt_1", 10, b"{}")));
+        assert_eq!(
+            h,
+            format!(
+                "{} {}",
+                a.sign("evt_1", 10, b"{}"),
+                b.sign("evt_1", 10, b"{}")
+            )
+        );
     }
 
     #[test]

@@ -64,7 +64,7 @@ fn classify_v4(ip: Ipv4Addr) -> AddressClass {
         (172, 16..=31) => AddressClass::Private,
         (100, 64..=127) => AddressClass::Private, // CGNAT
         (169, 254) => AddressClass::LinkLocal,
-        (0, _) => AddressClass::Forbidden,         // "this network", incl. 0.0.0.0
+        (0, _) => AddressClass::Forbidden, // "this network", incl. 0.0.0.0
         (224..=255, _) => AddressClass::Forbidden, // multicast, reserved, broadcast
         (198, 18..=19) => AddressClass::Forbidden, // benchmarking
         (192, 0) if c == 0 || c == 2 => AddressClass::Forbidden, // IETF, TEST-NET-1
@@ -100,7 +100,14 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
 /// (::a.b.c.d), NAT64 (64:ff9b::a.b.c.d) and 6to4 (2002:ab:cd::).
 fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     let seg = ip.segments();
-    let tail = || Ipv4Addr::new((seg[6] >> 8) as u8, seg[6] as u8, (seg[7] >> 8) as u8, seg[7] as u8);
+    let tail = || {
+        Ipv4Addr::new(
+            (seg[6] >> 8) as u8,
+            seg[6] as u8,
+            (seg[7] >> 8) as u8,
+            seg[7] as u8,
+        )
+    };
     if seg[..5] == [0; 5] && seg[5] == 0xffff {
         return Some(tail());
     }
@@ -111,7 +118,12 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
         return Some(tail());
     }
     if seg[0] == 0x2002 {
-        return Some(Ipv4Addr::new((seg[1] >> 8) as u8, seg[1] as u8, (seg[2] >> 8) as u8, seg[2] as u8));
+        return Some(Ipv4Addr::new(
+            (seg[1] >> 8) as u8,
+            seg[1] as u8,
+            (seg[2] >> 8) as u8,
+            seg[2] as u8,
+        ));
     }
     None
 }
@@ -205,8 +217,14 @@ mod tests {
     #[test]
     fn policy_flags_open_only_their_own_classes() {
         let strict = AddressPolicy::default();
-        let loopback = AddressPolicy { allow_loopback: true, allow_private: false };
-        let private = AddressPolicy { allow_loopback: false, allow_private: true };
+        let loopback = AddressPolicy {
+            allow_loopback: true,
+            allow_private: false,
+        };
+        let private = AddressPolicy {
+            allow_loopback: false,
+            allow_private: true,
+        };
         assert!(strict.allows(ip("127.0.0.1")).is_err());
         assert!(loopback.allows(ip("127.0.0.1")).is_ok());
         assert!(loopback.allows(ip("10.0.0.1")).is_err());
@@ -222,8 +240,20 @@ mod tests {
     async fn hostname_resolving_to_loopback_is_refused_unless_allowed() {
         let url = Url::parse("http://localhost:9/hook").unwrap();
         let err = AddressPolicy::default().resolve(&url).await.unwrap_err();
-        assert!(matches!(err, Blocked::Address { class: AddressClass::Loopback, .. }), "{err}");
-        let allowed = AddressPolicy { allow_loopback: true, allow_private: false };
+        assert!(
+            matches!(
+                err,
+                Blocked::Address {
+                    class: AddressClass::Loopback,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let allowed = AddressPolicy {
+            allow_loopback: true,
+            allow_private: false,
+        };
         let addrs = allowed.resolve(&url).await.unwrap();
         assert!(addrs.iter().all(|a| a.ip().is_loopback() && a.port() == 9));
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_postgres::Client;
 
-use crate::error::Result;
 use super::signing::WebhookSecret;
+use crate::error::Result;
 
 /// Condition shared by every "is this row due" query (`o` is webhook_outbox).
 const DUE: &str = "o.status IN ('pending', 'delivering') AND o.next_attempt_at <= now() \
@@ -94,7 +94,12 @@ pub struct Claimed {
 
 /// Claims up to `limit` due rows of one merchant: marks them `delivering`, counts the
 /// attempt, and leases them for `lease`.
-pub async fn claim(client: &Client, wallet: &[u8], limit: i64, lease: Duration) -> Result<Vec<Claimed>> {
+pub async fn claim(
+    client: &Client,
+    wallet: &[u8],
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<Claimed>> {
     let rows = client
         .query(
             &format!(
@@ -159,7 +164,10 @@ pub async fn record(client: &mut Client, outcomes: &[Outcome]) -> Result<()> {
     let codes: Vec<Option<i32>> = outcomes.iter().map(|o| o.status_code).collect();
     let latency: Vec<i32> = outcomes.iter().map(|o| o.latency_ms).collect();
     let errors: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_deref()).collect();
-    let excerpts: Vec<Option<&str>> = outcomes.iter().map(|o| o.response_excerpt.as_deref()).collect();
+    let excerpts: Vec<Option<&str>> = outcomes
+        .iter()
+        .map(|o| o.response_excerpt.as_deref())
+        .collect();
     tx.execute(
         "INSERT INTO webhook_attempts (outbox_id, attempt, attempted_at, url, status_code, latency_ms, error, response_excerpt)
          SELECT * FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::text[], $5::int[], $6::int[], $7::text[], $8::text[])",
@@ -197,7 +205,13 @@ pub async fn record(client: &mut Client, outcomes: &[Outcome]) -> Result<()> {
             tx.execute(
                 "UPDATE merchants SET webhook_enabled = FALSE, webhook_disabled_reason = $2
                  WHERE wallet = $1 AND webhook_enabled",
-                &[wallet, &format!("endpoint answered 410 Gone at {}", o.attempted_at.to_rfc3339())],
+                &[
+                    wallet,
+                    &format!(
+                        "endpoint answered 410 Gone at {}",
+                        o.attempted_at.to_rfc3339()
+                    ),
+                ],
             )
             .await?;
         }

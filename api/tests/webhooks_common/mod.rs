@@ -60,7 +60,8 @@ impl Receiver {
             .and(warp::header::headers_cloned())
             .and(warp::body::bytes())
             .then(move |headers: HeaderMap, body: Bytes| {
-                let (got, arrived, gate, script) = (g.clone(), a.clone(), gt.clone(), script.clone());
+                let (got, arrived, gate, script) =
+                    (g.clone(), a.clone(), gt.clone(), script.clone());
                 async move {
                     let r = Received { headers, body };
                     let n = {
@@ -74,7 +75,8 @@ impl Receiver {
                         w.notified().await;
                     }
                     let (status, headers) = script(n, &r);
-                    let mut resp = warp::http::Response::builder().status(StatusCode::from_u16(status).unwrap());
+                    let mut resp = warp::http::Response::builder()
+                        .status(StatusCode::from_u16(status).unwrap());
                     for (k, v) in headers {
                         resp = resp.header(k, v);
                     }
@@ -92,7 +94,13 @@ impl Receiver {
                 })
                 .run(),
         );
-        Receiver { addr, got, arrived, gate, _stop: stop }
+        Receiver {
+            addr,
+            got,
+            arrived,
+            gate,
+            _stop: stop,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -132,7 +140,11 @@ pub fn pool(url: &str) -> Pool {
             recycling_method: RecyclingMethod::Fast,
         },
     );
-    Pool::builder(mgr).max_size(8).runtime(Runtime::Tokio1).build().unwrap()
+    Pool::builder(mgr)
+        .max_size(8)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .unwrap()
 }
 
 /// Millisecond-scale settings that allow loopback receivers.
@@ -158,7 +170,11 @@ pub async fn merchant(client: &Client, wallet_byte: u8) -> i64 {
     client
         .query_one(
             "INSERT INTO merchants (public_id, wallet, code) VALUES ($1, $2, $3) RETURNING id",
-            &[&format!("mer_{wallet_byte}"), &wallet(wallet_byte), &format!("m{wallet_byte}")],
+            &[
+                &format!("mer_{wallet_byte}"),
+                &wallet(wallet_byte),
+                &format!("m{wallet_byte}"),
+            ],
         )
         .await
         .unwrap()
@@ -168,7 +184,9 @@ pub async fn merchant(client: &Client, wallet_byte: u8) -> i64 {
 /// Sets the merchant's webhook URL through the dashboard's code path.
 pub async fn set_url(client: &mut Client, merchant_id: i64, url: &str) {
     let url = WebhookUrl::parse(url, true).unwrap();
-    settings::set_url(client, merchant_id, Some(&url)).await.unwrap();
+    settings::set_url(client, merchant_id, Some(&url))
+        .await
+        .unwrap();
 }
 
 /// Queues `n` events for the merchant as outbox rows with a fixed payload (the body the
@@ -191,7 +209,10 @@ pub async fn enqueue(client: &Client, wallet_byte: u8, prefix: &str, n: usize) -
 }
 
 /// Runs an in-process dispatcher until the returned sender is dropped or fired.
-pub fn spawn_dispatcher(db_url: &str, cfg: WebhookConfig) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+pub fn spawn_dispatcher(
+    db_url: &str,
+    cfg: WebhookConfig,
+) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
     let (stop, stopped) = oneshot::channel::<()>();
     let pool = pool(db_url);
     let url = db_url.to_string();
@@ -225,7 +246,10 @@ pub async fn wait_status(client: &Client, event_id: &str, status: &str) {
         if s == status {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{event_id} stuck in {s} after {a} attempts, wanted {status}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{event_id} stuck in {s} after {a} attempts, wanted {status}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
