@@ -271,3 +271,55 @@ pub async fn anvil_reorg(chain: &DevChain, depth: u64, txs: &[(Address, Address,
         .await
         .expect("anvil_reorg");
 }
+
+// ------------------------------------------------------------------ the indexer as a process
+
+/// Spawns the `indexer` binary for `chain` into `db`, serving health on `metrics_port`.
+pub fn spawn_indexer(
+    chain: &DevChain,
+    db: &TestDb,
+    metrics_port: u16,
+    extra_env: &[(&str, &str)],
+) -> chainsub_tests::ChildGuard {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_indexer"));
+    cmd.env("DATABASE_URL", &db.url)
+        .env("RPC_URL", &chain.anvil.url)
+        .env("CHAIN_ID", chain.anvil.chain_id.to_string())
+        .env("CONTRACT_ADDRESS", chain.manager.to_string())
+        .env("START_BLOCK", chain.deploy_block.to_string())
+        .env("CONFIRMATIONS", "0")
+        .env("INDEXER_METRICS_LISTEN", format!("127.0.0.1:{metrics_port}"))
+        .env("INDEXER_POLL_INTERVAL_MS", "20")
+        .env("INDEXER_MIN_BACKOFF_MS", "5")
+        .env("INDEXER_MAX_BACKOFF_MS", "100")
+        .env("INDEXER_NO_FINALIZED_TAG", "true")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    chainsub_tests::ChildGuard(cmd.spawn().expect("spawn indexer"))
+}
+
+/// GET `path` on 127.0.0.1:`port`; the body, or `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
+}
+
+/// The `/health` JSON of an indexer process, once it answers.
+pub async fn health(port: u16) -> serde_json::Value {
+    let mut body = None;
+    wait_until("health endpoint", || {
+        body = http_get(port, "/health");
+        let ready = body.is_some();
+        async move { ready }
+    })
+    .await;
+    serde_json::from_str(body.as_deref().unwrap_or("{}")).expect("health json")
+}
