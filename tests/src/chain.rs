@@ -147,7 +147,14 @@ pub fn signing_provider(url: &str) -> DynProvider {
     for i in 1..DEV_KEYS.len() {
         wallet.register_signer(dev_key(i));
     }
+    // Simple (not cached) nonces: the cached manager reserves a nonce before gas estimation,
+    // so a call that reverts in estimation leaves a gap and the account's next transaction
+    // never mines. Tests send reverting calls on purpose.
     ProviderBuilder::new()
+        .disable_recommended_fillers()
+        .with_gas_estimation()
+        .with_simple_nonce_management()
+        .fetch_chain_id()
         .wallet(wallet)
         .connect_http(url.parse().expect("rpc url"))
         .erased()
