@@ -131,6 +131,9 @@ impl Chain {
         match self
             .provider
             .estimate_gas(self.charge_request(subscription_id))
+            // Latest, not pending: nodes disagree on the default. A send of ours still in
+            // the pool is kept unique by the journal, not by this check.
+            .latest()
             .await
         {
             // 25% headroom: the estimate is against the latest block, the send lands later.

@@ -163,13 +163,15 @@ impl Stack {
 
     /// The keeper binary with this stack's configuration and a fast poll interval.
     pub fn keeper(&self) -> Command {
+        self.keeper_on(free_port())
+    }
+
+    /// The keeper binary with its health/metrics endpoint on `port`.
+    pub fn keeper_on(&self, port: u16) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_keeper"));
         cmd.envs(self.common_env())
             .env("KEEPER_PRIVATE_KEY", DEV_KEYS[accounts::KEEPER])
-            .env(
-                "KEEPER_METRICS_LISTEN",
-                format!("127.0.0.1:{}", free_port()),
-            )
+            .env("KEEPER_METRICS_LISTEN", format!("127.0.0.1:{port}"))
             .env("KEEPER_POLL_INTERVAL_MS", "100")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null());
@@ -298,6 +300,72 @@ impl Stack {
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+}
+
+/// Starts a long-running keeper (plus `extra` flags); killed (SIGKILL) when dropped.
+pub fn spawn(mut cmd: Command, extra: &[&str]) -> ChildGuard {
+    ChildGuard(cmd.args(extra).spawn().expect("spawn keeper"))
+}
+
+/// Waits for a child to exit on its own.
+pub fn wait_exit(child: &mut ChildGuard) -> ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "process did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `GET http://127.0.0.1:{port}{path}`: (status code, body). Retries while the port is closed.
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let req =
+                format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+            let mut out = String::new();
+            if s.write_all(req.as_bytes()).is_ok() && s.read_to_string(&mut out).is_ok() {
+                let code = out
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let body = out
+                    .split_once("\r\n\r\n")
+                    .map(|x| x.1)
+                    .unwrap_or("")
+                    .to_string();
+                return (code, body);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing listening on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Polls `/health` until `pred` holds for its JSON body.
+pub fn wait_health(port: u16, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = http_get(port, "/health");
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) {
+            if pred(&v) {
+                return v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "health never matched; last: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
     }
 }
 
