@@ -34,7 +34,8 @@ pub fn api_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .unify()
         .or(routes::webhooks::routes(ctx.clone()))
         .unify()
-        // Page engineer: merge `crate::routes::pages::routes(ctx.clone())` here, `.or(..).unify()`.
+        .or(routes::pages::routes(ctx.clone()))
+        .unify()
         .boxed()
 }
 

@@ -73,6 +73,9 @@ pub struct Config {
     /// Webhook dispatcher and endpoint settings (WEBHOOK_*).
     #[command(flatten)]
     pub webhooks: crate::webhooks::WebhookConfig,
+    /// Checkout and dashboard page settings (EXPLORER_TX_URL, CHECKOUT_ALLOWANCE_PERIODS).
+    #[command(flatten)]
+    pub pages: crate::pages::PagesConfig,
 }
 
 impl Config {

@@ -14,6 +14,7 @@ pub mod error;
 pub mod idempotency;
 pub mod merchants;
 pub mod metrics;
+pub mod pages;
 pub mod pagination;
 pub mod ratelimit;
 pub mod render;

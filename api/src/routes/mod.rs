@@ -7,6 +7,7 @@ pub mod events;
 pub mod health;
 pub mod keys;
 pub mod openapi;
+pub mod pages;
 pub mod plans;
 pub mod subscriptions;
 pub mod webhooks;

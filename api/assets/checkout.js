@@ -1,0 +1,229 @@
+// Chainsub checkout: drives the customer's wallet through window.ethereum (EIP-1193).
+// The server encodes every transaction (GET …/tx); this file only sends what it is given,
+// so no ABI library is needed. States are shown on #checkout[data-state] and announced in
+// the #status live region.
+"use strict";
+
+(function () {
+  const settings = JSON.parse(document.getElementById("checkout-settings").textContent);
+  const card = document.getElementById("checkout");
+  const statusEl = document.getElementById("status");
+  const btn = {
+    connect: document.getElementById("connect"),
+    switch: document.getElementById("switch"),
+    subscribe: document.getElementById("subscribe"),
+    refresh: document.getElementById("refresh"),
+  };
+  const accountEl = document.getElementById("account");
+  const stepsEl = document.getElementById("steps");
+  const resultEl = document.getElementById("result");
+  let account = null;
+  let plan = null; // the last answer of the tx endpoint
+  let busy = false;
+
+  function show(state, message, buttons) {
+    card.dataset.state = state;
+    statusEl.textContent = message;
+    for (const [name, el] of Object.entries(btn)) el.hidden = !buttons.includes(name);
+  }
+
+  function short(a) {
+    return a ? a.slice(0, 6) + "…" + a.slice(-4) : "";
+  }
+
+  function renderSteps(done) {
+    stepsEl.textContent = "";
+    if (!plan) return;
+    for (const s of plan.steps) {
+      const li = document.createElement("li");
+      li.textContent = s.label;
+      li.dataset.step = s.step;
+      if (done[s.step]) {
+        li.dataset.done = "true";
+        li.textContent += " ✓";
+      }
+      stepsEl.appendChild(li);
+    }
+  }
+
+  function ethereum() {
+    return window.ethereum && typeof window.ethereum.request === "function" ? window.ethereum : null;
+  }
+
+  function walletError(e, what) {
+    if (e && e.code === 4001) {
+      show("rejected", "You rejected the " + what + " in your wallet. Nothing was sent; you can try again.",
+        account ? ["subscribe"] : ["connect"]);
+    } else {
+      show("error", "The wallet reported an error during the " + what + ": " + ((e && e.message) || e),
+        account ? ["refresh"] : ["connect"]);
+    }
+  }
+
+  async function onRightChain() {
+    const id = await ethereum().request({ method: "eth_chainId" });
+    return BigInt(id) === BigInt(settings.chainId);
+  }
+
+  async function connect() {
+    const eth = ethereum();
+    if (!eth) {
+      show("no-wallet", "No browser wallet found. Install a wallet such as MetaMask, then reload this page.", []);
+      return;
+    }
+    show("connecting", "Waiting for your wallet to connect…", []);
+    try {
+      const accounts = await eth.request({ method: "eth_requestAccounts" });
+      account = accounts && accounts[0] ? accounts[0] : null;
+    } catch (e) {
+      walletError(e, "connection request");
+      return;
+    }
+    if (!account) {
+      show("idle", "The wallet shared no account.", ["connect"]);
+      return;
+    }
+    accountEl.hidden = false;
+    accountEl.textContent = "Connected: " + account;
+    await check();
+  }
+
+  async function switchChain() {
+    try {
+      await ethereum().request({
+        method: "wallet_switchEthereumChain",
+        params: [{ chainId: settings.chainIdHex }],
+      });
+    } catch (e) {
+      if (e && e.code === 4902) {
+        show("wrong-chain", "Your wallet does not know chain " + settings.chainId + ". Add it in your wallet, then try again.", ["switch"]);
+      } else {
+        walletError(e, "network switch");
+      }
+      return;
+    }
+    await check();
+  }
+
+  // Asks the server for the wallet's state and the transactions still to send.
+  async function check() {
+    if (!account) return;
+    if (!(await onRightChain())) {
+      show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+      return;
+    }
+    if (!settings.available) {
+      show("unavailable", "This plan is not available on chain yet. Try again in a few minutes.", ["refresh"]);
+      return;
+    }
+    show("checking", "Checking your balance and allowance…", []);
+    let res;
+    try {
+      res = await fetch(settings.txUrl + "&from=" + encodeURIComponent(account), { headers: { accept: "application/json" } });
+      plan = await res.json();
+    } catch (e) {
+      show("error", "Could not reach the service. Check your connection and try again.", ["refresh"]);
+      return;
+    }
+    if (!res.ok) {
+      const msg = plan && plan.error ? plan.error.message : "HTTP " + res.status;
+      plan = null;
+      show("error", "The service could not prepare the subscription: " + msg, ["refresh"]);
+      return;
+    }
+    renderSteps({});
+    if (plan.alreadySubscribed) {
+      show("already", "This wallet already has an active subscription to this plan (" + plan.alreadySubscribed + "). Nothing to do.", []);
+      return;
+    }
+    if (plan.insufficientBalance) {
+      show("insufficient", "Insufficient USDC balance: the first payment is " + plan.amount + " USDC and this wallet holds " + plan.balance + " USDC. Top up, then check again.", ["refresh"]);
+      return;
+    }
+    const n = plan.steps.length;
+    btn.subscribe.textContent = n > 1 ? "Approve USDC and subscribe" : "Subscribe";
+    show("ready", "Ready. Your wallet will ask you to confirm " + (n > 1 ? n + " transactions" : "1 transaction") + ".", ["subscribe"]);
+  }
+
+  function sleep(ms) {
+    return new Promise((r) => setTimeout(r, ms));
+  }
+
+  async function receipt(hash) {
+    for (;;) {
+      const r = await ethereum().request({ method: "eth_getTransactionReceipt", params: [hash] });
+      if (r) return r;
+      await sleep(1000);
+    }
+  }
+
+  async function subscribe() {
+    if (busy || !plan) return;
+    busy = true;
+    const done = {};
+    try {
+      if (!(await onRightChain())) {
+        show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+        return;
+      }
+      for (const s of plan.steps) {
+        const what = s.step === "approve" ? "USDC approval" : "subscription";
+        show("confirm", "Confirm the " + what + " in your wallet…", []);
+        let hash;
+        try {
+          hash = await ethereum().request({ method: "eth_sendTransaction", params: [s.tx] });
+        } catch (e) {
+          walletError(e, what);
+          return;
+        }
+        show("pending", "Pending: waiting for the " + what + " transaction " + short(hash) + " to be confirmed…", []);
+        const r = await receipt(hash);
+        if (BigInt(r.status) !== 1n) {
+          show("failed", "The " + what + " transaction failed on chain (" + hash + "). No subscription was created.", ["refresh"]);
+          return;
+        }
+        done[s.step] = true;
+        renderSteps(done);
+        if (s.step === "subscribe") confirmed(hash);
+      }
+    } catch (e) {
+      show("error", "Something went wrong: " + ((e && e.message) || e), ["refresh"]);
+    } finally {
+      busy = false;
+    }
+  }
+
+  function confirmed(hash) {
+    resultEl.hidden = false;
+    document.getElementById("tx-hash").textContent = hash;
+    const link = document.getElementById("explorer-link");
+    if (settings.explorerTxUrl) {
+      link.href = settings.explorerTxUrl.replace("{hash}", hash);
+      link.hidden = false;
+    }
+    show("confirmed", "Confirmed: you are subscribed. You can close this page.", []);
+  }
+
+  btn.connect.addEventListener("click", connect);
+  btn.switch.addEventListener("click", switchChain);
+  btn.subscribe.addEventListener("click", subscribe);
+  btn.refresh.addEventListener("click", check);
+
+  const eth = ethereum();
+  if (eth && typeof eth.on === "function") {
+    eth.on("chainChanged", () => { if (!busy) check(); });
+    eth.on("accountsChanged", (accounts) => {
+      if (busy) return;
+      account = accounts && accounts[0] ? accounts[0] : null;
+      if (!account) {
+        accountEl.hidden = true;
+        show("idle", "Wallet disconnected.", ["connect"]);
+        return;
+      }
+      accountEl.textContent = "Connected: " + account;
+      check();
+    });
+  }
+  if (!eth) show("no-wallet", "No browser wallet found. Install a wallet such as MetaMask, then reload this page.", []);
+  else show("idle", "Connect your wallet to subscribe.", ["connect"]);
+})();

@@ -1,0 +1,114 @@
+//! The checkout page's HTML. The page's states (connect, wrong chain, insufficient balance,
+//! ready, pending, rejected, confirmed, already subscribed) are driven by
+//! `assets/checkout.js`; the server renders the facts and the settings it needs.
+
+use serde_json::json;
+use warp::http::StatusCode;
+
+use super::checkout::{Link, chain_id_hex, requested_allowance};
+use super::html::{esc, json_script, page};
+use crate::config::Config;
+use crate::domain::format_units;
+use crate::reply::Resp;
+
+/// `0x1234…abcd`: enough to recognise, short enough to read.
+fn short(addr: &str) -> String {
+    if addr.len() > 12 {
+        format!("{}…{}", &addr[..6], &addr[addr.len() - 4..])
+    } else {
+        addr.to_string()
+    }
+}
+
+fn interval_text(interval: &str) -> &'static str {
+    match interval {
+        "month" => "month",
+        _ => "period",
+    }
+}
+
+/// The page for a verified link. `tx_url` is the JSON endpoint with the link's query.
+pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
+    let periods = cfg.pages.checkout_allowance_periods;
+    let amount = format_units(link.amount);
+    let allowance = u128::try_from(requested_allowance(link.amount, periods))
+        .map_or_else(|_| "?".to_string(), format_units);
+    let merchant_wallet = link.merchant.wallet.to_checksum(None);
+    let contract = cfg.contract_address.to_checksum(None);
+    let per = interval_text(&link.interval);
+    let settings = json!({
+        "chainId": cfg.chain_id,
+        "chainIdHex": chain_id_hex(cfg.chain_id),
+        "txUrl": tx_url,
+        "explorerTxUrl": cfg.pages.explorer_tx_url,
+        "available": link.plan_onchain_id.is_some(),
+    });
+    let unavailable = if link.plan_onchain_id.is_none() {
+        "<p class=\"notice\" role=\"alert\">This plan is not available on chain yet. \
+         Please try again in a few minutes.</p>"
+    } else {
+        ""
+    };
+    let body = format!(
+        r#"<section class="card checkout" id="checkout" data-state="idle" aria-labelledby="title">
+<p class="eyebrow">Subscription checkout</p>
+<h1 id="title">{name}</h1>
+<p class="price"><span id="amount">{amount}</span> USDC <span class="per">/ {per}</span></p>
+<dl class="facts">
+  <dt>Merchant</dt><dd><code title="{mw}">{mw_short}</code> <span class="muted">({code})</span></dd>
+  <dt>Billing</dt><dd>{amount} USDC now, then every calendar {per} on the same day until you cancel.</dd>
+  <dt>Allowance requested</dt><dd><span id="allowance">{allowance}</span> USDC ({periods} payments) for the subscription contract <code title="{contract}">{contract_short}</code>. It only lets the contract take the plan amount once per {per}; you can lower or revoke it at any time.</dd>
+  <dt>Network</dt><dd>Chain ID {chain_id}</dd>
+</dl>
+{unavailable}
+<noscript><p class="notice">This page needs JavaScript and a browser wallet (such as MetaMask).</p></noscript>
+<div class="actions">
+  <button type="button" id="connect" class="primary">Connect wallet</button>
+  <button type="button" id="switch" class="primary" hidden>Switch network</button>
+  <button type="button" id="subscribe" class="primary" hidden>Subscribe</button>
+  <button type="button" id="refresh" hidden>Check again</button>
+</div>
+<p id="account" class="muted" hidden></p>
+<ol id="steps" class="steps" aria-label="Transactions"></ol>
+<div id="status" class="status" role="status" aria-live="polite"></div>
+<div id="result" class="result" hidden>
+  <p>Transaction <code id="tx-hash"></code></p>
+  <p><a id="explorer-link" href="" target="_blank" rel="noopener noreferrer" hidden>View on the block explorer</a></p>
+</div>
+</section>
+{settings}"#,
+        name = esc(&link.plan_name),
+        amount = esc(&amount),
+        per = per,
+        mw = esc(&merchant_wallet),
+        mw_short = esc(&short(&merchant_wallet)),
+        code = esc(&link.merchant.code),
+        allowance = esc(&allowance),
+        periods = periods,
+        contract = esc(&contract),
+        contract_short = esc(&short(&contract)),
+        chain_id = cfg.chain_id,
+        unavailable = unavailable,
+        settings = json_script("checkout-settings", &settings),
+    );
+    page(
+        StatusCode::OK,
+        &format!("Subscribe to {}", link.plan_name),
+        &body,
+        &["checkout.js"],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_addresses_keep_both_ends() {
+        assert_eq!(
+            short("0x1234567890abcdef1234567890abcdef12345678"),
+            "0x1234…5678"
+        );
+        assert_eq!(short("0x12"), "0x12");
+    }
+}

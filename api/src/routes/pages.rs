@@ -1,0 +1,225 @@
+//! Browser-facing routes: the checkout page and its transaction endpoint, the developers
+//! dashboard page, and the static assets.
+//!
+//! | Method | Path | |
+//! |---|---|---|
+//! | GET | /checkout/{merchantCode}/{planSlug}?customer=…&sig=… | checkout page (HTML) |
+//! | GET | /checkout/{merchantCode}/{planSlug}/tx?customer=…&sig=…&from=0x… | wallet state + ready tx requests (JSON) |
+//! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
+//! | GET | /assets/{file} | JS and CSS of the pages |
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use alloy::primitives::Address;
+use alloy::providers::DynProvider;
+use warp::Filter;
+use warp::filters::BoxedFilter;
+use warp::http::Method;
+
+use crate::auth::{api_key, session};
+use crate::ctx::{Ctx, with_ctx};
+use crate::error::{ApiError, Result};
+use crate::pages::html::error_page;
+use crate::pages::{assets, checkout, checkout_view, dashboard};
+use crate::reply::{Resp, respond};
+use crate::routes::{method_fallback, param, query_pairs};
+use crate::webhooks::settings;
+
+type Query = Vec<(String, String)>;
+
+/// The pages router.
+pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    // Built once: a failure here (an unparsable RPC_URL) shows up as 503s on the tx endpoint.
+    let provider = checkout::read_provider(&ctx.cfg.rpc_url)
+        .inspect_err(|e| tracing::error!(error = %e, "checkout pages cannot read the chain"))
+        .ok();
+
+    let page_path = || warp::path!("checkout" / String / String);
+    let checkout_page = page_path()
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(warp::addr::remote())
+        .and(query_pairs())
+        .then(
+            |code: String, slug: String, ctx: Ctx, remote: Option<SocketAddr>, q: Query| async move {
+                checkout_page(&ctx, remote, &code, &slug, &q)
+                    .await
+                    .unwrap_or_else(html_error)
+            },
+        )
+        .or(page_path()
+            .and(method_fallback("GET"))
+            .map(|_: String, _: String, r: Resp| r))
+        .unify();
+
+    let tx_path = || warp::path!("checkout" / String / String / "tx");
+    let tx = tx_path()
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(warp::any().map(move || provider.clone()))
+        .and(warp::addr::remote())
+        .and(query_pairs())
+        .then(
+            |code: String,
+             slug: String,
+             ctx: Ctx,
+             provider: Option<DynProvider>,
+             remote: Option<SocketAddr>,
+             q: Query| async move {
+                respond(transactions(&ctx, provider.as_ref(), remote, &code, &slug, &q).await)
+            },
+        )
+        .or(tx_path()
+            .and(method_fallback("GET"))
+            .map(|_: String, _: String, r: Resp| r))
+        .unify();
+
+    let dash = warp::path!("dashboard" / "developers").and(
+        warp::get()
+            .and(with_ctx(ctx))
+            .and(warp::header::optional::<String>("cookie"))
+            .and(warp::addr::remote())
+            .then(
+                |ctx: Ctx, cookie: Option<String>, remote: Option<SocketAddr>| async move {
+                    developers(&ctx, cookie.as_deref(), remote)
+                        .await
+                        .unwrap_or_else(html_error)
+                },
+            )
+            .or(method_fallback("GET"))
+            .unify(),
+    );
+
+    let asset_path = || warp::path!("assets" / String);
+    let asset = asset_path()
+        .and(warp::get())
+        .map(|name: String| match assets::get(&name) {
+            Some((ct, body)) => Resp::raw(ct, body).header("x-content-type-options", "nosniff"),
+            None => ApiError::not_found("asset", None).into_resp(),
+        })
+        .or(asset_path()
+            .and(method_fallback("GET"))
+            .map(|_: String, r: Resp| r))
+        .unify();
+
+    checkout_page
+        .or(tx)
+        .unify()
+        .or(dash)
+        .unify()
+        .or(asset)
+        .unify()
+        .boxed()
+}
+
+fn check_ip(ctx: &Ctx, remote: Option<SocketAddr>) -> Result<()> {
+    let ip = remote.map_or_else(|| "unknown".to_string(), |r| r.ip().to_string());
+    ctx.limits.per_ip.check(&ip).map(|_| ())
+}
+
+/// An error as a page a customer can act on (5xx detail goes to the log, never the page).
+fn html_error(e: ApiError) -> Resp {
+    let status = e.status();
+    let (title, detail) = match &e {
+        ApiError::Invalid { message, .. } => ("This checkout link is incomplete", message.clone()),
+        ApiError::Forbidden { message, .. } => ("This checkout link is not valid", message.clone()),
+        ApiError::NotFound { .. } => (
+            "Not found",
+            "This merchant or plan does not exist (any more). Ask the merchant for a new link."
+                .to_string(),
+        ),
+        ApiError::RateLimited(_) => (
+            "Too many requests",
+            "Please wait a moment and try again.".to_string(),
+        ),
+        _ => {
+            // Logs the detail like every other 5xx.
+            let _ = e.clone().into_resp();
+            (
+                "Something went wrong",
+                "The service is temporarily unavailable. Please try again in a minute.".to_string(),
+            )
+        }
+    };
+    let mut resp = error_page(status, title, &detail);
+    if let ApiError::RateLimited(l) = &e {
+        for (k, v) in l.headers() {
+            resp = resp.header(k, &v);
+        }
+    }
+    resp
+}
+
+async fn checkout_page(
+    ctx: &Ctx,
+    remote: Option<SocketAddr>,
+    code: &str,
+    slug: &str,
+    q: &Query,
+) -> Result<Resp> {
+    check_ip(ctx, remote)?;
+    let customer = param(q, "customer");
+    let sig = param(q, "sig");
+    let link = checkout::resolve(ctx, code, slug, customer, sig).await?;
+    let mut tx_query = url::form_urlencoded::Serializer::new(String::new());
+    if let Some(c) = customer {
+        tx_query.append_pair("customer", c);
+    }
+    tx_query.append_pair("sig", sig.unwrap_or_default());
+    let tx_url = format!("/checkout/{code}/{slug}/tx?{}", tx_query.finish());
+    Ok(checkout_view::render(&ctx.cfg, &link, &tx_url))
+}
+
+async fn transactions(
+    ctx: &Ctx,
+    provider: Option<&DynProvider>,
+    remote: Option<SocketAddr>,
+    code: &str,
+    slug: &str,
+    q: &Query,
+) -> Result<Resp> {
+    check_ip(ctx, remote)?;
+    let from = param(q, "from").ok_or_else(|| ApiError::missing("from"))?;
+    let from = Address::from_str(from)
+        .map_err(|_| ApiError::invalid("from", "`from` must be a 0x wallet address"))?;
+    let link = checkout::resolve(ctx, code, slug, param(q, "customer"), param(q, "sig")).await?;
+    let plan_onchain_id = link.plan_onchain_id.ok_or_else(|| ApiError::Conflict {
+        code: "plan_not_active",
+        message: "this plan is not on chain yet; try again in a few minutes".into(),
+        param: None,
+    })?;
+    let provider = provider
+        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
+    let cfg = &ctx.cfg;
+    let state = checkout::wallet_state(
+        provider,
+        cfg.usdc_address,
+        cfg.contract_address,
+        plan_onchain_id,
+        from,
+    )
+    .await?;
+    Ok(Resp::json(checkout::plan_transactions(
+        cfg.chain_id,
+        cfg.usdc_address,
+        cfg.contract_address,
+        &link,
+        plan_onchain_id,
+        cfg.pages.checkout_allowance_periods,
+        from,
+        &state,
+    )))
+}
+
+async fn developers(ctx: &Ctx, cookie: Option<&str>, remote: Option<SocketAddr>) -> Result<Resp> {
+    let s = match session::session_of(ctx, &Method::GET, cookie, None, remote).await {
+        Ok(s) => s,
+        Err(ApiError::Unauthorized { .. }) => return Ok(dashboard::signed_out(&ctx.cfg)),
+        Err(e) => return Err(e),
+    };
+    let conn = ctx.pool.get().await?;
+    let key = api_key::status(&**conn, s.merchant.id).await?;
+    let webhook = settings::endpoint(&conn, s.merchant.id).await?;
+    Ok(dashboard::signed_in(&ctx.cfg, &s, &key, &webhook))
+}
