@@ -96,10 +96,14 @@ pub async fn run(
 async fn claim_loop(shared: Arc<Shared>) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let spare = shared
-            .cfg
-            .concurrency
-            .saturating_sub(shared.inflight.load(Ordering::SeqCst));
+        let inflight = shared.inflight.load(Ordering::SeqCst);
+        let spare = shared.cfg.concurrency.saturating_sub(inflight);
+        // Under load, claim in batches rather than one row per finished delivery: each round
+        // costs a few queries whatever it claims.
+        if inflight > 0 && spare < shared.cfg.concurrency.div_ceil(4) {
+            let _ = tokio::time::timeout(shared.cfg.poll_interval, shared.wake.notified()).await;
+            continue;
+        }
         let claimed = if spare == 0 {
             0
         } else {

@@ -31,10 +31,23 @@ pub async fn due_endpoints(client: &Client, limit: i64) -> Result<Vec<Endpoint>>
     let rows = client
         .query(
             &format!(
-                "SELECT m.wallet, m.webhook_url, min(o.next_attempt_at) AS first_due
-                 FROM webhook_outbox o JOIN merchants m ON m.wallet = o.merchant_wallet
-                 WHERE {DUE} AND m.webhook_url IS NOT NULL AND m.webhook_enabled
-                 GROUP BY m.wallet, m.webhook_url ORDER BY first_due LIMIT $1"
+                // A skip scan over the merchants that have live rows (one index probe per
+                // merchant instead of reading every due row), then each one's oldest due row.
+                "WITH RECURSIVE w AS (
+                    (SELECT o.merchant_wallet AS wallet FROM webhook_outbox o
+                     WHERE o.status IN ('pending', 'delivering') ORDER BY o.merchant_wallet LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT o.merchant_wallet FROM webhook_outbox o
+                            WHERE o.status IN ('pending', 'delivering') AND o.merchant_wallet > w.wallet
+                            ORDER BY o.merchant_wallet LIMIT 1)
+                    FROM w WHERE w.wallet IS NOT NULL)
+                 SELECT m.wallet, m.webhook_url, d.first_due FROM w
+                 JOIN merchants m ON m.wallet = w.wallet
+                 CROSS JOIN LATERAL (SELECT o.next_attempt_at AS first_due FROM webhook_outbox o
+                                     WHERE o.merchant_wallet = m.wallet AND {DUE}
+                                     ORDER BY o.next_attempt_at LIMIT 1) d
+                 WHERE m.webhook_url IS NOT NULL AND m.webhook_enabled
+                 ORDER BY d.first_due LIMIT $1"
             ),
             &[&limit],
         )

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Webhook dispatcher benchmark: deliveries/s with 1 and 3 `api dispatch` processes to a
+# local receiver, and commit -> receive latency p50/p99. Needs Postgres (TEST_DATABASE_ADMIN_URL
+# or postgres://postgres@127.0.0.1:5432/postgres). Knobs: BENCH_EVENTS (5000),
+# BENCH_MERCHANTS (10), BENCH_LATENCY_EVENTS (500), PROFILE (release; or dev).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile="${PROFILE:-release}"
+flag=()
+[ "$profile" = release ] && flag=(--release)
+cargo build -q -p chainsub-api --bins "${flag[@]}"
+cargo test -q -p chainsub-api "${flag[@]}" --test webhooks_bench -- --ignored --nocapture 2>&1 \
+  | grep -E '^(\||webhook dispatch)'
