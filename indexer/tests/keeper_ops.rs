@@ -1,0 +1,227 @@
+//! Operating the keeper: the gas budget, the funds pre-check, one keeper per chain, health
+//! and metrics, and a clean stop on SIGTERM.
+
+#[macro_use]
+mod keeper_support;
+
+use chainsub_abi::EndReason;
+use chainsub_tests::chain::accounts;
+use chainsub_tests::free_port;
+use keeper_support::{DAY, Stack, Step, http_get, spawn, wait_exit, wait_health};
+
+async fn due_subscription(paid_periods: u64) -> (Stack, u64) {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack
+        .subscribe(accounts::CUSTOMER, plan, paid_periods)
+        .await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+    (stack, sub)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spent_gas_budget_stops_sends_and_once_exits_with_status_2() {
+    let (stack, sub) = due_subscription(3).await;
+
+    let status = stack.keeper_once(&["--gas-budget-wei", "1000"]);
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "budget exhaustion is reported in the exit status"
+    );
+    assert_eq!(stack.steps(sub).await, vec![]);
+    assert_eq!(stack.journal(sub).await, vec![]);
+
+    // A budget that fits one charge admits exactly that one.
+    stack.keeper_pass();
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn budget_exhaustion_is_reported_on_health_and_metrics() {
+    let (stack, sub) = due_subscription(3).await;
+    let port = free_port();
+    let mut keeper = spawn(stack.keeper_on(port), &["--gas-budget-wei", "1000"]);
+
+    let health = wait_health(port, |h| h["status"] == "budget_exhausted");
+    assert_eq!(health["budgetExhausted"], true);
+    assert_eq!(health["lockHeld"], true);
+    assert_eq!(health["budgetWei"], "1000");
+    let (code, metrics) = http_get(port, "/metrics");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("keeper_budget_exhausted 1"), "{metrics}");
+    assert!(
+        metrics.contains("keeper_skipped_total{reason=\"budget\"}"),
+        "{metrics}"
+    );
+    assert_eq!(stack.steps(sub).await, vec![]);
+
+    // SIGTERM: a clean exit.
+    let status = keeper.terminate(30).expect("keeper exits on SIGTERM");
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
+    let (stack, sub) = due_subscription(3).await;
+    let port = free_port();
+    let mut keeper = spawn(stack.keeper_on(port), &[]);
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
+            1,
+        )
+        .await;
+    let health = wait_health(port, |h| h["status"] == "ok" && h["inFlight"] == 0);
+    assert_eq!(
+        health["keeperAddress"].as_str().unwrap().to_lowercase(),
+        keeper_support::keeper_address().to_string().to_lowercase()
+    );
+    let (code, metrics) = http_get(port, "/metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("keeper_sends_total{action=\"charge\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("keeper_receipts_total{result=\"mined\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("keeper_lock_held 1"), "{metrics}");
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+    assert!(keeper.terminate(30).expect("exits").success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn second_keeper_on_the_same_chain_stands_by_until_the_first_is_gone() {
+    let stack = Stack::start().await;
+    let port = free_port();
+    let mut first = spawn(stack.keeper_on(port), &[]);
+    wait_health(port, |h| h["lockHeld"] == true);
+
+    // --once gives up at once with status 3; a long-running one waits as a standby.
+    assert_eq!(stack.keeper_once(&[]).code(), Some(3));
+    let standby_port = free_port();
+    let _standby = spawn(stack.keeper_on(standby_port), &[]);
+    wait_health(standby_port, |h| {
+        h["status"] == "standby" && h["lockHeld"] == false
+    });
+
+    // The first one dies; the standby takes over.
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    wait_health(standby_port, |h| {
+        h["lockHeld"] == true && h["status"] == "ok"
+    });
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn precheck_defers_a_futile_charge_then_sends_it_so_the_failure_counts() {
+    // Allowance for the first period only: the renewal cannot be pulled.
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 1).await;
+    let period_end = stack
+        .chain
+        .manager()
+        .getSubscription(alloy::primitives::U256::from(sub))
+        .call()
+        .await
+        .unwrap()
+        .periodEnd;
+    // A minute past the period end: due, but well inside the deferral.
+    let now = stack.chain.now().await;
+    stack.chain.increase_time(period_end - now + 60).await;
+    stack.sync_index().await;
+    let precheck = ["--precheck-funds", "--futile-defer-secs", "7200"];
+
+    stack.keeper_once(&precheck);
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![],
+        "deferred while the customer may top up"
+    );
+    assert_eq!(stack.journal(sub).await, vec![]);
+
+    // After the deferral the attempt is sent anyway: the grace rules need recorded failures.
+    stack.chain.increase_time(7200).await;
+    stack.sync_index().await;
+    assert!(stack.keeper_once(&precheck).success());
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Failed {
+            period: 2,
+            attempt: 1
+        }]
+    );
+
+    // The retries follow, each deferred the same way, and the third failure ends it.
+    for recorded in 1..3 {
+        stack.sync_index().await;
+        stack.chain.increase_time(DAY + 60).await;
+        stack.sync_index().await;
+        stack.keeper_once(&precheck);
+        assert_eq!(stack.steps(sub).await.len(), recorded, "retry deferred too");
+        stack.chain.increase_time(7200).await;
+        stack.sync_index().await;
+        stack.keeper_once(&precheck);
+    }
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![
+            Step::Failed {
+                period: 2,
+                attempt: 1
+            },
+            Step::Failed {
+                period: 2,
+                attempt: 2
+            },
+            Step::Failed {
+                period: 2,
+                attempt: 3
+            },
+            Step::Ended(EndReason::PaymentFailed),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn precheck_sends_at_once_when_the_subscriber_can_pay() {
+    let (stack, sub) = due_subscription(3).await;
+    assert!(
+        stack
+            .keeper_once(&["--precheck-funds", "--futile-defer-secs", "7200"])
+            .success()
+    );
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keeper_refuses_a_chain_id_that_the_rpc_does_not_serve() {
+    let stack = Stack::start().await;
+    let mut cmd = stack.keeper();
+    cmd.env("CHAIN_ID", "1");
+    let mut child = spawn(cmd, &["--once"]);
+    let status = wait_exit(&mut child);
+    assert_eq!(status.code(), Some(1));
+}
