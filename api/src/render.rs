@@ -130,11 +130,11 @@ pub fn event_object(row: &Row) -> Value {
     let kind: Option<String> = row.get("kind");
     // Kind-specific facts from the log itself.
     if let Some(o) = data.as_object_mut() {
-        if let Some(p) = decoded.get("period") {
-            o.insert("period".into(), p.clone());
-        }
-        if let Some(a) = decoded.get("attempt") {
-            o.insert("attempt".into(), a.clone());
+        // uints are decimal strings in `decoded`; these small ones are numbers in the API.
+        for k in ["period", "attempt"] {
+            if let Some(n) = str_field(&decoded, k).and_then(|v| v.parse::<i64>().ok()) {
+                o.insert(k.into(), json!(n));
+            }
         }
         let reason = str_field(&decoded, "reason").and_then(|r| r.parse::<u8>().ok());
         match (kind.as_deref(), reason) {

@@ -1,0 +1,242 @@
+//! Subscriptions and events read from index rows shaped like the indexer's: merchant
+//! isolation, the ledger and `chain` blocks, filters, and cursor pagination.
+
+mod api_common;
+
+use std::collections::HashSet;
+
+use alloy::primitives::Address;
+use api_common::{App, Opts, seed_chain_plan, seed_cursor, seed_subscription, spawn};
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B};
+use serde_json::json;
+
+async fn app_with_two_merchants() -> (App, String, String) {
+    let app = spawn(Opts::default()).await;
+    let a = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let b = app.merchant_key(DevChain::address(MERCHANT_B)).await;
+    (app, a, b)
+}
+
+fn wallet(i: usize) -> Address {
+    DevChain::address(i)
+}
+
+#[tokio::test]
+async fn merchant_b_gets_404_for_merchant_a_objects_and_never_sees_them_in_lists() {
+    let (app, a, b) = app_with_two_merchants().await;
+    let db = app.db().await;
+    seed_cursor(&db, 1000).await;
+    let (sub_a, evt_a) = seed_subscription(&db, wallet(MERCHANT), 1, 1, Some("cust-a")).await;
+    let (sub_b, _) = seed_subscription(&db, wallet(MERCHANT_B), 2, 2, Some("cust-b")).await;
+    let plan_a = app
+        .post("/api/v1/plans", &a, &json!({"name":"A","amount":"1.00","currency":"USDC","interval":"month"}), None)
+        .await
+        .body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A sees its own objects.
+    assert_eq!(app.get(&format!("/api/v1/subscriptions/{sub_a}"), &a).await.status, 200);
+    assert_eq!(app.get(&format!("/api/v1/events/{evt_a}"), &a).await.status, 200);
+    assert_eq!(app.get(&format!("/api/v1/plans/{plan_a}"), &a).await.status, 200);
+
+    // B gets 404 for every one of them, exactly like for ids that do not exist.
+    for path in [
+        format!("/api/v1/subscriptions/{sub_a}"),
+        format!("/api/v1/events/{evt_a}"),
+        format!("/api/v1/plans/{plan_a}"),
+    ] {
+        let r = app.get(&path, &b).await;
+        assert_eq!(r.status, 404, "{path}: {:?}", r.body);
+        assert_eq!(r.error_code(), Some("resource_missing"));
+    }
+    assert_eq!(app.get("/api/v1/subscriptions/sub_999", &b).await.status, 404);
+
+    // B's lists contain only B's rows, whatever the filters.
+    for path in [
+        "/api/v1/subscriptions".to_string(),
+        "/api/v1/subscriptions?customerExternalId=cust-a".to_string(),
+        format!("/api/v1/subscriptions?planId={plan_a}"),
+        "/api/v1/events".to_string(),
+        format!("/api/v1/events?subscriptionId={sub_a}"),
+        "/api/v1/plans".to_string(),
+    ] {
+        let r = app.get(&path, &b).await;
+        assert_eq!(r.status, 200, "{path}");
+        for item in r.body["data"].as_array().unwrap() {
+            let s = item.to_string();
+            assert!(!s.contains(&sub_a) && !s.contains(&plan_a) && !s.contains("cust-a"), "{path} leaked {s}");
+        }
+    }
+    let own = app.get("/api/v1/subscriptions", &b).await;
+    assert_eq!(own.body["data"].as_array().unwrap().len(), 1);
+    assert_eq!(own.body["data"][0]["id"], sub_b);
+    // A cursor naming A's event is not a way in either.
+    let r = app.get(&format!("/api/v1/events?startingAfter={evt_a}"), &b).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error_param(), Some("startingAfter"));
+}
+
+#[tokio::test]
+async fn subscription_carries_plan_ledger_and_chain_blocks() {
+    let (app, a, _) = app_with_two_merchants().await;
+    let db = app.db().await;
+    seed_cursor(&db, 205).await;
+    // An API plan whose planRef the index knows as on-chain plan 7.
+    let plan = app
+        .post("/api/v1/plans", &a, &json!({"name":"A","amount":"9.99","currency":"USDC","interval":"month"}), None)
+        .await
+        .body;
+    let plan_ref: Vec<u8> = db
+        .query_one("SELECT plan_ref FROM plans WHERE public_id = $1", &[&plan["id"].as_str().unwrap()])
+        .await
+        .unwrap()
+        .get(0);
+    seed_chain_plan(&db, wallet(MERCHANT), 7, &plan_ref, 50).await;
+    let (sub, _) = seed_subscription(&db, wallet(MERCHANT), 5, 7, Some("cust-1")).await;
+
+    // The index wins over the provisioning row: the plan is active with its chain block.
+    let p = app.get(&format!("/api/v1/plans/{}", plan["id"].as_str().unwrap()), &a).await;
+    assert_eq!(p.body["status"], "active");
+    assert_eq!(p.body["chain"]["onchainPlanId"], 7);
+    assert_eq!(p.body["chain"]["blockNumber"], 50);
+
+    let r = app.get(&format!("/api/v1/subscriptions/{sub}"), &a).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let s = &r.body;
+    assert_eq!(s["object"], "subscription");
+    assert_eq!(s["status"], "active");
+    assert_eq!(s["planId"], plan["id"]);
+    assert_eq!(s["customerExternalId"], "cust-1");
+    assert_eq!(s["amount"], "9.99");
+    assert_eq!(s["cancelAtPeriodEnd"], false);
+    assert_eq!(s["chain"]["blockNumber"], 105);
+    assert_eq!(s["chain"]["confirmations"], 101);
+    assert_eq!(s["chain"]["logIndex"], 0);
+    let ledger = s["ledger"].as_array().unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0]["type"], "charge");
+    assert_eq!(ledger[0]["period"], 1);
+    assert_eq!(ledger[0]["amount"], "9.99");
+    assert_eq!(ledger[0]["chain"]["logIndex"], 1);
+
+    let ev = app.get(&format!("/api/v1/events?subscriptionId={sub}"), &a).await;
+    let data = ev.body["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    // Newest first: the charge (log 1) before the creation (log 0).
+    assert_eq!(data[0]["type"], "subscription.charged");
+    assert_eq!(data[1]["type"], "subscription.created");
+    let e = &data[0];
+    assert_eq!(e["object"], "event");
+    assert_eq!(e["data"]["subscriptionId"], sub);
+    assert_eq!(e["data"]["planId"], plan["id"]);
+    assert_eq!(e["data"]["customerExternalId"], "cust-1");
+    assert_eq!(e["data"]["amount"], "9.99");
+    assert_eq!(e["data"]["currency"], "USDC");
+    assert_eq!(e["data"]["status"], "active");
+    assert_eq!(e["data"]["period"], 1);
+    assert_eq!(e["data"]["txHash"], e["chain"]["transactionHash"]);
+    assert_eq!(e["data"]["subscription"]["id"], sub);
+    assert_eq!(e["chain"]["confirmations"], 101);
+
+    let typed = app.get("/api/v1/events?type=subscription.created", &a).await;
+    assert!(typed.body["data"].as_array().unwrap().iter().all(|e| e["type"] == "subscription.created"));
+    let none = app.get("/api/v1/events?fromBlock=106", &a).await;
+    assert_eq!(none.body["data"].as_array().unwrap().len(), 0);
+    let some = app.get("/api/v1/events?fromBlock=105&toBlock=105", &a).await;
+    assert_eq!(some.body["data"].as_array().unwrap().len(), 2);
+    let bad = app.get("/api/v1/events?type=charge", &a).await;
+    assert_eq!((bad.status, bad.error_param()), (400, Some("type")));
+    let bad = app.get("/api/v1/subscriptions?status=paused", &a).await;
+    assert_eq!((bad.status, bad.error_param()), (400, Some("status")));
+    let bad = app.get("/api/v1/subscriptions?limit=101", &a).await;
+    assert_eq!((bad.status, bad.error_param()), (400, Some("limit")));
+    let bad = app.get("/api/v1/subscriptions?colour=red", &a).await;
+    assert_eq!((bad.status, bad.error_param()), (400, Some("colour")));
+}
+
+#[tokio::test]
+async fn pagination_walks_250_subscriptions_forwards_and_backwards_without_gap_or_repeat() {
+    let (app, a, _) = app_with_two_merchants().await;
+    let db = app.db().await;
+    seed_cursor(&db, 1000).await;
+    for id in 1..=250 {
+        seed_subscription(&db, wallet(MERCHANT), id, 1, None).await;
+    }
+    // Interleave another merchant's rows: they must never show up or shift pages.
+    for id in 251..=260 {
+        seed_subscription(&db, wallet(MERCHANT_B), id, 2, None).await;
+    }
+    let expected: Vec<String> = (1..=250).rev().map(|i| format!("sub_{i}")).collect();
+
+    // Forwards (newest first) with startingAfter.
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    let mut path = "/api/v1/subscriptions?limit=37".to_string();
+    loop {
+        let r = app.get(&path, &a).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        pages += 1;
+        let data = r.body["data"].as_array().unwrap();
+        seen.extend(data.iter().map(|s| s["id"].as_str().unwrap().to_string()));
+        if r.body["hasMore"] == false {
+            break;
+        }
+        path = format!("/api/v1/subscriptions?limit=37&startingAfter={}", seen.last().unwrap());
+    }
+    assert_eq!(pages, 7);
+    assert_eq!(seen, expected, "forward walk");
+
+    // Backwards from the end with endingBefore.
+    let mut back: Vec<String> = Vec::new();
+    let last = app.get("/api/v1/subscriptions?limit=1&startingAfter=sub_2", &a).await;
+    assert_eq!(last.body["data"][0]["id"], "sub_1");
+    assert_eq!(last.body["hasMore"], false);
+    back.push("sub_1".into());
+    loop {
+        let r = app
+            .get(&format!("/api/v1/subscriptions?limit=40&endingBefore={}", back[0]), &a)
+            .await;
+        let data: Vec<String> = r.body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect();
+        // Pages come in list order (newest first) even when walking backwards.
+        let mut page = data.clone();
+        page.extend(back);
+        back = page;
+        if r.body["hasMore"] == false {
+            break;
+        }
+    }
+    assert_eq!(back, expected, "backward walk");
+    let unique: HashSet<&String> = back.iter().collect();
+    assert_eq!(unique.len(), 250);
+
+    // Default and maximum page sizes.
+    let r = app.get("/api/v1/subscriptions", &a).await;
+    assert_eq!(r.body["data"].as_array().unwrap().len(), 20);
+    let r = app.get("/api/v1/subscriptions?limit=100", &a).await;
+    assert_eq!(r.body["data"].as_array().unwrap().len(), 100);
+    assert_eq!(r.body["hasMore"], true);
+
+    // Events paginate the same way (500 of A's: 2 per subscription).
+    let mut ids = HashSet::new();
+    let mut path = "/api/v1/events?limit=100".to_string();
+    loop {
+        let r = app.get(&path, &a).await;
+        let data = r.body["data"].as_array().unwrap();
+        for e in data {
+            assert!(ids.insert(e["id"].as_str().unwrap().to_string()), "repeat {}", e["id"]);
+        }
+        if r.body["hasMore"] == false {
+            break;
+        }
+        path = format!("/api/v1/events?limit=100&startingAfter={}", data.last().unwrap()["id"].as_str().unwrap());
+    }
+    assert_eq!(ids.len(), 500);
+}
