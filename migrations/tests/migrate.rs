@@ -1,0 +1,214 @@
+//! The migration runner on a real Postgres: idempotent, safe when several processes start at
+//! once, and refusing a migration that changed after it was applied.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chainsub_migrations::{Error, MIGRATIONS, locks, migrate};
+use chainsub_tests::TestDb;
+use chainsub_tests::db::connect;
+
+/// The environment variable that turns [`child_process_migrates`] into a worker.
+const CHILD_URL: &str = "CHAINSUB_MIGRATE_CHILD_URL";
+
+fn all_versions() -> Vec<i32> {
+    MIGRATIONS.iter().map(|m| m.version).collect()
+}
+
+async fn recorded_versions(db: &TestDb) -> Vec<i32> {
+    db.connect()
+        .await
+        .query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+async fn tables(db: &TestDb) -> Vec<String> {
+    db.connect()
+        .await
+        .query(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = 'public' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn applies_to_an_empty_database_then_second_run_applies_nothing() {
+    let db = TestDb::create_empty().await;
+    let mut client = db.connect().await;
+
+    let first = migrate(&mut client).await.unwrap();
+    let schema = tables(&db).await;
+    let second = migrate(&mut client).await.unwrap();
+
+    assert_eq!(first, all_versions());
+    assert_eq!(second, Vec::<i32>::new());
+    assert_eq!(recorded_versions(&db).await, all_versions());
+    assert_eq!(tables(&db).await, schema, "second run changed nothing");
+    for t in [
+        "merchants",
+        "chain_events",
+        "subscriptions",
+        "webhook_outbox",
+    ] {
+        assert!(schema.iter().any(|s| s == t), "{t} missing from {schema:?}");
+    }
+}
+
+#[tokio::test]
+async fn two_tasks_on_separate_connections_migrate_concurrently() {
+    let db = TestDb::create_empty().await;
+    let (mut a, mut b) = (db.connect().await, db.connect().await);
+
+    let (ra, rb) = tokio::join!(migrate(&mut a), migrate(&mut b));
+
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    // Exactly one of them did the work; the other found nothing left.
+    let mut both = [ra.clone(), rb.clone()];
+    both.sort();
+    assert_eq!(both, [Vec::new(), all_versions()], "{ra:?} / {rb:?}");
+    assert_eq!(recorded_versions(&db).await, all_versions());
+}
+
+/// Worker half of the multi-process test: run by the test binary itself in a child process
+/// (`--ignored --exact`), it migrates the database named in the environment.
+#[tokio::test]
+#[ignore = "run as a child process by two_processes_migrate_concurrently"]
+async fn child_process_migrates() {
+    let url = std::env::var(CHILD_URL).expect("only run as a child process");
+    let mut client = connect(&url).await;
+    let applied = migrate(&mut client).await.expect("child migrate");
+    println!("applied={applied:?}");
+}
+
+fn spawn_child(url: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_migrates",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_URL, url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn child test process")
+}
+
+#[tokio::test]
+async fn two_processes_migrate_concurrently() {
+    let db = TestDb::create_empty().await;
+    // Hold the migration lock so both children are started and queued on it before either
+    // can run: when it is released they race for real.
+    let gate = db.connect().await;
+    gate.execute("SELECT pg_advisory_lock($1)", &[&locks::MIGRATIONS])
+        .await
+        .unwrap();
+    let children = [spawn_child(&db.url), spawn_child(&db.url)];
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting: i64 = gate
+            .query_one(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+                 WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = $1",
+                &[&db.name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "children never queued on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.execute("SELECT pg_advisory_unlock($1)", &[&locks::MIGRATIONS])
+        .await
+        .unwrap();
+
+    let outputs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let mut applied = Vec::new();
+    for out in &outputs {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("1 passed"), "child ran no test:\n{stdout}");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("applied="))
+            .expect("child reports what it applied");
+        applied.push(line.to_string());
+    }
+    applied.sort();
+    let mut expected = vec![
+        "applied=[]".to_string(),
+        format!("applied={:?}", all_versions()),
+    ];
+    expected.sort();
+    assert_eq!(
+        applied, expected,
+        "one child applied everything, the other nothing"
+    );
+    assert_eq!(recorded_versions(&db).await, all_versions());
+}
+
+#[tokio::test]
+async fn changed_checksum_is_refused() {
+    let db = TestDb::create().await;
+    let first = MIGRATIONS[0];
+    db.connect()
+        .await
+        .execute(
+            "UPDATE schema_migrations SET checksum = 'edited' WHERE version = $1",
+            &[&first.version],
+        )
+        .await
+        .unwrap();
+
+    let err = migrate(&mut db.connect().await).await.unwrap_err();
+
+    assert!(
+        matches!(&err, Error::Changed { version, name } if *version == first.version && name == first.name),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_applied_version_is_refused() {
+    let db = TestDb::create().await;
+    db.connect()
+        .await
+        .execute(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES (9999, 'future', 'x')",
+            &[],
+        )
+        .await
+        .unwrap();
+
+    let err = migrate(&mut db.connect().await).await.unwrap_err();
+
+    assert!(matches!(err, Error::Unknown(9999)), "{err}");
+}
