@@ -414,9 +414,9 @@ async fn an_indexed_event_is_delivered_as_the_same_event_object_the_api_lists() 
     let mut listed = list["data"][0].clone();
     assert_eq!(listed["id"], event_id.as_str());
     // The API adds the webhook's own delivery status; the rest is the webhook body, byte for byte.
-    if let Some(delivery) = listed.as_object_mut().unwrap().remove("delivery") {
-        assert_eq!(delivery["status"], "delivered");
-    }
+    let delivery = listed.as_object_mut().unwrap().remove("delivery").unwrap();
+    assert_eq!(delivery["status"], "delivered");
+    assert_eq!(delivery["attempts"], 1);
     assert_eq!(
         String::from_utf8(got.body.to_vec()).unwrap(),
         serde_json::to_string(&listed).unwrap()

@@ -145,7 +145,8 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     }
     sql.push_str(&format!("{cond}{order} LIMIT {}", page.limit + 1));
     let rows = conn.query(&sql, &params.refs()).await?;
-    let data = rows.iter().map(event_object).collect();
+    let mut data: Vec<_> = rows.iter().map(event_object).collect();
+    crate::webhooks::settings::attach_delivery(&conn, &mut data).await?;
     Ok(with_rate(Resp::json(page.finish(data, reversed)), &rate))
 }
 
@@ -162,5 +163,8 @@ async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
         )
         .await?
         .ok_or_else(|| ApiError::not_found("event", Some("id")))?;
-    Ok(with_rate(Resp::json(event_object(&row)), &rate))
+    let mut event = [event_object(&row)];
+    crate::webhooks::settings::attach_delivery(&conn, &mut event).await?;
+    let [event] = event;
+    Ok(with_rate(Resp::json(event), &rate))
 }

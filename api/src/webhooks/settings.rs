@@ -359,6 +359,24 @@ pub async fn delivery_status(
         .collect())
 }
 
+/// Adds `delivery` (the webhook's status, or null while the event is not yet confirmed and
+/// so not queued) to rendered Event objects. Only the API listing carries it: a webhook body
+/// is the event alone.
+pub async fn attach_delivery(client: &Client, events: &mut [Value]) -> Result<()> {
+    let ids: Vec<String> = events
+        .iter()
+        .filter_map(|e| e["id"].as_str().map(str::to_string))
+        .collect();
+    let mut status = delivery_status(client, &ids).await?;
+    for e in events.iter_mut() {
+        let d = e["id"].as_str().and_then(|id| status.remove(id));
+        if let Some(o) = e.as_object_mut() {
+            o.insert("delivery".into(), d.unwrap_or(Value::Null));
+        }
+    }
+    Ok(())
+}
+
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
