@@ -58,40 +58,91 @@ pub struct Settings {
     #[arg(long, env = "CONFIRMATIONS", default_value_t = 12, global = true)]
     pub confirmations: u64,
     /// Health and Prometheus metrics listen address.
-    #[arg(long, env = "INDEXER_METRICS_LISTEN", default_value = "127.0.0.1:9101", global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_METRICS_LISTEN",
+        default_value = "127.0.0.1:9101",
+        global = true
+    )]
     pub metrics_listen: SocketAddr,
     /// How often to poll for new blocks at the head, in milliseconds.
-    #[arg(long, env = "INDEXER_POLL_INTERVAL_MS", default_value_t = 1000, global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_POLL_INTERVAL_MS",
+        default_value_t = 1000,
+        global = true
+    )]
     pub poll_interval_ms: u64,
     /// First eth_getLogs range, in blocks.
-    #[arg(long, env = "INDEXER_INITIAL_RANGE", default_value_t = 100, global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_INITIAL_RANGE",
+        default_value_t = 100,
+        global = true
+    )]
     pub initial_range: u64,
     /// Largest eth_getLogs range (and batch) in blocks.
     #[arg(long, env = "INDEXER_MAX_RANGE", default_value_t = 2000, global = true)]
     pub max_range: u64,
     /// A getLogs answer with this many logs is treated as truncated (provider cap).
-    #[arg(long, env = "INDEXER_MAX_LOGS_PER_RESPONSE", default_value_t = 10_000, global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_MAX_LOGS_PER_RESPONSE",
+        default_value_t = 10_000,
+        global = true
+    )]
     pub max_logs_per_response: usize,
     /// First retry backoff, in milliseconds (doubles up to the max).
-    #[arg(long, env = "INDEXER_MIN_BACKOFF_MS", default_value_t = 100, global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_MIN_BACKOFF_MS",
+        default_value_t = 100,
+        global = true
+    )]
     pub min_backoff_ms: u64,
     /// Largest retry backoff, in milliseconds.
-    #[arg(long, env = "INDEXER_MAX_BACKOFF_MS", default_value_t = 10_000, global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_MAX_BACKOFF_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
     pub max_backoff_ms: u64,
     /// Timeout of one RPC call, in milliseconds.
-    #[arg(long, env = "INDEXER_RPC_TIMEOUT_MS", default_value_t = 30_000, global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_RPC_TIMEOUT_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
     pub rpc_timeout_ms: u64,
     /// Retries of an empty answer for a block whose logsBloom names the contract.
-    #[arg(long, env = "INDEXER_BLOOM_RETRIES", default_value_t = 3, global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_BLOOM_RETRIES",
+        default_value_t = 3,
+        global = true
+    )]
     pub bloom_retries: u32,
     /// Finality depth used when the node has no `finalized` tag (or it is disabled).
-    #[arg(long, env = "INDEXER_FINALITY_DEPTH", default_value_t = 64, global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_FINALITY_DEPTH",
+        default_value_t = 64,
+        global = true
+    )]
     pub finality_depth: u64,
     /// Ignore the node's `finalized` tag and use the depth only.
     #[arg(long, env = "INDEXER_NO_FINALIZED_TAG", global = true)]
     pub no_finalized_tag: bool,
     /// What to do on a reorg deeper than the finality window.
-    #[arg(long, env = "INDEXER_REORG_POLICY", value_enum, default_value = "halt", global = true)]
+    #[arg(
+        long,
+        env = "INDEXER_REORG_POLICY",
+        value_enum,
+        default_value = "halt",
+        global = true
+    )]
     pub reorg_policy: ReorgPolicy,
     /// Do not apply migrations at start.
     #[arg(long, env = "INDEXER_NO_MIGRATE", global = true)]

@@ -22,7 +22,9 @@ pub enum Error {
     },
     #[error("another writer took over (our epoch {ours}, database has {theirs}); stopping writes")]
     Fenced { ours: i64, theirs: i64 },
-    #[error("cursor moved under us: database at {db_number} {db_hash}, batch expects parent {parent}")]
+    #[error(
+        "cursor moved under us: database at {db_number} {db_hash}, batch expects parent {parent}"
+    )]
     CursorMismatch {
         db_number: i64,
         db_hash: B256,

@@ -87,7 +87,11 @@ pub struct EventCtx {
 
 /// Applies one event. `Ok(None)` with no prior state means the event is not a subscription
 /// event, or belongs to a subscription created before START_BLOCK (nothing to project).
-pub fn apply(state: Option<SubState>, ev: &ContractEvent, ctx: &EventCtx) -> Result<Option<SubState>> {
+pub fn apply(
+    state: Option<SubState>,
+    ev: &ContractEvent,
+    ctx: &EventCtx,
+) -> Result<Option<SubState>> {
     if let ContractEvent::SubscriptionCreated(e) = ev {
         if state.is_some() {
             return Err(Error::Inconsistent(format!(
@@ -138,7 +142,7 @@ pub fn apply(state: Option<SubState>, ev: &ContractEvent, ctx: &EventCtx) -> Res
         ContractEvent::SubscriptionCancelled(_) => s.status = Status::Cancelled,
         ContractEvent::SubscriptionEnded(e) => {
             s.status = Status::Ended;
-            s.ended_reason = Some(end_reason_name(u8::from(e.reason)));
+            s.ended_reason = Some(end_reason_name(e.reason));
         }
         ContractEvent::SubscriptionCreated(_)
         | ContractEvent::PlanCreated(_)
@@ -228,7 +232,7 @@ mod tests {
             amount: U256::from(9_990_000u64),
             period: 2,
             attempt,
-            reason: SM::FailureReason::InsufficientBalance,
+            reason: 2,
             nextRetryAt: next,
         })
     }
@@ -255,9 +259,18 @@ mod tests {
         assert_eq!(snap["subscriber"], format!("0x{}", "bb".repeat(20)));
         let keys: Vec<_> = snap.as_object().unwrap().keys().cloned().collect();
         let mut want = vec![
-            "id", "status", "cancelAtPeriodEnd", "period", "currentPeriodStart",
-            "currentPeriodEnd", "nextPaymentAt", "failedAttempts", "subscriber",
-            "customerExternalId", "amount", "planOnchainId",
+            "id",
+            "status",
+            "cancelAtPeriodEnd",
+            "period",
+            "currentPeriodStart",
+            "currentPeriodEnd",
+            "nextPaymentAt",
+            "failedAttempts",
+            "subscriber",
+            "customerExternalId",
+            "amount",
+            "planOnchainId",
         ];
         want.sort();
         assert_eq!(keys, want);
@@ -276,7 +289,7 @@ mod tests {
             merchant: Address::repeat_byte(0xaa),
             subscriber: Address::repeat_byte(0xbb),
             planId: U256::from(2),
-            reason: SM::EndReason::PaymentFailed,
+            reason: 1,
         });
         let s = fold(&[created(), failed(1, retry), failed(3, 0), ended]);
         assert_eq!(s.status, Status::Ended);

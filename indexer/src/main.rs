@@ -15,7 +15,10 @@ async fn main() -> ExitCode {
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f == "json");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     if json {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
@@ -49,7 +52,9 @@ async fn run_indexer(s: &Settings) -> anyhow::Result<ExitCode> {
     let status = ops::Status::new(cfg.chain_id);
     ops::serve(s.metrics_listen, status.clone(), metrics).await?;
     if !s.no_migrate {
-        let mut client = writer::connect(&url).await.context("connect for migrations")?;
+        let mut client = writer::connect(&url)
+            .await
+            .context("connect for migrations")?;
         chainsub_migrations::migrate(&mut client).await?;
     }
     let source = Arc::new(RpcSource::new(&s.rpc_url()?, cfg.contract)?);
@@ -73,8 +78,16 @@ async fn verify_range(s: &Settings, from: u64, to: u64) -> anyhow::Result<ExitCo
     let cfg = s.indexer_config()?;
     let client = writer::connect(&s.database_url()?).await?;
     let source = Arc::new(RpcSource::new(&s.rpc_url()?, cfg.contract)?);
-    let diffs = verify::verify(cfg.chain_id, cfg.contract, cfg.fetch, source, &client, from, to)
-        .await?;
+    let diffs = verify::verify(
+        cfg.chain_id,
+        cfg.contract,
+        cfg.fetch,
+        source,
+        &client,
+        from,
+        to,
+    )
+    .await?;
     for d in &diffs {
         println!("{d}");
     }
@@ -82,7 +95,10 @@ async fn verify_range(s: &Settings, from: u64, to: u64) -> anyhow::Result<ExitCo
         println!("verify: blocks {from}..={to}: clean");
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("verify: blocks {from}..={to}: {} difference(s)", diffs.len());
+        println!(
+            "verify: blocks {from}..={to}: {} difference(s)",
+            diffs.len()
+        );
         Ok(ExitCode::from(1))
     }
 }

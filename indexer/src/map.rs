@@ -68,7 +68,11 @@ pub fn map_block(chain_id: u64, block: &Block) -> Result<Vec<MappedEvent>> {
                 .and_then(ContractEvent::subscription_id)
                 .map(id_to_i64)
                 .transpose()?;
-            let plan_id = event.as_ref().and_then(plan_id).map(id_to_i64).transpose()?;
+            let plan_id = event
+                .as_ref()
+                .and_then(plan_id)
+                .map(id_to_i64)
+                .transpose()?;
             Ok(MappedEvent {
                 public_id: ids::event_id(chain_id, log.tx_hash, log.log_index),
                 block_number: block.number,
@@ -140,7 +144,7 @@ pub fn decoded_json(ev: &ContractEvent) -> Value {
         ContractEvent::PaymentFailed(e) => json!({
             "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
             "subscriber": addr(e.subscriber), "planId": uint(e.planId), "amount": uint(e.amount),
-            "period": uint(e.period), "attempt": uint(e.attempt), "reason": uint(u8::from(e.reason)),
+            "period": uint(e.period), "attempt": uint(e.attempt), "reason": uint(e.reason),
             "nextRetryAt": uint(e.nextRetryAt),
         }),
         ContractEvent::CancelAtPeriodEndSet(e) => json!({
@@ -155,7 +159,7 @@ pub fn decoded_json(ev: &ContractEvent) -> Value {
         ContractEvent::SubscriptionEnded(e) => json!({
             "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
             "subscriber": addr(e.subscriber), "planId": uint(e.planId),
-            "reason": uint(u8::from(e.reason)),
+            "reason": uint(e.reason),
         }),
     }
 }

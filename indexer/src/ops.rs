@@ -50,7 +50,8 @@ impl Status {
     }
 
     fn lag(&self) -> u64 {
-        self.head().saturating_sub(self.indexed.load(Ordering::Relaxed))
+        self.head()
+            .saturating_sub(self.indexed.load(Ordering::Relaxed))
     }
 
     fn publish(&self) {

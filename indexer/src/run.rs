@@ -99,7 +99,12 @@ async fn session<S: BlockSource + ?Sized>(
                 }
             }
             Progress::Applied(a) => {
-                tracing::debug!(blocks = a.blocks, events = a.events, cursor = ix.cursor().number, "applied");
+                tracing::debug!(
+                    blocks = a.blocks,
+                    events = a.events,
+                    cursor = ix.cursor().number,
+                    "applied"
+                );
             }
             Progress::Undone { depth } => tracing::info!(depth, "reorg undone"),
         }

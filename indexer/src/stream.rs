@@ -88,10 +88,10 @@ impl<S: BlockSource + ?Sized> Stream<S> {
 
     async fn finalized(&self, head: u64) -> u64 {
         let by_depth = head.saturating_sub(self.cfg.finality_depth);
-        if self.cfg.use_finalized_tag {
-            if let Some(f) = self.fetcher.finalized().await {
-                return f.min(head);
-            }
+        if self.cfg.use_finalized_tag
+            && let Some(f) = self.fetcher.finalized().await
+        {
+            return f.min(head);
         }
         by_depth
     }
@@ -116,9 +116,12 @@ impl<S: BlockSource + ?Sized> Stream<S> {
             return self.undo(head).await;
         }
         let finalized = self.finalized(head).await;
-        let last = blocks.last().expect("fetch returns at least one block").cursor();
+        let last = blocks
+            .last()
+            .expect("fetch returns at least one block")
+            .cursor();
         for b in &blocks {
-            if b.number > finalized {
+            if b.number >= finalized {
                 self.window.insert(b.number, b.hash);
             }
         }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use alloy::primitives::{Address, B256};
 use tokio_postgres::Client;
 
+use crate::Result;
 use crate::map::{self, MappedEvent};
 use crate::source::{BlockSource, FetchConfig, Fetcher};
-use crate::Result;
 
 /// Position of a log: block number, transaction hash, log index.
 pub type LogKey = (u64, B256, u64);
@@ -88,7 +88,20 @@ fn diff_columns(a: &Row, b: &Row) -> Vec<&'static str> {
     macro_rules! cmp {
         ($($f:ident),*) => { $( if a.$f != b.$f { out.push(stringify!($f)); } )* };
     }
-    cmp!(public_id, contract, block_hash, tx_index, name, kind, merchant, subscription_id, plan_id, topics, data, decoded);
+    cmp!(
+        public_id,
+        contract,
+        block_hash,
+        tx_index,
+        name,
+        kind,
+        merchant,
+        subscription_id,
+        plan_id,
+        topics,
+        data,
+        decoded
+    );
     out
 }
 
@@ -109,7 +122,10 @@ pub async fn verify<S: BlockSource + ?Sized>(
         let blocks = fetcher.fetch(next, to).await;
         for b in &blocks {
             for e in map::map_block(chain_id, b)? {
-                chain.insert((e.block_number, e.tx_hash, e.log_index), expected(contract, &e));
+                chain.insert(
+                    (e.block_number, e.tx_hash, e.log_index),
+                    expected(contract, &e),
+                );
             }
         }
         next = blocks.last().map(|b| b.number + 1).unwrap_or(to + 1);

@@ -29,8 +29,13 @@ pub async fn acquire(client: &Client, chain_id: u64) -> Result<()> {
         .await?
         .get(0);
     if !got {
-        tracing::info!(chain_id, "another indexer holds the writer lock; waiting as hot standby");
-        client.execute("SELECT pg_advisory_lock($1)", &[&key]).await?;
+        tracing::info!(
+            chain_id,
+            "another indexer holds the writer lock; waiting as hot standby"
+        );
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&key])
+            .await?;
         tracing::info!(chain_id, "took over the writer lock");
     }
     Ok(())

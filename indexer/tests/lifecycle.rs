@@ -25,6 +25,9 @@ fn api_rows(wallet: &[u8], customer_ref: B256) -> String {
     )
 }
 
+/// (id, status, cancelAtPeriodEnd, period, customer external id, ended reason)
+type SubRow = (i64, String, bool, i32, Option<String>, Option<String>);
+
 #[tokio::test]
 async fn backfill_then_live_indexes_every_event_exactly_once() {
     let chain = DevChain::start().await;
@@ -38,7 +41,13 @@ async fn backfill_then_live_indexes_every_event_exactly_once() {
 
     // Backfill part: plans and two subscriptions exist before the indexer starts.
     let plan = create_plan(&chain, merchant, 9_990_000, B256::repeat_byte(0x11)).await;
-    create_plan(&chain, DevChain::address(MERCHANT_B), 5 * USDC, B256::repeat_byte(0x22)).await;
+    create_plan(
+        &chain,
+        DevChain::address(MERCHANT_B),
+        5 * USDC,
+        B256::repeat_byte(0x22),
+    )
+    .await;
     fund(&chain, alice, 100 * USDC).await;
     fund(&chain, bob, 10 * USDC).await; // enough for one period only
     let sub_a = subscribe(&chain, alice, plan, alice_ref).await;
@@ -79,7 +88,9 @@ async fn backfill_then_live_indexes_every_event_exactly_once() {
     }
     for l in &logs {
         let key = (l.transaction_hash.unwrap(), l.log_index.unwrap() as i32);
-        let (bn, bh) = by_key.get(&key).unwrap_or_else(|| panic!("missing {key:?}"));
+        let (bn, bh) = by_key
+            .get(&key)
+            .unwrap_or_else(|| panic!("missing {key:?}"));
         assert_eq!(*bn as u64, l.block_number.unwrap());
         assert_eq!(*bh, l.block_hash.unwrap());
     }
@@ -93,19 +104,29 @@ async fn backfill_then_live_indexes_every_event_exactly_once() {
         )
         .await
         .unwrap();
-    let got: Vec<(i64, String, bool, i32, Option<String>, Option<String>)> = subs
+    let got: Vec<SubRow> = subs
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
         .collect();
     assert_eq!(
         got,
         vec![
-            (sub_a as i64, "ended".into(), true, 2, Some("cus_42".into()), Some("cancel_at_period_end".into())),
+            (
+                sub_a as i64,
+                "ended".into(),
+                true,
+                2,
+                Some("cus_42".into()),
+                Some("cancel_at_period_end".into())
+            ),
             (sub_b as i64, "cancelled".into(), false, 1, None, None),
         ]
     );
     let ledger: Vec<(i64, String, i32)> = client
-        .query("SELECT subscription_id, kind, period FROM ledger_entries ORDER BY event_id", &[])
+        .query(
+            "SELECT subscription_id, kind, period FROM ledger_entries ORDER BY event_id",
+            &[],
+        )
         .await
         .unwrap()
         .iter()
@@ -120,7 +141,11 @@ async fn backfill_then_live_indexes_every_event_exactly_once() {
             (sub_b as i64, "failed_charge".into(), 2),
         ]
     );
-    let plans: i64 = client.query_one("SELECT count(*) FROM chain_plans", &[]).await.unwrap().get(0);
+    let plans: i64 = client
+        .query_one("SELECT count(*) FROM chain_plans", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(plans, 2);
     // CONFIRMATIONS=0: every lifecycle event is in the outbox, once.
     let (lifecycle, outbox): (i64, i64) = {

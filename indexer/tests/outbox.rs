@@ -11,7 +11,10 @@ use tokio_postgres::Client;
 
 async fn outbox(client: &Client) -> Vec<String> {
     client
-        .query("SELECT event_public_id FROM webhook_outbox ORDER BY event_public_id", &[])
+        .query(
+            "SELECT event_public_id FROM webhook_outbox ORDER BY event_public_id",
+            &[],
+        )
         .await
         .unwrap()
         .iter()
@@ -37,7 +40,13 @@ async fn no_outbox_row_before_the_confirmations() {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
     let client = db.connect().await;
-    let plan = create_plan(&chain, DevChain::address(MERCHANT), USDC, B256::repeat_byte(1)).await;
+    let plan = create_plan(
+        &chain,
+        DevChain::address(MERCHANT),
+        USDC,
+        B256::repeat_byte(1),
+    )
+    .await;
     fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
     let mut cfg = chain_config(&chain);
     cfg.confirmations = 3;
@@ -66,7 +75,13 @@ async fn reorg_inside_the_window_never_enqueues_the_removed_event() {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
     let client = db.connect().await;
-    let plan = create_plan(&chain, DevChain::address(MERCHANT), USDC, B256::repeat_byte(1)).await;
+    let plan = create_plan(
+        &chain,
+        DevChain::address(MERCHANT),
+        USDC,
+        B256::repeat_byte(1),
+    )
+    .await;
     fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
     fund(&chain, DevChain::address(CUSTOMER_B), 10 * USDC).await;
     let mut cfg = chain_config(&chain);
@@ -76,13 +91,21 @@ async fn reorg_inside_the_window_never_enqueues_the_removed_event() {
     let removed = subscribe(&chain, DevChain::address(CUSTOMER_B), plan, B256::ZERO).await;
     wait_for_head(&client, &chain).await;
     let removed_ids = event_ids_of(&client, removed).await;
-    assert_eq!(removed_ids.len(), 2, "the doomed events were indexed, unconfirmed");
+    assert_eq!(
+        removed_ids.len(),
+        2,
+        "the doomed events were indexed, unconfirmed"
+    );
     anvil_reorg(&chain, 1, &[]).await;
     wait_for_head(&client, &chain).await;
     chain.mine(5).await;
     wait_for_head(&client, &chain).await;
     let sent = outbox(&client).await;
-    assert_eq!(sent, event_ids_of(&client, kept).await, "only the surviving events");
+    assert_eq!(
+        sent,
+        event_ids_of(&client, kept).await,
+        "only the surviving events"
+    );
     assert!(removed_ids.iter().all(|id| !sent.contains(id)));
     assert!(event_ids_of(&client, removed).await.is_empty());
     ix.stop().await.unwrap();

@@ -52,7 +52,9 @@ async fn kill_9_during_backfill_then_restart_gives_the_uninterrupted_state() {
     for _ in 0..6 {
         // Kill at a random point of the backfill: once the cursor passes a random target,
         // after a random few milliseconds more (inside the next transaction, usually).
-        let at = cursor(&client).await.map_or(chain.deploy_block as i64, |c| c.0);
+        let at = cursor(&client)
+            .await
+            .map_or(chain.deploy_block as i64, |c| c.0);
         let target = at + rng.random_range(1..=((head - at) / 4).max(1));
         let mut child = spawn_indexer(&chain, &db, free_port(), &env);
         wait_until("cursor passes the kill target", || {
@@ -82,19 +84,32 @@ async fn second_indexer_waits_as_standby_and_takes_over_when_the_writer_dies() {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
     let client = db.connect().await;
-    let plan = create_plan(&chain, DevChain::address(MERCHANT), USDC, B256::repeat_byte(1)).await;
+    let plan = create_plan(
+        &chain,
+        DevChain::address(MERCHANT),
+        USDC,
+        B256::repeat_byte(1),
+    )
+    .await;
     fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
     fund(&chain, DevChain::address(CUSTOMER_B), 10 * USDC).await;
 
     let (port_a, port_b) = (free_port(), free_port());
     let mut a = spawn_indexer(&chain, &db, port_a, &[]);
-    wait_until("A becomes the writer", || async { health(port_a).await["writer"] == true }).await;
+    wait_until("A becomes the writer", || async {
+        health(port_a).await["writer"] == true
+    })
+    .await;
     let _b = spawn_indexer(&chain, &db, port_b, &[]);
     assert_eq!(health(port_b).await["writer"], false, "B waits");
 
     subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
     wait_for_head(&client, &chain).await;
-    assert_eq!(health(port_b).await["writer"], false, "B still waits while A lives");
+    assert_eq!(
+        health(port_b).await["writer"],
+        false,
+        "B still waits while A lives"
+    );
     assert_eq!(epoch(&client).await, 1, "only A ever claimed the cursor");
 
     a.0.kill().expect("kill -9 A");

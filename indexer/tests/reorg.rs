@@ -14,7 +14,13 @@ const CUSTOMERS: [usize; 5] = [CUSTOMER, CUSTOMER_B, 6, 7, 8];
 
 /// A plan and five funded customers; returns the plan id.
 async fn setup(chain: &DevChain) -> u64 {
-    let plan = create_plan(chain, DevChain::address(MERCHANT), 3 * USDC, B256::repeat_byte(1)).await;
+    let plan = create_plan(
+        chain,
+        DevChain::address(MERCHANT),
+        3 * USDC,
+        B256::repeat_byte(1),
+    )
+    .await;
     for c in CUSTOMERS {
         fund(chain, DevChain::address(c), 100 * USDC).await;
     }
@@ -49,7 +55,13 @@ async fn reorg_replays_new_branch(depth: u64) {
     let plan = setup(&chain).await;
     let ix = start(chain_config(&chain), &db, &chain);
     for (i, c) in CUSTOMERS.iter().enumerate() {
-        subscribe(&chain, DevChain::address(*c), plan, B256::repeat_byte(i as u8 + 1)).await;
+        subscribe(
+            &chain,
+            DevChain::address(*c),
+            plan,
+            B256::repeat_byte(i as u8 + 1),
+        )
+        .await;
     }
     chain.mine(3).await;
     wait_for_head(&client, &chain).await;
@@ -58,7 +70,10 @@ async fn reorg_replays_new_branch(depth: u64) {
     anvil_reorg(&chain, depth, &[(from, chain.manager, data, 0)]).await;
     wait_for_head(&client, &chain).await;
     let plans: i64 = client
-        .query_one("SELECT count(*) FROM chain_plans WHERE plan_ref = $1", &[&B256::repeat_byte(0x77).as_slice()])
+        .query_one(
+            "SELECT count(*) FROM chain_plans WHERE plan_ref = $1",
+            &[&B256::repeat_byte(0x77).as_slice()],
+        )
         .await
         .unwrap()
         .get(0);
@@ -92,7 +107,13 @@ async fn two_consecutive_reorgs_leave_a_fresh_index() {
     let plan = setup(&chain).await;
     let ix = start(chain_config(&chain), &db, &chain);
     for (i, c) in CUSTOMERS.iter().enumerate() {
-        subscribe(&chain, DevChain::address(*c), plan, B256::repeat_byte(i as u8 + 1)).await;
+        subscribe(
+            &chain,
+            DevChain::address(*c),
+            plan,
+            B256::repeat_byte(i as u8 + 1),
+        )
+        .await;
     }
     wait_for_head(&client, &chain).await;
     let (from, _, data) = create_plan_tx(0x81);
@@ -113,16 +134,31 @@ async fn reorg_removing_a_subscription_creation_removes_the_subscription() {
     let client = db.connect().await;
     let plan = setup(&chain).await;
     let ix = start(chain_config(&chain), &db, &chain);
-    let first = subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::repeat_byte(1)).await;
+    let first = subscribe(
+        &chain,
+        DevChain::address(CUSTOMER),
+        plan,
+        B256::repeat_byte(1),
+    )
+    .await;
     // The doomed subscription: created in the last block, with a renewal of the first in
     // the same block range.
-    let doomed = subscribe(&chain, DevChain::address(CUSTOMER_B), plan, B256::repeat_byte(2)).await;
+    let doomed = subscribe(
+        &chain,
+        DevChain::address(CUSTOMER_B),
+        plan,
+        B256::repeat_byte(2),
+    )
+    .await;
     wait_for_head(&client, &chain).await;
     let subs = |id: u64| {
         let client = &client;
         async move {
             client
-                .query_opt("SELECT status FROM subscriptions WHERE onchain_id = $1", &[&(id as i64)])
+                .query_opt(
+                    "SELECT status FROM subscriptions WHERE onchain_id = $1",
+                    &[&(id as i64)],
+                )
                 .await
                 .unwrap()
                 .map(|r| r.get::<_, String>(0))
@@ -136,7 +172,11 @@ async fn reorg_removing_a_subscription_creation_removes_the_subscription() {
         .get(0);
     anvil_reorg(&chain, 1, &[]).await;
     wait_for_head(&client, &chain).await;
-    assert_eq!(subs(doomed).await, None, "the reorged-out subscription is gone");
+    assert_eq!(
+        subs(doomed).await,
+        None,
+        "the reorged-out subscription is gone"
+    );
     assert_eq!(subs(first).await.as_deref(), Some("active"));
     let (events_of_doomed, outbox_after): (i64, i64) = {
         let r = client
@@ -150,7 +190,11 @@ async fn reorg_removing_a_subscription_creation_removes_the_subscription() {
         (r.get(0), r.get(1))
     };
     assert_eq!(events_of_doomed, 0);
-    assert_eq!(outbox_after, outbox_before - 2, "its pending webhooks are withdrawn");
+    assert_eq!(
+        outbox_after,
+        outbox_before - 2,
+        "its pending webhooks are withdrawn"
+    );
     ix.stop().await.unwrap();
     let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
     assert_same_index(&dump(&client).await, &fresh);

@@ -11,7 +11,13 @@ use common::*;
 
 fn verify(chain: &DevChain, db: &TestDb, to: u64) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_indexer"))
-        .args(["verify", "--from", &chain.deploy_block.to_string(), "--to", &to.to_string()])
+        .args([
+            "verify",
+            "--from",
+            &chain.deploy_block.to_string(),
+            "--to",
+            &to.to_string(),
+        ])
         .env("DATABASE_URL", &db.url)
         .env("RPC_URL", &chain.anvil.url)
         .env("CHAIN_ID", chain.anvil.chain_id.to_string())
@@ -19,7 +25,10 @@ fn verify(chain: &DevChain, db: &TestDb, to: u64) -> (bool, String) {
         .env("RUST_LOG", "warn")
         .output()
         .expect("run indexer verify");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 #[tokio::test]
@@ -27,8 +36,20 @@ async fn verify_finds_deleted_and_altered_rows_and_is_clean_otherwise() {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
     let client = db.connect().await;
-    let plan = create_plan(&chain, DevChain::address(MERCHANT), USDC, B256::repeat_byte(1)).await;
-    create_plan(&chain, DevChain::address(MERCHANT), 2 * USDC, B256::repeat_byte(2)).await;
+    let plan = create_plan(
+        &chain,
+        DevChain::address(MERCHANT),
+        USDC,
+        B256::repeat_byte(1),
+    )
+    .await;
+    create_plan(
+        &chain,
+        DevChain::address(MERCHANT),
+        2 * USDC,
+        B256::repeat_byte(2),
+    )
+    .await;
     fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
     subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
     let ix = start(chain_config(&chain), &db, &chain);
@@ -70,5 +91,8 @@ async fn verify_finds_deleted_and_altered_rows_and_is_clean_otherwise() {
             && out.contains(&format!("log {}", deleted.1)),
         "{out}"
     );
-    assert!(out.contains(&format!("differs: block {altered} ")) && out.contains("(decoded)"), "{out}");
+    assert!(
+        out.contains(&format!("differs: block {altered} ")) && out.contains("(decoded)"),
+        "{out}"
+    );
 }

@@ -120,8 +120,8 @@ impl Sink {
             events.extend(map::map_block(ctx.chain_id as u64, b)?);
         }
         let snapshots = ctx.fold_batch(&tx, &events).await?;
-        let ids = rows::insert_events(&tx, ctx.chain_id, &ctx.contract, &events, &snapshots.0)
-            .await?;
+        let ids =
+            rows::insert_events(&tx, ctx.chain_id, &ctx.contract, &events, &snapshots.0).await?;
         rows::insert_projections(&tx, ctx.chain_id, &events, &ids).await?;
         let mut subs = snapshots.1;
         for s in subs.iter_mut() {
@@ -192,7 +192,10 @@ impl Sink {
         if sent > 0 {
             // Webhooks already attempted for events that are no longer on the chain: the
             // confirmations setting was too low for this chain. Loud, but not fatal.
-            tracing::error!(count = sent, "reorg removed events whose webhooks were already sent");
+            tracing::error!(
+                count = sent,
+                "reorg removed events whose webhooks were already sent"
+            );
             metrics::counter!("indexer_reorged_sent_events_total").increment(sent as u64);
         }
         tx.execute(

@@ -176,7 +176,7 @@ pub async fn insert_projections(
                 l_ps.push(None);
                 l_pe.push(None);
                 l_attempt.push(f.attempt as i32);
-                l_reason.push(Some(failure_reason_name(u8::from(f.reason))));
+                l_reason.push(Some(failure_reason_name(f.reason)));
                 l_bt.push(ts(e.block_time));
             }
             Some(ContractEvent::PlanCreated(p)) => {
@@ -200,8 +200,8 @@ pub async fn insert_projections(
                  $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[], $11::timestamptz[])
                AS u(eid, sid, kind, amount, period, ps, pe, attempt, reason, bt)",
             &[
-                &chain_id, &l_eid, &l_sid, &l_kind, &l_amount, &l_period, &l_ps, &l_pe,
-                &l_attempt, &l_reason, &l_bt,
+                &chain_id, &l_eid, &l_sid, &l_kind, &l_amount, &l_period, &l_ps, &l_pe, &l_attempt,
+                &l_reason, &l_bt,
             ],
         )
         .await?;
@@ -283,10 +283,26 @@ pub async fn upsert_subs(tx: &Transaction<'_>, chain_id: i64, subs: &[&SubState]
     if subs.is_empty() {
         return Ok(());
     }
-    let (mut id, mut pubid, mut m, mut sub, mut plan, mut amount, mut cref, mut ext) =
-        (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-    let (mut status, mut cape, mut period, mut ps, mut pe, mut fa, mut nra, mut er) =
-        (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut id, mut pubid, mut m, mut sub, mut plan, mut amount, mut cref, mut ext) = (
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+    );
+    let (mut status, mut cape, mut period, mut ps, mut pe, mut fa, mut nra, mut er) = (
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+    );
     let (mut ce, mut le, mut ca, mut ua) = (vec![], vec![], vec![], vec![]);
     for s in subs {
         id.push(s.onchain_id);
@@ -332,8 +348,8 @@ pub async fn upsert_subs(tx: &Transaction<'_>, chain_id: i64, subs: &[&SubState]
              ended_reason = EXCLUDED.ended_reason, last_event_id = EXCLUDED.last_event_id,
              updated_at = EXCLUDED.updated_at",
         &[
-            &chain_id, &id, &pubid, &m, &sub, &plan, &amount, &cref, &ext, &status, &cape,
-            &period, &ps, &pe, &fa, &nra, &er, &ce, &le, &ca, &ua,
+            &chain_id, &id, &pubid, &m, &sub, &plan, &amount, &cref, &ext, &status, &cape, &period,
+            &ps, &pe, &fa, &nra, &er, &ce, &le, &ca, &ua,
         ],
     )
     .await?;
@@ -368,7 +384,11 @@ pub async fn resolve_customers(
 }
 
 /// Rebuilds subscriptions from their stored events (after a reorg removed some of them).
-pub async fn rebuild_subs(tx: &Transaction<'_>, chain_id: i64, ids: &[i64]) -> Result<Vec<SubState>> {
+pub async fn rebuild_subs(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    ids: &[i64],
+) -> Result<Vec<SubState>> {
     let rows = tx
         .query(
             "SELECT id, block_time, topics, data FROM chain_events
@@ -397,7 +417,9 @@ pub async fn rebuild_subs(tx: &Transaction<'_>, chain_id: i64, ids: &[i64]) -> R
     let mut customers = resolve_customers(tx, &refs).await?.into_iter();
     let mut states: HashMap<i64, SubState> = HashMap::new();
     for (id, bt, ev) in &decoded {
-        let Some(sid) = ev.subscription_id() else { continue };
+        let Some(sid) = ev.subscription_id() else {
+            continue;
+        };
         let sid = id_to_i64(sid)?;
         let customer_external_id = match ev {
             ContractEvent::SubscriptionCreated(_) => customers.next().flatten(),
@@ -426,7 +448,7 @@ pub async fn write_checkpoints(
     let last = blocks.last().map(|b| b.number).unwrap_or(0);
     let keep: Vec<&Block> = blocks
         .iter()
-        .filter(|b| b.number > finalized || b.number == last)
+        .filter(|b| b.number >= finalized || b.number == last)
         .collect();
     let bn: Vec<i64> = keep.iter().map(|b| b.number as i64).collect();
     let bh: Vec<&[u8]> = keep.iter().map(|b| b.hash.as_slice()).collect();

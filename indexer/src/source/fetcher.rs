@@ -24,7 +24,8 @@ pub struct FetchConfig {
     /// Per-call timeout; a timed-out `eth_getLogs` shrinks the range.
     pub rpc_timeout: Duration,
     /// How many times an empty answer is retried for a block whose bloom says the contract
-    /// emitted; after that the answer is accepted (blooms have false positives).
+    /// emitted; after that the block is read through its receipts, which settles it (blooms
+    /// have false positives, so an empty answer can be true).
     pub bloom_retries: u32,
 }
 
@@ -88,9 +89,19 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
         metrics::counter!("indexer_rpc_errors_total", "call" => what).increment(1);
         metrics::counter!("indexer_rpc_retries_total").increment(1);
         if attempt >= 3 {
-            tracing::warn!(call = what, attempt, error = err, "rpc call failing, retrying");
+            tracing::warn!(
+                call = what,
+                attempt,
+                error = err,
+                "rpc call failing, retrying"
+            );
         } else {
-            tracing::debug!(call = what, attempt, error = err, "rpc call failed, retrying");
+            tracing::debug!(
+                call = what,
+                attempt,
+                error = err,
+                "rpc call failed, retrying"
+            );
         }
         tokio::time::sleep(self.backoff(attempt)).await;
     }
@@ -150,12 +161,15 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
     /// The range adapts: it grows after a success and shrinks when the node refuses, down to
     /// a single block, which is then read through receipts if it is still too large.
     pub async fn fetch(&mut self, from: u64, to_limit: u64) -> Vec<Block> {
-        assert!(from <= to_limit, "fetch of an empty range {from}..={to_limit}");
+        assert!(
+            from <= to_limit,
+            "fetch of an empty range {from}..={to_limit}"
+        );
         let mut attempt = 0u32;
         let mut bloom_misses = 0u32;
         let mut to = to_limit.min(from.saturating_add(self.range - 1));
         loop {
-            match self.try_fetch(from, to, bloom_misses >= self.cfg.bloom_retries).await {
+            match self.try_fetch(from, to).await {
                 Ok(blocks) => {
                     let size = to - from + 1;
                     // Grow only after a full-size success, so a quiet tip does not inflate it.
@@ -183,6 +197,16 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
                 Err(Attempt::BloomMismatch(block)) => {
                     bloom_misses += 1;
                     metrics::counter!("indexer_bloom_retries_total").increment(1);
+                    if bloom_misses > self.cfg.bloom_retries {
+                        // Settle it through the receipts: up to the block before it now, the
+                        // block itself alone (by receipts) on its own.
+                        if block == from {
+                            return self.fetch_single_block(from).await;
+                        }
+                        to = block - 1;
+                        bloom_misses = 0;
+                        continue;
+                    }
                     let msg = format!("bloom of block {block} says the contract emitted, no logs");
                     self.retry_wait("logs", attempt, &msg).await;
                     attempt += 1;
@@ -204,7 +228,8 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
                 .timed(self.src.block_logs(number, header.hash), timeout)
                 .await;
             match logs {
-                Ok(logs) => match self.assemble(std::slice::from_ref(&header), logs, true) {
+                // Receipts are the authority: an empty answer here is the truth.
+                Ok(logs) => match self.assemble(std::slice::from_ref(&header), logs, false) {
                     Ok(blocks) => return blocks,
                     Err(Attempt::Retry(m)) => self.retry_wait("block_logs", attempt, &m).await,
                     Err(_) => self.retry_wait("block_logs", attempt, "bad answer").await,
@@ -215,7 +240,7 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
         }
     }
 
-    async fn try_fetch(&self, from: u64, to: u64, trust_empty: bool) -> Result<Vec<Block>, Attempt> {
+    async fn try_fetch(&self, from: u64, to: u64) -> Result<Vec<Block>, Attempt> {
         let too_large = SourceError::TooLarge { suggested_to: None };
         let logs = self
             .timed(self.src.logs(from, to), too_large)
@@ -233,7 +258,7 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
             .timed(self.src.headers(from, to), timeout)
             .await
             .map_err(|e| Attempt::Retry(format!("headers: {e}")))?;
-        self.assemble(&headers, logs, trust_empty)
+        self.assemble(&headers, logs, true)
     }
 
     /// Checks an answer and groups the logs by block. Any inconsistency means the node
@@ -243,7 +268,7 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
         &self,
         headers: &[Header],
         logs: Vec<RawLog>,
-        trust_empty: bool,
+        check_bloom: bool,
     ) -> Result<Vec<Block>, Attempt> {
         let Some(first) = headers.first() else {
             return Err(Attempt::Retry("no headers".into()));
@@ -260,7 +285,10 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
         for log in logs {
             let idx = log.block_number.checked_sub(first.number);
             let header = idx.and_then(|i| headers.get(i as usize)).ok_or_else(|| {
-                Attempt::Retry(format!("log of block {} outside the range", log.block_number))
+                Attempt::Retry(format!(
+                    "log of block {} outside the range",
+                    log.block_number
+                ))
             })?;
             if log.block_hash != header.hash {
                 return Err(Attempt::Retry(format!(
@@ -269,7 +297,10 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
                 )));
             }
             if log.address != self.contract {
-                return Err(Attempt::Retry(format!("log of another contract {}", log.address)));
+                return Err(Attempt::Retry(format!(
+                    "log of another contract {}",
+                    log.address
+                )));
             }
             by_block.entry(log.block_number).or_default().push(log);
         }
@@ -278,10 +309,13 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
             let mut logs = by_block.remove(&h.number).unwrap_or_default();
             logs.sort_by_key(|l| l.log_index);
             if logs.windows(2).any(|w| w[0].log_index == w[1].log_index) {
-                return Err(Attempt::Retry(format!("duplicate log index in block {}", h.number)));
+                return Err(Attempt::Retry(format!(
+                    "duplicate log index in block {}",
+                    h.number
+                )));
             }
             if logs.is_empty()
-                && !trust_empty
+                && check_bloom
                 && h.logs_bloom
                     .contains_input(BloomInput::Raw(self.contract.as_slice()))
             {

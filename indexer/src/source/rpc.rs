@@ -122,8 +122,12 @@ fn raw_log(l: Log) -> Result<RawLog, SourceError> {
         address: l.inner.address,
         block_number: l.block_number.ok_or_else(|| missing("blockNumber"))?,
         block_hash: l.block_hash.ok_or_else(|| missing("blockHash"))?,
-        tx_hash: l.transaction_hash.ok_or_else(|| missing("transactionHash"))?,
-        tx_index: l.transaction_index.ok_or_else(|| missing("transactionIndex"))?,
+        tx_hash: l
+            .transaction_hash
+            .ok_or_else(|| missing("transactionHash"))?,
+        tx_index: l
+            .transaction_index
+            .ok_or_else(|| missing("transactionIndex"))?,
         log_index: l.log_index.ok_or_else(|| missing("logIndex"))?,
         topics: l.inner.data.topics().to_vec(),
         data: l.inner.data.data.clone(),
@@ -219,7 +223,8 @@ mod tests {
         let alchemy = "log response size exceeded. you can make eth_getlogs requests with up to a 2k \
                        block range. based on your parameters, this block range should work: [0x1f, 0x2a]";
         assert_eq!(suggested_end(alchemy), Some(0x2a));
-        let infura = "query returned more than 10000 results. try with this block range [0x10, 0x11].";
+        let infura =
+            "query returned more than 10000 results. try with this block range [0x10, 0x11].";
         assert_eq!(suggested_end(infura), Some(0x11));
         assert_eq!(suggested_end("block range too large"), None);
     }

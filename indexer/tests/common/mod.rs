@@ -3,7 +3,7 @@
 //! row-by-row comparison.
 #![allow(dead_code)]
 
-
+pub mod fake;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,9 +89,8 @@ pub fn start_with<S: BlockSource>(cfg: IndexerConfig, db_url: &str, source: Arc<
     let status = Status::new(cfg.chain_id);
     let st = status.clone();
     let url = db_url.to_string();
-    let handle = tokio::spawn(async move {
-        chainsub_indexer::run::run(&cfg, &url, source, st, rx).await
-    });
+    let handle =
+        tokio::spawn(async move { chainsub_indexer::run::run(&cfg, &url, source, st, rx).await });
     Running {
         stop: tx,
         handle,
@@ -108,10 +107,7 @@ pub fn start(cfg: IndexerConfig, db: &TestDb, chain: &DevChain) -> Running {
 /// The cursor row: (block number, block hash).
 pub async fn cursor(client: &Client) -> Option<(i64, B256)> {
     client
-        .query_opt(
-            "SELECT block_number, block_hash FROM indexer_cursor",
-            &[],
-        )
+        .query_opt("SELECT block_number, block_hash FROM indexer_cursor", &[])
         .await
         .expect("cursor")
         .map(|r| (r.get(0), B256::from_slice(r.get::<_, &[u8]>(1))))
@@ -137,7 +133,10 @@ pub async fn wait_for_head(client: &Client, chain: &DevChain) {
         if cursor(client).await == Some((n as i64, h)) {
             return;
         }
-        assert!(Instant::now() < deadline, "indexer did not reach head {n} {h}");
+        assert!(
+            Instant::now() < deadline,
+            "indexer did not reach head {n} {h}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -199,8 +198,16 @@ pub fn assert_same_index(a: &[String], b: &[String]) {
         "indexes differ ({} vs {} rows)\nonly in the first:\n{}\nonly in the second:\n{}",
         a.len(),
         b.len(),
-        only_a.iter().map(|s| short(s)).collect::<Vec<_>>().join("\n"),
-        only_b.iter().map(|s| short(s)).collect::<Vec<_>>().join("\n"),
+        only_a
+            .iter()
+            .map(|s| short(s))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        only_b
+            .iter()
+            .map(|s| short(s))
+            .collect::<Vec<_>>()
+            .join("\n"),
     );
 }
 
@@ -225,8 +232,19 @@ pub const USDC: u64 = 1_000_000;
 /// Creates a plan for `merchant` (sent by the operator) and returns its on-chain id.
 pub async fn create_plan(chain: &DevChain, merchant: Address, amount: u64, plan_ref: B256) -> u64 {
     let op = DevChain::address(chainsub_tests::chain::accounts::OPERATOR);
-    send!(chain.manager().createPlan(merchant, U256::from(amount), plan_ref), op);
-    chain.manager().planCount().call().await.expect("planCount").to()
+    send!(
+        chain
+            .manager()
+            .createPlan(merchant, U256::from(amount), plan_ref),
+        op
+    );
+    chain
+        .manager()
+        .planCount()
+        .call()
+        .await
+        .expect("planCount")
+        .to()
 }
 
 /// Mints `amount` to `who` and approves the manager for everything.
@@ -237,7 +255,10 @@ pub async fn fund(chain: &DevChain, who: Address, amount: u64) {
 
 /// Subscribes `who` to `plan` and returns the subscription id.
 pub async fn subscribe(chain: &DevChain, who: Address, plan: u64, customer_ref: B256) -> u64 {
-    send!(chain.manager().subscribe(U256::from(plan), customer_ref), who);
+    send!(
+        chain.manager().subscribe(U256::from(plan), customer_ref),
+        who
+    );
     chain
         .manager()
         .subscriptionCount()
@@ -288,7 +309,10 @@ pub fn spawn_indexer(
         .env("CONTRACT_ADDRESS", chain.manager.to_string())
         .env("START_BLOCK", chain.deploy_block.to_string())
         .env("CONFIRMATIONS", "0")
-        .env("INDEXER_METRICS_LISTEN", format!("127.0.0.1:{metrics_port}"))
+        .env(
+            "INDEXER_METRICS_LISTEN",
+            format!("127.0.0.1:{metrics_port}"),
+        )
         .env("INDEXER_POLL_INTERVAL_MS", "20")
         .env("INDEXER_MIN_BACKOFF_MS", "5")
         .env("INDEXER_MAX_BACKOFF_MS", "100")
