@@ -1,0 +1,307 @@
+//! HTTP conventions: the JSON error shape with honest codes, X-Request-Id everywhere, body
+//! limits and content types, Idempotency-Key, rate limits, health (including an outage of
+//! Postgres), and metrics.
+
+mod api_common;
+
+use api_common::{Opts, Proxy, read, spawn, spawn_with, target_of, via};
+use chainsub_tests::chain::accounts::MERCHANT;
+use chainsub_tests::{DevChain, TestDb};
+use serde_json::{Value, json};
+
+fn plan(name: &str) -> Value {
+    json!({ "name": name, "amount": "5.00", "currency": "USDC", "interval": "month" })
+}
+
+fn assert_error_shape(body: &Value, request_id: &str) {
+    let e = &body["error"];
+    for k in ["type", "code", "message"] {
+        assert!(e[k].is_string(), "error.{k} in {body}");
+    }
+    assert!(e.get("param").is_some(), "error.param present (maybe null): {body}");
+    assert_eq!(e["requestId"], request_id, "error names the request id");
+}
+
+#[tokio::test]
+async fn errors_have_one_json_shape_honest_codes_and_a_request_id() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let h = &app.http;
+
+    // 404 for an unknown path.
+    let r = read(h.get(app.url("/api/v1/nope")).send().await.unwrap()).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error_code(), Some("route_not_found"));
+    assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
+
+    // 405 with Allow.
+    let r = read(h.put(app.url("/api/v1/plans")).bearer_auth(&key).send().await.unwrap()).await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow").as_deref(), Some("GET, POST"));
+    assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
+    let r = read(h.delete(app.url("/api/v1/health")).send().await.unwrap()).await;
+    assert_eq!((r.status, r.header("allow").as_deref()), (405, Some("GET")));
+    let r = read(h.get(app.url("/api/v1/checkouts")).send().await.unwrap()).await;
+    assert_eq!((r.status, r.header("allow").as_deref()), (405, Some("POST")));
+
+    // 401 without or with a bad key.
+    let r = read(h.get(app.url("/api/v1/plans")).send().await.unwrap()).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.body["error"]["type"], "authentication_error");
+    let r = app.get("/api/v1/plans", "sk_live_nottherightlength").await;
+    assert_eq!(r.status, 401);
+    let r = app.get("/api/v1/plans", &format!("sk_live_{}", "0".repeat(64))).await;
+    assert_eq!(r.status, 401);
+
+    // 415 for a body that is not JSON.
+    let r = read(
+        h.post(app.url("/api/v1/plans"))
+            .bearer_auth(&key)
+            .header("content-type", "text/plain")
+            .body(plan("x").to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 415);
+    assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
+
+    // 400 for malformed JSON or a non-object.
+    for body in ["{", "[1,2]", "\"x\""] {
+        let r = read(
+            h.post(app.url("/api/v1/plans"))
+                .bearer_auth(&key)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 400, "{body}");
+    }
+
+    // 413 above 64 KiB, with or without Content-Length.
+    let big = json!({ "name": "x".repeat(70 * 1024) }).to_string();
+    let r = read(
+        h.post(app.url("/api/v1/plans"))
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 413);
+    assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
+    // Chunked, no Content-Length: written by hand on a raw connection.
+    let status = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(app.running.addr).await.unwrap();
+        let head = format!(
+            "POST /api/v1/plans HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        for chunk in big.as_bytes().chunks(8192) {
+            let framed = format!("{:x}\r\n", chunk.len());
+            // The server may answer and close before the whole body is sent.
+            if conn.write_all(framed.as_bytes()).await.is_err()
+                || conn.write_all(chunk).await.is_err()
+                || conn.write_all(b"\r\n").await.is_err()
+            {
+                break;
+            }
+        }
+        let _ = conn.write_all(b"0\r\n\r\n").await;
+        let mut buf = vec![0u8; 1024];
+        let n = conn.read(&mut buf).await.unwrap();
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    };
+    let r = api_common::Res {
+        status: status[9..12].parse().unwrap(),
+        headers: Default::default(),
+        body: Value::Null,
+    };
+    assert_eq!(r.status, 413, "chunked bodies are capped too");
+
+    // Every response, success included, carries a distinct X-Request-Id.
+    let a = app.get("/api/v1/plans", &key).await;
+    let b = app.get("/api/v1/plans", &key).await;
+    let (ra, rb) = (a.header("x-request-id").unwrap(), b.header("x-request-id").unwrap());
+    assert!(ra.starts_with("req_") && ra != rb);
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_conflicts_and_makes_one_effect() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+
+    let first = app.post("/api/v1/plans", &key, &plan("Gold"), Some("k-1")).await;
+    assert_eq!(first.status, 201);
+    let again = app.post("/api/v1/plans", &key, &plan("Gold"), Some("k-1")).await;
+    assert_eq!(again.status, 201);
+    assert_eq!(again.body, first.body, "the replay is the first response");
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+
+    let other = app.post("/api/v1/plans", &key, &plan("Silver"), Some("k-1")).await;
+    assert_eq!(other.status, 409);
+    assert_eq!(other.error_code(), Some("idempotency_key_reused"));
+
+    // Validation errors are replayed too (same request, same answer).
+    let bad = json!({ "name": "x" });
+    let e1 = app.post("/api/v1/plans", &key, &bad, Some("k-2")).await;
+    let e2 = app.post("/api/v1/plans", &key, &bad, Some("k-2")).await;
+    assert_eq!((e1.status, e2.status), (400, 400));
+    assert_eq!(e1.body["error"]["param"], e2.body["error"]["param"]);
+
+    // Concurrent requests with one key: exactly one plan is created.
+    let body = plan("Race");
+    let reqs: Vec<_> = (0..8)
+        .map(|_| app.post("/api/v1/plans", &key, &body, Some("k-race")))
+        .collect();
+    let results = futures::future::join_all(reqs).await;
+    for r in &results {
+        assert!(
+            r.status == 201 || (r.status == 409 && r.error_code() == Some("idempotency_key_in_use")),
+            "{} {:?}",
+            r.status,
+            r.body
+        );
+    }
+    let n: i64 = app
+        .db()
+        .await
+        .query_one("SELECT count(*) FROM plans WHERE name = 'Race'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+
+    // Without a key, two POSTs are two plans.
+    app.post("/api/v1/plans", &key, &plan("NoKey"), None).await;
+    app.post("/api/v1/plans", &key, &plan("NoKey"), None).await;
+    let n: i64 = app
+        .db()
+        .await
+        .query_one("SELECT count(*) FROM plans WHERE name = 'NoKey'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+    let bad_key = app.post("/api/v1/plans", &key, &plan("x"), Some("has space")).await;
+    assert_eq!((bad_key.status, bad_key.error_param()), (400, Some("Idempotency-Key")));
+}
+
+#[tokio::test]
+async fn rate_limit_answers_429_with_retry_after_and_ratelimit_headers() {
+    let app = spawn(Opts {
+        key_per_sec: 1,
+        key_burst: 3,
+        ip_per_sec: 1,
+        ip_burst: 2,
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let mut statuses = Vec::new();
+    let mut limited = None;
+    for _ in 0..5 {
+        let r = app.get("/api/v1/plans", &key).await;
+        statuses.push(r.status);
+        if r.status == 200 {
+            assert!(r.header("ratelimit-policy").unwrap().contains("q=3"));
+        }
+        if r.status == 429 {
+            limited = Some(r);
+        }
+    }
+    assert_eq!(&statuses[..3], &[200, 200, 200], "{statuses:?}");
+    let r = limited.expect("a 429 within 5 requests over a burst of 3");
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry >= 1, "whole seconds, rounded up");
+    assert_eq!(r.header("ratelimit-policy").as_deref(), Some("\"key\";q=3;w=3"));
+    assert!(r.header("ratelimit").unwrap().starts_with("\"key\";r=0;t="));
+    assert_eq!(r.error_code(), Some("rate_limited"));
+    assert_eq!(r.body["error"]["type"], "rate_limit_error");
+
+    // Unauthenticated traffic is limited per IP.
+    let mut last = 0;
+    for _ in 0..4 {
+        last = read(app.http.post(app.url("/api/v1/auth/nonce")).send().await.unwrap())
+            .await
+            .status;
+    }
+    assert_eq!(last, 429);
+}
+
+#[tokio::test]
+async fn health_reports_the_index_and_metrics_are_exposed() {
+    let app = spawn(Opts::default()).await;
+    let db = app.db().await;
+    api_common::seed_cursor(&db, 42).await;
+    let r = read(app.http.get(app.url("/api/v1/health")).send().await.unwrap()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["status"], "ok");
+    assert_eq!(r.body["chain"]["chainId"], 31337);
+    assert_eq!(r.body["chain"]["indexedBlock"], 42);
+    assert_eq!(r.body["chain"]["lagBlocks"], 0);
+    assert!(r.body["docs"].as_str().unwrap().ends_with("/api/v1/openapi.json"));
+    let m = app.http.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(m.contains("api_requests_total"), "{m}");
+}
+
+#[tokio::test]
+async fn health_is_503_while_postgres_is_unreachable_and_recovers_on_its_own() {
+    let db = TestDb::create().await;
+    let proxy = Proxy::start(target_of(&db.url)).await;
+    let url = via(&db.url, proxy.addr);
+    let app = spawn_with(
+        db,
+        None,
+        Opts {
+            database_url: Some(url),
+            ..Opts::default()
+        },
+    )
+    .await;
+    let health = || async { read(app.http.get(app.url("/api/v1/health")).send().await.unwrap()).await };
+    assert_eq!(health().await.status, 200);
+
+    proxy.disable();
+    let r = health().await;
+    assert_eq!(r.status, 503, "{:?}", r.body);
+    assert_eq!(r.body["status"], "unavailable");
+    // Data routes say 503 too (never 500) while the database is away.
+    let r = app.get("/api/v1/plans", &format!("sk_live_{}", "a".repeat(64))).await;
+    assert_eq!(r.status, 503, "{:?}", r.body);
+    assert_eq!(r.error_code(), Some("service_unavailable"));
+    assert!(!r.body.to_string().contains("127.0.0.1"), "5xx bodies leak nothing: {:?}", r.body);
+
+    proxy.enable();
+    // The pool heals without a restart: poll (bounded) until health is 200 again.
+    let mut ok = false;
+    for _ in 0..50 {
+        if health().await.status == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(ok, "health recovered after Postgres came back");
+}
+
+#[tokio::test]
+async fn graceful_shutdown_stops_listening() {
+    let app = spawn(Opts::default()).await;
+    let addr = app.running.addr;
+    assert_eq!(
+        read(app.http.get(app.url("/api/v1/health")).send().await.unwrap()).await.status,
+        200
+    );
+    let api_common::App { running, .. } = app;
+    running.shutdown().await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
