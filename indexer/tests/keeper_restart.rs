@@ -220,3 +220,88 @@ async fn many_due_subscriptions_with_bounded_concurrency_are_each_charged_once()
     }
     assert_eq!(stack.keeper_tx_count().await, 10);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nonce_used_outside_the_keeper_is_detected_and_the_counter_resyncs() {
+    use alloy::network::TransactionBuilder;
+    use alloy::primitives::U256;
+    use alloy::rpc::types::TransactionRequest;
+
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let first = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
+    stack.chain.increase_time(10 * DAY).await;
+    let second = stack.subscribe(accounts::CUSTOMER_B, plan, 3).await;
+    stack.chain.increase_time(22 * DAY).await;
+    stack.sync_index().await;
+
+    let mut keeper = spawn(stack.keeper(), &[]);
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
+            1,
+        )
+        .await;
+    // Someone else spends the keeper's next nonce; the keeper's counter is now stale.
+    let me = keeper_address();
+    stack
+        .chain
+        .provider
+        .send_transaction(
+            TransactionRequest::default()
+                .with_from(me)
+                .with_to(me)
+                .with_value(U256::ZERO),
+        )
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    stack.chain.increase_time(10 * DAY).await;
+    stack.sync_index().await;
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
+            2,
+        )
+        .await;
+    keeper.0.kill().unwrap();
+    keeper.0.wait().unwrap();
+
+    assert_eq!(
+        stack.steps(first).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+    assert_eq!(
+        stack.steps(second).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+    assert_eq!(stack.keeper_tx_count().await, 3);
+    let rows = stack
+        .pg
+        .query(
+            "SELECT t.nonce, t.status, COALESCE(t.error, '') FROM keeper_txs t
+             JOIN keeper_steps k ON k.id = t.step_id WHERE k.subscription_id = $1 ORDER BY t.id",
+            &[&(second as i64)],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(i64, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, "failed".to_string(), "nonce too low".to_string()),
+            (2, "mined".to_string(), String::new()),
+        ]
+    );
+}

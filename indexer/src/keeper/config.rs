@@ -95,7 +95,7 @@ pub struct Config {
     #[arg(long, env = "KEEPER_BATCH_SIZE", default_value_t = 200)]
     pub batch_size: i64,
     /// Run one pass (resume in-flight sends, send what is due, record receipts) and exit.
-    /// Exit status 2 means the gas budget stopped sends.
+    /// Exit status 2: the gas budget stopped sends; 3: another keeper holds the lock.
     #[arg(long)]
     pub once: bool,
     /// Do not apply pending migrations at start.

@@ -32,6 +32,26 @@ impl Keeper {
             metrics::gauge!(names::BUDGET_EXHAUSTED).set(0.0);
             return Ok(report);
         }
+        // Cheap checks first, so a full pipeline or a spent budget costs no RPC calls.
+        if self.store.open_count().await? >= self.cfg.concurrency {
+            metrics::counter!(names::SKIPPED, "reason" => "concurrency")
+                .increment(due.len() as u64);
+            report.skipped = due.len();
+            return Ok(report);
+        }
+        if self
+            .store
+            .spent_in_window(self.cfg.budget_window_secs)
+            .await?
+            >= self.cfg.gas_budget_wei
+        {
+            metrics::counter!(names::SKIPPED, "reason" => "budget").increment(due.len() as u64);
+            metrics::gauge!(names::BUDGET_EXHAUSTED).set(1.0);
+            tracing::warn!(budget_wei = %self.cfg.gas_budget_wei, "gas budget exhausted: due charges were not sent");
+            report.skipped = due.len();
+            report.budget_stopped = true;
+            return Ok(report);
+        }
         let results: Vec<Result<Handled>> = futures::stream::iter(due)
             .map(|sub| self.handle_due(sub, chain_now))
             .buffer_unordered(self.cfg.concurrency)
