@@ -50,7 +50,7 @@ pub fn page(status: StatusCode, title: &str, body: &str, scripts: &[&str]) -> Re
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{title} · Chainsub</title>\n\
-         <link rel=\"stylesheet\" href=\"/assets/style.css\">\n{scripts}\n</head>\n\
+         <link rel=\"icon\" href=\"data:,\">\n<link rel=\"stylesheet\" href=\"/assets/style.css\">\n{scripts}\n</head>\n\
          <body>\n<header class=\"top\"><span class=\"brand\">Chainsub</span></header>\n\
          <main id=\"main\">\n{body}\n</main>\n</body>\n</html>\n",
         title = esc(title),

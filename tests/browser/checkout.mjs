@@ -1,0 +1,78 @@
+// Scenario: a customer opens a checkout link and subscribes with a browser wallet.
+// env: CHECKOUT_URL, RPC_URL, CHAIN_ID, CUSTOMER (funded), POOR_CUSTOMER (no USDC),
+//      PLAN_NAME, EXPLORER_PREFIX, SCREENSHOT_DIR.
+// Walks the page's states: wrong chain -> switch -> insufficient balance (poor wallet);
+// ready -> rejected (4001) -> approve + subscribe -> confirmed (funded wallet); then
+// already subscribed on a second visit.
+import { check, emit, env, run, screenshot, walletPage } from "./lib.mjs";
+
+const url = env("CHECKOUT_URL");
+const rpcUrl = env("RPC_URL");
+const chainIdHex = "0x" + BigInt(env("CHAIN_ID")).toString(16);
+const customer = env("CUSTOMER");
+const poor = env("POOR_CUSTOMER");
+
+async function state(page, s, timeout = 30000) {
+  await page.waitForSelector(`#checkout[data-state="${s}"]`, { timeout });
+  return page.locator("#status").textContent();
+}
+
+await run("checkout", async (browser) => {
+  // 1. A wallet on the wrong chain with no USDC.
+  {
+    const { page, context } = await walletPage(browser, { rpcUrl, account: poor, chainIdHex: "0x1" });
+    await page.goto(url);
+    check((await page.locator("h1").textContent()) === env("PLAN_NAME"), "plan name is the heading");
+    check((await page.locator("#amount").textContent()) === "9.99", "amount shown");
+    check((await page.locator("#allowance").textContent()) === "119.88", "requested allowance shown");
+    check((await page.locator("main").textContent()).includes("every calendar month"), "interval shown");
+    await state(page, "idle");
+    await screenshot(page, "checkout-1-link-opened");
+    await page.getByRole("button", { name: "Connect wallet" }).click();
+    const wrong = await state(page, "wrong-chain");
+    check(wrong.includes("wrong network"), `wrong-chain message: ${wrong}`);
+    await screenshot(page, "checkout-2-wrong-chain");
+    await page.getByRole("button", { name: "Switch network" }).click();
+    const poorMsg = await state(page, "insufficient");
+    check(poorMsg.includes("Insufficient USDC balance"), `insufficient message: ${poorMsg}`);
+    await screenshot(page, "checkout-3-insufficient-balance");
+    await context.close();
+  }
+
+  // 2. A funded wallet on the right chain: reject once, then subscribe.
+  {
+    const { page, wallet, context } = await walletPage(browser, { rpcUrl, account: customer, chainIdHex });
+    await page.goto(url);
+    await page.getByRole("button", { name: "Connect wallet" }).click();
+    await state(page, "ready");
+    check((await page.locator("#steps li").count()) === 2, "approve and subscribe steps listed");
+    await screenshot(page, "checkout-4-ready");
+    wallet.rejectNext = true;
+    await page.locator("#subscribe").click();
+    const rejected = await state(page, "rejected");
+    check(rejected.includes("rejected"), `rejected message: ${rejected}`);
+    await screenshot(page, "checkout-5-rejected");
+    await page.locator("#subscribe").click();
+    await state(page, "confirmed", 60000);
+    const hash = await page.locator("#tx-hash").textContent();
+    check(/^0x[0-9a-f]{64}$/.test(hash), `tx hash shown: ${hash}`);
+    const href = await page.locator("#explorer-link").getAttribute("href");
+    check(href === env("EXPLORER_PREFIX") + hash, `explorer link: ${href}`);
+    check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === 3, "rejected + approve + subscribe sends");
+    await screenshot(page, "checkout-6-confirmed");
+    console.log(`subscribe tx: ${hash}`);
+
+    // 3. The same wallet comes back: already subscribed.
+    await page.reload();
+    await page.getByRole("button", { name: "Connect wallet" }).click();
+    const already = await state(page, "already");
+    check(already.includes("already has an active subscription"), `already message: ${already}`);
+    await screenshot(page, "checkout-7-already-subscribed");
+
+    // 4. The user switches to an unfunded account in the wallet: the page follows.
+    wallet.account = poor;
+    await emit(page, "accountsChanged", [poor]);
+    await state(page, "insufficient");
+    await context.close();
+  }
+});
