@@ -59,7 +59,7 @@ async fn three_dispatcher_processes_deliver_1000_events_exactly_once() {
     let rx = Receiver::ok().await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, m, &rx.url()).await;
-    let _procs: Vec<ChildGuard> = (0..3).map(|_| dispatcher_process(&db.url, &[])).collect();
+    let mut procs: Vec<ChildGuard> = (0..3).map(|_| dispatcher_process(&db.url, &[])).collect();
     // Queued while all three run, in batches as the indexer commits blocks.
     let mut ids = Vec::new();
     for batch in 0..10 {
@@ -84,6 +84,10 @@ async fn three_dispatcher_processes_deliver_1000_events_exactly_once() {
         .unwrap()
         .get(0);
     assert_eq!(attempts, 1000, "one attempt recorded per event");
+    for p in &mut procs {
+        let status = p.terminate(30).expect("dispatcher exits on SIGTERM");
+        assert!(status.success(), "{status:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
