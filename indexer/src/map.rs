@@ -177,3 +177,119 @@ pub fn end_reason_name(v: u8) -> String {
         .map(|r| r.as_str().to_string())
         .unwrap_or_else(|| format!("unknown_{v}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::RawLog;
+    use alloy::sol_types::SolEvent;
+    use chainsub_abi::SubscriptionManager as SM;
+
+    fn block_with(logs: Vec<(Vec<B256>, Bytes)>) -> Block {
+        Block {
+            number: 42,
+            hash: B256::repeat_byte(0x42),
+            parent_hash: B256::repeat_byte(0x41),
+            timestamp: 1_767_225_600,
+            logs: logs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (topics, data))| RawLog {
+                    address: Address::repeat_byte(0xcc),
+                    block_number: 42,
+                    block_hash: B256::repeat_byte(0x42),
+                    tx_hash: B256::repeat_byte(0x70 + i as u8),
+                    tx_index: i as u64,
+                    log_index: 3 + i as u64,
+                    topics,
+                    data,
+                })
+                .collect(),
+        }
+    }
+
+    fn fixture<E: SolEvent>(e: &E) -> (Vec<B256>, Bytes) {
+        let d = e.encode_log_data();
+        (d.topics().to_vec(), d.data.clone())
+    }
+
+    #[test]
+    fn plan_created_maps_to_a_plan_event_without_kind() {
+        let ev = SM::PlanCreated {
+            planId: U256::from(9),
+            merchant: Address::repeat_byte(0xaa),
+            planRef: B256::repeat_byte(0x01),
+            amount: U256::from(9_990_000u64),
+            createdBy: Address::repeat_byte(0xbb),
+        };
+        let mapped = map_block(31337, &block_with(vec![fixture(&ev)])).unwrap();
+        assert_eq!(mapped.len(), 1);
+        let m = &mapped[0];
+        assert_eq!(m.name, "PlanCreated");
+        assert_eq!(m.kind, None);
+        assert_eq!(m.plan_id, Some(9));
+        assert_eq!(m.subscription_id, None);
+        assert_eq!(m.merchant, Some(Address::repeat_byte(0xaa)));
+        assert_eq!(
+            m.public_id,
+            ids::event_id(31337, B256::repeat_byte(0x70), 3)
+        );
+        assert_eq!(
+            m.decoded,
+            json!({
+                "planId": "9",
+                "merchant": format!("0x{}", "aa".repeat(20)),
+                "planRef": format!("0x{}", "01".repeat(32)),
+                "amount": "9990000",
+                "createdBy": format!("0x{}", "bb".repeat(20)),
+            })
+        );
+    }
+
+    #[test]
+    fn payment_failed_maps_uints_as_decimal_strings() {
+        let ev = SM::PaymentFailed {
+            subscriptionId: U256::from(5),
+            merchant: Address::repeat_byte(0xaa),
+            subscriber: Address::repeat_byte(0xbb),
+            planId: U256::from(2),
+            amount: U256::from(1u64),
+            period: 3,
+            attempt: 2,
+            reason: 2,
+            nextRetryAt: 1_767_312_000,
+        };
+        let m = &map_block(1, &block_with(vec![fixture(&ev)])).unwrap()[0];
+        assert_eq!(m.kind, Some(EventKind::PaymentFailed));
+        assert_eq!(m.subscription_id, Some(5));
+        assert_eq!(m.decoded["period"], "3");
+        assert_eq!(m.decoded["reason"], "2");
+        assert_eq!(m.decoded["nextRetryAt"], "1767312000");
+        assert_eq!(failure_reason_name(2), "insufficient_balance");
+        assert_eq!(failure_reason_name(9), "unknown_9");
+    }
+
+    #[test]
+    fn undecodable_log_is_kept_as_unknown() {
+        let junk = (vec![B256::repeat_byte(0xee)], Bytes::new());
+        let m = &map_block(1, &block_with(vec![junk])).unwrap()[0];
+        assert_eq!(m.name, "Unknown");
+        assert!(m.event.is_none() && m.kind.is_none());
+        assert!(m.decoded["error"].is_string());
+    }
+
+    #[test]
+    fn ids_beyond_bigint_are_refused_not_truncated() {
+        let ev = SM::SubscriptionCancelled {
+            subscriptionId: U256::from(u64::MAX),
+            merchant: Address::ZERO,
+            subscriber: Address::ZERO,
+            planId: U256::from(1),
+            by: Address::ZERO,
+        };
+        assert!(matches!(
+            map_block(1, &block_with(vec![fixture(&ev)])),
+            Err(Error::IdOverflow(_))
+        ));
+    }
+}

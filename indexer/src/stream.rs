@@ -182,3 +182,182 @@ impl<S: BlockSource + ?Sized> Stream<S> {
         Ok(Item::Undo { back_to, depth })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use alloy::primitives::{Bloom, keccak256};
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::block::{Header, RawLog};
+    use crate::source::{FetchConfig, SourceError};
+
+    /// Headers only (no logs); `head_override` plays a lagging node.
+    struct Chain {
+        headers: Mutex<Vec<Header>>,
+        head_override: Mutex<Option<u64>>,
+    }
+
+    impl Chain {
+        fn new(len: u64) -> Arc<Chain> {
+            let c = Arc::new(Chain {
+                headers: Mutex::new(vec![]),
+                head_override: Mutex::new(None),
+            });
+            c.extend(len, 0);
+            c
+        }
+
+        fn extend(&self, n: u64, branch: u8) {
+            let mut hs = self.headers.lock().unwrap();
+            for _ in 0..n {
+                let number = hs.len() as u64;
+                let parent = hs.last().map(|h| h.hash).unwrap_or_default();
+                let mut seed = number.to_be_bytes().to_vec();
+                seed.push(branch);
+                hs.push(Header {
+                    number,
+                    hash: keccak256(seed),
+                    parent_hash: parent,
+                    timestamp: number * 12,
+                    logs_bloom: Bloom::ZERO,
+                });
+            }
+        }
+
+        fn reorg(&self, depth: u64, branch: u8) {
+            let len = self.headers.lock().unwrap().len() as u64;
+            self.headers
+                .lock()
+                .unwrap()
+                .truncate((len - depth) as usize);
+            self.extend(depth, branch);
+        }
+
+        fn hash(&self, n: u64) -> B256 {
+            self.headers.lock().unwrap()[n as usize].hash
+        }
+    }
+
+    #[async_trait]
+    impl BlockSource for Chain {
+        async fn head(&self) -> Result<u64, SourceError> {
+            let real = self.headers.lock().unwrap().len() as u64 - 1;
+            Ok(self.head_override.lock().unwrap().unwrap_or(real))
+        }
+        async fn finalized(&self) -> Result<Option<u64>, SourceError> {
+            Ok(None)
+        }
+        async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
+            let hs = self.headers.lock().unwrap();
+            Ok(hs[from as usize..=to as usize].to_vec())
+        }
+        async fn logs(&self, _: u64, _: u64) -> Result<Vec<RawLog>, SourceError> {
+            Ok(vec![])
+        }
+        async fn block_logs(&self, _: u64, _: B256) -> Result<Vec<RawLog>, SourceError> {
+            Ok(vec![])
+        }
+    }
+
+    fn stream(chain: &Arc<Chain>, depth: u64, policy: ReorgPolicy) -> Stream<Chain> {
+        let genesis = Cursor {
+            number: 0,
+            hash: chain.hash(0),
+        };
+        let fetcher = Fetcher::new(chain.clone(), Address::ZERO, FetchConfig::default());
+        let cfg = StreamConfig {
+            finality_depth: depth,
+            use_finalized_tag: false,
+            reorg_policy: policy,
+            genesis,
+        };
+        Stream::new(fetcher, cfg, genesis, BTreeMap::new())
+    }
+
+    use alloy::primitives::Address;
+
+    async fn drain(s: &mut Stream<Chain>) -> Vec<Item> {
+        let mut items = vec![];
+        loop {
+            let item = s.next().await.unwrap();
+            if matches!(item, Item::Idle { .. }) {
+                return items;
+            }
+            items.push(item);
+        }
+    }
+
+    #[tokio::test]
+    async fn blocks_come_in_order_without_gap_or_duplicate() {
+        let chain = Chain::new(30);
+        let mut s = stream(&chain, 64, ReorgPolicy::Halt);
+        let mut seen = vec![];
+        for item in drain(&mut s).await {
+            let Item::Blocks { blocks, .. } = item else {
+                panic!("no reorg here")
+            };
+            seen.extend(blocks.iter().map(|b| b.number));
+        }
+        chain.extend(5, 0);
+        for item in drain(&mut s).await {
+            let Item::Blocks { blocks, .. } = item else {
+                panic!("no reorg here")
+            };
+            seen.extend(blocks.iter().map(|b| b.number));
+        }
+        assert_eq!(seen, (1..=34).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn lagging_node_is_not_a_reorg() {
+        let chain = Chain::new(20);
+        let mut s = stream(&chain, 64, ReorgPolicy::Halt);
+        drain(&mut s).await;
+        *chain.head_override.lock().unwrap() = Some(15);
+        assert_eq!(s.next().await.unwrap(), Item::Idle { head: 15 });
+        assert_eq!(s.cursor().number, 19);
+    }
+
+    #[tokio::test]
+    async fn same_height_reorg_undoes_to_the_common_ancestor_then_replays() {
+        let chain = Chain::new(20);
+        let mut s = stream(&chain, 64, ReorgPolicy::Halt);
+        drain(&mut s).await;
+        chain.reorg(3, 1);
+        let back_to = Cursor {
+            number: 16,
+            hash: chain.hash(16),
+        };
+        assert_eq!(s.next().await.unwrap(), Item::Undo { back_to, depth: 3 });
+        let Item::Blocks { blocks, .. } = s.next().await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(blocks.first().unwrap().number, 17);
+        assert_eq!(blocks.last().unwrap().hash, chain.hash(19));
+    }
+
+    #[tokio::test]
+    async fn reorg_deeper_than_the_finality_window_halts() {
+        let chain = Chain::new(40);
+        let mut s = stream(&chain, 5, ReorgPolicy::Halt);
+        drain(&mut s).await;
+        chain.reorg(10, 1);
+        chain.extend(1, 1);
+        assert!(matches!(s.next().await, Err(Error::DeepReorg { .. })));
+    }
+
+    #[tokio::test]
+    async fn deep_reorg_with_resync_policy_goes_back_to_start() {
+        let chain = Chain::new(40);
+        let mut s = stream(&chain, 5, ReorgPolicy::Resync);
+        drain(&mut s).await;
+        chain.reorg(10, 1);
+        let Item::Undo { back_to, .. } = s.next().await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(back_to.number, 0);
+    }
+}

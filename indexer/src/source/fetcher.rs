@@ -332,3 +332,137 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
         Ok(blocks)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use alloy::primitives::{B256, Bloom, Bytes, keccak256};
+    use async_trait::async_trait;
+
+    use super::*;
+
+    const CONTRACT: Address = Address::repeat_byte(0xcc);
+    /// Block holding more logs than any `eth_getLogs` answer may carry.
+    const HUGE: u64 = 7;
+
+    /// A node that refuses ranges over 5 blocks (suggesting 5), refuses block HUGE always,
+    /// and serves a stale block hash on its first answer.
+    struct Picky {
+        stale_once: Mutex<bool>,
+        calls: Mutex<Vec<(u64, u64)>>,
+    }
+
+    fn hash(n: u64) -> B256 {
+        keccak256(n.to_be_bytes())
+    }
+
+    fn log(n: u64, i: u64) -> RawLog {
+        RawLog {
+            address: CONTRACT,
+            block_number: n,
+            block_hash: hash(n),
+            tx_hash: B256::repeat_byte(1),
+            tx_index: 0,
+            log_index: i,
+            topics: vec![B256::repeat_byte(2)],
+            data: Bytes::new(),
+        }
+    }
+
+    #[async_trait]
+    impl BlockSource for Picky {
+        async fn head(&self) -> Result<u64, SourceError> {
+            Ok(20)
+        }
+        async fn finalized(&self) -> Result<Option<u64>, SourceError> {
+            Ok(None)
+        }
+        async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
+            Ok((from..=to)
+                .map(|n| Header {
+                    number: n,
+                    hash: hash(n),
+                    parent_hash: if n == 0 { B256::ZERO } else { hash(n - 1) },
+                    timestamp: n,
+                    logs_bloom: Bloom::ZERO,
+                })
+                .collect())
+        }
+        async fn logs(&self, from: u64, to: u64) -> Result<Vec<RawLog>, SourceError> {
+            self.calls.lock().unwrap().push((from, to));
+            if to - from + 1 > 5 {
+                return Err(SourceError::TooLarge {
+                    suggested_to: Some(from + 4),
+                });
+            }
+            if (from..=to).contains(&HUGE) {
+                return Err(SourceError::TooLarge { suggested_to: None });
+            }
+            let mut logs: Vec<RawLog> = (from..=to).map(|n| log(n, 0)).collect();
+            let mut stale = self.stale_once.lock().unwrap();
+            if *stale {
+                *stale = false;
+                logs[0].block_hash = B256::repeat_byte(0xde);
+            }
+            Ok(logs)
+        }
+        async fn block_logs(&self, number: u64, h: B256) -> Result<Vec<RawLog>, SourceError> {
+            assert_eq!(h, hash(number));
+            Ok((0..3).map(|i| log(number, i)).collect())
+        }
+    }
+
+    fn fast() -> FetchConfig {
+        FetchConfig {
+            initial_range: 50,
+            min_backoff: Duration::ZERO,
+            max_backoff: Duration::ZERO,
+            ..FetchConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn range_shrinks_to_the_suggestion_and_a_huge_block_is_read_by_receipts() {
+        let src = Arc::new(Picky {
+            stale_once: Mutex::new(true),
+            calls: Mutex::new(vec![]),
+        });
+        let mut f = Fetcher::new(src.clone(), CONTRACT, fast());
+        let mut got = vec![];
+        let mut next = 1;
+        while next <= 12 {
+            let blocks = f.fetch(next, 12).await;
+            next = blocks.last().unwrap().number + 1;
+            got.extend(blocks);
+        }
+        let numbers: Vec<u64> = got.iter().map(|b| b.number).collect();
+        assert_eq!(
+            numbers,
+            (1..=12).collect::<Vec<_>>(),
+            "every block once, in order"
+        );
+        assert!(
+            got.iter()
+                .all(|b| b.logs.iter().all(|l| l.block_hash == b.hash))
+        );
+        let huge = &got[(HUGE - 1) as usize];
+        assert_eq!(
+            huge.logs.len(),
+            3,
+            "the huge block came whole through receipts"
+        );
+        let calls = src.calls.lock().unwrap().clone();
+        assert_eq!(calls[0], (1, 12));
+        assert_eq!(
+            calls[1],
+            (1, 5),
+            "the provider's suggested range is honoured"
+        );
+        assert_eq!(
+            calls[2],
+            (1, 5),
+            "a stale block hash is retried, not accepted"
+        );
+    }
+}
