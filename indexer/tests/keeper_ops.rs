@@ -225,3 +225,32 @@ async fn keeper_refuses_a_chain_id_that_the_rpc_does_not_serve() {
     let status = wait_exit(&mut child);
     assert_eq!(status.code(), Some(1));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keeper_that_loses_its_lock_session_stops_instead_of_sending_unguarded() {
+    let stack = Stack::start().await;
+    let port = free_port();
+    let mut keeper = spawn(stack.keeper_on(port), &[]);
+    wait_health(port, |h| h["lockHeld"] == true && h["status"] == "ok");
+
+    // Terminate the keeper's lock session (and its other connections) on the server.
+    let lock_key = chainsub_migrations::locks::keeper(stack.chain.anvil.chain_id);
+    let killed: i64 = stack
+        .pg
+        .query_one(
+            "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+             WHERE l.locktype = 'advisory' AND l.granted
+               AND ((l.classid::BIGINT << 32) | l.objid::BIGINT) = $1",
+            &[&lock_key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "exactly one session held the keeper lock");
+
+    let status = wait_exit(&mut keeper);
+    assert!(
+        !status.success(),
+        "a keeper without its lock must stop: {status}"
+    );
+}

@@ -356,10 +356,10 @@ pub fn wait_health(port: u16, pred: impl Fn(&serde_json::Value) -> bool) -> serd
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, body) = http_get(port, "/health");
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body) {
-            if pred(&v) {
-                return v;
-            }
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&body)
+            && pred(&v)
+        {
+            return v;
         }
         assert!(
             Instant::now() < deadline,
