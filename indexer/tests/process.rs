@@ -128,3 +128,39 @@ async fn epoch(c: &tokio_postgres::Client) -> i64 {
         .unwrap()
         .get(0)
 }
+
+#[tokio::test]
+async fn sigterm_stops_cleanly_and_health_and_metrics_are_served() {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let plan = create_plan(
+        &chain,
+        DevChain::address(MERCHANT),
+        USDC,
+        B256::repeat_byte(1),
+    )
+    .await;
+    fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
+    subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    let port = free_port();
+    let mut child = spawn_indexer(&chain, &db, port, &[]);
+    wait_for_head(&client, &chain).await;
+    let head = chain_head(&chain).await.0;
+    let h = health(port).await;
+    assert_eq!(h["indexedBlock"], head);
+    assert_eq!(h["lagBlocks"], 0);
+    let metrics = http_get(port, "/metrics").expect("metrics");
+    for name in [
+        "indexer_blocks_total",
+        "indexer_events_total",
+        "indexer_lag_blocks",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
+    }
+    let status = child.terminate(10).expect("exits after SIGTERM");
+    assert!(status.success(), "clean exit: {status:?}");
+}
