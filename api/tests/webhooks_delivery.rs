@@ -203,7 +203,7 @@ async fn gone_410_disables_the_endpoint_and_holds_deliveries_until_re_enabled() 
     let m = merchant(&client, 1).await;
     set_url(&mut client, m, &rx.url()).await;
     let first = enqueue(&client, 1, "gone", 1).await;
-    let (_stop, _task) = spawn_dispatcher(&db.url, fast_config("0s,5ms,5ms,5ms"));
+    let (_stop, _task) = spawn_dispatcher(&db.url, fast_config("0s,1h,1h"));
     rx.wait_until("the 410", |r| r.len() == 1).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -227,6 +227,8 @@ async fn gone_410_disables_the_endpoint_and_holds_deliveries_until_re_enabled() 
         ("pending".to_string(), 0)
     );
 
+    // Re-enabling makes held deliveries due at once: the 410'd one does not wait out its
+    // hour of backoff.
     settings::enable(&client, m).await.unwrap();
     for id in first.iter().chain(&more) {
         wait_status(&client, id, "delivered").await;

@@ -72,9 +72,27 @@ pub async fn set_url(
         return Err(ApiError::not_found("merchant", None));
     }
     ensure_secret_in(&tx, merchant_id).await?;
-    tx.execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[])
-        .await?;
+    if url.is_some() {
+        resume_held(&tx, merchant_id).await?;
+    }
     tx.commit().await?;
+    Ok(())
+}
+
+/// Makes the merchant's waiting deliveries due now (a new URL or a re-enabled endpoint
+/// should not sit out backoff earned by the old one) and wakes the dispatchers.
+async fn resume_held(client: &impl tokio_postgres::GenericClient, merchant_id: i64) -> Result<()> {
+    client
+        .execute(
+            "UPDATE webhook_outbox SET next_attempt_at = now()
+             WHERE merchant_wallet = (SELECT wallet FROM merchants WHERE id = $1)
+               AND status = 'pending' AND next_attempt_at > now()",
+            &[&merchant_id],
+        )
+        .await?;
+    client
+        .execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[])
+        .await?;
     Ok(())
 }
 
@@ -188,10 +206,7 @@ pub async fn enable(client: &Client, merchant_id: i64) -> Result<()> {
             &[&merchant_id],
         )
         .await?;
-    client
-        .execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[])
-        .await?;
-    Ok(())
+    resume_held(client, merchant_id).await
 }
 
 /// Queues a dashboard test event (its body is `payload`, sent as is). Returns the delivery id.
