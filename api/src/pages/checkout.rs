@@ -204,14 +204,16 @@ pub fn plan_transactions(
     let wanted = requested_allowance(link.amount, periods);
     let mut steps = Vec::new();
     if state.allowance < wanted {
+        // `approve` replaces the allowance, which every subscription of this wallet to this
+        // contract shares: add to it, so another plan's renewals keep their budget.
         let data = MockUSDC::approveCall {
             spender: manager,
-            amount: wanted,
+            amount: state.allowance.saturating_add(wanted),
         }
         .abi_encode();
         steps.push(json!({
             "step": "approve",
-            "label": format!("Allow {} USDC ({periods} payments)", units(wanted)),
+            "label": format!("Allow {} USDC more ({periods} payments)", units(wanted)),
             "tx": tx(from, usdc, data),
         }));
     }
@@ -323,6 +325,13 @@ mod tests {
         assert_eq!(v["insufficientBalance"], false);
         assert_eq!(v["alreadySubscribed"], Value::Null);
         assert_eq!(v["chainIdHex"], "0x7a69");
+    }
+
+    #[test]
+    fn approve_adds_to_an_allowance_other_subscriptions_use() {
+        let v = plan_transactions(1, USDC, MGR, &link(), 7, 12, FROM, &state(1, 5_000_000, 0));
+        let approve = MockUSDC::approveCall::abi_decode(&data_of(&v["steps"][0])).unwrap();
+        assert_eq!(approve.amount, U256::from(5_000_000u64 + 9_990_000 * 12));
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
 <dl class="facts">
   <dt>Merchant</dt><dd><code title="{mw}">{mw_short}</code> <span class="muted">({code})</span></dd>
   <dt>Billing</dt><dd>{amount} USDC now, then every calendar {per} on the same day until you cancel.</dd>
-  <dt>Allowance requested</dt><dd><span id="allowance">{allowance}</span> USDC ({periods} payments) for the subscription contract <code title="{contract}">{contract_short}</code>. It only lets the contract take the plan amount once per {per}; you can lower or revoke it at any time.</dd>
+  <dt>Allowance requested</dt><dd><span id="allowance">{allowance}</span> USDC ({periods} payments), added to any allowance you already gave the subscription contract <code title="{contract}">{contract_short}</code>. The contract can only take the plan amount once per {per}; you can lower or revoke the allowance at any time.</dd>
   <dt>Network</dt><dd>Chain ID {chain_id}</dd>
 </dl>
 {unavailable}
