@@ -114,6 +114,11 @@ impl Chain {
         Ok(block.header.timestamp)
     }
 
+    /// The latest block number.
+    pub async fn head(&self) -> Result<u64> {
+        Ok(self.provider.get_block_number().await?)
+    }
+
     fn charge_request(&self, subscription_id: u64) -> TransactionRequest {
         let input = SubscriptionManager::chargeCall {
             subscriptionId: U256::from(subscription_id),

@@ -91,6 +91,10 @@ pub struct Config {
     /// Ceiling of max_fee_per_gas, in wei (none when unset).
     #[arg(long, env = "KEEPER_MAX_FEE_PER_GAS_WEI")]
     pub max_fee_per_gas_wei: Option<u128>,
+    /// Blocks below the head within which a mined keeper transaction is re-checked (and
+    /// re-broadcast if a reorg removed it).
+    #[arg(long, env = "KEEPER_REORG_DEPTH", default_value_t = 64)]
+    pub reorg_depth: u64,
     /// Due subscriptions read per pass.
     #[arg(long, env = "KEEPER_BATCH_SIZE", default_value_t = 200)]
     pub batch_size: i64,

@@ -14,6 +14,9 @@
 //!   resumes open rows: a receipt closes them, a transaction that never reached the node is
 //!   re-broadcast byte for byte, and one stuck past `--replace-after-ms` is replaced with the
 //!   SAME nonce and a higher fee, so at most one of its transactions can ever be mined.
+//! - **Reorgs.** A step closed within `--reorg-depth` blocks of the head is re-checked each
+//!   pass; if a reorg removed its transaction, the step reopens and the same journaled bytes
+//!   (same nonce) are re-broadcast.
 //! - **Nonces.** One counter, initialised from the node's pending nonce (and never below an
 //!   open journal row), handed out and broadcast in order under one lock; "nonce too low"
 //!   re-syncs it from the node. A refused broadcast leaves a gap, so the counter re-syncs.

@@ -37,10 +37,34 @@ pub(super) fn replacement_fees(
 impl Keeper {
     /// Walks every open step of this keeper, oldest nonce first.
     pub(super) async fn reconcile(&self) -> Result<()> {
+        self.recheck_recent().await?;
         let steps = self.store.open_steps().await?;
         let mut mined_nonce = None;
         for step in &steps {
             self.reconcile_step(step, &mut mined_nonce).await?;
+        }
+        Ok(())
+    }
+
+    /// Steps closed within `--reorg-depth` blocks of the head are checked again: if a reorg
+    /// removed their transaction, the step reopens and the same signed bytes (same nonce)
+    /// go out again. Never a new transaction for a step that may still come back.
+    async fn recheck_recent(&self) -> Result<()> {
+        let head = self.chain.head().await?;
+        let recent = self
+            .store
+            .recently_closed(head.saturating_sub(self.cfg.reorg_depth))
+            .await?;
+        for (step_id, tx_id, hash, block) in recent {
+            match self.chain.receipt(hash).await? {
+                Some(out) if out.block_number == block => {}
+                Some(out) => self.store.move_block(step_id, out.block_number).await?,
+                None => {
+                    metrics::counter!(names::REORGED).increment(1);
+                    tracing::warn!(step_id, tx = %hash, block, "keeper transaction reorged out; re-broadcasting it");
+                    self.store.reopen(step_id, tx_id).await?;
+                }
+            }
         }
         Ok(())
     }

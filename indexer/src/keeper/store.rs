@@ -353,6 +353,74 @@ impl Store {
         Ok(())
     }
 
+    /// Closed steps whose deciding transaction was mined at or above `min_block`: a reorg
+    /// may still take them back. (step id, tx id, tx hash, block number).
+    pub async fn recently_closed(&self, min_block: u64) -> Result<Vec<(i64, i64, B256, u64)>> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT k.id, t.id, t.tx_hash, k.block_number FROM keeper_steps k
+                 JOIN keeper_txs t ON t.step_id = k.id AND t.tx_hash = k.tx_hash
+                 WHERE k.chain_id = $1 AND k.keeper_address = $2
+                   AND k.status IN ('mined', 'failed') AND k.block_number >= $3
+                 ORDER BY k.nonce",
+                &[
+                    &self.chain_id,
+                    &self.keeper.as_slice(),
+                    &to_i64(min_block, "block number")?,
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let hash: Vec<u8> = r.get(2);
+                Ok((
+                    r.get(0),
+                    r.get(1),
+                    B256::try_from(hash.as_slice())
+                        .map_err(|_| Error::Config("keeper_txs: bad hash".into()))?,
+                    r.get::<_, i64>(3) as u64,
+                ))
+            })
+            .collect()
+    }
+
+    /// A reorg took a closed step's transaction out of the chain: the step is open again and
+    /// its journaled bytes (same nonce) are re-broadcast by the next reconcile.
+    pub async fn reopen(&self, step_id: i64, tx_id: i64) -> Result<()> {
+        let mut client = self.pool.get().await?;
+        let db = client.transaction().await?;
+        db.execute(
+            "UPDATE keeper_txs SET status = 'pending', gas_used = NULL, effective_gas_price = NULL,
+                                   fee_paid_wei = NULL, sent_at = NULL, updated_at = now()
+             WHERE id = $1",
+            &[&tx_id],
+        )
+        .await?;
+        db.execute(
+            "UPDATE keeper_steps SET status = 'pending', tx_hash = NULL, block_number = NULL,
+                                     error = 'reorged out; re-broadcasting', finished_at = NULL,
+                                     updated_at = now()
+             WHERE id = $1",
+            &[&step_id],
+        )
+        .await?;
+        db.commit().await?;
+        Ok(())
+    }
+
+    /// The deciding transaction of a closed step was re-mined in another block.
+    pub async fn move_block(&self, step_id: i64, block: u64) -> Result<()> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE keeper_steps SET block_number = $2, updated_at = now() WHERE id = $1",
+                &[&step_id, &to_i64(block, "block number")?],
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Every open step of this keeper, by nonce, with its transactions.
     pub async fn open_steps(&self) -> Result<Vec<OpenStep>> {
         let client = self.pool.get().await?;

@@ -22,6 +22,8 @@ pub mod names {
     pub const RECEIPTS: &str = "keeper_receipts_total";
     /// Counter: stuck transactions replaced with the same nonce and a higher fee.
     pub const REPLACEMENTS: &str = "keeper_replacements_total";
+    /// Counter: mined keeper transactions a reorg took out of the chain (re-broadcast).
+    pub const REORGED: &str = "keeper_reorged_total";
     /// Counter: broadcasts the node refused for good.
     pub const REJECTED: &str = "keeper_rejected_total";
     /// Counter: passes that ended in an error.

@@ -1,0 +1,70 @@
+//! A reorg that takes a mined charge out of the chain: the keeper re-broadcasts the same
+//! signed transaction (same nonce) instead of forgetting the step or signing a second one.
+
+#[macro_use]
+mod keeper_support;
+
+use alloy::providers::Provider;
+use chainsub_tests::chain::accounts;
+use keeper_support::{DAY, Stack, Step};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn charge_reorged_out_is_rebroadcast_with_the_same_bytes_and_lands_once() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    stack.keeper_pass();
+    stack.sync_index().await;
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+
+    // Replace the charge's block with an empty one.
+    let _: serde_json::Value = stack
+        .chain
+        .provider
+        .raw_request(
+            "anvil_reorg".into(),
+            (1u64, Vec::<serde_json::Value>::new()),
+        )
+        .await
+        .expect("anvil_reorg");
+    stack.chain.mine(1).await;
+    // The chain may or may not have re-queued the dropped transaction; either way it is gone
+    // from the canonical chain until someone re-broadcasts it.
+    let on_chain_after_reorg = stack.steps(sub).await;
+
+    stack.keeper_pass();
+    stack.chain.mine(1).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }],
+        "after the reorg the chain had {on_chain_after_reorg:?}"
+    );
+    assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
+    assert_eq!(stack.keeper_tx_count().await, 1);
+    let txs: i64 = stack
+        .pg
+        .query_one("SELECT count(*) FROM keeper_txs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        txs, 1,
+        "the journaled bytes were re-broadcast, not re-signed"
+    );
+    assert_eq!(stack.indexed_status(sub).await, "active");
+}
