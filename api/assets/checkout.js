@@ -19,6 +19,7 @@
   const resultEl = document.getElementById("result");
   let account = null;
   let plan = null; // the last answer of the tx endpoint
+  let done = {}; // steps of `plan` already mined, skipped when the customer tries again
   let busy = false;
 
   function show(state, message, buttons) {
@@ -31,7 +32,7 @@
     return a ? a.slice(0, 6) + "…" + a.slice(-4) : "";
   }
 
-  function renderSteps(done) {
+  function renderSteps() {
     stepsEl.textContent = "";
     if (!plan) return;
     for (const s of plan.steps) {
@@ -131,8 +132,10 @@
       show("error", "The service could not prepare the subscription: " + msg, ["refresh"]);
       return;
     }
-    renderSteps({});
+    done = {};
+    renderSteps();
     if (plan.alreadySubscribed) {
+      stepsEl.textContent = "";
       show("already", "This wallet already has an active subscription to this plan (" + plan.alreadySubscribed + "). Nothing to do.", []);
       return;
     }
@@ -160,13 +163,13 @@
   async function subscribe() {
     if (busy || !plan) return;
     busy = true;
-    const done = {};
     try {
       if (!(await onRightChain())) {
         show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
         return;
       }
       for (const s of plan.steps) {
+        if (done[s.step]) continue;
         const what = s.step === "approve" ? "USDC approval" : "subscription";
         show("confirm", "Confirm the " + what + " in your wallet…", []);
         let hash;
@@ -183,7 +186,7 @@
           return;
         }
         done[s.step] = true;
-        renderSteps(done);
+        renderSteps();
         if (s.step === "subscribe") confirmed(hash);
       }
     } catch (e) {

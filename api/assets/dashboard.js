@@ -24,8 +24,13 @@
       credentials: "same-origin",
     });
     const text = await res.text();
-    const json = text ? JSON.parse(text) : null;
-    if (!res.ok) {
+    let json = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch (_) {
+      // Not JSON (e.g. a proxy's error page): report the status below.
+    }
+    if (!res.ok || json === null && text) {
       const e = new Error(json && json.error ? json.error.message : "HTTP " + res.status);
       e.status = res.status;
       throw e;

@@ -1,8 +1,9 @@
 // Scenario: a customer opens a checkout link and subscribes with a browser wallet.
-// env: CHECKOUT_URL, RPC_URL, CHAIN_ID, CUSTOMER (funded), POOR_CUSTOMER (no USDC),
-//      PLAN_NAME, EXPLORER_PREFIX, SCREENSHOT_DIR.
+// env: CHECKOUT_URL, RPC_URL, CHAIN_ID, MANAGER (SubscriptionManager), CUSTOMER (funded),
+//      POOR_CUSTOMER (no USDC), PLAN_NAME, EXPLORER_PREFIX, SCREENSHOT_DIR.
 // Walks the page's states: wrong chain -> switch -> insufficient balance (poor wallet);
-// ready -> rejected (4001) -> approve + subscribe -> confirmed (funded wallet); then
+// ready -> rejected (4001) -> approve, subscribe rejected -> subscribe -> confirmed (funded
+// wallet); then
 // already subscribed on a second visit.
 import { check, emit, env, run, screenshot, walletPage } from "./lib.mjs";
 
@@ -52,13 +53,22 @@ await run("checkout", async (browser) => {
     const rejected = await state(page, "rejected");
     check(rejected.includes("rejected"), `rejected message: ${rejected}`);
     await screenshot(page, "checkout-5-rejected");
+    // Approve goes through, then the subscription is rejected: trying again sends only the
+    // subscription (the mined approve is not asked for twice).
+    const manager = env("MANAGER").toLowerCase();
+    wallet.rejectWhen = (m, p) => m === "eth_sendTransaction" && p[0].to.toLowerCase() === manager;
+    await page.locator("#subscribe").click();
+    await state(page, "rejected");
+    check((await page.locator('#steps li[data-step="approve"]').getAttribute("data-done")) === "true", "approve marked done");
+    const sendsBefore = wallet.calls.filter((m) => m === "eth_sendTransaction").length;
     await page.locator("#subscribe").click();
     await state(page, "confirmed", 60000);
+    check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === sendsBefore + 1, "only subscribe sent on retry");
     const hash = await page.locator("#tx-hash").textContent();
     check(/^0x[0-9a-f]{64}$/.test(hash), `tx hash shown: ${hash}`);
     const href = await page.locator("#explorer-link").getAttribute("href");
     check(href === env("EXPLORER_PREFIX") + hash, `explorer link: ${href}`);
-    check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === 3, "rejected + approve + subscribe sends");
+    check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === 4, "rejected, approve, rejected, subscribe");
     await screenshot(page, "checkout-6-confirmed");
     console.log(`subscribe tx: ${hash}`);
 

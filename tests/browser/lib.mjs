@@ -63,11 +63,12 @@ const PROVIDER_SHIM = `(() => {
 })();`;
 
 // A page with a test wallet for `account`. `wallet` is mutable test state: chainIdHex (what
-// the wallet reports), rejectNext (the next signing request answers 4001), calls (a log).
+// the wallet reports), rejectNext (the next signing request answers 4001), rejectWhen (a
+// predicate (method, params) choosing the next request to reject), calls (a log).
 export async function walletPage(browser, { rpcUrl, account, chainIdHex }) {
   const context = await browser.newContext({ viewport: { width: 900, height: 1000 } });
   const page = await context.newPage();
-  const wallet = { account, chainIdHex, rejectNext: false, calls: [] };
+  const wallet = { account, chainIdHex, rejectNext: false, rejectWhen: null, calls: [] };
   page.on("console", (m) => { if (m.type() === "error") console.error("[page]", m.text()); });
   page.on("pageerror", (e) => console.error("[page error]", e.message));
   await page.exposeFunction("__walletRequest", async (method, params) => {
@@ -86,8 +87,9 @@ export async function walletPage(browser, { rpcUrl, account, chainIdHex }) {
       }
       case "eth_sendTransaction":
       case "personal_sign":
-        if (wallet.rejectNext) {
+        if (wallet.rejectNext || (wallet.rejectWhen && wallet.rejectWhen(method, params))) {
           wallet.rejectNext = false;
+          wallet.rejectWhen = null;
           return { error: { code: 4001, message: "User rejected the request." } };
         }
         break;

@@ -40,6 +40,7 @@ async fn customer_subscribes_from_checkout_link_and_api_shows_external_id() {
             ("CHECKOUT_URL", url),
             ("RPC_URL", s.chain.anvil.url.clone()),
             ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            ("MANAGER", s.chain.manager.to_string()),
             ("CUSTOMER", customer.to_string()),
             ("POOR_CUSTOMER", poor.to_string()),
             ("PLAN_NAME", "Pro Monthly".into()),

@@ -173,7 +173,7 @@ pub async fn wallet_state(
     })
 }
 
-/// Also used by tests: the chain id the wallet must be on, as `0x…` for EIP-1193 calls.
+/// The chain id the wallet must be on, as `0x…` for EIP-1193 calls.
 pub fn chain_id_hex(chain_id: u64) -> String {
     format!("{chain_id:#x}")
 }
