@@ -13,6 +13,29 @@ use crate::error::recover;
 use crate::reply::Resp;
 use crate::routes;
 
+/// Every REST route `api_routes` serves under /api/v1, as (method, OpenAPI path template).
+/// The OpenAPI test holds the server, this table and `api/openapi.json` to each other.
+pub const API_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/api/v1/health"),
+    ("GET", "/api/v1/openapi.json"),
+    ("POST", "/api/v1/auth/nonce"),
+    ("GET", "/api/v1/auth/session"),
+    ("POST", "/api/v1/auth/session"),
+    ("DELETE", "/api/v1/auth/session"),
+    ("GET", "/api/v1/auth/keys"),
+    ("POST", "/api/v1/auth/keys"),
+    ("DELETE", "/api/v1/auth/keys"),
+    ("GET", "/api/v1/plans"),
+    ("POST", "/api/v1/plans"),
+    ("GET", "/api/v1/plans/{id}"),
+    ("POST", "/api/v1/plans/{id}/provision"),
+    ("POST", "/api/v1/checkouts"),
+    ("GET", "/api/v1/subscriptions"),
+    ("GET", "/api/v1/subscriptions/{id}"),
+    ("GET", "/api/v1/events"),
+    ("GET", "/api/v1/events/{id}"),
+];
+
 /// Every route of the API.
 pub fn api_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     routes::health::routes(ctx.clone())

@@ -118,9 +118,12 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     // stops claiming and finishes its in-flight deliveries while the server drains.
     let (stop_dispatch, dispatch_stopped) = tokio::sync::oneshot::channel::<()>();
     let dispatcher = (!running.ctx.cfg.no_dispatcher).then(|| {
-        tokio::spawn(chainsub_api::webhooks::run_dispatcher(running.ctx.clone(), async move {
-            let _ = dispatch_stopped.await;
-        }))
+        tokio::spawn(chainsub_api::webhooks::run_dispatcher(
+            running.ctx.clone(),
+            async move {
+                let _ = dispatch_stopped.await;
+            },
+        ))
     });
     shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");

@@ -18,7 +18,10 @@ fn assert_error_shape(body: &Value, request_id: &str) {
     for k in ["type", "code", "message"] {
         assert!(e[k].is_string(), "error.{k} in {body}");
     }
-    assert!(e.get("param").is_some(), "error.param present (maybe null): {body}");
+    assert!(
+        e.get("param").is_some(),
+        "error.param present (maybe null): {body}"
+    );
     assert_eq!(e["requestId"], request_id, "error names the request id");
 }
 
@@ -35,14 +38,24 @@ async fn errors_have_one_json_shape_honest_codes_and_a_request_id() {
     assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
 
     // 405 with Allow.
-    let r = read(h.put(app.url("/api/v1/plans")).bearer_auth(&key).send().await.unwrap()).await;
+    let r = read(
+        h.put(app.url("/api/v1/plans"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.status, 405);
     assert_eq!(r.header("allow").as_deref(), Some("GET, POST"));
     assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
     let r = read(h.delete(app.url("/api/v1/health")).send().await.unwrap()).await;
     assert_eq!((r.status, r.header("allow").as_deref()), (405, Some("GET")));
     let r = read(h.get(app.url("/api/v1/checkouts")).send().await.unwrap()).await;
-    assert_eq!((r.status, r.header("allow").as_deref()), (405, Some("POST")));
+    assert_eq!(
+        (r.status, r.header("allow").as_deref()),
+        (405, Some("POST"))
+    );
 
     // 401 without or with a bad key.
     let r = read(h.get(app.url("/api/v1/plans")).send().await.unwrap()).await;
@@ -50,7 +63,9 @@ async fn errors_have_one_json_shape_honest_codes_and_a_request_id() {
     assert_eq!(r.body["error"]["type"], "authentication_error");
     let r = app.get("/api/v1/plans", "sk_live_nottherightlength").await;
     assert_eq!(r.status, 401);
-    let r = app.get("/api/v1/plans", &format!("sk_live_{}", "0".repeat(64))).await;
+    let r = app
+        .get("/api/v1/plans", &format!("sk_live_{}", "0".repeat(64)))
+        .await;
     assert_eq!(r.status, 401);
 
     // 415 for a body that is not JSON.
@@ -99,7 +114,9 @@ async fn errors_have_one_json_shape_honest_codes_and_a_request_id() {
     // Chunked, no Content-Length: written by hand on a raw connection.
     let status = {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut conn = tokio::net::TcpStream::connect(app.running.addr).await.unwrap();
+        let mut conn = tokio::net::TcpStream::connect(app.running.addr)
+            .await
+            .unwrap();
         let head = format!(
             "POST /api/v1/plans HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
              Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -130,7 +147,10 @@ async fn errors_have_one_json_shape_honest_codes_and_a_request_id() {
     // Every response, success included, carries a distinct X-Request-Id.
     let a = app.get("/api/v1/plans", &key).await;
     let b = app.get("/api/v1/plans", &key).await;
-    let (ra, rb) = (a.header("x-request-id").unwrap(), b.header("x-request-id").unwrap());
+    let (ra, rb) = (
+        a.header("x-request-id").unwrap(),
+        b.header("x-request-id").unwrap(),
+    );
     assert!(ra.starts_with("req_") && ra != rb);
 }
 
@@ -139,14 +159,20 @@ async fn idempotency_key_replays_conflicts_and_makes_one_effect() {
     let app = spawn(Opts::default()).await;
     let key = app.merchant_key(DevChain::address(MERCHANT)).await;
 
-    let first = app.post("/api/v1/plans", &key, &plan("Gold"), Some("k-1")).await;
+    let first = app
+        .post("/api/v1/plans", &key, &plan("Gold"), Some("k-1"))
+        .await;
     assert_eq!(first.status, 201);
-    let again = app.post("/api/v1/plans", &key, &plan("Gold"), Some("k-1")).await;
+    let again = app
+        .post("/api/v1/plans", &key, &plan("Gold"), Some("k-1"))
+        .await;
     assert_eq!(again.status, 201);
     assert_eq!(again.body, first.body, "the replay is the first response");
     assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
 
-    let other = app.post("/api/v1/plans", &key, &plan("Silver"), Some("k-1")).await;
+    let other = app
+        .post("/api/v1/plans", &key, &plan("Silver"), Some("k-1"))
+        .await;
     assert_eq!(other.status, 409);
     assert_eq!(other.error_code(), Some("idempotency_key_reused"));
 
@@ -165,7 +191,8 @@ async fn idempotency_key_replays_conflicts_and_makes_one_effect() {
     let results = futures::future::join_all(reqs).await;
     for r in &results {
         assert!(
-            r.status == 201 || (r.status == 409 && r.error_code() == Some("idempotency_key_in_use")),
+            r.status == 201
+                || (r.status == 409 && r.error_code() == Some("idempotency_key_in_use")),
             "{} {:?}",
             r.status,
             r.body
@@ -191,8 +218,13 @@ async fn idempotency_key_replays_conflicts_and_makes_one_effect() {
         .unwrap()
         .get(0);
     assert_eq!(n, 2);
-    let bad_key = app.post("/api/v1/plans", &key, &plan("x"), Some("has space")).await;
-    assert_eq!((bad_key.status, bad_key.error_param()), (400, Some("Idempotency-Key")));
+    let bad_key = app
+        .post("/api/v1/plans", &key, &plan("x"), Some("has space"))
+        .await;
+    assert_eq!(
+        (bad_key.status, bad_key.error_param()),
+        (400, Some("Idempotency-Key"))
+    );
 }
 
 #[tokio::test]
@@ -222,7 +254,10 @@ async fn rate_limit_answers_429_with_retry_after_and_ratelimit_headers() {
     let r = limited.expect("a 429 within 5 requests over a burst of 3");
     let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
     assert!(retry >= 1, "whole seconds, rounded up");
-    assert_eq!(r.header("ratelimit-policy").as_deref(), Some("\"key\";q=3;w=3"));
+    assert_eq!(
+        r.header("ratelimit-policy").as_deref(),
+        Some("\"key\";q=3;w=3")
+    );
     assert!(r.header("ratelimit").unwrap().starts_with("\"key\";r=0;t="));
     assert_eq!(r.error_code(), Some("rate_limited"));
     assert_eq!(r.body["error"]["type"], "rate_limit_error");
@@ -230,9 +265,15 @@ async fn rate_limit_answers_429_with_retry_after_and_ratelimit_headers() {
     // Unauthenticated traffic is limited per IP.
     let mut last = 0;
     for _ in 0..4 {
-        last = read(app.http.post(app.url("/api/v1/auth/nonce")).send().await.unwrap())
-            .await
-            .status;
+        last = read(
+            app.http
+                .post(app.url("/api/v1/auth/nonce"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+        .status;
     }
     assert_eq!(last, 429);
 }
@@ -242,14 +283,34 @@ async fn health_reports_the_index_and_metrics_are_exposed() {
     let app = spawn(Opts::default()).await;
     let db = app.db().await;
     api_common::seed_cursor(&db, 42).await;
-    let r = read(app.http.get(app.url("/api/v1/health")).send().await.unwrap()).await;
+    let r = read(
+        app.http
+            .get(app.url("/api/v1/health"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body["status"], "ok");
     assert_eq!(r.body["chain"]["chainId"], 31337);
     assert_eq!(r.body["chain"]["indexedBlock"], 42);
     assert_eq!(r.body["chain"]["lagBlocks"], 0);
-    assert!(r.body["docs"].as_str().unwrap().ends_with("/api/v1/openapi.json"));
-    let m = app.http.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(
+        r.body["docs"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/v1/openapi.json")
+    );
+    let m = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(m.contains("api_requests_total"), "{m}");
 }
 
@@ -267,7 +328,16 @@ async fn health_is_503_while_postgres_is_unreachable_and_recovers_on_its_own() {
         },
     )
     .await;
-    let health = || async { read(app.http.get(app.url("/api/v1/health")).send().await.unwrap()).await };
+    let health = || async {
+        read(
+            app.http
+                .get(app.url("/api/v1/health"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    };
     assert_eq!(health().await.status, 200);
 
     proxy.disable();
@@ -275,10 +345,16 @@ async fn health_is_503_while_postgres_is_unreachable_and_recovers_on_its_own() {
     assert_eq!(r.status, 503, "{:?}", r.body);
     assert_eq!(r.body["status"], "unavailable");
     // Data routes say 503 too (never 500) while the database is away.
-    let r = app.get("/api/v1/plans", &format!("sk_live_{}", "a".repeat(64))).await;
+    let r = app
+        .get("/api/v1/plans", &format!("sk_live_{}", "a".repeat(64)))
+        .await;
     assert_eq!(r.status, 503, "{:?}", r.body);
     assert_eq!(r.error_code(), Some("service_unavailable"));
-    assert!(!r.body.to_string().contains("127.0.0.1"), "5xx bodies leak nothing: {:?}", r.body);
+    assert!(
+        !r.body.to_string().contains("127.0.0.1"),
+        "5xx bodies leak nothing: {:?}",
+        r.body
+    );
 
     proxy.enable();
     // The pool heals without a restart: poll (bounded) until health is 200 again.
@@ -298,7 +374,15 @@ async fn graceful_shutdown_stops_listening() {
     let app = spawn(Opts::default()).await;
     let addr = app.running.addr;
     assert_eq!(
-        read(app.http.get(app.url("/api/v1/health")).send().await.unwrap()).await.status,
+        read(
+            app.http
+                .get(app.url("/api/v1/health"))
+                .send()
+                .await
+                .unwrap()
+        )
+        .await
+        .status,
         200
     );
     let api_common::App { running, .. } = app;

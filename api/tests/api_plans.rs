@@ -37,7 +37,9 @@ async fn plan_count(app: &App) -> U256 {
 #[tokio::test]
 async fn created_plan_is_provisioned_on_chain_with_its_chain_block() {
     let (app, key) = chain_app().await;
-    let r = app.post("/api/v1/plans", &key, &plan_body("Pro Monthly"), None).await;
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Pro Monthly"), None)
+        .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     let plan = r.body;
     assert!(plan["id"].as_str().unwrap().starts_with("plan_"));
@@ -58,10 +60,19 @@ async fn created_plan_is_provisioned_on_chain_with_its_chain_block() {
     let onchain = dev.manager().getPlan(U256::from(1)).call().await.unwrap();
     assert_eq!(onchain.merchant, DevChain::address(MERCHANT));
     assert_eq!(onchain.amount, U256::from(9_990_000u64));
-    let plan_ref: B256 = plan["provisioning"]["planRef"].as_str().unwrap().parse().unwrap();
+    let plan_ref: B256 = plan["provisioning"]["planRef"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(onchain.planRef, plan_ref);
 
-    let got = app.get(&format!("/api/v1/plans/{}", plan["id"].as_str().unwrap()), &key).await;
+    let got = app
+        .get(
+            &format!("/api/v1/plans/{}", plan["id"].as_str().unwrap()),
+            &key,
+        )
+        .await;
     assert_eq!(got.status, 200);
     assert_eq!(got.body["chain"], plan["chain"]);
     let list = app.get("/api/v1/plans", &key).await;
@@ -90,7 +101,9 @@ async fn failed_provisioning_is_visible_and_retry_never_makes_a_second_onchain_p
 
     // The chain is unreachable: the plan exists, visibly failed, and cannot be sold.
     proxy.disable();
-    let r = app.post("/api/v1/plans", &key, &plan_body("Basic"), None).await;
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Basic"), None)
+        .await;
     assert_eq!(r.status, 201, "{:?}", r.body);
     assert_eq!(r.body["status"], "failed");
     assert!(r.body["provisioning"]["error"].is_string());
@@ -139,16 +152,26 @@ async fn retry_after_an_unrecorded_landing_adopts_the_existing_onchain_plan() {
     .await;
     let key = app.merchant_key(DevChain::address(MERCHANT)).await;
     proxy.disable();
-    let r = app.post("/api/v1/plans", &key, &plan_body("Basic"), None).await;
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Basic"), None)
+        .await;
     assert_eq!(r.body["status"], "failed");
     let id = r.body["id"].as_str().unwrap().to_string();
-    let plan_ref: B256 = r.body["provisioning"]["planRef"].as_str().unwrap().parse().unwrap();
+    let plan_ref: B256 = r.body["provisioning"]["planRef"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
 
     // The plan lands on chain without the API recording it (e.g. the API crashed after
     // sending): here the merchant itself calls createPlan with the same planRef.
     let dev = app.chain.as_ref().unwrap();
     dev.manager()
-        .createPlan(DevChain::address(MERCHANT), U256::from(9_990_000u64), plan_ref)
+        .createPlan(
+            DevChain::address(MERCHANT),
+            U256::from(9_990_000u64),
+            plan_ref,
+        )
         .from(DevChain::address(MERCHANT))
         .send()
         .await
@@ -158,11 +181,20 @@ async fn retry_after_an_unrecorded_landing_adopts_the_existing_onchain_plan() {
         .unwrap();
     proxy.enable();
     let r = app
-        .post(&format!("/api/v1/plans/{id}/provision"), &key, &json!({}), None)
+        .post(
+            &format!("/api/v1/plans/{id}/provision"),
+            &key,
+            &json!({}),
+            None,
+        )
         .await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["status"], "active");
-    assert_eq!(plan_count(&app).await, U256::from(1), "no second on-chain plan");
+    assert_eq!(
+        plan_count(&app).await,
+        U256::from(1),
+        "no second on-chain plan"
+    );
 }
 
 #[tokio::test]
@@ -218,7 +250,13 @@ async fn plan_validation_errors_name_the_field() {
         assert_eq!(r.error_param(), Some(param), "{body} -> {:?}", r.body);
         assert_eq!(r.body["error"]["type"], "invalid_request_error");
     }
-    let n: i64 = app.db().await.query_one("SELECT count(*) FROM plans", &[]).await.unwrap().get(0);
+    let n: i64 = app
+        .db()
+        .await
+        .query_one("SELECT count(*) FROM plans", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(n, 0, "no invalid plan was stored");
 }
 
@@ -244,7 +282,10 @@ async fn slugs_are_unique_per_merchant() {
 #[tokio::test]
 async fn checkout_url_is_signed_for_plan_and_customer() {
     let (app, key) = chain_app().await;
-    let plan = app.post("/api/v1/plans", &key, &plan_body("Pro"), None).await.body;
+    let plan = app
+        .post("/api/v1/plans", &key, &plan_body("Pro"), None)
+        .await
+        .body;
     let plan_id = plan["id"].as_str().unwrap();
     let r = app
         .post(
@@ -265,13 +306,28 @@ async fn checkout_url_is_signed_for_plan_and_customer() {
     assert_eq!(segs[2], "pro");
     let q: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
     assert_eq!(q["customer"], "user 42&x");
-    assert!(chainsub_api::checkout::verify(api_common::SECRET, segs[1], "pro", Some("user 42&x"), &q["sig"]));
-    assert!(!chainsub_api::checkout::verify(api_common::SECRET, segs[1], "pro", Some("user 43"), &q["sig"]));
+    assert!(chainsub_api::checkout::verify(
+        api_common::SECRET,
+        segs[1],
+        "pro",
+        Some("user 42&x"),
+        &q["sig"]
+    ));
+    assert!(!chainsub_api::checkout::verify(
+        api_common::SECRET,
+        segs[1],
+        "pro",
+        Some("user 43"),
+        &q["sig"]
+    ));
 
     // customer_ref stored: HMAC-derived, never the raw id.
     let db = app.db().await;
     let row = db
-        .query_one("SELECT customer_ref, customer_external_id FROM checkouts", &[])
+        .query_one(
+            "SELECT customer_ref, customer_external_id FROM checkouts",
+            &[],
+        )
         .await
         .unwrap();
     let cref: Vec<u8> = row.get(0);
@@ -280,7 +336,12 @@ async fn checkout_url_is_signed_for_plan_and_customer() {
 
     // Without a customer: no `customer` parameter, zero customerRef.
     let r = app
-        .post("/api/v1/checkouts", &key, &json!({ "planId": plan_id }), None)
+        .post(
+            "/api/v1/checkouts",
+            &key,
+            &json!({ "planId": plan_id }),
+            None,
+        )
         .await;
     assert_eq!(r.status, 201);
     assert!(!r.body["url"].as_str().unwrap().contains("customer="));
@@ -292,17 +353,36 @@ async fn checkout_url_is_signed_for_plan_and_customer() {
 async fn checkout_validation_errors_name_the_field_and_other_merchants_plans_are_404() {
     let (app, key) = chain_app().await;
     let other = app.merchant_key(DevChain::address(MERCHANT_B)).await;
-    let plan = app.post("/api/v1/plans", &key, &plan_body("Pro"), None).await.body;
+    let plan = app
+        .post("/api/v1/plans", &key, &plan_body("Pro"), None)
+        .await
+        .body;
     let plan_id = plan["id"].as_str().unwrap();
     let cases: Vec<(Value, u16, &str)> = vec![
         (json!({}), 400, "planId"),
         (json!({ "planId": null }), 400, "planId"),
         (json!({ "planId": 7 }), 400, "planId"),
         (json!({ "planId": "sub_1" }), 400, "planId"),
-        (json!({ "planId": plan_id, "customerExternalId": "" }), 400, "customerExternalId"),
-        (json!({ "planId": plan_id, "customerExternalId": 5 }), 400, "customerExternalId"),
-        (json!({ "planId": plan_id, "customerExternalId": "x".repeat(129) }), 400, "customerExternalId"),
-        (json!({ "planId": plan_id, "customerExternalId": "a\nb" }), 400, "customerExternalId"),
+        (
+            json!({ "planId": plan_id, "customerExternalId": "" }),
+            400,
+            "customerExternalId",
+        ),
+        (
+            json!({ "planId": plan_id, "customerExternalId": 5 }),
+            400,
+            "customerExternalId",
+        ),
+        (
+            json!({ "planId": plan_id, "customerExternalId": "x".repeat(129) }),
+            400,
+            "customerExternalId",
+        ),
+        (
+            json!({ "planId": plan_id, "customerExternalId": "a\nb" }),
+            400,
+            "customerExternalId",
+        ),
         (json!({ "planId": plan_id, "coupon": "x" }), 400, "coupon"),
         (json!({ "planId": "plan_doesnotexist" }), 404, "planId"),
     ];
@@ -312,7 +392,16 @@ async fn checkout_validation_errors_name_the_field_and_other_merchants_plans_are
         assert_eq!(r.error_param(), Some(param), "{body} -> {:?}", r.body);
     }
     let r = app
-        .post("/api/v1/checkouts", &other, &json!({ "planId": plan_id }), None)
+        .post(
+            "/api/v1/checkouts",
+            &other,
+            &json!({ "planId": plan_id }),
+            None,
+        )
         .await;
-    assert_eq!(r.status, 404, "another merchant's plan is not found: {:?}", r.body);
+    assert_eq!(
+        r.status, 404,
+        "another merchant's plan is not found: {:?}",
+        r.body
+    );
 }

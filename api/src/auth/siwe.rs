@@ -97,11 +97,9 @@ impl SiweMessage {
         let (mut has_chain, mut has_issued) = (false, false);
         let mut in_resources = false;
         for line in &rest[uri_at..] {
-            if in_resources {
-                if let Some(r) = line.strip_prefix("- ") {
-                    m.resources.push(r.to_string());
-                    continue;
-                }
+            if in_resources && let Some(r) = line.strip_prefix("- ") {
+                m.resources.push(r.to_string());
+                continue;
             }
             let Some((k, v)) = line.split_once(": ") else {
                 if *line == "Resources:" {

@@ -135,7 +135,10 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
                     &[id, &merchant.wallet_bytes()],
                 )
                 .await?
-                .ok_or_else(|| ApiError::invalid(name, format!("no such event `{id}`")))?;
+                .ok_or_else(|| ApiError::NotFound {
+                    message: format!("no such event `{id}`"),
+                    param: Some(name.into()),
+                })?;
             Some(row.get(0))
         }
     };

@@ -27,8 +27,8 @@ use crate::reply::Resp;
 pub fn method_fallback(allow: &'static str) -> BoxedFilter<(Resp,)> {
     warp::method()
         .and_then(move |m: Method| async move {
-            let allowed = allow.split(", ").any(|a| a == m.as_str())
-                || (m == Method::HEAD && allow.contains("GET"));
+            // HEAD is not served (405 lists what is); GET routes answer GET only.
+            let allowed = allow.split(", ").any(|a| a == m.as_str());
             if allowed {
                 Err(warp::reject::not_found())
             } else {

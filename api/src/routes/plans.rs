@@ -200,7 +200,10 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
                     &[&merchant.id, id],
                 )
                 .await?
-                .ok_or_else(|| ApiError::invalid(param, format!("no such plan `{id}`")))?;
+                .ok_or_else(|| ApiError::NotFound {
+                    message: format!("no such plan `{id}`"),
+                    param: Some(param.into()),
+                })?;
             Some(row.get(0))
         }
     };

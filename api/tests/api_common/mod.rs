@@ -81,9 +81,10 @@ pub async fn spawn(opts: Opts) -> App {
 pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
-    let (contract, usdc) = chain
-        .as_ref()
-        .map_or((Address::repeat_byte(0xcc), Address::repeat_byte(0xdd)), |c| (c.manager, c.usdc));
+    let (contract, usdc) = chain.as_ref().map_or(
+        (Address::repeat_byte(0xcc), Address::repeat_byte(0xdd)),
+        |c| (c.manager, c.usdc),
+    );
     let mut args: Vec<String> = vec![
         "api".into(),
         "--database-url".into(),
@@ -360,7 +361,13 @@ pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
 }
 
 /// A PlanCreated log and its chain_plans row.
-pub async fn seed_chain_plan(c: &Client, merchant: Address, onchain_id: i64, plan_ref: &[u8], block: i64) {
+pub async fn seed_chain_plan(
+    c: &Client,
+    merchant: Address,
+    onchain_id: i64,
+    plan_ref: &[u8],
+    block: i64,
+) {
     let (event_id, _) = insert_event(
         c,
         SeedEvent {
@@ -559,8 +566,14 @@ impl Proxy {
 pub fn target_of(url: &str) -> SocketAddr {
     let u = url::Url::parse(url).unwrap();
     let host = u.host_str().unwrap();
-    let host = if host == "localhost" { "127.0.0.1" } else { host };
-    format!("{host}:{}", u.port().unwrap_or(5432)).parse().unwrap()
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    format!("{host}:{}", u.port().unwrap_or(5432))
+        .parse()
+        .unwrap()
 }
 
 /// `url` with its host:port replaced by `addr`.
