@@ -11,7 +11,7 @@ pub use events::{ContractEvent, DecodeError, EndReason, EventKind, FailureReason
 use alloy::sol;
 
 sol!(
-    #[allow(missing_docs)]
+    #[allow(missing_docs, clippy::too_many_arguments)]
     #[sol(rpc)]
     #[derive(Debug, PartialEq, Eq)]
     SubscriptionManager,
@@ -19,7 +19,7 @@ sol!(
 );
 
 sol!(
-    #[allow(missing_docs)]
+    #[allow(missing_docs, clippy::too_many_arguments)]
     #[sol(rpc)]
     #[derive(Debug, PartialEq, Eq)]
     MockUSDC,
