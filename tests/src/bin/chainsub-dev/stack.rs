@@ -1,0 +1,224 @@
+//! The running stack: its child processes, its `stack.env`, and the pid file `down` and
+//! `status` use.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use alloy::providers::Provider;
+use anyhow::{Context, Result, bail};
+use chainsub_tests::ChildGuard;
+use chainsub_tests::chain::{DEV_KEYS, accounts, signing_provider};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::chain::Deployed;
+
+const PID_FILE: &str = "stack.pid";
+const ENV_FILE: &str = "stack.env";
+/// A dev-only secret: checkout links signed with it are worthless anywhere else.
+const DEV_CHECKOUT_SECRET: &str = "dev-checkout-signing-secret-not-for-production";
+
+/// Child processes started by `up`, stopped in reverse order.
+pub struct Stack {
+    dir: PathBuf,
+    children: Vec<(&'static str, ChildGuard)>,
+}
+
+impl Stack {
+    pub fn new(dir: PathBuf) -> Stack {
+        Stack {
+            dir,
+            children: Vec::new(),
+        }
+    }
+
+    /// The dev directory (logs, stack.env, pid file).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A fresh `<dir>/<name>.log` for a child's output.
+    pub fn log_file(&self, name: &str) -> Result<File> {
+        let path = self.dir.join(format!("{name}.log"));
+        File::create(&path).with_context(|| format!("create {}", path.display()))
+    }
+
+    /// Starts `cmd` as a child of the stack.
+    pub fn spawn(&mut self, name: &'static str, mut cmd: Command) -> Result<()> {
+        // Its own process group: Ctrl-C reaches only this command, which then stops the
+        // children in order instead of all of them dying at once.
+        cmd.process_group(0);
+        let child = cmd.spawn().with_context(|| format!("start {name}"))?;
+        println!("started {name} (pid {})", child.id());
+        self.children.push((name, ChildGuard(child)));
+        Ok(())
+    }
+
+    /// The name of a child that has exited, if any.
+    pub fn exited(&mut self) -> Option<&'static str> {
+        self.children
+            .iter_mut()
+            .find_map(|(name, c)| matches!(c.0.try_wait(), Ok(Some(_))).then_some(*name))
+    }
+
+    /// Records this process so `down` and `status` can find it.
+    pub fn write_pid(&self) -> Result<()> {
+        std::fs::write(self.dir.join(PID_FILE), std::process::id().to_string())?;
+        Ok(())
+    }
+
+    /// Waits for Ctrl-C or SIGTERM (Ok) or for a child to die (Err).
+    pub async fn hold(&mut self) -> Result<()> {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = int.recv() => { println!("interrupted: stopping"); return Ok(()) }
+                _ = term.recv() => { println!("terminated: stopping"); return Ok(()) }
+                _ = tick.tick() => {
+                    if let Some(name) = self.exited() {
+                        bail!("{name} exited unexpectedly; see {}", self.dir.display());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops every child (SIGTERM, then SIGKILL after 10 s), newest first.
+    pub fn shutdown(&mut self) {
+        while let Some((name, mut child)) = self.children.pop() {
+            match child.terminate(10) {
+                Some(status) => println!("stopped {name} ({status})"),
+                None => println!("killed {name} (no exit 10 s after SIGTERM)"),
+            }
+        }
+        let _ = std::fs::remove_file(self.dir.join(PID_FILE));
+    }
+}
+
+/// The DESIGN §9 settings of a running stack, in `stack.env` order.
+pub struct StackEnv(Vec<(&'static str, String)>);
+
+impl StackEnv {
+    /// The settings of a dev stack on `rpc_url` with `deployed` contracts.
+    pub fn dev(
+        database_url: &str,
+        rpc_url: &str,
+        deployed: &Deployed,
+        confirmations: u64,
+        api_listen: &str,
+    ) -> StackEnv {
+        StackEnv(vec![
+            ("DATABASE_URL", database_url.to_string()),
+            ("RPC_URL", rpc_url.to_string()),
+            ("CHAIN_ID", deployed.chain_id.to_string()),
+            ("CONTRACT_ADDRESS", deployed.manager.to_string()),
+            ("USDC_ADDRESS", deployed.usdc.to_string()),
+            ("START_BLOCK", deployed.deploy_block.to_string()),
+            ("CONFIRMATIONS", confirmations.to_string()),
+            ("API_LISTEN", api_listen.to_string()),
+            ("BASE_URL", format!("http://{api_listen}")),
+            (
+                "RELAYER_PRIVATE_KEY",
+                format!("0x{}", DEV_KEYS[accounts::OPERATOR]),
+            ),
+            (
+                "KEEPER_PRIVATE_KEY",
+                format!("0x{}", DEV_KEYS[accounts::KEEPER]),
+            ),
+            ("CHECKOUT_SIGNING_SECRET", DEV_CHECKOUT_SECRET.to_string()),
+        ])
+    }
+
+    /// The variables, for `Command::envs` when the stack starts its services.
+    #[allow(dead_code)] // used once `up` starts the indexer, API and keeper
+    pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (*k, v.as_str()))
+    }
+
+    /// Writes `<dir>/stack.env` (`KEY=value` lines, sourceable by sh) atomically.
+    pub fn write(&self, dir: &Path) -> Result<PathBuf> {
+        let mut text = String::from(
+            "# Written by `scripts/dev up`; load with: set -a; . .dev/stack.env; set +a\n",
+        );
+        for (k, v) in &self.0 {
+            text.push_str(&format!("{k}={v}\n"));
+        }
+        let path = dir.join(ENV_FILE);
+        let tmp = dir.join(format!("{ENV_FILE}.tmp"));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(path)
+    }
+}
+
+/// The pid of a live `up` for this dev directory.
+pub fn running_pid(dir: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(dir.join(PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    // Guard against a stale file whose pid now belongs to another program.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    String::from_utf8_lossy(&cmdline)
+        .contains("chainsub-dev")
+        .then_some(pid)
+}
+
+/// `down`: SIGTERM to the running `up`, then wait for it to finish stopping its children.
+pub fn down(dir: &Path) -> Result<()> {
+    let Some(pid) = running_pid(dir) else {
+        println!("no stack is up");
+        return Ok(());
+    };
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()?;
+    if !status.success() {
+        bail!("kill -TERM {pid} failed");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if Instant::now() > deadline {
+            bail!("stack (pid {pid}) still running 30 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("stack (pid {pid}) stopped");
+    Ok(())
+}
+
+/// `status`: up or down, the settings, and whether chain and database answer.
+pub async fn status(dir: &Path) -> Result<()> {
+    let env_path = dir.join(ENV_FILE);
+    let Some(pid) = running_pid(dir) else {
+        println!("down");
+        return Ok(());
+    };
+    println!("up (pid {pid})");
+    let text = std::fs::read_to_string(&env_path)
+        .with_context(|| format!("read {}", env_path.display()))?;
+    print!("{text}");
+    let get = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    if let Some(rpc) = get("RPC_URL") {
+        match signing_provider(&rpc).get_block_number().await {
+            Ok(n) => println!("chain: answering at block {n}"),
+            Err(e) => println!("chain: NOT answering ({e})"),
+        }
+    }
+    if let Some(url) = get("DATABASE_URL") {
+        match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+            Ok(_) => println!("database: answering"),
+            Err(e) => println!("database: NOT answering ({e})"),
+        }
+    }
+    Ok(())
+}
