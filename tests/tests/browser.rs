@@ -78,7 +78,7 @@ async fn customer_subscribes_from_checkout_link_and_api_shows_external_id() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn merchant_signs_in_sees_key_once_and_rotation_kills_old_key() {
+async fn merchant_signs_in_sees_key_once_rotation_kills_old_key_and_webhook_retry_delivers() {
     let s = start("dashboard", false).await;
     node(
         "dashboard.mjs",

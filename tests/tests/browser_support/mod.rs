@@ -47,6 +47,11 @@ pub async fn start(test: &str, with_indexer: bool) -> Stack {
         .env("EXPLORER_TX_URL", format!("{EXPLORER}{{hash}}"))
         .env("RATE_LIMIT_IP_PER_SEC", "1000")
         .env("RATE_LIMIT_IP_BURST", "1000")
+        // The dashboard test delivers webhooks to a receiver on 127.0.0.1 over http, and
+        // retries only from the dashboard's Retry button (the next automatic try is 1 h away).
+        .env("WEBHOOK_ALLOW_HTTP", "true")
+        .env("WEBHOOK_ALLOW_LOOPBACK", "true")
+        .env("WEBHOOK_RETRY_SCHEDULE", "0s,1h,1h")
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log_file(&format!("{test}-api.log")))
