@@ -169,7 +169,9 @@ impl Stack {
     /// The keeper binary with its health/metrics endpoint on `port`.
     pub fn keeper_on(&self, port: u16) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_keeper"));
-        cmd.envs(self.common_env())
+        // Only what the test sets: a stray KEEPER_* in the developer's shell cannot leak in.
+        cmd.env_clear()
+            .envs(self.common_env())
             .env("KEEPER_PRIVATE_KEY", DEV_KEYS[accounts::KEEPER])
             .env("KEEPER_METRICS_LISTEN", format!("127.0.0.1:{port}"))
             .env("KEEPER_POLL_INTERVAL_MS", "100")
