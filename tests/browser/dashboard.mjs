@@ -1,7 +1,8 @@
 // Scenario: a merchant signs in on /dashboard/developers with Sign-In with Ethereum,
 // generates an API key and sees it exactly once, rotates it in the UI (the old key fails with
 // 401, the new one works), sets a webhook URL (a local receiver), rotates the signing secret,
-// sends a test event that fails once, and retries it from the deliveries list.
+// sends a test event that fails once, retries it from the deliveries list, revokes the key
+// and signs out.
 // env: BASE_URL, RPC_URL, CHAIN_ID, MERCHANT, SCREENSHOT_DIR.
 import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
@@ -140,6 +141,14 @@ await run("dashboard", async (browser) => {
   } finally {
     receiver.close();
   }
+
+  // Revoke (with confirmation): no key is left and the last one fails.
+  await page.getByRole("button", { name: "Revoke key" }).click();
+  await page.getByRole("button", { name: "Revoke now" }).click();
+  await statusIs(page, "Key revoked. API calls with it now fail.");
+  check((await page.locator("#key-status").textContent()).startsWith("No API key"), "no key after revoke");
+  check(await page.getByRole("button", { name: "Generate key" }).isVisible(), "generate offered again");
+  check((await apiStatus(second)) === 401, "the revoked key is rejected with 401");
 
   // Sign out: back to the sign-in view.
   await page.getByRole("button", { name: "Sign out" }).click();

@@ -109,6 +109,14 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_stored_customer_ref(
     );
     let (status, _) = get(Some("0x1234".into())).await;
     assert_eq!(status, 400);
+    let forged = format!(
+        "{}&from={customer}",
+        path_and_query.replace("cust_tx", "cust_ty")
+    );
+    let res = s.http.get(forged).send().await.unwrap();
+    assert_eq!(res.status(), 403);
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "checkout_signature_invalid");
 
     // A wallet with no USDC and no allowance: approve (12 periods) then subscribe.
     let (status, v) = get(Some(customer.to_string())).await;
