@@ -1,11 +1,11 @@
 // Scenario: a customer opens a checkout link and subscribes with a browser wallet.
 // env: CHECKOUT_URL, RPC_URL, CHAIN_ID, MANAGER (SubscriptionManager), CUSTOMER (funded),
 //      POOR_CUSTOMER (no USDC), PLAN_NAME, EXPLORER_PREFIX, SCREENSHOT_DIR.
-// Walks the page's states: wrong chain -> switch -> insufficient balance (poor wallet);
-// ready -> rejected (4001) -> approve, subscribe rejected -> subscribe -> confirmed (funded
+// Walks the page's states: no wallet; wrong chain -> switch -> insufficient balance (poor wallet);
+// ready -> rejected (4001) -> approve pending (mining paused), subscribe rejected -> subscribe -> confirmed (funded
 // wallet); then
 // already subscribed on a second visit.
-import { check, emit, env, run, screenshot, walletPage } from "./lib.mjs";
+import { check, emit, env, rpc, run, screenshot, walletPage } from "./lib.mjs";
 
 const url = env("CHECKOUT_URL");
 const rpcUrl = env("RPC_URL");
@@ -19,6 +19,17 @@ async function state(page, s, timeout = 30000) {
 }
 
 await run("checkout", async (browser) => {
+  // 0. No wallet at all: the page says what to install, and offers no button that cannot work.
+  {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(url);
+    const msg = await state(page, "no-wallet");
+    check(msg.includes("No browser wallet found"), `no-wallet message: ${msg}`);
+    check(await page.locator("#connect").isHidden(), "no connect button without a wallet");
+    await context.close();
+  }
+
   // 1. A wallet on the wrong chain with no USDC.
   {
     const { page, context } = await walletPage(browser, { rpcUrl, account: poor, chainIdHex: "0x1" });
@@ -57,7 +68,14 @@ await run("checkout", async (browser) => {
     // subscription (the mined approve is not asked for twice).
     const manager = env("MANAGER").toLowerCase();
     wallet.rejectWhen = (m, p) => m === "eth_sendTransaction" && p[0].to.toLowerCase() === manager;
+    // With mining paused the approve waits in the mempool: the page says it is pending.
+    await rpc(rpcUrl, "evm_setAutomine", [false]);
     await page.locator("#subscribe").click();
+    const pending = await state(page, "pending");
+    check(pending.includes("Pending"), `pending message: ${pending}`);
+    await screenshot(page, "checkout-6-pending");
+    await rpc(rpcUrl, "evm_setAutomine", [true]);
+    await rpc(rpcUrl, "evm_mine", []);
     await state(page, "rejected");
     check((await page.locator('#steps li[data-step="approve"]').getAttribute("data-done")) === "true", "approve marked done");
     const sendsBefore = wallet.calls.filter((m) => m === "eth_sendTransaction").length;
@@ -69,7 +87,7 @@ await run("checkout", async (browser) => {
     const href = await page.locator("#explorer-link").getAttribute("href");
     check(href === env("EXPLORER_PREFIX") + hash, `explorer link: ${href}`);
     check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === 4, "rejected, approve, rejected, subscribe");
-    await screenshot(page, "checkout-6-confirmed");
+    await screenshot(page, "checkout-7-confirmed");
     console.log(`subscribe tx: ${hash}`);
 
     // 3. The same wallet comes back: already subscribed.
@@ -77,7 +95,7 @@ await run("checkout", async (browser) => {
     await page.getByRole("button", { name: "Connect wallet" }).click();
     const already = await state(page, "already");
     check(already.includes("already has an active subscription"), `already message: ${already}`);
-    await screenshot(page, "checkout-7-already-subscribed");
+    await screenshot(page, "checkout-8-already-subscribed");
 
     // 4. The user switches to an unfunded account in the wallet: the page follows.
     wallet.account = poor;

@@ -213,7 +213,11 @@ pub fn plan_transactions(
         .abi_encode();
         steps.push(json!({
             "step": "approve",
-            "label": format!("Allow {} USDC more ({periods} payments)", units(wanted)),
+            "label": format!(
+                "Allow {} USDC{} ({periods} payments)",
+                units(wanted),
+                if state.allowance.is_zero() { "" } else { " more" }
+            ),
             "tx": tx(from, usdc, data),
         }));
     }
@@ -332,6 +336,10 @@ mod tests {
         let v = plan_transactions(1, USDC, MGR, &link(), 7, 12, FROM, &state(1, 5_000_000, 0));
         let approve = MockUSDC::approveCall::abi_decode(&data_of(&v["steps"][0])).unwrap();
         assert_eq!(approve.amount, U256::from(5_000_000u64 + 9_990_000 * 12));
+        assert_eq!(
+            v["steps"][0]["label"],
+            "Allow 119.88 USDC more (12 payments)"
+        );
     }
 
     #[test]
