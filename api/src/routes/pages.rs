@@ -134,8 +134,8 @@ fn html_error(e: ApiError) -> Resp {
             "Please wait a moment and try again.".to_string(),
         ),
         _ => {
-            // Logs the detail like every other 5xx.
-            let _ = e.clone().into_resp();
+            // The detail goes to the log only, as for every other 5xx.
+            tracing::warn!(error = %e, status = status.as_u16(), "page failed");
             (
                 "Something went wrong",
                 "The service is temporarily unavailable. Please try again in a minute.".to_string(),
