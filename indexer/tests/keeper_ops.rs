@@ -254,3 +254,59 @@ async fn keeper_that_loses_its_lock_session_stops_instead_of_sending_unguarded()
         "a keeper without its lock must stop: {status}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unfunded_keeper_is_refused_by_the_node_then_charges_once_topped_up() {
+    use alloy::primitives::U256;
+    use alloy::providers::Provider;
+
+    let (stack, sub) = due_subscription(3).await;
+    let set_balance = |wei: U256| {
+        let provider = stack.chain.provider.clone();
+        async move {
+            let _: serde_json::Value = provider
+                .raw_request(
+                    "anvil_setBalance".into(),
+                    (keeper_support::keeper_address(), wei),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_balance(U256::from(1_000u64)).await;
+    stack.keeper_once(&[]);
+    assert_eq!(stack.steps(sub).await, vec![]);
+    assert_eq!(stack.journal(sub).await, vec![(2, 1, "failed".to_string())]);
+
+    set_balance(U256::from(10u64).pow(U256::from(18u64))).await;
+    assert!(stack.keeper_once(&[]).success());
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+    assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
+    let statuses: Vec<String> = stack
+        .pg
+        .query("SELECT status FROM keeper_txs ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // The retry may sign the very same bytes (same nonce and fees) or new ones; either way
+    // exactly one transaction was mined and the refused one never was.
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("mined"),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| *s == "mined").count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(stack.keeper_tx_count().await, 1);
+}

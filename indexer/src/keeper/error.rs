@@ -3,7 +3,7 @@
 /// Everything that can stop a keeper pass.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("database error: {0}")]
+    #[error("database error: {}", pg_detail(.0))]
     Db(#[from] tokio_postgres::Error),
     #[error("database pool error: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
@@ -21,6 +21,14 @@ pub enum Error {
     LockLost,
     #[error("io error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// tokio-postgres displays server errors as just "db error"; show the code and message.
+fn pg_detail(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
 }
 
 /// Result alias for the keeper.

@@ -19,7 +19,10 @@
 //!   (same nonce) are re-broadcast.
 //! - **Nonces.** One counter, initialised from the node's pending nonce (and never below an
 //!   open journal row), handed out and broadcast in order under one lock; "nonce too low"
-//!   re-syncs it from the node. A refused broadcast leaves a gap, so the counter re-syncs.
+//!   re-syncs it from the node. A refused broadcast leaves a gap, so the counter re-syncs;
+//!   a step that provably never reached the chain (refused by the node, or its nonce taken by
+//!   a foreign transaction) is closed as failed without a tx hash and may be taken up again
+//!   (e.g. once an unfunded keeper is topped up). A step that reverted on chain is final.
 //! - **Bounded work.** At most `--concurrency` transactions in flight; preflights run in
 //!   parallel up to the same bound.
 //! - **Gas budget.** Fees paid in the window plus the worst case of in-flight transactions;

@@ -176,7 +176,12 @@ impl Stack {
             .env("KEEPER_METRICS_LISTEN", format!("127.0.0.1:{port}"))
             .env("KEEPER_POLL_INTERVAL_MS", "100")
             .env("RUST_LOG", "info")
-            .stdout(Stdio::null());
+            .stdout(if std::env::var_os("KEEPER_TEST_LOGS").is_some() {
+                // Set KEEPER_TEST_LOGS=1 to see the keeper's logs while debugging a test.
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
         cmd
     }
 

@@ -8,7 +8,8 @@ use crate::keeper::error::{Error, Result};
 
 impl Store {
     /// Journals a step and its first transaction in one transaction. Returns the step and tx
-    /// ids, or None when the step already has a row (it was sent before: never send again).
+    /// ids, or None when the step already has a row (it was sent before: never send again)
+    /// unless that row was closed without ever reaching the chain.
     pub async fn insert_step(&self, step: &Step, tx: &SignedTx) -> Result<Option<(i64, i64)>> {
         let mut client = self.pool.get().await?;
         let db = client.transaction().await?;
@@ -19,7 +20,12 @@ impl Store {
                 "INSERT INTO keeper_steps
                      (chain_id, contract, subscription_id, period, attempt, action, keeper_address, nonce)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                 ON CONFLICT (chain_id, subscription_id, period, attempt) DO NOTHING
+                 ON CONFLICT (chain_id, subscription_id, period, attempt) DO UPDATE
+                     SET nonce = EXCLUDED.nonce, keeper_address = EXCLUDED.keeper_address,
+                         status = 'pending', error = NULL, finished_at = NULL, updated_at = now()
+                     -- Only a step that provably never reached the chain is taken up again;
+                     -- its old transactions stay as the record of what was refused.
+                     WHERE keeper_steps.status = 'failed' AND keeper_steps.tx_hash IS NULL
                  RETURNING id",
                 &[
                     &self.chain_id,
@@ -347,7 +353,12 @@ async fn insert_tx<C: deadpool_postgres::GenericClient>(
         .query_one(
             "INSERT INTO keeper_txs (step_id, nonce, tx_hash, raw_tx, gas_limit, max_fee_per_gas,
                                      max_priority_fee_per_gas)
-             VALUES ($1, $2, $3, $4, $5, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC) RETURNING id",
+             VALUES ($1, $2, $3, $4, $5, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC)
+             -- A step taken up again after a refusal may sign the very same bytes (same
+             -- nonce, same fees): that is the same transaction, so its row is reused.
+             ON CONFLICT (tx_hash) DO UPDATE SET status = 'pending', error = NULL, updated_at = now()
+                 WHERE keeper_txs.step_id = EXCLUDED.step_id AND keeper_txs.status = 'failed'
+             RETURNING id",
             &[
                 &step_id,
                 &to_i64(tx.nonce, "nonce")?,

@@ -170,7 +170,10 @@ impl Store {
                        WHERE k.chain_id = l.chain_id AND k.subscription_id = l.onchain_id
                          AND k.period = l.period + 1
                          AND k.attempt = CASE WHEN l.cancel_at_period_end THEN 0
-                                              ELSE l.failed_attempts + 1 END)
+                                              ELSE l.failed_attempts + 1 END
+                         -- A step closed without ever being mined (refused by the node, or its
+                         -- nonce taken by another transaction) did not happen: it may be retried.
+                         AND NOT (k.status = 'failed' AND k.tx_hash IS NULL))
                  ORDER BY l.due_at, l.onchain_id
                  LIMIT $3",
                 &[&self.chain_id, &chain_now, &limit],
