@@ -122,20 +122,19 @@ async fn up(args: UpArgs, dev_dir: PathBuf) -> Result<()> {
     outcome
 }
 
-/// `npm ci` when the chain tools are not installed (a fresh clone).
+/// `scripts/chain-tools` (npm ci from the lock) when the chain tools are not installed.
 fn ensure_npm_tools() -> Result<()> {
     let root = workspace_root();
     if root.join("node_modules/.bin/anvil").exists() && root.join("node_modules/solc").exists() {
         return Ok(());
     }
-    println!("installing the npm chain tools (npm ci)");
-    let status = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
+    println!("installing the npm chain tools (scripts/chain-tools)");
+    let status = Command::new(root.join("scripts/chain-tools"))
         .current_dir(&root)
         .status()
-        .context("run npm (is Node.js installed?)")?;
+        .context("run scripts/chain-tools (are Node.js and npm installed?)")?;
     if !status.success() {
-        bail!("npm ci failed: {status}");
+        bail!("scripts/chain-tools failed: {status}");
     }
     Ok(())
 }
