@@ -82,18 +82,17 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
     };
     let hash = key.hash();
     let conn = ctx.pool.get().await?;
-    let row = conn
-        .query_opt(
-            &format!(
-                "SELECT k.id AS key_id, k.key_hash, k.last_used_at < now() - interval '60 seconds' \
-                 OR k.last_used_at IS NULL AS stale, {} \
-                 FROM api_keys k JOIN merchants m ON m.id = k.merchant_id \
-                 WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
-                merchants::COLUMNS
-            ),
-            &[&hash.as_slice()],
-        )
+    // Prepared once per connection: this runs on every API-key request.
+    let stmt = conn
+        .prepare_cached(&format!(
+            "SELECT k.id AS key_id, k.key_hash, k.last_used_at < now() - interval '60 seconds' \
+             OR k.last_used_at IS NULL AS stale, {} \
+             FROM api_keys k JOIN merchants m ON m.id = k.merchant_id \
+             WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
+            merchants::COLUMNS
+        ))
         .await?;
+    let row = conn.query_opt(&stmt, &[&hash.as_slice()]).await?;
     let Some(row) = row else {
         ctx.limits.per_ip.check(&caller.ip_key())?;
         return Err(ApiError::bad_key());

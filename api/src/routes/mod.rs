@@ -51,13 +51,26 @@ pub fn query_pairs() -> BoxedFilter<(Vec<(String, String)>,)> {
         .boxed()
 }
 
-/// What a request says about who sends it.
-#[derive(Debug, Clone)]
+/// What a request says about who sends it. `Debug` never shows the Authorization header.
+#[derive(Clone)]
 pub struct Caller {
     pub authorization: Option<String>,
     pub ip: Option<IpAddr>,
     pub idempotency_key: Option<String>,
     pub content_type: Option<String>,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field(
+                "authorization",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
+            .field("ip", &self.ip)
+            .field("idempotency_key", &self.idempotency_key)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Caller {
@@ -139,5 +152,37 @@ impl SqlParams {
             .iter()
             .map(|b| b.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caller_debug_hides_the_authorization_header() {
+        let c = Caller {
+            authorization: Some("Bearer sk_live_secretsecret".into()),
+            ip: None,
+            idempotency_key: None,
+            content_type: None,
+        };
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("secret"), "{dbg}");
+    }
+
+    #[test]
+    fn unknown_and_repeated_query_parameters_name_the_parameter() {
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let e = check_params(&q(&[("limit", "1"), ("x", "2")]), &["limit"]).unwrap_err();
+        assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "x"));
+        let e = check_params(&q(&[("limit", "1"), ("limit", "2")]), &["limit"]).unwrap_err();
+        assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "limit"));
+        assert!(check_params(&q(&[("limit", "1")]), &["limit"]).is_ok());
     }
 }

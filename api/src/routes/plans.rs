@@ -213,9 +213,10 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         select(ctx.cfg.chain_id),
         page.limit + 1
     );
+    let stmt = conn.prepare_cached(&sql).await?;
     let rows = match key {
-        Some(k) => conn.query(&sql, &[&merchant.id, &k]).await?,
-        None => conn.query(&sql, &[&merchant.id]).await?,
+        Some(k) => conn.query(&stmt, &[&merchant.id, &k]).await?,
+        None => conn.query(&stmt, &[&merchant.id]).await?,
     };
     let data = rows.iter().map(|r| plan_json(ctx, r)).collect();
     Ok(with_rate(Resp::json(page.finish(data, reversed)), &rate))

@@ -181,7 +181,9 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     }
     sql.push_str(&format!("{cond}{order} LIMIT {}", page.limit + 1));
     let conn = ctx.pool.get().await?;
-    let rows = conn.query(&sql, &params.refs()).await?;
+    // Cached per connection: planning these joins costs more than running them.
+    let stmt = conn.prepare_cached(&sql).await?;
+    let rows = conn.query(&stmt, &params.refs()).await?;
     let data = rows.iter().map(subscription_json).collect();
     Ok(with_rate(Resp::json(page.finish(data, reversed)), &rate))
 }
@@ -193,11 +195,14 @@ async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
         .and_then(|n| i64::try_from(n).ok())
         .ok_or_else(not_found)?;
     let conn = ctx.pool.get().await?;
+    let stmt = conn
+        .prepare_cached(&format!(
+            "{} AND s.onchain_id = $3",
+            select(ctx.cfg.chain_id)
+        ))
+        .await?;
     let row = conn
-        .query_opt(
-            &format!("{} AND s.onchain_id = $3", select(ctx.cfg.chain_id)),
-            &[&merchant.id, &merchant.wallet_bytes(), &onchain],
-        )
+        .query_opt(&stmt, &[&merchant.id, &merchant.wallet_bytes(), &onchain])
         .await?
         .ok_or_else(not_found)?;
     let ledger = conn
