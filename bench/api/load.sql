@@ -1,0 +1,79 @@
+-- Bench data set shaped like the indexer's rows: one merchant with 100,000 subscriptions
+-- and 1,000,000 chain events (10 per subscription: created + 9 charges), plus the plan
+-- rows that resolve planId. :wallet is the merchant wallet as a bytea literal.
+\set ON_ERROR_STOP on
+BEGIN;
+INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, head_number)
+VALUES (31337, '\xcccccccccccccccccccccccccccccccccccccccc', 200000, '\x00', 200000);
+
+INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
+    transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
+    plan_id, topics, data, decoded, snapshot)
+SELECT 'evt_' || md5('e' || g),
+       31337,
+       '\xcccccccccccccccccccccccccccccccccccccccc'::bytea,
+       g / 10 + 1,
+       decode(md5('b' || (g / 10 + 1)) || md5('B' || (g / 10 + 1)), 'hex'),
+       timestamptz '2026-01-01' + make_interval(secs => g * 12),
+       decode(md5('t' || g) || md5('T' || g), 'hex'),
+       0,
+       g % 10,
+       CASE WHEN g % 10 = 0 THEN 'SubscriptionCreated' ELSE 'SubscriptionCharged' END,
+       CASE WHEN g % 10 = 0 THEN 'subscription.created' ELSE 'subscription.charged' END,
+       :wallet,
+       g / 10 + 1,
+       (g / 10) % 5 + 1,
+       ARRAY['\x00'::bytea],
+       '\x'::bytea,
+       jsonb_build_object('subscriptionId', (g / 10 + 1)::text, 'amount', '9990000',
+                          'period', (g % 10 + 1)::text, 'attempt', '1',
+                          'subscriber', '0x4444444444444444444444444444444444444444'),
+       jsonb_build_object('id', 'sub_' || (g / 10 + 1), 'status', 'active',
+                          'cancelAtPeriodEnd', false, 'period', g % 10 + 1,
+                          'currentPeriodStart', '2026-01-01T00:00:00Z',
+                          'currentPeriodEnd', '2026-02-01T00:00:00Z',
+                          'nextPaymentAt', '2026-02-01T00:00:00Z', 'failedAttempts', 0,
+                          'subscriber', '0x4444444444444444444444444444444444444444',
+                          'customerExternalId', 'cust-' || (g / 10 + 1), 'amount', '9990000',
+                          'planOnchainId', (g / 10) % 5 + 1)
+FROM generate_series(0, 999999) g;
+
+-- Five on-chain plans (their PlanCreated logs) tied to API plans by planRef.
+INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
+    transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, plan_id,
+    topics, data, decoded)
+SELECT 'evt_plan' || p, 31337, '\xcccccccccccccccccccccccccccccccccccccccc'::bytea, 1,
+       decode(md5('b1') || md5('B1'), 'hex'), timestamptz '2026-01-01',
+       decode(md5('pt' || p) || md5('PT' || p), 'hex'), 0, 100 + p, 'PlanCreated', NULL,
+       :wallet, p, ARRAY['\x00'::bytea], '\x'::bytea, '{}'::jsonb
+FROM generate_series(1, 5) p;
+INSERT INTO chain_plans (chain_id, onchain_id, merchant_wallet, plan_ref, amount, created_by, event_id)
+SELECT 31337, p, :wallet, decode(md5('ref' || p) || md5('REF' || p), 'hex'), 9990000, :wallet,
+       (SELECT id FROM chain_events WHERE public_id = 'evt_plan' || p)
+FROM generate_series(1, 5) p;
+INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, plan_ref,
+    provision_status, onchain_plan_id)
+SELECT 'plan_bench' || p, (SELECT id FROM merchants WHERE wallet = :wallet), 'Plan ' || p,
+       9990000, 'USDC', 'month', 'plan-' || p, decode(md5('ref' || p) || md5('REF' || p), 'hex'),
+       'active', p
+FROM generate_series(1, 5) p;
+
+INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber,
+    plan_onchain_id, amount, customer_ref, customer_external_id, status, period,
+    current_period_start, current_period_end, created_event_id, last_event_id, created_at,
+    updated_at)
+SELECT 31337, s, 'sub_' || s, :wallet, '\x4444444444444444444444444444444444444444'::bytea,
+       (s - 1) % 5 + 1, 9990000, ('\x' || repeat('00', 32))::bytea, 'cust-' || s,
+       CASE WHEN s % 50 = 0 THEN 'past_due' ELSE 'active' END, 10,
+       timestamptz '2026-01-01', timestamptz '2026-02-01',
+       e.id, e.id + 9, e.block_time, e.block_time
+FROM generate_series(1, 100000) s
+JOIN chain_events e ON e.public_id = 'evt_' || md5('e' || ((s - 1) * 10));
+
+INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
+    period_start, period_end, attempt, block_time)
+SELECT id, 31337, subscription_id, 'charge', 9990000, (decoded->>'period')::int,
+       timestamptz '2026-01-01', timestamptz '2026-02-01', 1, block_time
+FROM chain_events WHERE kind = 'subscription.charged';
+COMMIT;
+ANALYZE;
