@@ -184,3 +184,41 @@ async fn cancel_at_period_end_subscription_is_ended_at_period_end_without_a_char
     assert_eq!(stack.indexed_status(sub).await, "ended");
     assert_eq!(stack.keeper_tx_count().await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_due_subscription_set_to_cancel_at_period_end_is_ended_without_waiting_for_a_retry() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 1).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    let customer = DevChain::address(accounts::CUSTOMER);
+    send_as!(
+        customer,
+        stack
+            .chain
+            .manager()
+            .cancelAtPeriodEnd(alloy::primitives::U256::from(sub))
+    );
+    stack.sync_index().await;
+    // The period is already over: the end is due now, not a retry interval later.
+    stack.keeper_pass();
+    stack.sync_index().await;
+
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![
+            Step::Failed {
+                period: 2,
+                attempt: 1
+            },
+            Step::Ended(EndReason::CancelAtPeriodEnd),
+        ]
+    );
+    assert_eq!(
+        stack.journal(sub).await,
+        vec![(2, 1, "mined".to_string()), (2, 0, "mined".to_string())]
+    );
+    assert_eq!(stack.indexed_status(sub).await, "ended");
+}

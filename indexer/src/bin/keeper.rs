@@ -8,7 +8,7 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> std::process::ExitCode {
     let cfg = keeper::Config::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    if cfg.log_json {
+    if cfg.log_format == keeper::config::LogFormat::Json {
         tracing_subscriber::fmt()
             .json()
             .with_env_filter(filter)

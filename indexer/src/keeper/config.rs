@@ -8,6 +8,13 @@ use std::time::Duration;
 use alloy::primitives::Address;
 use alloy::signers::local::PrivateKeySigner;
 
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 /// The keeper's signing key. `Debug` shows the address only, never the key.
 #[derive(Clone)]
 pub struct KeeperKey(pub PrivateKeySigner);
@@ -32,7 +39,11 @@ impl fmt::Debug for KeeperKey {
 
 /// `keeper`: sends `charge(subscriptionId)` for every due subscription in the index.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "keeper", version, about)]
+#[command(
+    name = "keeper",
+    version,
+    about = "Chainsub renewal keeper: sends charge(subscriptionId) for every due subscription in the index"
+)]
 pub struct Config {
     /// Postgres URL of the index (the indexer's database).
     #[arg(long, env = "DATABASE_URL")]
@@ -109,9 +120,9 @@ pub struct Config {
     /// was journaled, before it is broadcast), as a crash would.
     #[arg(long, env = "KEEPER_FAIL_POINT", hide = true)]
     pub fail_point: Option<String>,
-    /// Log as JSON lines instead of text.
-    #[arg(long, env = "LOG_JSON", default_value_t = false)]
-    pub log_json: bool,
+    /// Log format (the same variable as the indexer's).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
 }
 
 impl Config {

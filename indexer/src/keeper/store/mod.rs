@@ -200,3 +200,45 @@ impl Store {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn due(cancel: bool, failed: i32) -> DueSubscription {
+        DueSubscription {
+            onchain_id: 7,
+            period: 3,
+            failed_attempts: failed,
+            cancel_at_period_end: cancel,
+            subscriber: Address::ZERO,
+            amount: U256::from(1),
+            due_at: DateTime::<Utc>::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn step_charges_the_next_period_with_the_next_attempt() {
+        let step = due(false, 0).step();
+        assert_eq!(
+            (step.period, step.attempt, step.action),
+            (4, 1, Action::Charge)
+        );
+        let retry = due(false, 2).step();
+        assert_eq!(
+            (retry.period, retry.attempt, retry.action),
+            (4, 3, Action::Charge)
+        );
+    }
+
+    #[test]
+    fn cancelling_subscription_has_a_single_end_step_whatever_its_failures() {
+        for failed in [0, 1, 2] {
+            let step = due(true, failed).step();
+            assert_eq!(
+                (step.period, step.attempt, step.action),
+                (4, 0, Action::End)
+            );
+        }
+    }
+}
