@@ -5,7 +5,10 @@
 pub mod anvil;
 pub mod chain;
 pub mod db;
+pub mod merchant;
 pub mod process;
+pub mod receiver;
+pub mod services;
 
 pub use anvil::Anvil;
 pub use chain::{DevChain, dev_key};

@@ -61,7 +61,8 @@ async fn dev_up_deploys_funds_migrates_writes_stack_env_and_stops_on_sigterm() {
     let log = std::fs::File::create(dir.join("up.out")).unwrap();
     let mut up = ChildGuard(
         dev(&dir)
-            .args(["up", "--anvil-port", &port.to_string()])
+            // Chain and database only: the services and demo are covered by e2e_dev_demo.rs.
+            .args(["up", "--no-services", "--anvil-port", &port.to_string()])
             .args(["--database-url", &db.url])
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
@@ -156,7 +157,12 @@ async fn dev_up_deploys_funds_migrates_writes_stack_env_and_stops_on_sigterm() {
     assert!(status_out.contains("chain: answering"), "{status_out}");
     assert!(status_out.contains("database: answering"), "{status_out}");
     let second = dev(&dir)
-        .args(["up", "--anvil-port", &free_port().to_string()])
+        .args([
+            "up",
+            "--no-services",
+            "--anvil-port",
+            &free_port().to_string(),
+        ])
         .args(["--database-url", &db.url])
         .output()
         .unwrap();

@@ -3,20 +3,25 @@
 //! `up` installs the npm chain tools if they are missing, starts anvil (or uses `RPC_URL`),
 //! deploys MockUSDC and SubscriptionManager (operator = dev account 0), mints test USDC to dev
 //! accounts 2..=9, creates and migrates the database, writes `.dev/stack.env` (DESIGN §9) and
-//! stays in the foreground holding its children until Ctrl-C or SIGTERM (`scripts/dev down`).
+//! then starts `indexer`, `api` (with the webhook dispatcher) and `keeper` as separate processes,
+//! runs the demo (`demo.rs`) and stays in the foreground holding its children until Ctrl-C or
+//! SIGTERM (`scripts/dev down`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 
 mod chain;
 mod db;
+mod demo;
+mod services;
 mod stack;
 
 use chainsub_tests::workspace_root;
 use stack::{Stack, StackEnv};
+use tokio::signal::unix::{SignalKind, signal};
 
 const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/chainsub_dev";
 
@@ -64,6 +69,18 @@ struct UpArgs {
     /// USDC (whole units) minted to each of dev accounts 2..=9.
     #[arg(long, default_value_t = 10_000)]
     mint_usdc: u64,
+    /// Chain and database only: do not start indexer, api and keeper (nor the demo).
+    #[arg(long)]
+    no_services: bool,
+    /// Start the services but skip the demo.
+    #[arg(long)]
+    no_demo: bool,
+    /// The indexer's /health and /metrics listen address.
+    #[arg(long, env = "INDEXER_METRICS_LISTEN", default_value = "127.0.0.1:9101")]
+    indexer_metrics_listen: String,
+    /// The keeper's /health and /metrics listen address.
+    #[arg(long, env = "KEEPER_METRICS_LISTEN", default_value = "127.0.0.1:9102")]
+    keeper_metrics_listen: String,
 }
 
 #[tokio::main]
@@ -83,16 +100,44 @@ async fn up(args: UpArgs, dev_dir: PathBuf) -> Result<()> {
         bail!("a stack is already up (pid {pid}); run `scripts/dev down` first");
     }
     let mut stack = Stack::new(dev_dir.clone());
-
-    let fresh_chain = args.rpc_url.is_none();
-    let rpc_url = match args.rpc_url {
-        Some(url) => url,
-        None => {
-            ensure_npm_tools()?;
-            chain::start_anvil(&mut stack, args.anvil_port)?
+    // Ctrl-C during start-up or the demo must stop the children too (they run in their own
+    // process groups, so the terminal's SIGINT reaches only this command).
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let booted = tokio::select! {
+        r = boot(&args, &dev_dir, &mut stack) => r,
+        _ = int.recv() => Err(anyhow!("interrupted during start-up")),
+        _ = term.recv() => Err(anyhow!("terminated during start-up")),
+    };
+    let summary = match booted {
+        Ok(s) => s,
+        Err(e) => {
+            stack.shutdown();
+            return Err(e);
         }
     };
-    chain::wait_for_rpc(&rpc_url, &mut stack).await?;
+    drop((int, term));
+
+    stack.write_pid()?;
+    println!("{summary}");
+    println!("Ctrl-C (or `scripts/dev down`) stops it");
+    let outcome = stack.hold().await;
+    stack.shutdown();
+    outcome
+}
+
+/// Everything up to "the stack is up": chain, contracts, database, stack.env, services and
+/// the demo. Returns the summary to print (the demo's receiver stays alive inside it).
+async fn boot(args: &UpArgs, dev_dir: &Path, stack: &mut Stack) -> Result<Summary> {
+    let fresh_chain = args.rpc_url.is_none();
+    let rpc_url = match &args.rpc_url {
+        Some(url) => url.clone(),
+        None => {
+            ensure_npm_tools()?;
+            chain::start_anvil(stack, args.anvil_port)?
+        }
+    };
+    chain::wait_for_rpc(&rpc_url, stack).await?;
     let deployed = chain::deploy(&rpc_url, args.mint_usdc).await?;
     println!(
         "deployed on chain {}: SubscriptionManager {} (block {}), MockUSDC {}",
@@ -108,18 +153,63 @@ async fn up(args: UpArgs, dev_dir: PathBuf) -> Result<()> {
         args.confirmations,
         &args.api_listen,
     );
-    let env_file = env.write(&dev_dir)?;
+    let env_file = env.write(dev_dir)?;
     println!("wrote {}", env_file.display());
 
-    // Extension point: the indexer, API and keeper join here as more children, e.g.
-    //   stack.spawn("indexer", Command::new(bin("indexer")).envs(env.vars()))?;
-    // and a demo can drive them once they answer.
+    let api_base = format!("http://{}", args.api_listen);
+    let mut demo = None;
+    if !args.no_services {
+        let ports = [
+            (
+                "INDEXER_METRICS_LISTEN",
+                args.indexer_metrics_listen.clone(),
+            ),
+            ("KEEPER_METRICS_LISTEN", args.keeper_metrics_listen.clone()),
+        ];
+        services::start(stack, &env, &ports, &api_base).await?;
+        if !args.no_demo {
+            demo = Some(demo::run(&api_base, &rpc_url).await?);
+        }
+    }
 
-    stack.write_pid()?;
-    println!("stack is up; Ctrl-C (or `scripts/dev down`) stops it");
-    let outcome = stack.hold().await;
-    stack.shutdown();
-    outcome
+    let mut text = format!(
+        "\nstack is up:\n  chain      {rpc_url} (chain id {})\n  settings   {env} (set -a; . {env}; set +a)\n",
+        deployed.chain_id,
+        env = env_file.display()
+    );
+    if !args.no_services {
+        let lines = [
+            format!(
+                "  API        {api_base}/api/v1/health  (OpenAPI: {api_base}/api/v1/openapi.json)"
+            ),
+            format!("  dashboard  {api_base}/dashboard/developers"),
+            format!(
+                "  logs       {}/{{indexer,api,keeper,anvil}}.log",
+                dev_dir.display()
+            ),
+        ];
+        text.push_str(&(lines.join("\n") + "\n"));
+    }
+    if let Some(d) = &demo {
+        text.push_str(&format!(
+            "  checkout   {}\n  webhooks   {} (demo receiver, still verifying)",
+            d.checkout_url,
+            d.receiver.url()
+        ));
+    }
+    Ok(Summary { text, _demo: demo })
+}
+
+/// The start-up summary; holds the demo's webhook receiver for as long as the stack runs.
+struct Summary {
+    text: String,
+    _demo: Option<demo::DemoOutcome>,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// `scripts/chain-tools` (npm ci from the lock) when the chain tools are not installed.

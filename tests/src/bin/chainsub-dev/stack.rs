@@ -134,7 +134,6 @@ impl StackEnv {
     }
 
     /// The variables, for `Command::envs` when the stack starts its services.
-    #[allow(dead_code)] // used once `up` starts the indexer, API and keeper
     pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (*k, v.as_str()))
     }

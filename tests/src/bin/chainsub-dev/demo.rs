@@ -1,0 +1,198 @@
+//! The demo `scripts/dev up` runs once the stack answers: a merchant signs in with its wallet
+//! (SIWE through the API's nonce/session endpoints, signed in-process with the dev merchant
+//! key), gets an API key, points its webhook URL at a local receiver that verifies Standard
+//! Webhooks signatures, creates a plan and a checkout link; a customer subscribes with the
+//! transactions the checkout page's `/tx` endpoint hands out; chain time jumps to the renewal
+//! and the keeper charges it. Then it prints what the merchant sees.
+
+use alloy::providers::Provider;
+use anyhow::{Context, Result, anyhow};
+use chainsub_tests::chain::{DevChain, accounts, dev_key, signing_provider};
+use chainsub_tests::merchant::{ApiClient, wait_for};
+use chainsub_tests::receiver::WebhookReceiver;
+use serde_json::Value;
+
+/// What the demo leaves running and worth printing at the end.
+pub struct DemoOutcome {
+    pub checkout_url: String,
+    pub receiver: WebhookReceiver,
+}
+
+fn short(v: &Value) -> String {
+    let s = v.as_str().unwrap_or_default();
+    if s.len() > 14 {
+        format!("{}…{}", &s[..10], &s[s.len() - 4..])
+    } else {
+        s.to_string()
+    }
+}
+
+/// Runs the demo against the API at `api_base` and the chain at `rpc_url`.
+pub async fn run(api_base: &str, rpc_url: &str) -> Result<DemoOutcome> {
+    let api = ApiClient::new(api_base);
+    let wallet = signing_provider(rpc_url);
+    let merchant = dev_key(accounts::MERCHANT);
+    let customer = DevChain::address(accounts::CUSTOMER);
+
+    println!("\n== demo ==");
+    let receiver = WebhookReceiver::start("127.0.0.1:0".parse()?).await?;
+    let session = api.sign_in(&merchant).await.context("SIWE sign-in")?;
+    println!(
+        "1. merchant {} signed in with SIWE (merchant {})",
+        merchant.address(),
+        session.body["merchant"]["id"].as_str().unwrap_or("?")
+    );
+    let key = api.create_key(&session).await?;
+    println!(
+        "2. API key issued in the session: {}…",
+        &key[..12.min(key.len())]
+    );
+    let secret = api.set_webhook(&session, &receiver.url()).await?;
+    receiver.set_secret(&secret);
+    println!("3. webhook URL set in the dashboard: {}", receiver.url());
+
+    let plan = api.create_plan(&key, "Demo Pro", "9.99").await?;
+    println!(
+        "4. plan {} ({} USDC/month) active on chain, tx {}",
+        plan["id"].as_str().unwrap_or("?"),
+        plan["amount"].as_str().unwrap_or("?"),
+        short(&plan["chain"]["transactionHash"])
+    );
+    let external = format!("demo-customer-{}", chrono::Utc::now().timestamp());
+    let checkout = api
+        .create_checkout(&key, plan["id"].as_str().unwrap_or_default(), &external)
+        .await?;
+    let checkout_url = checkout["url"]
+        .as_str()
+        .ok_or_else(|| anyhow!("checkout without url: {checkout}"))?
+        .to_string();
+    println!("5. checkout link for {external}: {checkout_url}");
+
+    let receipts = api
+        .subscribe_via_checkout(&checkout_url, &wallet, customer)
+        .await?;
+    for (step, r) in &receipts {
+        println!(
+            "6. customer {customer} sent `{step}` from the checkout page's tx endpoint: {} (block {})",
+            r.transaction_hash,
+            r.block_number.unwrap_or_default()
+        );
+    }
+    let query = format!("/api/v1/subscriptions?customerExternalId={external}");
+    let sub = wait_for("the subscription in the API", 60, || async {
+        let list = api.get_ok(&query, &key).await?;
+        Ok(list["data"].as_array().and_then(|d| d.first()).cloned())
+    })
+    .await?;
+    let sub_id = sub["id"].as_str().unwrap_or_default().to_string();
+    println!(
+        "7. indexed: {sub_id} {} until {}",
+        sub["status"].as_str().unwrap_or("?"),
+        sub["currentPeriodEnd"].as_str().unwrap_or("?")
+    );
+
+    // Jump chain time to the end of the period: the keeper sees the renewal due and charges.
+    let period_end =
+        chrono::DateTime::parse_from_rfc3339(sub["currentPeriodEnd"].as_str().unwrap_or_default())
+            .context("currentPeriodEnd")?
+            .timestamp() as u64;
+    let now = wallet
+        .get_block_by_number(alloy::eips::BlockNumberOrTag::Latest)
+        .await?
+        .ok_or_else(|| anyhow!("no latest block"))?
+        .header
+        .timestamp;
+    let jump = period_end.saturating_sub(now) + 1;
+    let _: Value = wallet
+        .raw_request("evm_increaseTime".into(), (jump,))
+        .await?;
+    let _: Value = wallet.raw_request("evm_mine".into(), ()).await?;
+    println!(
+        "8. chain time +{} days (evm_increaseTime): the renewal is due",
+        jump / 86_400
+    );
+    let path = format!("/api/v1/subscriptions/{sub_id}");
+    let detail = wait_for("the keeper's renewal charge", 120, || async {
+        let s = api.get_ok(&path, &key).await?;
+        let charges = s["ledger"]
+            .as_array()
+            .map_or(0, |l| l.iter().filter(|e| e["type"] == "charge").count());
+        Ok((charges >= 2).then_some(s))
+    })
+    .await?;
+    println!("9. the keeper charged period 2");
+
+    let events = api
+        .get_ok(
+            &format!("/api/v1/events?subscriptionId={sub_id}&limit=100"),
+            &key,
+        )
+        .await?;
+    let event_count = events["data"].as_array().map_or(0, Vec::len);
+    wait_for("the webhooks", 60, || async {
+        let got = receiver.received();
+        Ok((got.iter().filter(|d| d.verified).count() >= event_count).then_some(()))
+    })
+    .await?;
+    let events = api
+        .get_ok(
+            &format!("/api/v1/events?subscriptionId={sub_id}&limit=100"),
+            &key,
+        )
+        .await?;
+    print_merchant_view(&detail, &events, &receiver);
+    Ok(DemoOutcome {
+        checkout_url,
+        receiver,
+    })
+}
+
+fn print_merchant_view(sub: &Value, events: &Value, receiver: &WebhookReceiver) {
+    println!("\n-- what the merchant sees --");
+    println!(
+        "GET /api/v1/subscriptions/{}: status {}, customer {}, subscriber {}, period {} ends {}",
+        sub["id"].as_str().unwrap_or("?"),
+        sub["status"].as_str().unwrap_or("?"),
+        sub["customerExternalId"].as_str().unwrap_or("-"),
+        sub["subscriber"].as_str().unwrap_or("?"),
+        sub["period"],
+        sub["currentPeriodEnd"].as_str().unwrap_or("?"),
+    );
+    println!("  ledger:");
+    for e in sub["ledger"].as_array().into_iter().flatten() {
+        println!(
+            "    {:<7} period {} {} USDC  tx {}  block {} ({})  log {}",
+            e["type"].as_str().unwrap_or("?"),
+            e["period"],
+            e["amount"].as_str().unwrap_or("?"),
+            e["chain"]["transactionHash"].as_str().unwrap_or("?"),
+            e["chain"]["blockNumber"],
+            short(&e["chain"]["blockHash"]),
+            e["chain"]["logIndex"],
+        );
+    }
+    println!("GET /api/v1/events:");
+    for e in events["data"].as_array().into_iter().flatten() {
+        println!(
+            "    {}  {:<38} block {:<4} tx {}  webhook {}",
+            e["id"].as_str().unwrap_or("?"),
+            e["type"].as_str().unwrap_or("?"),
+            e["chain"]["blockNumber"],
+            short(&e["chain"]["transactionHash"]),
+            e["delivery"]["status"].as_str().unwrap_or("-"),
+        );
+    }
+    println!("webhooks the demo receiver got (Standard Webhooks signature checked):");
+    for d in receiver.received() {
+        println!(
+            "    {}  {:<38} {}",
+            d.id,
+            d.kind,
+            if d.verified {
+                "signature verified".to_string()
+            } else {
+                format!("REJECTED: {}", d.error.unwrap_or_default())
+            }
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! The stack's services: `indexer`, `api` (with its webhook dispatcher) and `keeper`, each a
+//! separate process built by `scripts/dev` beside this binary, logging to `.dev/<name>.log`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use chainsub_tests::merchant::ApiClient;
+use chainsub_tests::services::service_command;
+
+use crate::stack::{Stack, StackEnv};
+
+/// Dev-only settings on top of `stack.env`: quick polling so the demo moves in seconds,
+/// and webhooks allowed to the local plain-http receiver.
+const DEV_EXTRAS: [(&str, &str); 6] = [
+    ("INDEXER_POLL_INTERVAL_MS", "250"),
+    ("KEEPER_POLL_INTERVAL_MS", "1000"),
+    ("WEBHOOK_ALLOW_LOOPBACK", "true"),
+    ("WEBHOOK_ALLOW_HTTP", "true"),
+    ("WEBHOOK_POLL_INTERVAL", "250ms"),
+    // A dev chain has no `finalized` tag worth trusting after evm_increaseTime jumps.
+    ("INDEXER_NO_FINALIZED_TAG", "true"),
+];
+
+/// Where `scripts/dev` put the workspace binaries: next to this one.
+fn bin(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe
+        .parent()
+        .map(|d| d.join(name))
+        .unwrap_or_else(|| PathBuf::from(name));
+    if !path.exists() {
+        bail!(
+            "{} is missing: run `scripts/dev up` (it builds the binaries) or \
+             `cargo build -p chainsub-indexer -p chainsub-api --bins`",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Starts indexer, api and keeper with `env` plus the metrics `listen` addresses, and waits until the API answers.
+pub async fn start(
+    stack: &mut Stack,
+    env: &StackEnv,
+    listen: &[(&str, String)],
+    api_base: &str,
+) -> Result<()> {
+    let mut vars: Vec<(String, String)> = env
+        .vars()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain(listen.iter().map(|(k, v)| (k.to_string(), v.clone())))
+        .collect();
+    for (k, v) in DEV_EXTRAS {
+        if !vars.iter().any(|(have, _)| have == k) {
+            vars.push((
+                k.to_string(),
+                std::env::var(k).unwrap_or_else(|_| v.to_string()),
+            ));
+        }
+    }
+    for name in ["indexer", "api", "keeper"] {
+        let log = stack.log_file(name)?;
+        let mut cmd = service_command(&bin(name)?, &[], &vars);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        stack.spawn(name, cmd)?;
+    }
+    let api = ApiClient::new(api_base);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !api.healthy().await {
+        if let Some(dead) = stack.exited() {
+            bail!(
+                "{dead} exited during start-up; see {}/{dead}.log",
+                stack.dir().display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!("the API at {api_base} did not answer within 60 s; see .dev/api.log");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("api answering at {api_base}");
+    Ok(())
+}

@@ -1,0 +1,359 @@
+//! A merchant talking to a running `api` over real HTTP, the way the spec's typical call
+//! sequence goes: Sign-In with Ethereum through the API's own nonce and session endpoints
+//! (signed in-process with alloy, exactly as a wallet's `personal_sign` would), the API key
+//! from that session, the webhook URL set in the dashboard, then plans, checkouts,
+//! subscriptions and events with the key. A customer's checkout transactions come from the
+//! checkout page's own `/tx` endpoint and are sent from the customer's wallet.
+
+use std::time::Duration;
+
+use alloy::network::TransactionBuilder;
+use alloy::primitives::{Address, Bytes};
+use alloy::providers::{DynProvider, Provider};
+use alloy::rpc::types::{TransactionReceipt, TransactionRequest};
+use alloy::signers::Signer;
+use alloy::signers::local::PrivateKeySigner;
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use serde_json::{Value, json};
+
+/// A dashboard session: the cookie and the CSRF token state-changing calls need.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub cookie: String,
+    pub csrf: String,
+    /// The session object the API returned (`merchant`, `expiresAt`, ...).
+    pub body: Value,
+}
+
+/// HTTP client for one API base URL.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    pub base: String,
+    http: reqwest::Client,
+}
+
+/// The EIP-4361 text a wallet signs, built from the API's nonce answer (domain, uri,
+/// chainId, version, statement, nonce), issued now and valid for five minutes.
+pub fn siwe_text(nonce: &Value, address: Address) -> Result<String> {
+    let field = |k: &str| -> Result<String> {
+        match &nonce[k] {
+            Value::String(s) => Ok(s.clone()),
+            Value::Number(n) => Ok(n.to_string()),
+            _ => bail!("nonce answer lacks `{k}`: {nonce}"),
+        }
+    };
+    let now = chrono::Utc::now();
+    let fmt =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    Ok(format!(
+        "{domain} wants you to sign in with your Ethereum account:\n{address}\n\n{statement}\n\n\
+         URI: {uri}\nVersion: {version}\nChain ID: {chain}\nNonce: {n}\nIssued At: {issued}\n\
+         Expiration Time: {expires}",
+        domain = field("domain")?,
+        address = address.to_checksum(None),
+        statement = field("statement")?,
+        uri = field("uri")?,
+        version = field("version")?,
+        chain = field("chainId")?,
+        n = field("nonce")?,
+        issued = fmt(now),
+        expires = fmt(now + chrono::Duration::minutes(5)),
+    ))
+}
+
+impl ApiClient {
+    /// A client for `base` (e.g. `http://127.0.0.1:8080`).
+    pub fn new(base: &str) -> ApiClient {
+        ApiClient {
+            base: base.trim_end_matches('/').to_string(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("reqwest client"),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        if path.starts_with("http") {
+            path.to_string()
+        } else {
+            format!("{}{path}", self.base)
+        }
+    }
+
+    /// Status and JSON body (Null when empty).
+    async fn read(resp: reqwest::Response) -> Result<(u16, Value)> {
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Ok((status, body))
+    }
+
+    /// `GET /api/v1/health` answers 200.
+    pub async fn healthy(&self) -> bool {
+        match self.http.get(self.url("/api/v1/health")).send().await {
+            Ok(r) => r.status().is_success(),
+            Err(_) => false,
+        }
+    }
+
+    /// Signs in to the dashboard with `signer` (SIWE): nonce, `personal_sign`, session.
+    pub async fn sign_in(&self, signer: &PrivateKeySigner) -> Result<Session> {
+        let (status, nonce) = Self::read(
+            self.http
+                .post(self.url("/api/v1/auth/nonce"))
+                .send()
+                .await?,
+        )
+        .await?;
+        ensure!(status == 201, "POST /auth/nonce: {status} {nonce}");
+        let text = siwe_text(&nonce, signer.address())?;
+        let sig = signer.sign_message(text.as_bytes()).await?;
+        let signature = format!("0x{}", alloy::hex::encode(sig.as_bytes()));
+        let resp = self
+            .http
+            .post(self.url("/api/v1/auth/session"))
+            .json(&json!({ "message": text, "signature": signature }))
+            .send()
+            .await?;
+        let set_cookie = resp
+            .headers()
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let (status, body) = Self::read(resp).await?;
+        ensure!(status == 200, "POST /auth/session: {status} {body}");
+        let cookie = set_cookie
+            .ok_or_else(|| anyhow!("sign-in set no cookie"))?
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let csrf = body["csrfToken"]
+            .as_str()
+            .ok_or_else(|| anyhow!("session without csrfToken: {body}"))?
+            .to_string();
+        Ok(Session { cookie, csrf, body })
+    }
+
+    /// A dashboard-session call (`body` None sends none); returns status and body.
+    pub async fn session_call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        s: &Session,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value)> {
+        let mut rb = self
+            .http
+            .request(method, self.url(path))
+            .header("cookie", &s.cookie)
+            .header("x-csrf-token", &s.csrf);
+        if let Some(b) = body {
+            rb = rb.json(b);
+        }
+        Self::read(rb.send().await?).await
+    }
+
+    /// `POST /api/v1/auth/keys` in the session: the new plaintext key.
+    pub async fn create_key(&self, s: &Session) -> Result<String> {
+        let (status, body) = self
+            .session_call(
+                reqwest::Method::POST,
+                "/api/v1/auth/keys",
+                s,
+                Some(&json!({})),
+            )
+            .await?;
+        ensure!(status == 201, "POST /auth/keys: {status} {body}");
+        Ok(body["key"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no key in {body}"))?
+            .to_string())
+    }
+
+    /// Sets the webhook URL in the dashboard and returns the signing secret (`whsec_…`).
+    pub async fn set_webhook(&self, s: &Session, url: &str) -> Result<String> {
+        let (status, body) = self
+            .session_call(
+                reqwest::Method::PUT,
+                "/dashboard/api/webhook/url",
+                s,
+                Some(&json!({ "url": url })),
+            )
+            .await?;
+        ensure!(status == 200, "PUT webhook url: {status} {body}");
+        let (status, body) = self
+            .session_call(
+                reqwest::Method::GET,
+                "/dashboard/api/webhook/secret",
+                s,
+                None,
+            )
+            .await?;
+        ensure!(status == 200, "GET webhook secret: {status} {body}");
+        Ok(body["secret"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no secret in {body}"))?
+            .to_string())
+    }
+
+    /// `GET` with the API key; status and body.
+    pub async fn get(&self, path: &str, key: &str) -> Result<(u16, Value)> {
+        Self::read(
+            self.http
+                .get(self.url(path))
+                .bearer_auth(key)
+                .send()
+                .await?,
+        )
+        .await
+    }
+
+    /// `GET` with the API key that must answer 200.
+    pub async fn get_ok(&self, path: &str, key: &str) -> Result<Value> {
+        let (status, body) = self.get(path, key).await?;
+        ensure!(status == 200, "GET {path}: {status} {body}");
+        Ok(body)
+    }
+
+    /// `POST` with the API key and an `Idempotency-Key`; status and body.
+    pub async fn post(&self, path: &str, key: &str, body: &Value) -> Result<(u16, Value)> {
+        let idem = format!("{}-{}", path.replace('/', "_"), rand_suffix());
+        Self::read(
+            self.http
+                .post(self.url(path))
+                .bearer_auth(key)
+                .header("idempotency-key", idem)
+                .json(body)
+                .send()
+                .await?,
+        )
+        .await
+    }
+
+    /// `POST /api/v1/plans`, then waits until the plan is `active` (provisioned on chain).
+    pub async fn create_plan(&self, key: &str, name: &str, amount: &str) -> Result<Value> {
+        let (status, plan) = self
+            .post(
+                "/api/v1/plans",
+                key,
+                &json!({"name": name, "amount": amount, "currency": "USDC", "interval": "month"}),
+            )
+            .await?;
+        ensure!(
+            status == 201 || status == 202,
+            "POST /plans: {status} {plan}"
+        );
+        let id = plan["id"].as_str().unwrap_or_default().to_string();
+        let mut plan = plan;
+        for _ in 0..600 {
+            if plan["status"] == "active" {
+                return Ok(plan);
+            }
+            ensure!(
+                plan["status"] != "failed",
+                "plan provisioning failed: {plan}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let list = self.get_ok("/api/v1/plans?limit=100", key).await?;
+            plan = list["data"]
+                .as_array()
+                .and_then(|d| d.iter().find(|p| p["id"] == id.as_str()).cloned())
+                .ok_or_else(|| anyhow!("plan {id} not listed"))?;
+        }
+        bail!("plan {id} never became active: {plan}")
+    }
+
+    /// `POST /api/v1/checkouts`; the checkout object.
+    pub async fn create_checkout(&self, key: &str, plan_id: &str, customer: &str) -> Result<Value> {
+        let (status, body) = self
+            .post(
+                "/api/v1/checkouts",
+                key,
+                &json!({"planId": plan_id, "customerExternalId": customer}),
+            )
+            .await?;
+        ensure!(status == 201, "POST /checkouts: {status} {body}");
+        Ok(body)
+    }
+
+    /// The transactions the checkout page would ask `from`'s wallet to send, from its
+    /// `/tx` endpoint (`{steps: [{step, label, tx}]}`).
+    pub async fn checkout_transactions(&self, checkout_url: &str, from: Address) -> Result<Value> {
+        let mut url = url::Url::parse(checkout_url).context("checkout url")?;
+        let path = format!("{}/tx", url.path());
+        url.set_path(&path);
+        url.query_pairs_mut()
+            .append_pair("from", &from.to_checksum(None));
+        let (status, body) = Self::read(self.http.get(url).send().await?).await?;
+        ensure!(status == 200, "GET checkout tx: {status} {body}");
+        Ok(body)
+    }
+
+    /// Subscribes `from` through the checkout link: sends every step the page's `/tx`
+    /// endpoint lists (approve if needed, then subscribe), in order, from the customer's
+    /// wallet; returns the receipts.
+    pub async fn subscribe_via_checkout(
+        &self,
+        checkout_url: &str,
+        wallet: &DynProvider,
+        from: Address,
+    ) -> Result<Vec<(String, TransactionReceipt)>> {
+        let plan = self.checkout_transactions(checkout_url, from).await?;
+        let steps = plan["steps"]
+            .as_array()
+            .ok_or_else(|| anyhow!("no steps in {plan}"))?;
+        let mut receipts = Vec::new();
+        for step in steps {
+            let tx = &step["tx"];
+            let field = |k: &str| tx[k].as_str().ok_or_else(|| anyhow!("tx lacks {k}: {tx}"));
+            let req = TransactionRequest::default()
+                .with_from(field("from")?.parse()?)
+                .with_to(field("to")?.parse()?)
+                .with_input(field("data")?.parse::<Bytes>()?);
+            let receipt = wallet
+                .send_transaction(req)
+                .await?
+                .get_receipt()
+                .await
+                .context("checkout tx receipt")?;
+            let name = step["step"].as_str().unwrap_or("tx").to_string();
+            ensure!(receipt.status(), "checkout step {name} reverted");
+            receipts.push((name, receipt));
+        }
+        Ok(receipts)
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Polls `check` every 100 ms until it yields `Some`, for at most `secs` seconds.
+pub async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {secs}s waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
