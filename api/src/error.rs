@@ -237,8 +237,13 @@ impl ApiError {
 
 impl From<tokio_postgres::Error> for ApiError {
     fn from(e: tokio_postgres::Error) -> ApiError {
-        // A closed or refused connection is an outage (503); anything else is a bug (500).
-        if e.is_closed() || e.code().is_none() {
+        // A closed or broken connection is an outage (503); anything else (SQL errors,
+        // conversions) is a bug (500).
+        let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+        let shutting_down = e
+            .code()
+            .is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("57P"));
+        if e.is_closed() || io || shutting_down {
             ApiError::Unavailable(e.to_string())
         } else {
             ApiError::Internal(e.to_string())
