@@ -9,5 +9,10 @@ profile="${PROFILE:-release}"
 flag=()
 [ "$profile" = release ] && flag=(--release)
 cargo build -q -p chainsub-api --bins "${flag[@]}"
-cargo test -q -p chainsub-api "${flag[@]}" --test webhooks_bench -- --ignored --nocapture 2>&1 \
-  | grep -E '^(\||webhook dispatch)'
+cargo test -q -p chainsub-api "${flag[@]}" --test webhooks_bench --no-run
+out=$(cargo test -q -p chainsub-api "${flag[@]}" --test webhooks_bench -- --ignored --nocapture 2>&1) || {
+  echo "$out" >&2
+  exit 1
+}
+echo "$out" | grep -E '^(\||webhook dispatch)'
+echo "(host load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores)"

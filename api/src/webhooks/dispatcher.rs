@@ -159,17 +159,27 @@ async fn claim_round(shared: &Arc<Shared>, spare: usize) -> Result<usize> {
         budget -= n;
         wanted.push((e, n));
     }
+    // One statement per distinct quota (usually one or two), not one per merchant.
     let lease = shared.cfg.lease;
+    let mut by_quota: HashMap<usize, Vec<Vec<u8>>> = HashMap::new();
+    for (e, n) in &wanted {
+        by_quota.entry(*n).or_default().push(e.wallet.clone());
+    }
     let claims = futures::future::join_all(
-        wanted
+        by_quota
             .iter()
-            .map(|(e, n)| store::claim(&conn, &e.wallet, *n as i64, lease)),
+            .map(|(n, wallets)| store::claim(&conn, wallets, *n as i64, lease)),
     )
     .await;
+    let mut claimed_by_wallet: HashMap<Vec<u8>, Vec<Claimed>> = HashMap::new();
+    for c in claims {
+        for (wallet, row) in c? {
+            claimed_by_wallet.entry(wallet).or_default().push(row);
+        }
+    }
     let mut batches = Vec::new();
-    for ((e, _), claimed) in wanted.into_iter().zip(claims) {
-        let claimed = claimed?;
-        if !claimed.is_empty() {
+    for (e, _) in wanted {
+        if let Some(claimed) = claimed_by_wallet.remove(&e.wallet) {
             batches.push((e, claimed));
         }
     }

@@ -105,35 +105,42 @@ pub struct Claimed {
     pub created_at: DateTime<Utc>,
 }
 
-/// Claims up to `limit` due rows of one merchant: marks them `delivering`, counts the
-/// attempt, and leases them for `lease`.
+/// Claims up to `limit` due rows of each merchant in `wallets` in one statement: marks them
+/// `delivering`, counts the attempt, and leases them for `lease`. Returns (wallet, row).
 pub async fn claim(
     client: &Client,
-    wallet: &[u8],
+    wallets: &[Vec<u8>],
     limit: i64,
     lease: Duration,
-) -> Result<Vec<Claimed>> {
+) -> Result<Vec<(Vec<u8>, Claimed)>> {
     let rows = client
         .query(
             &format!(
-                "WITH c AS (SELECT o.id FROM webhook_outbox o WHERE o.merchant_wallet = $1 AND {DUE}
-                            ORDER BY o.next_attempt_at, o.id LIMIT $2 FOR UPDATE SKIP LOCKED)
+                "WITH c AS (SELECT x.id FROM unnest($1::bytea[]) AS w(wallet)
+                            CROSS JOIN LATERAL (
+                                SELECT o.id FROM webhook_outbox o WHERE o.merchant_wallet = w.wallet AND {DUE}
+                                ORDER BY o.next_attempt_at, o.id LIMIT $2 FOR UPDATE SKIP LOCKED) x)
                  UPDATE webhook_outbox o SET status = 'delivering', attempts = o.attempts + 1,
                         locked_until = clock_timestamp() + make_interval(secs => $3)
                  FROM c WHERE o.id = c.id
-                 RETURNING o.id, o.event_public_id, o.test_payload, o.attempts, o.created_at"
+                 RETURNING o.id, o.event_public_id, o.test_payload, o.attempts, o.created_at, o.merchant_wallet"
             ),
-            &[&wallet, &limit, &lease.as_secs_f64()],
+            &[&wallets, &limit, &lease.as_secs_f64()],
         )
         .await?;
     Ok(rows
         .iter()
-        .map(|r| Claimed {
-            id: r.get(0),
-            event_public_id: r.get(1),
-            test_payload: r.get(2),
-            attempt: r.get(3),
-            created_at: r.get(4),
+        .map(|r| {
+            (
+                r.get(5),
+                Claimed {
+                    id: r.get(0),
+                    event_public_id: r.get(1),
+                    test_payload: r.get(2),
+                    attempt: r.get(3),
+                    created_at: r.get(4),
+                },
+            )
         })
         .collect())
 }
