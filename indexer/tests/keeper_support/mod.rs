@@ -134,17 +134,25 @@ impl Stack {
             .to::<u64>()
     }
 
-    /// Funds dev account `customer` for `paid_periods` periods, approves exactly that much
-    /// and subscribes to `plan`; returns the subscription id. With `paid_periods` = 1 every
-    /// renewal fails for lack of allowance.
+    /// Funds dev account `customer` for `paid_periods` more periods, raises its allowance by
+    /// as much and subscribes to `plan`; returns the subscription id. With `paid_periods` = 1
+    /// (and no other funds) every renewal fails for lack of allowance.
     pub async fn subscribe(&self, customer: usize, plan: u64, paid_periods: u64) -> u64 {
         let who = DevChain::address(customer);
         self.chain.mint(who, PRICE * paid_periods).await;
+        // approve() overwrites: add to what earlier subscriptions of this customer left.
+        let left = self
+            .chain
+            .usdc()
+            .allowance(who, self.chain.manager)
+            .call()
+            .await
+            .unwrap();
         send_as!(
             who,
             self.chain
                 .usdc()
-                .approve(self.chain.manager, U256::from(PRICE * paid_periods))
+                .approve(self.chain.manager, left + U256::from(PRICE * paid_periods))
         );
         send_as!(
             who,
