@@ -304,6 +304,20 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
         .await;
     assert_eq!(theirs["data"], json!([]));
 
+    // The dispatcher's metrics are served with the API's.
+    let metrics = reqwest::get(format!("{}/metrics", running.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "chainsub_webhook_attempts_total",
+        "chainsub_webhook_attempt_seconds",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
+
     stop.send(()).unwrap();
     dispatcher.await.unwrap().unwrap();
     running.shutdown().await;
