@@ -101,6 +101,11 @@ impl ApiClient {
         }
     }
 
+    /// `GET /api/v1/health` (no auth): status and body.
+    pub async fn health(&self) -> Result<(u16, Value)> {
+        Self::read(self.http.get(self.url("/api/v1/health")).send().await?).await
+    }
+
     /// Signs in to the dashboard with `signer` (SIWE): nonce, `personal_sign`, session.
     pub async fn sign_in(&self, signer: &PrivateKeySigner) -> Result<Session> {
         let (status, nonce) = Self::read(

@@ -1,0 +1,504 @@
+//! The whole stack end to end: `indexer`, `api` (serving, with its webhook dispatcher) and
+//! `keeper` as separate processes on one anvil and one Postgres database, driven only
+//! through the chain and the API, the way a merchant and its customers would.
+//!
+//! It walks spec §1's call sequence (SIWE session -> `POST /auth/keys` -> plans -> checkouts
+//! -> subscriptions -> events), brings two subscriptions through all six event kinds
+//! (A: created, charged, renewal charged, cancel_at_period_end_set, ended; B: created,
+//! charged, payment_failed, cancelled), reorgs B's first cancellation out while it is still
+//! inside the CONFIRMATIONS window, and then checks that every event the API lists arrived
+//! as a signed webhook with the same id (and nothing else did), that every ledger entry and
+//! event carries the block and transaction the chain's receipts show, and that
+//! `indexer verify` finds no difference. Build the binaries first:
+//! `cargo build -p chainsub-indexer -p chainsub-api --bins` (scripts/test does).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::Provider;
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, KEEPER, MERCHANT, OPERATOR};
+use chainsub_tests::chain::{DEV_KEYS, dev_key};
+use chainsub_tests::merchant::{ApiClient, wait_for};
+use chainsub_tests::receiver::WebhookReceiver;
+use chainsub_tests::services::service_command;
+use chainsub_tests::{ChildGuard, DevChain, TestDb, bin_path, free_port};
+use serde_json::Value;
+
+const CONFIRMATIONS: u64 = 3;
+const USDC: u64 = 1_000_000;
+
+/// The three services and what they were started with.
+struct Services {
+    env: Vec<(String, String)>,
+    logs: PathBuf,
+    children: Vec<(&'static str, ChildGuard)>,
+}
+
+impl Services {
+    fn start(chain: &DevChain, db: &TestDb, api_port: u16) -> Services {
+        let logs =
+            std::env::temp_dir().join(format!("chainsub-e2e-{}-{api_port}", std::process::id()));
+        std::fs::create_dir_all(&logs).unwrap();
+        let base = format!("http://127.0.0.1:{api_port}");
+        let env: Vec<(String, String)> = [
+            ("DATABASE_URL", db.url.clone()),
+            ("RPC_URL", chain.anvil.url.clone()),
+            ("CHAIN_ID", chain.anvil.chain_id.to_string()),
+            ("CONTRACT_ADDRESS", chain.manager.to_string()),
+            ("USDC_ADDRESS", chain.usdc.to_string()),
+            ("START_BLOCK", chain.deploy_block.to_string()),
+            ("CONFIRMATIONS", CONFIRMATIONS.to_string()),
+            ("API_LISTEN", format!("127.0.0.1:{api_port}")),
+            ("BASE_URL", base),
+            ("RELAYER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[OPERATOR])),
+            ("KEEPER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[KEEPER])),
+            ("CHECKOUT_SIGNING_SECRET", "e2e-checkout-secret".into()),
+            (
+                "INDEXER_METRICS_LISTEN",
+                format!("127.0.0.1:{}", free_port()),
+            ),
+            (
+                "KEEPER_METRICS_LISTEN",
+                format!("127.0.0.1:{}", free_port()),
+            ),
+            ("INDEXER_POLL_INTERVAL_MS", "50".into()),
+            ("INDEXER_NO_FINALIZED_TAG", "true".into()),
+            ("KEEPER_POLL_INTERVAL_MS", "200".into()),
+            ("WEBHOOK_ALLOW_LOOPBACK", "true".into()),
+            ("WEBHOOK_ALLOW_HTTP", "true".into()),
+            ("WEBHOOK_POLL_INTERVAL", "50ms".into()),
+            ("WEBHOOK_RETRY_SCHEDULE", "0s,200ms,500ms,1s".into()),
+            ("RATE_LIMIT_IP_PER_SEC", "1000".into()),
+            ("RATE_LIMIT_IP_BURST", "1000".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let mut s = Services {
+            env,
+            logs,
+            children: Vec::new(),
+        };
+        for name in ["indexer", "api", "keeper"] {
+            let log = std::fs::File::create(s.logs.join(format!("{name}.log"))).unwrap();
+            let child = service_command(&bin_path(name), &[], &s.env)
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log.try_clone().unwrap()))
+                .stderr(Stdio::from(log))
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+            s.children.push((name, ChildGuard(child)));
+        }
+        s
+    }
+
+    /// Fails the test with the logs' location if a service died.
+    fn assert_alive(&mut self) {
+        for (name, c) in &mut self.children {
+            if let Ok(Some(status)) = c.0.try_wait() {
+                panic!("{name} exited ({status}); logs in {}", self.logs.display());
+            }
+        }
+    }
+
+    /// `indexer verify --from START_BLOCK --to head`: exit status and output.
+    fn verify(&self, to: u64) -> (bool, String) {
+        let start = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "START_BLOCK")
+            .map(|(_, v)| v.clone())
+            .unwrap();
+        let out = service_command(
+            &bin_path("indexer"),
+            &["verify", "--from", &start, "--to", &to.to_string()],
+            &self.env,
+        )
+        .output()
+        .expect("run indexer verify");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+}
+
+async fn head(chain: &DevChain) -> u64 {
+    chain.provider.get_block_number().await.unwrap()
+}
+
+/// Waits until the API's health says the index reached the chain's current head.
+async fn wait_indexed(api: &ApiClient, chain: &DevChain, services: &mut Services) {
+    services.assert_alive();
+    let target = head(chain).await;
+    wait_for("the index to reach the head", 60, || async {
+        let (_, h) = api.health().await?;
+        Ok(h["chain"]["indexedBlock"]
+            .as_u64()
+            .is_some_and(|b| b >= target)
+            .then_some(()))
+    })
+    .await
+    .unwrap();
+}
+
+async fn subscription(api: &ApiClient, key: &str, id: &str) -> Value {
+    api.get_ok(&format!("/api/v1/subscriptions/{id}"), key)
+        .await
+        .unwrap()
+}
+
+/// Waits until subscription `id` satisfies `pred`.
+async fn wait_sub(
+    api: &ApiClient,
+    key: &str,
+    id: &str,
+    what: &str,
+    pred: fn(&Value) -> bool,
+) -> Value {
+    wait_for(what, 90, || async {
+        let s = subscription(api, key, id).await;
+        Ok(pred(&s).then_some(s))
+    })
+    .await
+    .unwrap()
+}
+
+fn ledger_count(s: &Value, kind: &str) -> usize {
+    s["ledger"]
+        .as_array()
+        .map_or(0, |l| l.iter().filter(|e| e["type"] == kind).count())
+}
+
+/// Every event of the merchant, following the cursor to the end.
+async fn all_events(api: &ApiClient, key: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut path = "/api/v1/events?limit=100".to_string();
+    loop {
+        let page = api.get_ok(&path, key).await.unwrap();
+        let data = page["data"].as_array().unwrap().clone();
+        let last = data.last().map(|e| e["id"].as_str().unwrap().to_string());
+        out.extend(data);
+        match (page["hasMore"].as_bool(), last) {
+            (Some(true), Some(id)) => path = format!("/api/v1/events?limit=100&startingAfter={id}"),
+            _ => return out,
+        }
+    }
+}
+
+/// Moves chain time past `rfc3339` and mines a block.
+async fn advance_past(chain: &DevChain, rfc3339: &str) {
+    let target = chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .unwrap()
+        .timestamp() as u64;
+    let now = chain.now().await;
+    chain.increase_time(target.saturating_sub(now) + 1).await;
+}
+
+/// The `chain` block of an event or ledger entry equals what the node's receipt says: same
+/// block number and hash, and the log at that index is the contract's.
+async fn assert_matches_receipt(chain: &DevChain, what: &str, c: &Value) {
+    let tx: B256 = c["transactionHash"].as_str().unwrap().parse().unwrap();
+    let receipt = chain
+        .provider
+        .get_transaction_receipt(tx)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: no receipt for {tx} on chain"));
+    let block_hash: B256 = c["blockHash"].as_str().unwrap().parse().unwrap();
+    assert_eq!(receipt.block_hash, Some(block_hash), "{what}: block hash");
+    assert_eq!(
+        receipt.block_number,
+        c["blockNumber"].as_u64(),
+        "{what}: block number"
+    );
+    let log_index = c["logIndex"].as_u64().unwrap();
+    let log = receipt
+        .inner
+        .logs()
+        .iter()
+        .find(|l| l.log_index == Some(log_index))
+        .unwrap_or_else(|| panic!("{what}: receipt has no log {log_index}"));
+    assert_eq!(
+        log.address(),
+        chain.manager,
+        "{what}: emitted by the contract"
+    );
+    assert_eq!(
+        c["contract"].as_str().unwrap().parse::<Address>().unwrap(),
+        chain.manager
+    );
+}
+
+macro_rules! send {
+    ($call:expr, $from:expr) => {{
+        let r = $call
+            .from($from)
+            .send()
+            .await
+            .expect("send")
+            .get_receipt()
+            .await
+            .expect("receipt");
+        assert!(r.status(), "transaction reverted");
+        r
+    }};
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives_a_reorg_and_verifies()
+ {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let (a_wallet, b_wallet) = (DevChain::address(CUSTOMER), DevChain::address(CUSTOMER_B));
+    for w in [a_wallet, b_wallet] {
+        chain.mint(w, 1_000 * USDC).await;
+    }
+    let receiver = WebhookReceiver::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let api_port = free_port();
+    let mut services = Services::start(&chain, &db, api_port);
+    let api = ApiClient::new(&format!("http://127.0.0.1:{api_port}"));
+    wait_for("the API", 60, || async {
+        Ok(api.healthy().await.then_some(()))
+    })
+    .await
+    .unwrap();
+
+    // §1: the merchant signs in with its wallet, gets its key, sets its webhook URL.
+    let session = api.sign_in(&dev_key(MERCHANT)).await.unwrap();
+    let key = api.create_key(&session).await.unwrap();
+    let (status, key_status) = api
+        .session_call(reqwest::Method::GET, "/api/v1/auth/keys", &session, None)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{key_status}");
+    assert!(
+        key_status.to_string().contains(&key[key.len() - 4..]),
+        "key status shows the last 4: {key_status}"
+    );
+    let secret = api.set_webhook(&session, &receiver.url()).await.unwrap();
+    receiver.set_secret(&secret);
+
+    // Plans and checkouts with the key.
+    let plan = api.create_plan(&key, "E2E Pro", "5.00").await.unwrap();
+    let plan_id = plan["id"].as_str().unwrap();
+    assert_matches_receipt(&chain, "plan", &plan["chain"]).await;
+    let plans = api.get_ok("/api/v1/plans", &key).await.unwrap();
+    assert!(
+        plans["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["id"] == plan_id)
+    );
+    let checkout_a = api.create_checkout(&key, plan_id, "user-a").await.unwrap();
+    let checkout_b = api.create_checkout(&key, plan_id, "user-b").await.unwrap();
+
+    // Both customers subscribe with the transactions the checkout page hands out.
+    for (checkout, wallet) in [(&checkout_a, a_wallet), (&checkout_b, b_wallet)] {
+        let url = checkout["url"].as_str().unwrap();
+        let steps = api
+            .subscribe_via_checkout(url, &chain.provider, wallet)
+            .await
+            .unwrap();
+        let names: Vec<&str> = steps.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(names, ["approve", "subscribe"]);
+    }
+    // B takes its allowance back, so its renewal will fail.
+    send!(chain.usdc().approve(chain.manager, U256::ZERO), b_wallet);
+    chain.mine(CONFIRMATIONS).await;
+    wait_indexed(&api, &chain, &mut services).await;
+
+    let find = |customer: &'static str| {
+        let api = api.clone();
+        let key = key.clone();
+        async move {
+            let list = api
+                .get_ok(
+                    &format!("/api/v1/subscriptions?customerExternalId={customer}"),
+                    &key,
+                )
+                .await
+                .unwrap();
+            let data = list["data"].as_array().unwrap();
+            assert_eq!(data.len(), 1, "{customer}: {list}");
+            data[0].clone()
+        }
+    };
+    let (sub_a, sub_b) = (find("user-a").await, find("user-b").await);
+    let (a, b) = (
+        sub_a["id"].as_str().unwrap().to_string(),
+        sub_b["id"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(sub_a["planId"], plan_id);
+    assert_eq!(sub_a["status"], "active");
+    assert_eq!(
+        sub_b["subscriber"]
+            .as_str()
+            .unwrap()
+            .parse::<Address>()
+            .unwrap(),
+        b_wallet
+    );
+    let onchain = |id: &str| U256::from(chainsub_abi::ids::parse_subscription_id(id).unwrap());
+
+    // A month later the keeper renews A and B's pull fails.
+    let later = [&sub_a, &sub_b]
+        .iter()
+        .map(|s| s["currentPeriodEnd"].as_str().unwrap().to_string())
+        .max()
+        .unwrap();
+    advance_past(&chain, &later).await;
+    wait_sub(&api, &key, &a, "A renewed by the keeper", |s| {
+        ledger_count(s, "charge") == 2
+    })
+    .await;
+    let failed = wait_sub(&api, &key, &b, "B past due", |s| s["status"] == "past_due").await;
+    assert_eq!(failed["ledger"].as_array().unwrap().len(), 2, "{failed}");
+
+    // A asks to stop at the period end; B cancels, but the block is reorged out while it
+    // has fewer than CONFIRMATIONS confirmations.
+    send!(chain.manager().cancelAtPeriodEnd(onchain(&a)), a_wallet);
+    chain.mine(CONFIRMATIONS).await;
+    send!(chain.manager().cancel(onchain(&b)), b_wallet);
+    wait_indexed(&api, &chain, &mut services).await;
+    let doomed: Vec<Value> = api
+        .get_ok(
+            &format!("/api/v1/events?subscriptionId={b}&type=subscription.cancelled"),
+            &key,
+        )
+        .await
+        .unwrap()["data"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(doomed.len(), 1, "the cancellation is indexed: {doomed:?}");
+    let doomed_id = doomed[0]["id"].as_str().unwrap().to_string();
+    assert!(
+        doomed[0]["delivery"].is_null(),
+        "not queued before confirmation"
+    );
+    assert_eq!(subscription(&api, &key, &b).await["status"], "cancelled");
+
+    let _: Value = chain
+        .provider
+        .raw_request("anvil_reorg".into(), (1u64, Vec::<Value>::new()))
+        .await
+        .expect("anvil_reorg");
+    chain.mine(CONFIRMATIONS + 2).await;
+    wait_indexed(&api, &chain, &mut services).await;
+    let after = subscription(&api, &key, &b).await;
+    assert_eq!(
+        after["status"], "past_due",
+        "the reorg undid the cancel: {after}"
+    );
+    let (status, _) = api
+        .get(&format!("/api/v1/events/{doomed_id}"), &key)
+        .await
+        .unwrap();
+    assert_eq!(status, 404, "the reorged-out event is gone from the API");
+
+    // B cancels again (a new log, a new id), and A's period runs out: the keeper ends it.
+    send!(chain.manager().cancel(onchain(&b)), b_wallet);
+    let a_now = subscription(&api, &key, &a).await;
+    assert_eq!(a_now["cancelAtPeriodEnd"], true);
+    advance_past(&chain, a_now["currentPeriodEnd"].as_str().unwrap()).await;
+    wait_sub(&api, &key, &a, "A ended by the keeper", |s| {
+        s["status"] == "ended"
+    })
+    .await;
+    chain.mine(CONFIRMATIONS).await;
+    wait_indexed(&api, &chain, &mut services).await;
+    assert_eq!(subscription(&api, &key, &b).await["status"], "cancelled");
+
+    // Every event the API lists arrives as a verified webhook with the same id and type.
+    let events = all_events(&api, &key).await;
+    let listed: BTreeMap<String, String> = events
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap().to_string(),
+                e["type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let kinds: BTreeSet<&str> = listed.values().map(String::as_str).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "subscription.cancel_at_period_end_set",
+            "subscription.cancelled",
+            "subscription.charged",
+            "subscription.created",
+            "subscription.ended",
+            "subscription.payment_failed",
+        ])
+    );
+    assert_eq!(listed.len(), 9, "A: 5 events, B: 4 events: {listed:?}");
+    wait_for("a webhook for every listed event", 60, || async {
+        let got: BTreeSet<String> = receiver
+            .received()
+            .iter()
+            .filter(|d| d.verified)
+            .map(|d| d.id.clone())
+            .collect();
+        Ok(listed.keys().all(|id| got.contains(id)).then_some(()))
+    })
+    .await
+    .unwrap();
+    services.assert_alive();
+    let received = receiver.received();
+    for d in &received {
+        assert!(d.verified, "signature of {} rejected: {:?}", d.id, d.error);
+        assert_eq!(
+            listed.get(&d.id),
+            Some(&d.kind),
+            "webhook {} ({}) is not an event the API lists: a phantom",
+            d.id,
+            d.kind
+        );
+        assert_eq!(d.body["id"], d.id.as_str(), "payload id = webhook-id");
+    }
+    assert!(
+        received.iter().all(|d| d.id != doomed_id),
+        "no webhook for the reorged-out event"
+    );
+    for e in &events {
+        assert_eq!(e["delivery"]["status"], "delivered", "{e}");
+        assert_matches_receipt(&chain, e["id"].as_str().unwrap(), &e["chain"]).await;
+    }
+
+    // Ledger entries and subscriptions carry the chain's own block and tx.
+    for id in [&a, &b] {
+        let s = subscription(&api, &key, id).await;
+        assert_matches_receipt(&chain, id, &s["chain"]).await;
+        for entry in s["ledger"].as_array().unwrap() {
+            assert_matches_receipt(&chain, &format!("{id} ledger"), &entry["chain"]).await;
+            assert!(
+                listed.contains_key(entry["id"].as_str().unwrap()),
+                "{entry}"
+            );
+        }
+    }
+    let a_final = subscription(&api, &key, &a).await;
+    assert_eq!(ledger_count(&a_final, "charge"), 2);
+
+    // The reconciliation tool agrees with the index over the whole chain.
+    let (clean, report) = services.verify(head(&chain).await);
+    assert!(clean, "indexer verify found differences:\n{report}");
+
+    // SIGTERM: each service exits cleanly.
+    for (name, mut child) in services.children.drain(..).rev() {
+        let status = child
+            .terminate(30)
+            .unwrap_or_else(|| panic!("{name} ignored SIGTERM"));
+        assert!(status.success(), "{name} exited {status}");
+    }
+    let _ = std::fs::remove_dir_all(&services.logs);
+}
