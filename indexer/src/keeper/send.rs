@@ -157,7 +157,15 @@ impl Keeper {
             .chain
             .sign(sub.onchain_id, nonce, gas_limit, max_fee, prio)
             .await?;
-        let Some((step_id, tx_id)) = self.store.insert_step(&step, &signed).await? else {
+        let inserted = match self.store.insert_step(&step, &signed).await {
+            Ok(inserted) => inserted,
+            Err(e) => {
+                // The commit may have landed anyway: re-sync from the journal next time.
+                *next = None;
+                return Err(e);
+            }
+        };
+        let Some((step_id, tx_id)) = inserted else {
             // Journaled before (e.g. by a keeper that died): reconcile owns it.
             *next = Some(nonce);
             return Ok(Handled::Skipped("already_journaled"));
