@@ -1,0 +1,138 @@
+//! `scripts/dev up` with its services and demo: indexer, api and keeper start as separate
+//! processes, the demo's merchant sees its renewal and every webhook verified, the printed
+//! URLs answer, and SIGTERM (what Ctrl-C leads to) stops every process it started. Build the
+//! binaries first: `cargo build -p chainsub-indexer -p chainsub-api --bins` (scripts/test does).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chainsub_tests::merchant::ApiClient;
+use chainsub_tests::{ChildGuard, TestDb, free_port};
+
+const DEV: &str = env!("CARGO_BIN_EXE_chainsub-dev");
+
+fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "chainsub-dev-demo-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Pids of the children `up` reported (`started NAME (pid N)`).
+fn started_pids(out: &str) -> Vec<(String, u32)> {
+    out.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("started ")?;
+            let (name, pid) = rest.split_once(" (pid ")?;
+            Some((name.to_string(), pid.trim_end_matches(')').parse().ok()?))
+        })
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has been stopped; only a running process counts.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.split_whitespace().nth(2).is_some_and(|st| st == "Z"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_all() {
+    let db = TestDb::create_empty().await;
+    let dir = scratch_dir();
+    let (anvil, api_port) = (free_port(), free_port());
+    let out_path = dir.join("up.out");
+    let log = std::fs::File::create(&out_path).unwrap();
+    let mut cmd = Command::new(DEV);
+    for k in [
+        "RPC_URL",
+        "DATABASE_URL",
+        "API_LISTEN",
+        "CONFIRMATIONS",
+        "ANVIL_PORT",
+    ] {
+        cmd.env_remove(k);
+    }
+    let mut up = ChildGuard(
+        cmd.arg("--dev-dir")
+            .arg(&dir)
+            .args(["up", "--anvil-port", &anvil.to_string()])
+            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+            .args([
+                "--indexer-metrics-listen",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .args([
+                "--keeper-metrics-listen",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .args(["--database-url", &db.url])
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap(),
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while !read(&out_path).contains("Ctrl-C") {
+        if let Ok(Some(status)) = up.0.try_wait() {
+            panic!("`up` exited ({status}):\n{}", read(&out_path));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no stack after 240 s:\n{}",
+            read(&out_path)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = read(&out_path);
+
+    let pids = started_pids(&out);
+    let names: Vec<&str> = pids.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["anvil", "indexer", "api", "keeper"], "{out}");
+    assert!(out.contains("signed in with SIWE"), "{out}");
+    assert!(
+        out.contains("sent `subscribe` from the checkout page's tx endpoint"),
+        "{out}"
+    );
+    assert!(out.contains("the keeper charged period 2"), "{out}");
+    // created + charged (period 1) + charged (period 2), each listed and each verified.
+    assert_eq!(out.matches("signature verified").count(), 3, "{out}");
+    assert!(!out.contains("REJECTED"), "{out}");
+    assert_eq!(out.matches("webhook delivered").count(), 3, "{out}");
+    assert!(out.contains("period 2 9.99 USDC  tx 0x"), "{out}");
+
+    // The printed URLs answer.
+    let base = format!("http://127.0.0.1:{api_port}");
+    assert!(
+        out.contains(&format!("{base}/dashboard/developers")),
+        "{out}"
+    );
+    let api = ApiClient::new(&base);
+    let (status, health) = api.health().await.unwrap();
+    assert_eq!(status, 200, "{health}");
+    let checkout = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("checkout   "))
+        .expect("checkout link printed");
+    let page = reqwest::get(checkout).await.unwrap();
+    assert_eq!(page.status(), 200);
+
+    // SIGTERM: `up` stops its children and exits cleanly; none is left running.
+    let exit = up.terminate(60).expect("`up` exits after SIGTERM");
+    assert!(exit.success(), "{exit}\n{}", read(&out_path));
+    let out = read(&out_path);
+    for (name, pid) in &pids {
+        assert!(!alive(*pid), "{name} (pid {pid}) still running");
+        assert!(out.contains(&format!("stopped {name}")), "{name}: {out}");
+    }
+    assert!(std::net::TcpStream::connect(("127.0.0.1", api_port)).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
