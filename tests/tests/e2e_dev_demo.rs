@@ -36,7 +36,7 @@ fn started_pids(out: &str) -> Vec<(String, u32)> {
 fn alive(pid: u32) -> bool {
     // A zombie has been stopped; only a running process counts.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !s.split_whitespace().nth(2).is_some_and(|st| st == "Z"))
+        .is_ok_and(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z"))
 }
 
 fn read(path: &Path) -> String {
