@@ -146,27 +146,28 @@ async fn boot(args: &UpArgs, dev_dir: &Path, stack: &mut Stack) -> Result<Summar
 
     db::prepare(&args.database_url, fresh_chain && !args.keep_db).await?;
 
-    let env = StackEnv::dev(
+    let mut env = StackEnv::dev(
         &args.database_url,
         &rpc_url,
         &deployed,
         args.confirmations,
         &args.api_listen,
     );
+    env.push(
+        "INDEXER_METRICS_LISTEN",
+        args.indexer_metrics_listen.clone(),
+    );
+    env.push("KEEPER_METRICS_LISTEN", args.keeper_metrics_listen.clone());
+    for (k, v) in services::DEV_EXTRAS {
+        env.push(k, v.to_string());
+    }
     let env_file = env.write(dev_dir)?;
     println!("wrote {}", env_file.display());
 
     let api_base = format!("http://{}", args.api_listen);
     let mut demo = None;
     if !args.no_services {
-        let ports = [
-            (
-                "INDEXER_METRICS_LISTEN",
-                args.indexer_metrics_listen.clone(),
-            ),
-            ("KEEPER_METRICS_LISTEN", args.keeper_metrics_listen.clone()),
-        ];
-        services::start(stack, &env, &ports, &api_base).await?;
+        services::start(stack, &env, &api_base).await?;
         if !args.no_demo {
             demo = Some(demo::run(&api_base, &rpc_url).await?);
         }

@@ -11,9 +11,9 @@ use chainsub_tests::services::service_command;
 
 use crate::stack::{Stack, StackEnv};
 
-/// Dev-only settings on top of `stack.env`: quick polling so the demo moves in seconds,
-/// and webhooks allowed to the local plain-http receiver.
-const DEV_EXTRAS: [(&str, &str); 6] = [
+/// Dev-only settings written to `stack.env` after the shared ones: quick polling so the demo
+/// moves in seconds, and webhooks allowed to a local plain-http receiver.
+pub const DEV_EXTRAS: [(&str, &str); 6] = [
     ("INDEXER_POLL_INTERVAL_MS", "250"),
     ("KEEPER_POLL_INTERVAL_MS", "1000"),
     ("WEBHOOK_ALLOW_LOOPBACK", "true"),
@@ -40,26 +40,12 @@ fn bin(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Starts indexer, api and keeper with `env` plus the metrics `listen` addresses, and waits until the API answers.
-pub async fn start(
-    stack: &mut Stack,
-    env: &StackEnv,
-    listen: &[(&str, String)],
-    api_base: &str,
-) -> Result<()> {
-    let mut vars: Vec<(String, String)> = env
+/// Starts indexer, api and keeper with `env` (stack.env's settings) and waits until the API answers.
+pub async fn start(stack: &mut Stack, env: &StackEnv, api_base: &str) -> Result<()> {
+    let vars: Vec<(String, String)> = env
         .vars()
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .chain(listen.iter().map(|(k, v)| (k.to_string(), v.clone())))
         .collect();
-    for (k, v) in DEV_EXTRAS {
-        if !vars.iter().any(|(have, _)| have == k) {
-            vars.push((
-                k.to_string(),
-                std::env::var(k).unwrap_or_else(|_| v.to_string()),
-            ));
-        }
-    }
     for name in ["indexer", "api", "keeper"] {
         let log = stack.log_file(name)?;
         let mut cmd = service_command(&bin(name)?, &[], &vars);

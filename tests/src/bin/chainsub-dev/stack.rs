@@ -133,6 +133,11 @@ impl StackEnv {
         ])
     }
 
+    /// Adds a setting (written to stack.env like the others).
+    pub fn push(&mut self, key: &'static str, value: String) {
+        self.0.push((key, value));
+    }
+
     /// The variables, for `Command::envs` when the stack starts its services.
     pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (*k, v.as_str()))
