@@ -238,3 +238,52 @@ async fn third_failed_attempt_ends_subscription_with_reason_payment_failed() {
     );
     assert_eq!(fx.balance(fx.merchant).await, U256::from(PRICE));
 }
+
+#[tokio::test]
+async fn past_due_subscription_set_to_cancel_at_period_end_ends_at_the_next_charge() {
+    let fx = Fixture::new().await;
+    let sub = fx.subscribe().await;
+    revoke_allowance(&fx).await;
+    let end1 = months_after(sub.anchor, 1);
+    fx.advance_to(end1).await;
+    charge_at(&fx, &sub).await;
+
+    // The customer gives up on the unpaid period: no retry is waited for or attempted.
+    let receipt = send_as!(fx.customer, fx.chain.manager().cancelAtPeriodEnd(sub.id));
+    assert_eq!(
+        manager_events(&fx.chain, &receipt),
+        vec![ContractEvent::CancelAtPeriodEndSet(
+            SM::CancelAtPeriodEndSet {
+                subscriptionId: sub.id,
+                merchant: fx.merchant,
+                subscriber: fx.customer,
+                planId: fx.plan_id,
+                by: fx.customer,
+                periodEnd: end1,
+            }
+        )]
+    );
+    assert_eq!(
+        fx.chain
+            .manager()
+            .nextAttemptAt(sub.id)
+            .call()
+            .await
+            .unwrap(),
+        end1
+    );
+    let (receipt, _) = charge_at(&fx, &sub).await;
+
+    assert_eq!(
+        manager_events(&fx.chain, &receipt),
+        vec![ContractEvent::SubscriptionEnded(SM::SubscriptionEnded {
+            subscriptionId: sub.id,
+            merchant: fx.merchant,
+            subscriber: fx.customer,
+            planId: fx.plan_id,
+            reason: 2,
+        })]
+    );
+    assert_eq!(fx.record(sub.id).await.status, status::ENDED);
+    assert_eq!(fx.balance(fx.merchant).await, U256::from(PRICE));
+}
