@@ -2,8 +2,12 @@
 //! dispatcher) and `keeper`, each started from its binary with only the environment given
 //! (a sourced `.dev/stack.env` in the parent shell must not leak in).
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::chain::accounts::{KEEPER, OPERATOR};
+use crate::chain::{DEV_KEYS, DevChain};
+use crate::{ChildGuard, TestDb, bin_path, free_port};
 
 /// `bin args…` with a clean environment plus `env` (PATH and HOME are kept so the process
 /// can find its tools; RUST_LOG defaults to `info`).
@@ -23,4 +27,117 @@ pub fn service_command(bin: &Path, args: &[&str], env: &[(String, String)]) -> C
         cmd.env(k, v);
     }
     cmd
+}
+
+/// The settings a test stack runs with: the DESIGN §9 names for `chain` and `db`, the API on
+/// `api_port`, metrics on free ports, and millisecond polling and retries so a whole
+/// lifecycle takes seconds; webhooks may go to local `http://` receivers.
+pub fn test_env(
+    chain: &DevChain,
+    db: &TestDb,
+    api_port: u16,
+    confirmations: u64,
+) -> Vec<(String, String)> {
+    [
+        ("DATABASE_URL", db.url.clone()),
+        ("RPC_URL", chain.anvil.url.clone()),
+        ("CHAIN_ID", chain.anvil.chain_id.to_string()),
+        ("CONTRACT_ADDRESS", chain.manager.to_string()),
+        ("USDC_ADDRESS", chain.usdc.to_string()),
+        ("START_BLOCK", chain.deploy_block.to_string()),
+        ("CONFIRMATIONS", confirmations.to_string()),
+        ("API_LISTEN", format!("127.0.0.1:{api_port}")),
+        ("BASE_URL", format!("http://127.0.0.1:{api_port}")),
+        ("RELAYER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[OPERATOR])),
+        ("KEEPER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[KEEPER])),
+        ("CHECKOUT_SIGNING_SECRET", "test-checkout-secret".into()),
+        (
+            "INDEXER_METRICS_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        (
+            "KEEPER_METRICS_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        ("INDEXER_POLL_INTERVAL_MS", "50".into()),
+        ("INDEXER_NO_FINALIZED_TAG", "true".into()),
+        ("KEEPER_POLL_INTERVAL_MS", "200".into()),
+        ("WEBHOOK_ALLOW_LOOPBACK", "true".into()),
+        ("WEBHOOK_ALLOW_HTTP", "true".into()),
+        ("WEBHOOK_POLL_INTERVAL", "50ms".into()),
+        ("WEBHOOK_RETRY_SCHEDULE", "0s,200ms,500ms,1s".into()),
+        ("RATE_LIMIT_IP_PER_SEC", "1000".into()),
+        ("RATE_LIMIT_IP_BURST", "1000".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// `indexer`, `api` and `keeper` started from the workspace binaries (see [`bin_path`]),
+/// each logging to `<logs>/<name>.log`; killed on drop.
+pub struct Services {
+    pub env: Vec<(String, String)>,
+    pub logs: PathBuf,
+    pub children: Vec<(&'static str, ChildGuard)>,
+}
+
+impl Services {
+    /// Starts the three with `env`; logs go to a fresh temporary directory.
+    pub fn start(env: Vec<(String, String)>) -> Services {
+        let logs = std::env::temp_dir().join(format!(
+            "chainsub-services-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&logs).expect("log directory");
+        let mut s = Services {
+            env,
+            logs,
+            children: Vec::new(),
+        };
+        for name in ["indexer", "api", "keeper"] {
+            let log = std::fs::File::create(s.logs.join(format!("{name}.log"))).expect("log");
+            let child = service_command(&bin_path(name), &[], &s.env)
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log.try_clone().expect("log")))
+                .stderr(Stdio::from(log))
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+            s.children.push((name, ChildGuard(child)));
+        }
+        s
+    }
+
+    /// Panics with the logs' location if a service died.
+    pub fn assert_alive(&mut self) {
+        for (name, c) in &mut self.children {
+            if let Ok(Some(status)) = c.0.try_wait() {
+                panic!("{name} exited ({status}); logs in {}", self.logs.display());
+            }
+        }
+    }
+
+    /// `indexer verify --from START_BLOCK --to <to>` with the same settings: whether it
+    /// found no difference, and its output.
+    pub fn verify(&self, to: u64) -> (bool, String) {
+        let start = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "START_BLOCK")
+            .map_or_else(|| "0".to_string(), |(_, v)| v.clone());
+        let out = service_command(
+            &bin_path("indexer"),
+            &["verify", "--from", &start, "--to", &to.to_string()],
+            &self.env,
+        )
+        .output()
+        .expect("run indexer verify");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
 }

@@ -13,119 +13,19 @@
 //! `cargo build -p chainsub-indexer -p chainsub-api --bins` (scripts/test does).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::Stdio;
 
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::Provider;
-use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, KEEPER, MERCHANT, OPERATOR};
-use chainsub_tests::chain::{DEV_KEYS, dev_key};
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT};
+use chainsub_tests::chain::dev_key;
 use chainsub_tests::merchant::{ApiClient, wait_for};
 use chainsub_tests::receiver::WebhookReceiver;
-use chainsub_tests::services::service_command;
-use chainsub_tests::{ChildGuard, DevChain, TestDb, bin_path, free_port};
+use chainsub_tests::services::{Services, test_env};
+use chainsub_tests::{DevChain, TestDb, free_port};
 use serde_json::Value;
 
 const CONFIRMATIONS: u64 = 3;
 const USDC: u64 = 1_000_000;
-
-/// The three services and what they were started with.
-struct Services {
-    env: Vec<(String, String)>,
-    logs: PathBuf,
-    children: Vec<(&'static str, ChildGuard)>,
-}
-
-impl Services {
-    fn start(chain: &DevChain, db: &TestDb, api_port: u16) -> Services {
-        let logs =
-            std::env::temp_dir().join(format!("chainsub-e2e-{}-{api_port}", std::process::id()));
-        std::fs::create_dir_all(&logs).unwrap();
-        let base = format!("http://127.0.0.1:{api_port}");
-        let env: Vec<(String, String)> = [
-            ("DATABASE_URL", db.url.clone()),
-            ("RPC_URL", chain.anvil.url.clone()),
-            ("CHAIN_ID", chain.anvil.chain_id.to_string()),
-            ("CONTRACT_ADDRESS", chain.manager.to_string()),
-            ("USDC_ADDRESS", chain.usdc.to_string()),
-            ("START_BLOCK", chain.deploy_block.to_string()),
-            ("CONFIRMATIONS", CONFIRMATIONS.to_string()),
-            ("API_LISTEN", format!("127.0.0.1:{api_port}")),
-            ("BASE_URL", base),
-            ("RELAYER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[OPERATOR])),
-            ("KEEPER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[KEEPER])),
-            ("CHECKOUT_SIGNING_SECRET", "e2e-checkout-secret".into()),
-            (
-                "INDEXER_METRICS_LISTEN",
-                format!("127.0.0.1:{}", free_port()),
-            ),
-            (
-                "KEEPER_METRICS_LISTEN",
-                format!("127.0.0.1:{}", free_port()),
-            ),
-            ("INDEXER_POLL_INTERVAL_MS", "50".into()),
-            ("INDEXER_NO_FINALIZED_TAG", "true".into()),
-            ("KEEPER_POLL_INTERVAL_MS", "200".into()),
-            ("WEBHOOK_ALLOW_LOOPBACK", "true".into()),
-            ("WEBHOOK_ALLOW_HTTP", "true".into()),
-            ("WEBHOOK_POLL_INTERVAL", "50ms".into()),
-            ("WEBHOOK_RETRY_SCHEDULE", "0s,200ms,500ms,1s".into()),
-            ("RATE_LIMIT_IP_PER_SEC", "1000".into()),
-            ("RATE_LIMIT_IP_BURST", "1000".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        let mut s = Services {
-            env,
-            logs,
-            children: Vec::new(),
-        };
-        for name in ["indexer", "api", "keeper"] {
-            let log = std::fs::File::create(s.logs.join(format!("{name}.log"))).unwrap();
-            let child = service_command(&bin_path(name), &[], &s.env)
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log.try_clone().unwrap()))
-                .stderr(Stdio::from(log))
-                .spawn()
-                .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-            s.children.push((name, ChildGuard(child)));
-        }
-        s
-    }
-
-    /// Fails the test with the logs' location if a service died.
-    fn assert_alive(&mut self) {
-        for (name, c) in &mut self.children {
-            if let Ok(Some(status)) = c.0.try_wait() {
-                panic!("{name} exited ({status}); logs in {}", self.logs.display());
-            }
-        }
-    }
-
-    /// `indexer verify --from START_BLOCK --to head`: exit status and output.
-    fn verify(&self, to: u64) -> (bool, String) {
-        let start = self
-            .env
-            .iter()
-            .find(|(k, _)| k == "START_BLOCK")
-            .map(|(_, v)| v.clone())
-            .unwrap();
-        let out = service_command(
-            &bin_path("indexer"),
-            &["verify", "--from", &start, "--to", &to.to_string()],
-            &self.env,
-        )
-        .output()
-        .expect("run indexer verify");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    }
-}
 
 async fn head(chain: &DevChain) -> u64 {
     chain.provider.get_block_number().await.unwrap()
@@ -262,7 +162,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
         .await
         .unwrap();
     let api_port = free_port();
-    let mut services = Services::start(&chain, &db, api_port);
+    let mut services = Services::start(test_env(&chain, &db, api_port, CONFIRMATIONS));
     let api = ApiClient::new(&format!("http://127.0.0.1:{api_port}"));
     wait_for("the API", 60, || async {
         Ok(api.healthy().await.then_some(()))
