@@ -81,24 +81,39 @@ fn str_field<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
     v.get(k).and_then(Value::as_str)
 }
 
+fn field(v: &Value, k: &str) -> Value {
+    v.get(k).cloned().unwrap_or(Value::Null)
+}
+
+/// Builds an object from (key, value) pairs without the serializer round trip of `json!`
+/// (this runs for every event of every page and webhook).
+fn object<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
 /// The subscription snapshot (as the indexer stores it) in API form.
 pub fn snapshot_object(snapshot: &Value, plan_public_id: Option<&str>) -> Value {
-    json!({
-        "id": snapshot.get("id"),
-        "object": "subscription",
-        "status": snapshot.get("status"),
-        "cancelAtPeriodEnd": snapshot.get("cancelAtPeriodEnd"),
-        "planId": plan_public_id,
-        "customerExternalId": snapshot.get("customerExternalId"),
-        "subscriber": snapshot.get("subscriber"),
-        "amount": str_field(snapshot, "amount").and_then(amount_from_str),
-        "currency": "USDC",
-        "period": snapshot.get("period"),
-        "currentPeriodStart": snapshot.get("currentPeriodStart"),
-        "currentPeriodEnd": snapshot.get("currentPeriodEnd"),
-        "nextPaymentAt": snapshot.get("nextPaymentAt"),
-        "failedAttempts": snapshot.get("failedAttempts"),
-    })
+    object([
+        ("id", field(snapshot, "id")),
+        ("object", Value::from("subscription")),
+        ("status", field(snapshot, "status")),
+        ("cancelAtPeriodEnd", field(snapshot, "cancelAtPeriodEnd")),
+        ("planId", plan_public_id.map_or(Value::Null, Value::from)),
+        ("customerExternalId", field(snapshot, "customerExternalId")),
+        ("subscriber", field(snapshot, "subscriber")),
+        (
+            "amount",
+            str_field(snapshot, "amount")
+                .and_then(amount_from_str)
+                .map_or(Value::Null, Value::from),
+        ),
+        ("currency", Value::from("USDC")),
+        ("period", field(snapshot, "period")),
+        ("currentPeriodStart", field(snapshot, "currentPeriodStart")),
+        ("currentPeriodEnd", field(snapshot, "currentPeriodEnd")),
+        ("nextPaymentAt", field(snapshot, "nextPaymentAt")),
+        ("failedAttempts", field(snapshot, "failedAttempts")),
+    ])
 }
 
 /// The event object of DESIGN §4 from an [`EVENT_SELECT`] row.
@@ -113,20 +128,35 @@ pub fn event_object(row: &Row) -> Value {
     let amount = str_field(&decoded, "amount")
         .or_else(|| str_field(&snapshot, "amount"))
         .and_then(amount_from_str);
-    let mut data = json!({
-        "subscriptionId": snapshot.get("id").cloned().unwrap_or_else(||
-            onchain_sub.map_or(Value::Null, |id| json!(chainsub_abi::ids::subscription_id(id as u64)))),
-        "planId": plan_public_id,
-        "customerExternalId": snapshot.get("customerExternalId"),
-        "subscriberAddress": snapshot.get("subscriber").cloned()
-            .or_else(|| decoded.get("subscriber").cloned()),
-        "amount": amount,
-        "currency": "USDC",
-        "txHash": hex0x(&tx),
-        "status": snapshot.get("status"),
-        "nextPaymentAt": snapshot.get("nextPaymentAt"),
-        "subscription": snapshot_object(&snapshot, plan_public_id.as_deref()),
-    });
+    let subscription_id = match snapshot.get("id") {
+        Some(id) => id.clone(),
+        None => onchain_sub.map_or(Value::Null, |id| {
+            Value::from(chainsub_abi::ids::subscription_id(id as u64))
+        }),
+    };
+    let subscriber = snapshot
+        .get("subscriber")
+        .or_else(|| decoded.get("subscriber"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let mut data = object([
+        ("subscriptionId", subscription_id),
+        (
+            "planId",
+            plan_public_id.as_deref().map_or(Value::Null, Value::from),
+        ),
+        ("customerExternalId", field(&snapshot, "customerExternalId")),
+        ("subscriberAddress", subscriber),
+        ("amount", amount.map_or(Value::Null, Value::from)),
+        ("currency", Value::from("USDC")),
+        ("txHash", Value::from(hex0x(&tx))),
+        ("status", field(&snapshot, "status")),
+        ("nextPaymentAt", field(&snapshot, "nextPaymentAt")),
+        (
+            "subscription",
+            snapshot_object(&snapshot, plan_public_id.as_deref()),
+        ),
+    ]);
     let kind: Option<String> = row.get("kind");
     // Kind-specific facts from the log itself.
     if let Some(o) = data.as_object_mut() {
@@ -172,12 +202,12 @@ pub fn event_object(row: &Row) -> Value {
         log_index: i64::from(row.get::<_, i32>("log_index")),
         indexed_block: row.get("indexed_block"),
     };
-    json!({
-        "id": row.get::<_, String>("public_id"),
-        "object": "event",
-        "type": kind,
-        "createdAt": time(block_time),
-        "data": data,
-        "chain": chain.to_json(),
-    })
+    object([
+        ("id", Value::from(row.get::<_, String>("public_id"))),
+        ("object", Value::from("event")),
+        ("type", kind.map_or(Value::Null, Value::from)),
+        ("createdAt", Value::from(time(block_time))),
+        ("data", data),
+        ("chain", chain.to_json()),
+    ])
 }

@@ -99,7 +99,13 @@ impl Resp {
     /// The final HTTP response.
     pub fn finish(self, request_id: &str) -> warp::reply::Response {
         let (content_type, bytes): (Option<&str>, Bytes) = match &self.body {
-            RespBody::Json(_) | RespBody::Error(_) => (
+            // Serialized in place: a list page is a large tree, and cloning it cost more
+            // than the query that produced it.
+            RespBody::Json(v) => (
+                Some("application/json"),
+                Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+            ),
+            RespBody::Error(_) => (
                 Some("application/json"),
                 Bytes::from(
                     serde_json::to_vec(&self.json_body(request_id).unwrap_or(Value::Null))
