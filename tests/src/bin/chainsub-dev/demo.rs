@@ -122,24 +122,17 @@ pub async fn run(api_base: &str, rpc_url: &str) -> Result<DemoOutcome> {
     .await?;
     println!("9. the keeper charged period 2");
 
-    let events = api
-        .get_ok(
-            &format!("/api/v1/events?subscriptionId={sub_id}&limit=100"),
-            &key,
-        )
-        .await?;
-    let event_count = events["data"].as_array().map_or(0, Vec::len);
-    wait_for("the webhooks", 60, || async {
-        let got = receiver.received();
-        Ok((got.iter().filter(|d| d.verified).count() >= event_count).then_some(()))
+    // The receiver may answer before the dispatcher records the attempt: wait for both, so
+    // what is printed is settled.
+    let events_path = format!("/api/v1/events?subscriptionId={sub_id}&limit=100");
+    let events = wait_for("the webhooks", 60, || async {
+        let events = api.get_ok(&events_path, &key).await?;
+        let list = events["data"].as_array().cloned().unwrap_or_default();
+        let delivered = list.iter().all(|e| e["delivery"]["status"] == "delivered");
+        let verified = receiver.received().iter().filter(|d| d.verified).count();
+        Ok((delivered && verified >= list.len()).then_some(events))
     })
     .await?;
-    let events = api
-        .get_ok(
-            &format!("/api/v1/events?subscriptionId={sub_id}&limit=100"),
-            &key,
-        )
-        .await?;
     print_merchant_view(&detail, &events, &receiver);
     Ok(DemoOutcome {
         checkout_url,
