@@ -53,6 +53,12 @@ pub async fn run(
     cfg: WebhookConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
+    if cfg.lease <= cfg.timeout {
+        // Allowed (tests use it to force redelivery), but in production a slow receiver
+        // would then get the same event from two dispatchers.
+        tracing::warn!(lease = ?cfg.lease, timeout = ?cfg.timeout,
+            "WEBHOOK_LEASE should exceed WEBHOOK_TIMEOUT; slow deliveries may be duplicated");
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         deliverer: Deliverer::new(cfg.clone()),
