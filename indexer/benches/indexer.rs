@@ -341,7 +341,7 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
     rpc.raw("evm_setAutomine", json!([true])).await;
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
 
-    // Depth-10 reorg: from anvil_reorg returning to the cursor on the new head.
+    // Depth-10 reorg: from the new branch being served to the cursor on its head.
     chain.mine(12).await;
     wait_cursor(&client, head(chain).await).await;
     let call = SM::createPlanCall {
@@ -349,12 +349,13 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
         amount: U256::from(1u64),
         planRef: B256::repeat_byte(0xee),
     };
-    let t = Instant::now();
     rpc.raw(
         "anvil_reorg",
         json!([10, [[{"from": op, "to": chain.manager, "input": alloy::hex::encode_prefixed(call.abi_encode()), "gas": "0x100000"}, 0]]]),
     )
     .await;
+    // The new branch is available at the RPC once anvil_reorg returns.
+    let t = Instant::now();
     let tip = head(chain).await;
     wait_cursor(&client, tip).await;
     let reorg_ms = t.elapsed().as_secs_f64() * 1000.0;
@@ -449,7 +450,7 @@ async fn main() {
     for r in rows {
         let ev = r.events as f64;
         println!(
-            "| {} | {} | {} | {:.1} | {:.2} s | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} ({}) | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} s |",
+            "| {} | {} | {} | {:.1} | {:.2} s | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} ({}) | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} s |",
             r.shape,
             r.events,
             r.blocks,

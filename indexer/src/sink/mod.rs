@@ -120,8 +120,24 @@ impl Sink {
             events.extend(map::map_block(ctx.chain_id as u64, b)?);
         }
         let snapshots = ctx.fold_batch(&tx, &events).await?;
-        let ids =
-            rows::insert_events(&tx, ctx.chain_id, &ctx.contract, &events, &snapshots.0).await?;
+        // Older events this batch confirms go to the outbox first (chain order); the batch's
+        // own confirmed events are inserted already marked, so no row is written twice.
+        let mut enqueued = ctx.enqueue_confirmed(&tx, last.number).await?;
+        let upto = ctx.confirmed_upto(last.number);
+        let confirmed: Vec<bool> = events
+            .iter()
+            .map(|e| e.kind.is_some() && upto.is_some_and(|u| e.block_number <= u))
+            .collect();
+        let ids = rows::insert_events(
+            &tx,
+            ctx.chain_id,
+            &ctx.contract,
+            &events,
+            &snapshots.0,
+            &confirmed,
+        )
+        .await?;
+        enqueued += rows::insert_outbox(&tx, &events, &confirmed).await?;
         rows::insert_projections(&tx, ctx.chain_id, &events, &ids).await?;
         let mut subs = snapshots.1;
         for s in subs.iter_mut() {
@@ -134,7 +150,6 @@ impl Sink {
         }
         rows::upsert_subs(&tx, ctx.chain_id, &subs.iter().collect::<Vec<_>>()).await?;
         rows::write_checkpoints(&tx, ctx.chain_id, blocks, finalized).await?;
-        let enqueued = ctx.enqueue_confirmed(&tx, last.number).await?;
         ctx.move_cursor(&tx, last.cursor(), Some(head)).await?;
         tx.commit().await?;
         metrics::counter!("indexer_blocks_total").increment(blocks.len() as u64);
@@ -337,11 +352,15 @@ impl Ctx {
         Ok((snapshots, subs))
     }
 
-    /// Writes outbox rows for lifecycle events whose block now has CONFIRMATIONS
+    /// The highest block with CONFIRMATIONS confirmations when `tip` is the newest block.
+    fn confirmed_upto(&self, tip: u64) -> Option<u64> {
+        (tip + 1).checked_sub(self.confirmations.max(1))
+    }
+
+    /// Writes outbox rows for stored lifecycle events whose block now has CONFIRMATIONS
     /// confirmations counting `tip` (confirmations = tip - block + 1; 0 and 1 mean at once).
     async fn enqueue_confirmed(&self, tx: &Transaction<'_>, tip: u64) -> Result<u64> {
-        let needed = self.confirmations.max(1);
-        let Some(upto) = (tip + 1).checked_sub(needed) else {
+        let Some(upto) = self.confirmed_upto(tip) else {
             return Ok(0);
         };
         let n = tx

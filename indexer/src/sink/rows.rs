@@ -32,6 +32,7 @@ pub async fn insert_events(
     contract: &Address,
     events: &[MappedEvent],
     snapshots: &[Option<serde_json::Value>],
+    enqueued: &[bool],
 ) -> Result<Vec<i64>> {
     if events.is_empty() {
         return Ok(Vec::new());
@@ -79,16 +80,17 @@ pub async fn insert_events(
         .query(
             "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
                  block_time, transaction_hash, transaction_index, log_index, name, kind,
-                 merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot)
+                 merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot,
+                 enqueued)
              SELECT u.public_id, $1, $2, u.bn, u.bh, u.bt, u.th, u.ti, u.li, u.name, u.kind, u.mw,
                  u.sid, u.pid, array_remove(ARRAY[u.t0, u.t1, u.t2, u.t3], NULL), u.data,
-                 u.decoded, u.snapshot
+                 u.decoded, u.snapshot, u.enq
              FROM unnest($3::text[], $4::int8[], $5::bytea[], $6::timestamptz[], $7::bytea[],
                  $8::int4[], $9::int4[], $10::text[], $11::text[], $12::bytea[], $13::int8[],
                  $14::int8[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
-                 $19::bytea[], $20::jsonb[], $21::jsonb[])
+                 $19::bytea[], $20::jsonb[], $21::jsonb[], $22::bool[])
                AS u(public_id, bn, bh, bt, th, ti, li, name, kind, mw, sid, pid, t0, t1, t2, t3,
-                    data, decoded, snapshot)
+                    data, decoded, snapshot, enq)
              ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING
              RETURNING id, block_hash, log_index",
             &[
@@ -113,6 +115,7 @@ pub async fn insert_events(
                 &data,
                 &decoded,
                 &snapshot,
+                &enqueued,
             ],
         )
         .await?;
@@ -138,6 +141,32 @@ pub async fn insert_events(
                 .ok_or_else(|| Error::Inconsistent("inserted event id missing".into()))
         })
         .collect()
+}
+
+/// Outbox rows for the events of this batch marked `enqueued`, in chain order.
+pub async fn insert_outbox(
+    tx: &Transaction<'_>,
+    events: &[MappedEvent],
+    enqueued: &[bool],
+) -> Result<u64> {
+    let (mut ids, mut wallets) = (Vec::new(), Vec::new());
+    for (e, _) in events.iter().zip(enqueued).filter(|(_, q)| **q) {
+        ids.push(e.public_id.as_str());
+        wallets.push(e.merchant.map(|m| m.to_vec()).unwrap_or_default());
+    }
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let n = tx
+        .execute(
+            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet)
+             SELECT u.id, u.w FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, i)
+             ORDER BY u.i
+             ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
+            &[&ids, &wallets],
+        )
+        .await?;
+    Ok(n)
 }
 
 /// Ledger rows (charges and failed charges) and plans for the events just inserted.

@@ -172,8 +172,11 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
             match self.try_fetch(from, to).await {
                 Ok(blocks) => {
                     let size = to - from + 1;
-                    // Grow only after a full-size success, so a quiet tip does not inflate it.
-                    if size >= self.range {
+                    let logs: usize = blocks.iter().map(|b| b.logs.len()).sum();
+                    // Grow only after a full-size success (a quiet tip must not inflate it)
+                    // whose answer was well under the log cap (a dense range must not be
+                    // asked for again at twice the size just to be refused).
+                    if size >= self.range && logs < self.cfg.max_logs_per_response / 2 {
                         self.range = (self.range * 2).min(self.cfg.max_range.max(1));
                     }
                     metrics::gauge!("indexer_getlogs_range_blocks").set(self.range as f64);
