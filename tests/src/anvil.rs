@@ -15,13 +15,31 @@ pub struct Anvil {
     _child: ChildGuard,
 }
 
-/// The anvil binary: `$ANVIL_BIN`, else `node_modules/.bin/anvil` (run `npm ci`).
+/// The anvil binary: `$ANVIL_BIN`, else the native binary of this platform's
+/// `@foundry-rs/anvil-<os>-<arch>` package, else `node_modules/.bin/anvil` (run
+/// `scripts/chain-tools`). The native binary comes first because `.bin/anvil` is a node
+/// wrapper: killing the wrapper would leave the real anvil running as an orphan.
 pub fn anvil_bin() -> PathBuf {
     if let Ok(p) = std::env::var("ANVIL_BIN") {
         return PathBuf::from(p);
     }
-    let p = workspace_root().join("node_modules/.bin/anvil");
-    assert!(p.exists(), "{} is missing: run `npm ci` first", p.display());
+    let root = workspace_root();
+    let os = match std::env::consts::OS {
+        "macos" => "darwin",
+        "windows" => "win32",
+        other => other,
+    };
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let native = root.join(format!("node_modules/@foundry-rs/anvil-{os}-{arch}/bin/anvil"));
+    if native.exists() {
+        return native;
+    }
+    let p = root.join("node_modules/.bin/anvil");
+    assert!(p.exists(), "{} is missing: run `scripts/chain-tools` first", p.display());
     p
 }
 
