@@ -34,12 +34,18 @@ pub fn anvil_bin() -> PathBuf {
         "aarch64" => "arm64",
         other => other,
     };
-    let native = root.join(format!("node_modules/@foundry-rs/anvil-{os}-{arch}/bin/anvil"));
+    let native = root.join(format!(
+        "node_modules/@foundry-rs/anvil-{os}-{arch}/bin/anvil"
+    ));
     if native.exists() {
         return native;
     }
     let p = root.join("node_modules/.bin/anvil");
-    assert!(p.exists(), "{} is missing: run `scripts/chain-tools` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `scripts/chain-tools` first",
+        p.display()
+    );
     p
 }
 
