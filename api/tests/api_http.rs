@@ -389,3 +389,31 @@ async fn graceful_shutdown_stops_listening() {
     running.shutdown().await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn retry_after_a_forgotten_idempotent_request_resumes_the_same_plan() {
+    // A request that ended in a 5xx is dropped from the replay store so the client may retry;
+    // its plan row may exist by then. The retry must resume that plan, not create a second.
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let first = app
+        .post("/api/v1/plans", &key, &plan("Resumable"), Some("k-resume"))
+        .await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    let db = app.db().await;
+    db.execute("DELETE FROM idempotency_keys WHERE key = 'k-resume'", &[])
+        .await
+        .unwrap();
+
+    let retry = app
+        .post("/api/v1/plans", &key, &plan("Resumable"), Some("k-resume"))
+        .await;
+    assert_eq!(retry.status, 201, "{:?}", retry.body);
+    assert_eq!(retry.body["id"], first.body["id"], "the same plan, resumed");
+    let n: i64 = db
+        .query_one("SELECT count(*) FROM plans WHERE name = 'Resumable'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}

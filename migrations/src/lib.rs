@@ -33,6 +33,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "keeper",
         sql: include_str!("../sql/0005_keeper.sql"),
     },
+    Migration {
+        version: 6,
+        name: "plan_idempotency",
+        sql: include_str!("../sql/0006_plan_idempotency.sql"),
+    },
 ];
 
 /// Migration failures.

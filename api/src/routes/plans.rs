@@ -304,8 +304,14 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
         std::convert::identity,
         || async {
             let input = parse_new_plan(&body)?;
-            let id = insert(ctx, &merchant, &input).await?;
-            provision(ctx, &merchant, id).await?;
+            let key = c.idempotency_key.as_deref();
+            let (id, active) = match existing_for_key(ctx, &merchant, key).await? {
+                Some(found) => found,
+                None => (insert(ctx, &merchant, &input, key).await?, false),
+            };
+            if !active {
+                provision(ctx, &merchant, id).await?;
+            }
             let conn = ctx.pool.get().await?;
             let row = conn
                 .query_one(
@@ -320,7 +326,32 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
     Ok(with_rate(resp, &rate))
 }
 
-async fn insert(ctx: &Ctx, merchant: &Merchant, input: &NewPlan) -> Result<i64> {
+/// The plan an earlier request with this Idempotency-Key created, with whether it is already
+/// active. The replay store forgets requests that ended in a 5xx (so the client can retry);
+/// this makes such a retry resume the plan it may already have created, never a second one.
+async fn existing_for_key(
+    ctx: &Ctx,
+    merchant: &Merchant,
+    key: Option<&str>,
+) -> Result<Option<(i64, bool)>> {
+    let Some(key) = key else { return Ok(None) };
+    let conn = ctx.pool.get().await?;
+    let row = conn
+        .query_opt(
+            "SELECT id, provision_status = 'active' FROM plans \
+             WHERE merchant_id = $1 AND idempotency_key = $2",
+            &[&merchant.id, &key],
+        )
+        .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
+}
+
+async fn insert(
+    ctx: &Ctx,
+    merchant: &Merchant,
+    input: &NewPlan,
+    idempotency_key: Option<&str>,
+) -> Result<i64> {
     let conn = ctx.pool.get().await?;
     let base = input
         .slug
@@ -337,8 +368,9 @@ async fn insert(ctx: &Ctx, merchant: &Merchant, input: &NewPlan) -> Result<i64> 
         let plan_ref: [u8; 32] = rand::random();
         let res = conn
             .query_one(
-                "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, plan_ref) \
-                 VALUES ($1, $2, $3, $4::TEXT::NUMERIC, 'USDC', 'month', $5, $6) RETURNING id",
+                "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, plan_ref, \
+                 idempotency_key) \
+                 VALUES ($1, $2, $3, $4::TEXT::NUMERIC, 'USDC', 'month', $5, $6, $7) RETURNING id",
                 &[
                     &format!("plan_{}", random_hex(12)),
                     &merchant.id,
@@ -346,12 +378,20 @@ async fn insert(ctx: &Ctx, merchant: &Merchant, input: &NewPlan) -> Result<i64> 
                     &amount,
                     &slug,
                     &plan_ref.as_slice(),
+                    &idempotency_key,
                 ],
             )
             .await;
         match res {
             Ok(row) => return Ok(row.get(0)),
             Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                let constraint = e.as_db_error().and_then(|d| d.constraint());
+                if constraint == Some("plans_idempotency_key") {
+                    // A concurrent retry with the same key won the insert: resume its plan.
+                    if let Some((id, _)) = existing_for_key(ctx, merchant, idempotency_key).await? {
+                        return Ok(id);
+                    }
+                }
                 if input.slug.is_some() {
                     return Err(ApiError::Conflict {
                         code: "slug_taken",
