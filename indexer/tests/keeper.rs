@@ -3,6 +3,9 @@
 //! subscriptions end at period end.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod keeper_support;
 
 use chainsub_abi::EndReason;

@@ -2,6 +2,9 @@
 //! and metrics, and a clean stop on SIGTERM.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod keeper_support;
 
 use chainsub_abi::EndReason;

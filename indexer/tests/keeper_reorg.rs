@@ -2,6 +2,9 @@
 //! signed transaction (same nonce) instead of forgetting the step or signing a second one.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod keeper_support;
 
 use alloy::providers::Provider;

@@ -3,6 +3,9 @@
 //! replaced with the same nonce, never a new one.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod keeper_support;
 
 use std::time::{Duration, Instant};

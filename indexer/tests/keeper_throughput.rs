@@ -3,6 +3,9 @@
 //! every subscription was charged exactly once.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod keeper_support;
 
 use std::time::Instant;

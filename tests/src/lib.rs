@@ -14,3 +14,21 @@ pub use anvil::Anvil;
 pub use chain::{DevChain, dev_key};
 pub use db::TestDb;
 pub use process::{ChildGuard, bin_path, free_port, workspace_root};
+
+/// Sends a contract call as `$from`, waits for its receipt and returns it; panics when the
+/// transaction reverts on chain. Tests use it for the setup steps that must succeed.
+#[macro_export]
+macro_rules! send_as {
+    ($from:expr, $call:expr) => {{
+        let receipt = $call
+            .from($from)
+            .send()
+            .await
+            .expect("send")
+            .get_receipt()
+            .await
+            .expect("receipt");
+        assert!(receipt.status(), "transaction reverted on chain");
+        receipt
+    }};
+}

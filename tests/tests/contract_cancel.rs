@@ -2,6 +2,9 @@
 //! subscriber or the merchant, never by a stranger, and nothing acts on a terminal one.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod contract_support;
 
 use alloy::primitives::{Address, B256, U256};

@@ -2,6 +2,9 @@
 //! the calendar, and a period is never charged early or twice.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod contract_support;
 
 use alloy::primitives::{B256, U256};

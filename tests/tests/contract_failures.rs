@@ -2,6 +2,9 @@
 //! RETRY_INTERVAL, a successful retry returns to active, and the third failure ends it.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod contract_support;
 
 use alloy::primitives::U256;

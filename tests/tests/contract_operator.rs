@@ -2,6 +2,9 @@
 //! the current operator, and only the current one acts for merchants.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod contract_support;
 
 use alloy::primitives::{Address, B256, U256};

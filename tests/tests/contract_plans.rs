@@ -1,6 +1,9 @@
 //! Plans on a real anvil: who may create them, and that a planRef is used once.
 
 #[macro_use]
+extern crate chainsub_tests;
+
+#[macro_use]
 mod contract_support;
 
 use alloy::primitives::{B256, U256};

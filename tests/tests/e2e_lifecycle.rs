@@ -134,21 +134,6 @@ async fn assert_matches_receipt(chain: &DevChain, what: &str, c: &Value) {
     );
 }
 
-macro_rules! send {
-    ($call:expr, $from:expr) => {{
-        let r = $call
-            .from($from)
-            .send()
-            .await
-            .expect("send")
-            .get_receipt()
-            .await
-            .expect("receipt");
-        assert!(r.status(), "transaction reverted");
-        r
-    }};
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives_a_reorg_and_verifies()
  {
@@ -211,7 +196,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
         assert_eq!(names, ["approve", "subscribe"]);
     }
     // B takes its allowance back, so its renewal will fail.
-    send!(chain.usdc().approve(chain.manager, U256::ZERO), b_wallet);
+    chainsub_tests::send_as!(b_wallet, chain.usdc().approve(chain.manager, U256::ZERO));
     chain.mine(CONFIRMATIONS).await;
     wait_indexed(&api, &chain, &mut services).await;
 
@@ -264,9 +249,9 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
 
     // A asks to stop at the period end; B cancels, but the block is reorged out while it
     // has fewer than CONFIRMATIONS confirmations.
-    send!(chain.manager().cancelAtPeriodEnd(onchain(&a)), a_wallet);
+    chainsub_tests::send_as!(a_wallet, chain.manager().cancelAtPeriodEnd(onchain(&a)));
     chain.mine(CONFIRMATIONS).await;
-    send!(chain.manager().cancel(onchain(&b)), b_wallet);
+    chainsub_tests::send_as!(b_wallet, chain.manager().cancel(onchain(&b)));
     wait_indexed(&api, &chain, &mut services).await;
     let doomed: Vec<Value> = api
         .get_ok(
@@ -305,7 +290,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
     assert_eq!(status, 404, "the reorged-out event is gone from the API");
 
     // B cancels again (a new log, a new id), and A's period runs out: the keeper ends it.
-    send!(chain.manager().cancel(onchain(&b)), b_wallet);
+    chainsub_tests::send_as!(b_wallet, chain.manager().cancel(onchain(&b)));
     let a_now = subscription(&api, &key, &a).await;
     assert_eq!(a_now["cancelAtPeriodEnd"], true);
     advance_past(&chain, a_now["currentPeriodEnd"].as_str().unwrap()).await;

@@ -17,22 +17,6 @@ use chainsub_tests::{ChildGuard, DevChain, TestDb, free_port};
 pub const PRICE: u64 = 9_990_000;
 pub const DAY: u64 = 86_400;
 
-/// Sends a contract call as `$from` and waits for a successful receipt.
-macro_rules! send_as {
-    ($from:expr, $call:expr) => {{
-        let receipt = $call
-            .from($from)
-            .send()
-            .await
-            .expect("send")
-            .get_receipt()
-            .await
-            .expect("receipt");
-        assert!(receipt.status(), "transaction reverted on chain");
-        receipt
-    }};
-}
-
 /// Chain + database + indexer.
 pub struct Stack {
     pub chain: DevChain,

@@ -24,22 +24,6 @@ pub mod status {
 pub const PRICE: u64 = 9_990_000;
 pub const DAY: u64 = 86_400;
 
-/// Sends a contract call as `$from` and returns its receipt; panics when the call reverts.
-macro_rules! send_as {
-    ($from:expr, $call:expr) => {{
-        let receipt = $call
-            .from($from)
-            .send()
-            .await
-            .expect("send")
-            .get_receipt()
-            .await
-            .expect("receipt");
-        assert!(receipt.status(), "transaction reverted on chain");
-        receipt
-    }};
-}
-
 /// Sends a contract call as `$from`, expects it to revert, and returns the decoded custom
 /// error of SubscriptionManager.
 macro_rules! revert_as {
