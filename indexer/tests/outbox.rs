@@ -4,8 +4,8 @@
 mod common;
 
 use alloy::primitives::B256;
-use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT};
-use chainsub_tests::{DevChain, TestDb};
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B};
 use common::*;
 use tokio_postgres::Client;
 
@@ -37,17 +37,12 @@ async fn event_ids_of(client: &Client, sub: u64) -> Vec<String> {
 
 #[tokio::test]
 async fn no_outbox_row_before_the_confirmations() {
-    let chain = DevChain::start().await;
-    let db = TestDb::create().await;
-    let client = db.connect().await;
-    let plan = create_plan(
-        &chain,
-        DevChain::address(MERCHANT),
-        USDC,
-        B256::repeat_byte(1),
-    )
-    .await;
-    fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
     let mut cfg = chain_config(&chain);
     cfg.confirmations = 3;
     let ix = start(cfg, &db, &chain);
@@ -72,17 +67,12 @@ async fn no_outbox_row_before_the_confirmations() {
 
 #[tokio::test]
 async fn reorg_inside_the_window_never_enqueues_the_removed_event() {
-    let chain = DevChain::start().await;
-    let db = TestDb::create().await;
-    let client = db.connect().await;
-    let plan = create_plan(
-        &chain,
-        DevChain::address(MERCHANT),
-        USDC,
-        B256::repeat_byte(1),
-    )
-    .await;
-    fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
     fund(&chain, DevChain::address(CUSTOMER_B), 10 * USDC).await;
     let mut cfg = chain_config(&chain);
     cfg.confirmations = 3;

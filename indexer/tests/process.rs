@@ -81,17 +81,12 @@ async fn kill_9_during_backfill_then_restart_gives_the_uninterrupted_state() {
 
 #[tokio::test]
 async fn second_indexer_waits_as_standby_and_takes_over_when_the_writer_dies() {
-    let chain = DevChain::start().await;
-    let db = TestDb::create().await;
-    let client = db.connect().await;
-    let plan = create_plan(
-        &chain,
-        DevChain::address(MERCHANT),
-        USDC,
-        B256::repeat_byte(1),
-    )
-    .await;
-    fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
     fund(&chain, DevChain::address(CUSTOMER_B), 10 * USDC).await;
 
     let (port_a, port_b) = (free_port(), free_port());
@@ -131,17 +126,12 @@ async fn epoch(c: &tokio_postgres::Client) -> i64 {
 
 #[tokio::test]
 async fn sigterm_stops_cleanly_and_health_and_metrics_are_served() {
-    let chain = DevChain::start().await;
-    let db = TestDb::create().await;
-    let client = db.connect().await;
-    let plan = create_plan(
-        &chain,
-        DevChain::address(MERCHANT),
-        USDC,
-        B256::repeat_byte(1),
-    )
-    .await;
-    fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
     subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
     let port = free_port();
     let mut child = spawn_indexer(&chain, &db, port, &[]);

@@ -347,3 +347,30 @@ pub async fn health(port: u16) -> serde_json::Value {
     .await;
     serde_json::from_str(body.as_deref().unwrap_or("{}")).expect("health json")
 }
+
+/// The usual start of an indexer test: a fresh chain and database, one 1-USDC plan of the
+/// MERCHANT account, and the CUSTOMER account funded with 10 USDC.
+pub struct Scene {
+    pub chain: DevChain,
+    pub db: TestDb,
+    pub client: Client,
+    pub plan: u64,
+}
+
+impl Scene {
+    pub async fn start() -> Scene {
+        let chain = DevChain::start().await;
+        let db = TestDb::create().await;
+        let client = db.connect().await;
+        let merchant = DevChain::address(chainsub_tests::chain::accounts::MERCHANT);
+        let plan = create_plan(&chain, merchant, USDC, B256::repeat_byte(1)).await;
+        let customer = DevChain::address(chainsub_tests::chain::accounts::CUSTOMER);
+        fund(&chain, customer, 10 * USDC).await;
+        Scene {
+            chain,
+            db,
+            client,
+            plan,
+        }
+    }
+}
