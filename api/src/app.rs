@@ -36,8 +36,15 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/events/{id}"),
 ];
 
-/// Every route of the API.
+/// Every route of the API, behind the guard that keeps control characters in the path or
+/// query from reaching any of them.
 pub fn api_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    routes::request_text_guard()
+        .and(resource_routes(ctx))
+        .boxed()
+}
+
+fn resource_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     routes::health::routes(ctx.clone())
         .or(routes::auth::routes(ctx.clone()))
         .unify()

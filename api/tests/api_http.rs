@@ -417,3 +417,88 @@ async fn retry_after_a_forgotten_idempotent_request_resumes_the_same_plan() {
         .get(0);
     assert_eq!(n, 1);
 }
+
+/// Every query parameter of every GET route in the OpenAPI document, and every path id and
+/// checkout path segment, with a control character inside: a 400 naming where, never a 500
+/// (Postgres refuses NUL in a text parameter). Issue 15's fuzz find was
+/// `GET /api/v1/subscriptions?customerExternalId=ab%00cd -> 500`.
+#[tokio::test]
+async fn control_characters_in_any_query_or_path_text_are_a_400_never_a_500() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let doc: Value = serde_json::from_str(include_str!("../openapi.json")).unwrap();
+    let controls = [
+        "%00", "%01", "%08", "%0A", "%0D", "%1B", "%1F", "%7F", "%C2%85",
+    ];
+
+    let mut query_cases = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        let Some(get) = ops.get("get") else { continue };
+        if path.contains('{') {
+            continue; // path ids below
+        }
+        for p in get["parameters"].as_array().into_iter().flatten() {
+            let p = match p.get("$ref").and_then(Value::as_str) {
+                Some(r) => &doc["components"]["parameters"][r.rsplit('/').next().unwrap()],
+                None => p,
+            };
+            if p["in"] != "query" {
+                continue;
+            }
+            let name = p["name"].as_str().unwrap();
+            for c in controls {
+                let r = app.get(&format!("{path}?{name}=ab{c}cd"), &key).await;
+                assert_eq!(r.status, 400, "{path}?{name}=ab{c}cd: {:?}", r.body);
+                assert_eq!(r.error_param(), Some(name), "{path}?{name}=ab{c}cd");
+                query_cases += 1;
+            }
+        }
+    }
+    assert!(
+        query_cases >= 9 * 14,
+        "every list route's parameters were tried ({query_cases})"
+    );
+
+    for path in [
+        "/api/v1/plans/plan_ab{c}cd",
+        "/api/v1/subscriptions/sub_1{c}",
+        "/api/v1/events/evt_ab{c}cd",
+        "/checkout/ab{c}cd/pro",
+        "/checkout/abcd/pro{c}/tx",
+    ] {
+        for c in controls {
+            let url = path.replace("{c}", c);
+            let r = app.get(&url, &key).await;
+            assert_eq!(r.status, 400, "{url}: {:?}", r.body);
+            assert_eq!(r.error_param(), Some("path"), "{url}");
+        }
+    }
+
+    // A parameter name with a control character is an unknown parameter, not a 500.
+    let r = app.get("/api/v1/events?ty%00pe=x", &key).await;
+    assert_eq!((r.status, r.error_code()), (400, Some("parameter_unknown")));
+
+    // Free-text filters follow the body's rules: 1-128 characters, not blank.
+    let ok = "é".repeat(128);
+    let r = app
+        .get(
+            &format!("/api/v1/subscriptions?customerExternalId={ok}"),
+            &key,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    for bad in ["", "%20%20", &"a".repeat(129)] {
+        let r = app
+            .get(
+                &format!("/api/v1/subscriptions?customerExternalId={bad}"),
+                &key,
+            )
+            .await;
+        assert_eq!(r.status, 400, "customerExternalId={bad}: {:?}", r.body);
+        assert_eq!(r.error_param(), Some("customerExternalId"));
+    }
+    let r = app
+        .get(&format!("/api/v1/events?type={}", "a".repeat(5000)), &key)
+        .await;
+    assert_eq!((r.status, r.error_param()), (400, Some("type")));
+}

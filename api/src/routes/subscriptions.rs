@@ -16,7 +16,9 @@ use crate::pagination::{Cursor, Page};
 use crate::render::{ChainRef, address, amount_from_str, time};
 use crate::reply::{Resp, respond};
 use crate::routes::plans::with_rate;
-use crate::routes::{Caller, SqlParams, caller, check_params, method_fallback, param, query_pairs};
+use crate::routes::{
+    Caller, SqlParams, caller, check_params, method_fallback, param, query_pairs, text_param,
+};
 
 /// The subscriptions router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
@@ -154,7 +156,7 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         }
         sql.push_str(&format!(" AND s.status = {}", params.push(s.to_string())));
     }
-    if let Some(p) = param(q, "planId") {
+    if let Some(p) = text_param(q, "planId", 100)? {
         // Unknown or another merchant's plan simply matches nothing.
         let ph = params.push(p.to_string());
         sql.push_str(&format!(
@@ -164,7 +166,8 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
             ctx.cfg.chain_id
         ));
     }
-    if let Some(cx) = param(q, "customerExternalId") {
+    // The same bound as the checkout body's `customerExternalId`.
+    if let Some(cx) = text_param(q, "customerExternalId", 128)? {
         sql.push_str(&format!(
             " AND s.customer_external_id = {}",
             params.push(cx.to_string())
