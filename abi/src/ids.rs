@@ -1,32 +1,22 @@
 //! Public identifiers of chain-derived objects. The indexer writes them and the API parses
 //! them, so both live here. They are opaque to merchants; only their prefixes are promised.
 
-use alloy::primitives::{B256, keccak256};
+use alloy::primitives::B256;
+use chainsub_core::{EventId, SubscriptionId};
 
-/// `evt_<32 hex>`: keccak256(chain_id ‖ tx_hash ‖ log_index), truncated. Stable for the same
-/// log across reorgs (the same transaction re-mined in another block keeps its id), so a
-/// merchant can deduplicate webhooks by it.
+/// `evt_<32 hex>` of the log at (`chain_id`, `tx_hash`, `log_index`): [`EventId::of_log`].
 pub fn event_id(chain_id: u64, tx_hash: B256, log_index: u64) -> String {
-    let mut buf = [0u8; 8 + 32 + 8];
-    buf[..8].copy_from_slice(&chain_id.to_be_bytes());
-    buf[8..40].copy_from_slice(tx_hash.as_slice());
-    buf[40..].copy_from_slice(&log_index.to_be_bytes());
-    let h = keccak256(buf);
-    format!("evt_{}", alloy::hex::encode(&h[..16]))
+    EventId::of_log(chain_id, tx_hash, log_index).to_string()
 }
 
 /// `sub_<on-chain id>`.
 pub fn subscription_id(onchain_id: u64) -> String {
-    format!("sub_{onchain_id}")
+    format!("{}{onchain_id}", SubscriptionId::PREFIX)
 }
 
 /// The on-chain id inside a `sub_…` id; `None` for anything else.
 pub fn parse_subscription_id(id: &str) -> Option<u64> {
-    let digits = id.strip_prefix("sub_")?;
-    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    SubscriptionId::parse(id).map(|s| s.onchain() as u64)
 }
 
 #[cfg(test)]

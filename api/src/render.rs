@@ -2,7 +2,6 @@
 //! `GET /api/v1/events` and by webhook delivery, so a webhook body and the API agree byte for
 //! byte. Rows must come from [`EVENT_SELECT`].
 
-use alloy::primitives::Address;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio_postgres::Row;
@@ -22,19 +21,7 @@ pub const EVENT_SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_ti
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
     LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id";
 
-/// `0x…` lowercase hex.
-pub fn hex0x(b: &[u8]) -> String {
-    format!("0x{}", hex::encode(b))
-}
-
-/// An EIP-55 address from 20 bytes (falls back to hex for malformed input).
-pub fn address(b: &[u8]) -> String {
-    if b.len() == 20 {
-        Address::from_slice(b).to_checksum(None)
-    } else {
-        hex0x(b)
-    }
-}
+pub use chainsub_core::address::{checksum as address, hex0x};
 
 /// RFC 3339 with second precision and `Z`.
 pub fn time(t: DateTime<Utc>) -> String {

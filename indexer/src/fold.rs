@@ -10,43 +10,8 @@ use serde_json::{Value, json};
 use crate::map::{end_reason_name, id_to_i64};
 use crate::{Error, Result};
 
-/// Subscription status, as stored and served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Active,
-    PastDue,
-    Cancelled,
-    Ended,
-}
-
-impl Status {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Active => "active",
-            Status::PastDue => "past_due",
-            Status::Cancelled => "cancelled",
-            Status::Ended => "ended",
-        }
-    }
-
-    /// Parses a stored name.
-    pub fn parse(s: &str) -> Option<Status> {
-        [
-            Status::Active,
-            Status::PastDue,
-            Status::Cancelled,
-            Status::Ended,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
-    }
-
-    /// Cancelled and ended subscriptions never change again.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Status::Cancelled | Status::Ended)
-    }
-}
+/// Subscription status, as stored and served (the one enum in `chainsub-core`).
+pub use chainsub_core::SubscriptionStatus as Status;
 
 /// One subscription after some prefix of its events (a `subscriptions` row).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! query is scoped by the merchant's wallet.
 
 use chainsub_abi::ids::parse_subscription_id;
+use chainsub_core::SubscriptionStatus;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio_postgres::Row;
@@ -116,8 +117,6 @@ fn subscription_json(r: &Row) -> Value {
     })
 }
 
-const STATUSES: [&str; 4] = ["active", "past_due", "cancelled", "ended"];
-
 fn sub_cursor(param_name: &str, id: &str) -> Result<i64> {
     parse_subscription_id(id)
         .and_then(|n| i64::try_from(n).ok())
@@ -148,13 +147,16 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     params.push(merchant.wallet_bytes());
     let mut sql = select(ctx.cfg.chain_id);
     if let Some(s) = param(q, "status") {
-        if !STATUSES.contains(&s) {
-            return Err(ApiError::invalid(
+        let status = SubscriptionStatus::parse(s).map_err(|_| {
+            ApiError::invalid(
                 "status",
-                "`status` must be one of active, past_due, cancelled, ended",
-            ));
-        }
-        sql.push_str(&format!(" AND s.status = {}", params.push(s.to_string())));
+                format!("`status` must be one of {}", SubscriptionStatus::names()),
+            )
+        })?;
+        sql.push_str(&format!(
+            " AND s.status = {}",
+            params.push(status.as_str().to_string())
+        ));
     }
     if let Some(p) = text_param(q, "planId", 100)? {
         // Unknown or another merchant's plan simply matches nothing.

@@ -267,8 +267,7 @@ fn sub_of_row(r: &tokio_postgres::Row) -> Result<SubState> {
             .map_err(|e| Error::Inconsistent(format!("amount {amount}: {e}")))?,
         customer_ref: b256(r.get(5))?,
         customer_external_id: r.get(6),
-        status: Status::parse(&status)
-            .ok_or_else(|| Error::Inconsistent(format!("status {status}")))?,
+        status: Status::parse(&status).map_err(|e| Error::Inconsistent(e.to_string()))?,
         cancel_at_period_end: r.get(8),
         period: r.get::<_, i32>(9) as u32,
         current_period_start: r.get::<_, chrono::DateTime<chrono::Utc>>(10).timestamp() as u64,

@@ -1,0 +1,24 @@
+//! Chainsub's vocabulary, shared by every crate above it (`store`, `indexer`, `keeper`,
+//! `webhooks`, `api`): typed prefixed ids built from one macro, USDC [`Amount`]s, plan
+//! [`Slug`]s, the status enums stored in Postgres, and EIP-55 address formatting.
+//!
+//! Values are parsed once at the boundary (a request, a row) and cannot be invalid after
+//! that; every type here renders to exactly the text the API and the database use.
+
+pub mod address;
+pub mod amount;
+pub mod ids;
+pub mod slug;
+pub mod status;
+
+pub use address::{checksum, hex0x};
+pub use amount::{Amount, AmountError, MAX_AMOUNT_BASE_UNITS, format_units};
+pub use ids::{CheckoutId, EventId, MerchantId, PlanId, SubscriptionId};
+pub use slug::Slug;
+pub use status::{OutboxStatus, ProvisionStatus, SubscriptionStatus, UnknownStatus};
+
+/// USDC's decimals: 1 USDC = 1,000,000 base units.
+pub const USDC_DECIMALS: u8 = 6;
+
+/// The one currency the service bills in.
+pub const CURRENCY: &str = "USDC";
