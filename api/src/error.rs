@@ -251,6 +251,15 @@ impl From<tokio_postgres::Error> for ApiError {
     }
 }
 
+impl From<chainsub_store::Error> for ApiError {
+    fn from(e: chainsub_store::Error) -> ApiError {
+        match e {
+            chainsub_store::Error::Db(e) => e.into(),
+            e @ chainsub_store::Error::Inconsistent(_) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
 impl From<deadpool_postgres::PoolError> for ApiError {
     fn from(e: deadpool_postgres::PoolError) -> ApiError {
         ApiError::Unavailable(e.to_string())

@@ -101,7 +101,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut client = chainsub_api::db::connect(&database_url).await?;
             let (merchant, key) =
                 chainsub_api::auth::api_key::admin_create_key(&mut client, wallet).await?;
-            eprintln!("merchant {} (code {})", merchant.public_id, merchant.code);
+            eprintln!(
+                "merchant {} (code {})",
+                merchant.public_id(),
+                merchant.code()
+            );
             // stdout carries only the key, so scripts can capture it.
             println!("{}", key.expose());
             Ok(())

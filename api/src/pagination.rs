@@ -59,31 +59,30 @@ impl Page {
         Ok(Page { limit, cursor })
     }
 
-    /// SQL fragments for a descending key `col` given the cursor's key: the comparison,
-    /// the ORDER BY, and whether rows come back reversed.
-    pub fn sql(&self, col: &str, key: Option<i64>, placeholder: usize) -> (String, String, bool) {
-        match (&self.cursor, key) {
-            (Some(Cursor::After(_)), Some(_)) => (
-                format!(" AND {col} < ${placeholder}"),
-                format!(" ORDER BY {col} DESC"),
-                false,
-            ),
-            (Some(Cursor::Before(_)), Some(_)) => (
-                format!(" AND {col} > ${placeholder}"),
-                format!(" ORDER BY {col} ASC"),
-                true,
-            ),
-            _ => (String::new(), format!(" ORDER BY {col} DESC"), false),
+    /// The store's page for this request, given the cursor's key (looked up by the route).
+    pub fn store_page(&self, key: Option<i64>) -> chainsub_store::Page {
+        let direction = match self.cursor {
+            Some(Cursor::Before(_)) => chainsub_store::Direction::Newer,
+            _ => chainsub_store::Direction::Older,
+        };
+        chainsub_store::Page {
+            limit: self.limit,
+            key,
+            direction,
         }
     }
 
-    /// Builds the list from `limit + 1` fetched rows.
-    pub fn finish(&self, mut data: Vec<Value>, reversed: bool) -> Value {
-        let has_more = data.len() as i64 > self.limit;
-        data.truncate(self.limit as usize);
-        if reversed {
-            data.reverse();
+    /// The parameter the cursor came in (`startingAfter` or `endingBefore`) and its id.
+    pub fn cursor_param(&self) -> Option<(&'static str, &str)> {
+        match &self.cursor {
+            Some(Cursor::After(id)) => Some(("startingAfter", id)),
+            Some(Cursor::Before(id)) => Some(("endingBefore", id)),
+            None => None,
         }
-        json!({ "object": "list", "data": data, "hasMore": has_more })
     }
+}
+
+/// `{object: "list", data, hasMore}`.
+pub fn list_json(data: Vec<Value>, has_more: bool) -> Value {
+    json!({ "object": "list", "data": data, "hasMore": has_more })
 }

@@ -8,18 +8,8 @@ use tokio_postgres::Row;
 
 use crate::domain::format_units;
 
-/// `SELECT … FROM chain_events ce …` with every column [`event_object`] reads. Append
-/// `WHERE …` (e.g. `WHERE ce.public_id = $1`); the `plans` join is scoped to the event's
-/// merchant, so a planRef cannot resolve to another merchant's plan.
-pub const EVENT_SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.chain_id, \
-    ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, ce.log_index, \
-    ce.subscription_id, ce.decoded, ce.snapshot, p.public_id AS plan_public_id, \
-    cur.block_number AS indexed_block \
-    FROM chain_events ce \
-    LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id \
-    LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet \
-    LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
-    LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id";
+/// The columns [`event_object`] reads: the store's event `SELECT`.
+pub use chainsub_store::events::SELECT as EVENT_SELECT;
 
 pub use chainsub_core::address::{checksum as address, hex0x};
 

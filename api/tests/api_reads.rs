@@ -304,3 +304,136 @@ async fn pagination_walks_250_subscriptions_forwards_and_backwards_without_gap_o
     }
     assert_eq!(ids.len(), 500);
 }
+
+/// Issue 10, point 3: no SQL text is built from request values, so however many distinct
+/// filter / limit / cursor combinations merchants send, one pooled connection prepares a
+/// small, constant number of statements. Before, every combination was a new cached
+/// statement (`LIMIT 37` and `LIMIT 38` were two), without bound: ~100 KB of Postgres
+/// backend memory each.
+#[tokio::test]
+async fn list_routes_prepare_a_constant_number_of_statements() {
+    let app = spawn(Opts {
+        pool_size: Some(1),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(wallet(MERCHANT)).await;
+    let db = app.db().await;
+    seed_cursor(&db, 1000).await;
+    let mut events = Vec::new();
+    for i in 1..=5 {
+        let (_, evt) = seed_subscription(&db, wallet(MERCHANT), i, 1, Some("cust")).await;
+        events.push(evt);
+    }
+    let plan = app
+        .post(
+            "/api/v1/plans",
+            &key,
+            &json!({"name": "Pro", "amount": "5.00", "currency": "USDC", "interval": "month"}),
+            None,
+        )
+        .await;
+    let plan_id = plan.body["id"].as_str().unwrap().to_string();
+
+    let statuses = ["", "active", "past_due", "cancelled", "ended"];
+    let types = [
+        "",
+        "subscription.created",
+        "subscription.charged",
+        "subscription.ended",
+    ];
+    // Requests differ in limit, filters and cursor; all but the plan pages are unique.
+    let url = |i: usize| -> String {
+        let limit = 1 + i % 100;
+        let mut q = format!("limit={limit}");
+        let mut add = |k: &str, v: String| {
+            if !v.is_empty() {
+                q.push_str(&format!("&{k}={v}"));
+            }
+        };
+        match i % 5 {
+            0 | 1 => {
+                add("status", statuses[(i / 5) % 5].into());
+                if i.is_multiple_of(7) {
+                    add("planId", plan_id.clone());
+                }
+                // A cursor key, or (first pages) a customer, unique to this request.
+                match (i / 5) % 3 {
+                    0 => add("startingAfter", format!("sub_{}", 1 + i)),
+                    1 => add("endingBefore", format!("sub_{}", 1 + i)),
+                    _ => add("customerExternalId", format!("cust-{i}")),
+                }
+                format!("/api/v1/subscriptions?{q}")
+            }
+            2 | 3 => {
+                add("type", types[(i / 5) % 4].into());
+                if i.is_multiple_of(3) {
+                    add("subscriptionId", format!("sub_{}", 1 + i % 5));
+                }
+                if i.is_multiple_of(2) {
+                    add("fromBlock", (i % 50).to_string());
+                }
+                add("toBlock", (100_000 + i).to_string());
+                if i.is_multiple_of(17) {
+                    add("createdGte", "2023-01-01T00:00:00Z".into());
+                }
+                match i % 4 {
+                    0 => add("startingAfter", events[i % events.len()].clone()),
+                    1 => add("endingBefore", events[i % events.len()].clone()),
+                    _ => {}
+                }
+                format!("/api/v1/events?{q}")
+            }
+            _ => {
+                if i.is_multiple_of(2) {
+                    add("startingAfter", plan_id.clone());
+                }
+                format!("/api/v1/plans?{q}")
+            }
+        }
+    };
+
+    let prepared = || async {
+        let conn = app.running.ctx.pool.get().await.unwrap();
+        let rows = conn
+            .query("SELECT statement FROM pg_prepared_statements", &[])
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+    };
+    let mut distinct = HashSet::new();
+    let mut after_first_sweep = 0;
+    for i in 0..4000 {
+        let u = url(i);
+        distinct.insert(u.clone());
+        let r = app.get(&u, &key).await;
+        assert_eq!(r.status, 200, "{u}: {:?}", r.body);
+        if i == 999 {
+            after_first_sweep = prepared().await.len();
+        }
+    }
+    assert!(
+        distinct.len() >= 3000,
+        "{} distinct requests",
+        distinct.len()
+    );
+    let statements = prepared().await;
+    assert!(
+        statements.len() <= chainsub_store::STATEMENT_BUDGET,
+        "{} statements prepared on one connection (budget {}):\n{}",
+        statements.len(),
+        chainsub_store::STATEMENT_BUDGET,
+        statements.join("\n")
+    );
+    assert_eq!(
+        statements.len(),
+        after_first_sweep,
+        "3,000 more distinct requests prepared more statements"
+    );
+    assert!(
+        statements.iter().all(|s| !s.contains("LIMIT 1")),
+        "{statements:?}"
+    );
+}

@@ -54,7 +54,7 @@ async fn sign_in(running: &Running, db: &TestDb, wallet_byte: u8) -> (i64, Strin
         .await
         .unwrap();
     let name = chainsub_api::auth::session::cookie_name(&running.ctx.cfg);
-    (m.id, format!("{name}={cookie}"), session.csrf_token)
+    (m.id(), format!("{name}={cookie}"), session.csrf_token)
 }
 
 struct Dash {

@@ -75,7 +75,7 @@ async fn a_reorg_that_removes_an_unconfirmed_event_never_produces_a_webhook() {
     let merchant = chainsub_api::merchants::find_or_create(&client, DevChain::address(MERCHANT))
         .await
         .unwrap();
-    set_url(&mut client, merchant.id, &rx.url()).await;
+    set_url(&mut client, merchant.id(), &rx.url()).await;
     let (_stop, _dispatcher) = spawn_dispatcher(&db.url, fast_config("0s,10ms"));
     let _indexer = ChildGuard(
         std::process::Command::new(bin_path("indexer"))

@@ -82,36 +82,19 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
     };
     let hash = key.hash();
     let conn = ctx.pool.get().await?;
-    // Prepared once per connection: this runs on every API-key request.
-    let stmt = conn
-        .prepare_cached(&format!(
-            "SELECT k.id AS key_id, k.key_hash, k.last_used_at < now() - interval '60 seconds' \
-             OR k.last_used_at IS NULL AS stale, {} \
-             FROM api_keys k JOIN merchants m ON m.id = k.merchant_id \
-             WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
-            merchants::COLUMNS
-        ))
-        .await?;
-    let row = conn.query_opt(&stmt, &[&hash.as_slice()]).await?;
-    let Some(row) = row else {
+    let Some((merchant, found)) = chainsub_store::merchants::by_api_key_hash(&conn, &hash).await?
+    else {
         ctx.limits.per_ip.check(&caller.ip_key())?;
         return Err(ApiError::bad_key());
     };
-    let stored: Vec<u8> = row.get("key_hash");
     // The index lookup found the row; compare again in constant time as defence in depth.
-    if !ct_eq(&stored, &hash) {
+    if !ct_eq(&found.key_hash, &hash) {
         return Err(ApiError::bad_key());
     }
-    let merchant = Merchant::from_row(&row);
-    let rate = ctx.limits.per_key.check(&merchant.public_id)?;
-    if row.get::<_, Option<bool>>("stale").unwrap_or(true) {
+    let rate = ctx.limits.per_key.check(merchant.public_id().as_str())?;
+    if found.stale {
         // last_used_at at minute resolution: one write per key per minute, not per request.
-        let key_id: i64 = row.get("key_id");
-        conn.execute(
-            "UPDATE api_keys SET last_used_at = now() WHERE id = $1",
-            &[&key_id],
-        )
-        .await?;
+        chainsub_store::merchants::touch_api_key(&**conn, &merchant, found.key_id).await?;
     }
     Ok(Authed { merchant, rate })
 }
@@ -184,7 +167,7 @@ pub async fn admin_create_key(
     wallet: alloy::primitives::Address,
 ) -> Result<(Merchant, ApiKey)> {
     let merchant = merchants::find_or_create(&*client, wallet).await?;
-    let (key, _) = create_or_rotate(client, merchant.id).await?;
+    let (key, _) = create_or_rotate(client, merchant.id()).await?;
     Ok((merchant, key))
 }
 

@@ -12,7 +12,7 @@ use super::{ct_eq, random_token, sha3};
 use crate::config::Config;
 use crate::ctx::{Ctx, with_ctx};
 use crate::error::{ApiError, Result};
-use crate::merchants::{self, Merchant};
+use crate::merchants::Merchant;
 
 /// The header that carries the CSRF token.
 pub const CSRF_HEADER: &str = "x-csrf-token";
@@ -30,7 +30,7 @@ impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("id", &self.id)
-            .field("merchant", &self.merchant.public_id)
+            .field("merchant", &self.merchant.public_id())
             .finish_non_exhaustive()
     }
 }
@@ -72,7 +72,7 @@ pub async fn create(
              VALUES ($1, $2, $3, now() + make_interval(secs => $4)) RETURNING id, expires_at",
             &[
                 &sha3(cookie.as_bytes()).as_slice(),
-                &merchant.id,
+                &merchant.id(),
                 &csrf,
                 &(ttl_secs as f64),
             ],
@@ -148,23 +148,15 @@ pub async fn session_of(
     };
     let value = cookie_value(cookie_header, cookie_name(&ctx.cfg)).ok_or_else(unauthorized)?;
     let conn = ctx.pool.get().await?;
-    let row = conn
-        .query_opt(
-            &format!(
-                "SELECT s.id AS session_id, s.csrf_token, s.expires_at, {} \
-                 FROM dashboard_sessions s JOIN merchants m ON m.id = s.merchant_id \
-                 WHERE s.session_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > now()",
-                merchants::COLUMNS
-            ),
-            &[&sha3(value.as_bytes()).as_slice()],
-        )
-        .await?
-        .ok_or_else(unauthorized)?;
+    let (merchant, found) =
+        chainsub_store::merchants::by_session_hash(&**conn, sha3(value.as_bytes()).as_slice())
+            .await?
+            .ok_or_else(unauthorized)?;
     let session = Session {
-        id: row.get("session_id"),
-        merchant: Merchant::from_row(&row),
-        csrf_token: row.get("csrf_token"),
-        expires_at: row.get("expires_at"),
+        id: found.session_id,
+        merchant,
+        csrf_token: found.csrf_token,
+        expires_at: found.expires_at,
     };
     let safe = *method == Method::GET || *method == Method::HEAD;
     if !safe && !csrf.is_some_and(|t| ct_eq(t.as_bytes(), session.csrf_token.as_bytes())) {

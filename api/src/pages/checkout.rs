@@ -12,12 +12,12 @@ use crate::checkout as link_sig;
 use crate::ctx::Ctx;
 use crate::domain::format_units;
 use crate::error::{ApiError, Result};
-use crate::merchants::{self, Merchant};
+use chainsub_store::checkouts::LinkMerchant;
 
 /// A checkout link whose signature checked out, resolved to its plan.
 #[derive(Debug, Clone)]
 pub struct Link {
-    pub merchant: Merchant,
+    pub merchant: LinkMerchant,
     pub plan_public_id: String,
     pub plan_name: String,
     /// USDC base units per period.
@@ -70,57 +70,47 @@ pub async fn resolve(
 ) -> Result<Link> {
     verify_link(ctx, code, slug, customer, sig)?;
     let conn = ctx.pool.get().await?;
-    let row = conn
-        .query_opt(
-            &format!(
-                "SELECT {}, p.id AS plan_id, p.public_id AS plan_public_id, p.name, \
-                 p.amount::TEXT AS amount, p.interval, p.slug, \
-                 COALESCE(p.onchain_plan_id, (SELECT cp.onchain_id FROM chain_plans cp \
-                   WHERE cp.plan_ref = p.plan_ref AND cp.chain_id = $3 \
-                   AND cp.merchant_wallet = m.wallet)) AS onchain_id \
-                 FROM merchants m JOIN plans p ON p.merchant_id = m.id \
-                 WHERE m.code = $1 AND p.slug = $2",
-                merchants::COLUMNS
-            ),
-            &[&code, &slug, &(ctx.cfg.chain_id as i64)],
-        )
-        .await?
-        .ok_or_else(|| ApiError::not_found("checkout link", None))?;
-    let merchant = Merchant::from_row(&row);
-    let plan_id: i64 = row.get("plan_id");
-    let amount: String = row.get("amount");
-    let amount: u128 = amount
-        .parse()
-        .map_err(|_| ApiError::Internal(format!("plan amount {amount} is not an integer")))?;
+    let stored_link =
+        chainsub_store::checkouts::resolve(&conn, code, slug, ctx.cfg.chain_id as i64)
+            .await?
+            .ok_or_else(|| ApiError::not_found("checkout link", None))?;
+    let amount: u128 = stored_link.amount.parse().map_err(|_| {
+        ApiError::Internal(format!(
+            "plan amount {} is not an integer",
+            stored_link.amount
+        ))
+    })?;
     // The stored reference is the contract with the indexer (it resolves customerExternalId
     // through checkouts.customer_ref); the derivation is only a fallback for a link whose
     // row is gone, and yields the same bytes because the API derives it the same way.
-    let stored = conn
-        .query_opt(
-            "SELECT customer_ref FROM checkouts WHERE merchant_id = $1 AND plan_id = $2 \
-             AND customer_external_id IS NOT DISTINCT FROM $3 ORDER BY id DESC LIMIT 1",
-            &[&merchant.id, &plan_id, &customer],
-        )
-        .await?;
+    let stored =
+        chainsub_store::checkouts::stored_customer_ref(&conn, &stored_link, customer).await?;
     let customer_ref = match stored {
-        Some(r) => B256::try_from(r.get::<_, Vec<u8>>(0).as_slice())
+        Some(r) => B256::try_from(r.as_slice())
             .map_err(|_| ApiError::Internal("checkouts.customer_ref is not 32 bytes".into()))?,
         None => B256::from(link_sig::customer_ref(
             ctx.cfg.checkout_signing_secret.expose(),
-            &merchant.public_id,
+            stored_link.merchant.public_id.as_str(),
             customer,
         )),
     };
+    let chainsub_store::checkouts::Link {
+        merchant,
+        plan_public_id,
+        plan_name,
+        interval,
+        slug,
+        plan_onchain_id,
+        ..
+    } = stored_link;
     Ok(Link {
         merchant,
-        plan_public_id: row.get("plan_public_id"),
-        plan_name: row.get("name"),
+        plan_public_id,
+        plan_name,
         amount,
-        interval: row.get("interval"),
-        slug: row.get("slug"),
-        plan_onchain_id: row
-            .get::<_, Option<i64>>("onchain_id")
-            .and_then(|id| u64::try_from(id).ok()),
+        interval,
+        slug,
+        plan_onchain_id: plan_onchain_id.and_then(|id| u64::try_from(id).ok()),
         customer: customer.map(str::to_string),
         customer_ref,
     })
@@ -263,9 +253,8 @@ mod tests {
 
     fn link() -> Link {
         Link {
-            merchant: Merchant {
-                id: 1,
-                public_id: "mer_1".into(),
+            merchant: LinkMerchant {
+                public_id: chainsub_core::MerchantId::parse("mer_1").unwrap(),
                 wallet: Address::repeat_byte(0x22),
                 code: "abcdefgh".into(),
             },

@@ -61,7 +61,7 @@ pub fn signed_in(cfg: &Config, session: &Session, key_status: &Value, webhook: &
         "csrfToken": session.csrf_token,
         "hasKey": has_key,
     });
-    let wallet = session.merchant.wallet.to_checksum(None);
+    let wallet = session.merchant.wallet().to_checksum(None);
     let url = webhook["url"].as_str().unwrap_or("");
     let enabled = webhook["enabled"].as_bool().unwrap_or(true);
     let disabled_note = if enabled {
@@ -138,7 +138,7 @@ the full key is shown once, when it is created.</p>
 </section>
 {settings}"#,
         wallet = esc(&wallet),
-        code = esc(&session.merchant.code),
+        code = esc(session.merchant.code()),
         has_key = has_key,
         summary = esc(&key_summary(key_status)),
         gen_hidden = if has_key { " hidden" } else { "" },

@@ -61,7 +61,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 fn session_json(s: &Session) -> serde_json::Value {
     json!({
         "object": "session",
-        "merchant": s.merchant.to_json(),
+        "merchant": crate::merchants::merchant_json(&s.merchant),
         "csrfToken": s.csrf_token,
         "expiresAt": crate::render::time(s.expires_at),
     })
@@ -142,7 +142,7 @@ async fn sign_in(
     let merchant = crate::merchants::find_or_create(&*tx, msg.address).await?;
     let (cookie, s) = session::create(&*tx, &merchant, ctx.cfg.session_ttl_secs).await?;
     tx.commit().await?;
-    tracing::info!(merchant = %merchant.public_id, "dashboard sign-in");
+    tracing::info!(merchant = %merchant.public_id(), "dashboard sign-in");
     Ok(Resp::json(session_json(&s)).header(
         "set-cookie",
         &session::set_cookie(&ctx.cfg, &cookie, ctx.cfg.session_ttl_secs),

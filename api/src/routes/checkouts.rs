@@ -68,7 +68,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
     let request = format!("POST /api/v1/checkouts\n{}", Value::Object(body.clone()));
     let resp = crate::idempotency::run(
         ctx,
-        &merchant.public_id,
+        merchant.public_id().as_str(),
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,
@@ -92,8 +92,9 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
             let secret = ctx.cfg.checkout_signing_secret.expose();
             let customer = input.customer.as_deref();
             let url =
-                crate::checkout::url(&ctx.cfg.base(), secret, &merchant.code, &slug, customer);
-            let customer_ref = crate::checkout::customer_ref(secret, &merchant.public_id, customer);
+                crate::checkout::url(&ctx.cfg.base(), secret, merchant.code(), &slug, customer);
+            let customer_ref =
+                crate::checkout::customer_ref(secret, merchant.public_id().as_str(), customer);
             let public_id = format!("chk_{}", random_hex(12));
             let conn = ctx.pool.get().await?;
             let created: chrono::DateTime<chrono::Utc> = conn
@@ -102,7 +103,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                      customer_ref, url) VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at",
                     &[
                         &public_id,
-                        &merchant.id,
+                        &merchant.id(),
                         &plan_pk,
                         &input.customer,
                         &customer_ref.as_slice(),

@@ -2,6 +2,8 @@
 //! lifecycle and charge events of the merchant, rendered by [`crate::render::event_object`]
 //! (the same renderer webhooks use).
 
+use chainsub_core::{EventId, SubscriptionId};
+use chainsub_store::events as store;
 use chrono::{DateTime, Utc};
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -9,11 +11,11 @@ use warp::filters::BoxedFilter;
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::error::{ApiError, Result};
-use crate::pagination::{Cursor, Page};
-use crate::render::{EVENT_SELECT, event_object};
+use crate::pagination::{Page, list_json};
+use crate::render::event_object;
 use crate::reply::{Resp, respond};
 use crate::routes::plans::with_rate;
-use crate::routes::{Caller, SqlParams, caller, check_params, method_fallback, param, query_pairs};
+use crate::routes::{Caller, caller, check_params, method_fallback, param, query_pairs};
 
 /// The events router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
@@ -41,10 +43,6 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .map(|_: String, r: Resp| r))
         .unify();
     list.or(one).unify().boxed()
-}
-
-fn scope(chain_id: u64) -> String {
-    format!(" WHERE ce.merchant_wallet = $1 AND ce.kind IS NOT NULL AND ce.chain_id = {chain_id}")
 }
 
 fn block_param(q: &[(String, String)], name: &str) -> Result<Option<i64>> {
@@ -85,89 +83,68 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         ],
     )?;
     let page = Page::parse(q)?;
-    let mut params = SqlParams::default();
-    params.push(merchant.wallet_bytes());
-    let mut sql = format!("{EVENT_SELECT}{}", scope(ctx.cfg.chain_id));
-    if let Some(t) = param(q, "type") {
-        let kind = chainsub_abi::EventKind::parse(t).ok_or_else(|| {
-            ApiError::invalid("type", "`type` must be a subscription.* event type")
-        })?;
-        sql.push_str(&format!(
-            " AND ce.kind = {}",
-            params.push(kind.as_str().to_string())
-        ));
-    }
-    if let Some(s) = param(q, "subscriptionId") {
-        let id = chainsub_abi::ids::parse_subscription_id(s)
-            .and_then(|n| i64::try_from(n).ok())
-            .ok_or_else(|| {
+    let kind = param(q, "type")
+        .map(|t| {
+            chainsub_abi::EventKind::parse(t).ok_or_else(|| {
+                ApiError::invalid("type", "`type` must be a subscription.* event type")
+            })
+        })
+        .transpose()?;
+    let subscription = param(q, "subscriptionId")
+        .map(|s| {
+            SubscriptionId::parse(s).ok_or_else(|| {
                 ApiError::invalid(
                     "subscriptionId",
                     "`subscriptionId` must be a subscription id (sub_…)",
                 )
-            })?;
-        sql.push_str(&format!(" AND ce.subscription_id = {}", params.push(id)));
-    }
-    if let Some(b) = block_param(q, "fromBlock")? {
-        sql.push_str(&format!(" AND ce.block_number >= {}", params.push(b)));
-    }
-    if let Some(b) = block_param(q, "toBlock")? {
-        sql.push_str(&format!(" AND ce.block_number <= {}", params.push(b)));
-    }
-    if let Some(t) = time_param(q, "createdGte")? {
-        sql.push_str(&format!(" AND ce.block_time >= {}", params.push(t)));
-    }
-    if let Some(t) = time_param(q, "createdLt")? {
-        sql.push_str(&format!(" AND ce.block_time < {}", params.push(t)));
-    }
+            })
+        })
+        .transpose()?;
+    let filter = store::Filter {
+        kind: kind.map(|k| k.as_str()),
+        subscription: subscription.as_ref(),
+        from_block: block_param(q, "fromBlock")?,
+        to_block: block_param(q, "toBlock")?,
+        created_gte: time_param(q, "createdGte")?,
+        created_lt: time_param(q, "createdLt")?,
+    };
     let conn = ctx.pool.get().await?;
-    let key: Option<i64> = match &page.cursor {
+    let key = match page.cursor_param() {
         None => None,
-        Some(cur) => {
-            let (name, id) = match cur {
-                Cursor::After(id) => ("startingAfter", id),
-                Cursor::Before(id) => ("endingBefore", id),
+        Some((name, id)) => {
+            let no_such = || ApiError::NotFound {
+                message: format!("no such event `{id}`"),
+                param: Some(name.into()),
             };
-            let row = conn
-                .query_opt(
-                    "SELECT id FROM chain_events WHERE public_id = $1 AND merchant_wallet = $2 \
-                     AND kind IS NOT NULL",
-                    &[id, &merchant.wallet_bytes()],
-                )
-                .await?
-                .ok_or_else(|| ApiError::NotFound {
-                    message: format!("no such event `{id}`"),
-                    param: Some(name.into()),
-                })?;
-            Some(row.get(0))
+            let id = EventId::parse(id).ok_or_else(no_such)?;
+            Some(
+                store::cursor_key(&conn, &merchant, &id)
+                    .await?
+                    .ok_or_else(no_such)?,
+            )
         }
     };
-    let (cond, order, reversed) = page.sql("ce.id", key, params.next_index());
-    if let Some(k) = key {
-        params.push(k);
-    }
-    sql.push_str(&format!("{cond}{order} LIMIT {}", page.limit + 1));
-    // Cached per connection: planning these joins costs more than running them.
-    let stmt = conn.prepare_cached(&sql).await?;
-    let rows = conn.query(&stmt, &params.refs()).await?;
+    let (rows, more) = store::list(
+        &conn,
+        &merchant,
+        ctx.cfg.chain_id as i64,
+        &filter,
+        page.store_page(key),
+    )
+    .await?;
     let mut data: Vec<_> = rows.iter().map(event_object).collect();
     crate::webhooks::settings::attach_delivery(&conn, &mut data).await?;
-    Ok(with_rate(Resp::json(page.finish(data, reversed)), &rate))
+    Ok(with_rate(Resp::json(list_json(data, more)), &rate))
 }
 
 async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
     let Authed { merchant, rate } = authenticate(ctx, c).await?;
+    let not_found = || ApiError::not_found("event", Some("id"));
+    let id = EventId::parse(id).ok_or_else(not_found)?;
     let conn = ctx.pool.get().await?;
-    let row = conn
-        .query_opt(
-            &format!(
-                "{EVENT_SELECT}{} AND ce.public_id = $2",
-                scope(ctx.cfg.chain_id)
-            ),
-            &[&merchant.wallet_bytes(), &id],
-        )
+    let row = store::get(&conn, &merchant, ctx.cfg.chain_id as i64, &id)
         .await?
-        .ok_or_else(|| ApiError::not_found("event", Some("id")))?;
+        .ok_or_else(not_found)?;
     let mut event = [event_object(&row)];
     crate::webhooks::settings::attach_delivery(&conn, &mut event).await?;
     let [event] = event;

@@ -206,34 +206,6 @@ pub fn param<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Positional SQL parameters built alongside a dynamic WHERE clause.
-#[derive(Default)]
-pub struct SqlParams(Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>>);
-
-impl SqlParams {
-    /// Adds a value and returns its placeholder (`$n`).
-    pub fn push<T: tokio_postgres::types::ToSql + Sync + Send + 'static>(
-        &mut self,
-        v: T,
-    ) -> String {
-        self.0.push(Box::new(v));
-        format!("${}", self.0.len())
-    }
-
-    /// The placeholder the next value will get.
-    pub fn next_index(&self) -> usize {
-        self.0.len() + 1
-    }
-
-    /// References for `query`.
-    pub fn refs(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
-        self.0
-            .iter()
-            .map(|b| b.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync))
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

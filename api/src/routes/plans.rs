@@ -9,6 +9,7 @@
 
 use alloy::primitives::{B256, U256};
 use bytes::Bytes;
+use chainsub_store::plans as store;
 use serde_json::{Map, Value, json};
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
@@ -22,7 +23,7 @@ use crate::ctx::{Ctx, with_ctx};
 use crate::domain::{Amount, Slug, format_units, random_hex, text};
 use crate::error::{ApiError, Result};
 use crate::merchants::Merchant;
-use crate::pagination::{Cursor, Page};
+use crate::pagination::{Page, list_json};
 use crate::render::{ChainRef, time};
 use crate::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::routes::{Caller, caller, check_params, method_fallback, query_pairs};
@@ -76,24 +77,6 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .map(|_: String, r: Resp| r))
         .unify();
     collection.or(one).unify().or(provision).unify().boxed()
-}
-
-fn select(chain_id: u64) -> String {
-    format!(
-        "SELECT p.id, p.public_id, p.name, p.amount::TEXT AS amount, p.currency, p.interval, \
-         p.slug, p.plan_ref, p.provision_status, p.provision_error, p.provision_tx_hash, \
-         p.onchain_plan_id, p.provision_block_number, p.provision_block_hash, \
-         p.provision_log_index, p.created_at, cp.onchain_id AS cp_onchain_id, \
-         ce.block_number AS ce_block_number, ce.block_hash AS ce_block_hash, \
-         ce.transaction_hash AS ce_tx, ce.log_index AS ce_log_index, ce.contract AS ce_contract, \
-         cur.block_number AS indexed_block \
-         FROM plans p JOIN merchants m ON m.id = p.merchant_id \
-         LEFT JOIN chain_plans cp ON cp.plan_ref = p.plan_ref AND cp.chain_id = {chain_id} \
-              AND cp.merchant_wallet = m.wallet \
-         LEFT JOIN chain_events ce ON ce.id = cp.event_id \
-         LEFT JOIN indexer_cursor cur ON cur.chain_id = {chain_id} \
-         WHERE p.merchant_id = $1"
-    )
 }
 
 /// The plan object of DESIGN §4.
@@ -173,12 +156,7 @@ fn plan_json(ctx: &Ctx, r: &Row) -> Value {
 /// One plan of `merchant` by public id (404 for unknown or another merchant's).
 pub async fn find(ctx: &Ctx, merchant: &Merchant, public_id: &str) -> Result<Option<Row>> {
     let conn = ctx.pool.get().await?;
-    Ok(conn
-        .query_opt(
-            &format!("{} AND p.public_id = $2", select(ctx.cfg.chain_id)),
-            &[&merchant.id, &public_id],
-        )
-        .await?)
+    Ok(store::get(&conn, merchant, ctx.cfg.chain_id as i64, public_id).await?)
 }
 
 async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
@@ -186,40 +164,24 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     check_params(q, &["limit", "startingAfter", "endingBefore"])?;
     let page = Page::parse(q)?;
     let conn = ctx.pool.get().await?;
-    let key: Option<i64> = match &page.cursor {
+    let key = match page.cursor_param() {
         None => None,
-        Some(Cursor::After(id) | Cursor::Before(id)) => {
-            let param = if matches!(page.cursor, Some(Cursor::After(_))) {
-                "startingAfter"
-            } else {
-                "endingBefore"
-            };
-            let row = conn
-                .query_opt(
-                    "SELECT id FROM plans WHERE merchant_id = $1 AND public_id = $2",
-                    &[&merchant.id, id],
-                )
-                .await?
-                .ok_or_else(|| ApiError::NotFound {
-                    message: format!("no such plan `{id}`"),
-                    param: Some(param.into()),
-                })?;
-            Some(row.get(0))
-        }
+        Some((name, id)) => Some(store::cursor_key(&conn, &merchant, id).await?.ok_or_else(
+            || ApiError::NotFound {
+                message: format!("no such plan `{id}`"),
+                param: Some(name.into()),
+            },
+        )?),
     };
-    let (cond, order, reversed) = page.sql("p.id", key, 2);
-    let sql = format!(
-        "{}{cond}{order} LIMIT {}",
-        select(ctx.cfg.chain_id),
-        page.limit + 1
-    );
-    let stmt = conn.prepare_cached(&sql).await?;
-    let rows = match key {
-        Some(k) => conn.query(&stmt, &[&merchant.id, &k]).await?,
-        None => conn.query(&stmt, &[&merchant.id]).await?,
-    };
+    let (rows, more) = store::list(
+        &conn,
+        &merchant,
+        ctx.cfg.chain_id as i64,
+        page.store_page(key),
+    )
+    .await?;
     let data = rows.iter().map(|r| plan_json(ctx, r)).collect();
-    Ok(with_rate(Resp::json(page.finish(data, reversed)), &rate))
+    Ok(with_rate(Resp::json(list_json(data, more)), &rate))
 }
 
 /// Adds the key's RateLimit headers to a successful response.
@@ -298,7 +260,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
     let request = format!("POST /api/v1/plans\n{}", Value::Object(body.clone()));
     let resp = crate::idempotency::run(
         ctx,
-        &merchant.public_id,
+        merchant.public_id().as_str(),
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,
@@ -313,12 +275,9 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                 provision(ctx, &merchant, id).await?;
             }
             let conn = ctx.pool.get().await?;
-            let row = conn
-                .query_one(
-                    &format!("{} AND p.id = $2", select(ctx.cfg.chain_id)),
-                    &[&merchant.id, &id],
-                )
-                .await?;
+            let row = store::get_by_row_id(&conn, &merchant, ctx.cfg.chain_id as i64, id)
+                .await?
+                .ok_or_else(|| ApiError::Internal(format!("plan row {id} vanished")))?;
             Ok(Resp::with_status(StatusCode::CREATED, plan_json(ctx, &row)))
         },
     )
@@ -340,7 +299,7 @@ async fn existing_for_key(
         .query_opt(
             "SELECT id, provision_status = 'active' FROM plans \
              WHERE merchant_id = $1 AND idempotency_key = $2",
-            &[&merchant.id, &key],
+            &[&merchant.id(), &key],
         )
         .await?;
     Ok(row.map(|r| (r.get(0), r.get(1))))
@@ -373,7 +332,7 @@ async fn insert(
                  VALUES ($1, $2, $3, $4::TEXT::NUMERIC, 'USDC', 'month', $5, $6, $7) RETURNING id",
                 &[
                     &format!("plan_{}", random_hex(12)),
-                    &merchant.id,
+                    &merchant.id(),
                     &input.name,
                     &amount,
                     &slug,
@@ -416,7 +375,7 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
     let row = conn
         .query_one(
             "SELECT plan_ref, amount::TEXT FROM plans WHERE id = $1 AND merchant_id = $2",
-            &[&id, &merchant.id],
+            &[&id, &merchant.id()],
         )
         .await?;
     let plan_ref = B256::from_slice(&row.get::<_, Vec<u8>>(0));
@@ -436,7 +395,7 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
     };
     let mut outcome = relayer
         .provision(
-            merchant.wallet,
+            merchant.wallet(),
             amount,
             plan_ref,
             ctx.cfg.provision_timeout(),
@@ -444,7 +403,7 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
         .await;
     if let Outcome::AlreadyExists { onchain_id } = outcome {
         match relayer
-            .plan_matches(onchain_id, merchant.wallet, amount)
+            .plan_matches(onchain_id, merchant.wallet(), amount)
             .await
         {
             Ok(true) => {}
@@ -531,7 +490,7 @@ async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
     let request = format!("POST /api/v1/plans/{id}/provision");
     let resp = crate::idempotency::run(
         ctx,
-        &merchant.public_id,
+        merchant.public_id().as_str(),
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,

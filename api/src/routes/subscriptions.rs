@@ -2,8 +2,8 @@
 //! `GET /api/v1/subscriptions/{id}` (with its ledger), read from the chain index. Every
 //! query is scoped by the merchant's wallet.
 
-use chainsub_abi::ids::parse_subscription_id;
-use chainsub_core::SubscriptionStatus;
+use chainsub_core::{SubscriptionId, SubscriptionStatus};
+use chainsub_store::subscriptions as store;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio_postgres::Row;
@@ -13,12 +13,12 @@ use warp::filters::BoxedFilter;
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::error::{ApiError, Result};
-use crate::pagination::{Cursor, Page};
+use crate::pagination::{Page, list_json};
 use crate::render::{ChainRef, address, amount_from_str, time};
 use crate::reply::{Resp, respond};
 use crate::routes::plans::with_rate;
 use crate::routes::{
-    Caller, SqlParams, caller, check_params, method_fallback, param, query_pairs, text_param,
+    Caller, caller, check_params, method_fallback, param, query_pairs, text_param,
 };
 
 /// The subscriptions router.
@@ -47,24 +47,6 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .map(|_: String, r: Resp| r))
         .unify();
     list.or(one).unify().boxed()
-}
-
-/// Columns and joins; `$1` = merchant id, `$2` = merchant wallet.
-fn select(chain_id: u64) -> String {
-    format!(
-        "SELECT s.onchain_id, s.public_id, s.status, s.cancel_at_period_end, s.subscriber, \
-         s.amount::TEXT AS amount, s.customer_external_id, s.period, s.current_period_start, \
-         s.current_period_end, s.failed_attempts, s.next_retry_at, s.ended_reason, s.created_at, \
-         s.updated_at, s.plan_onchain_id, p.public_id AS plan_public_id, \
-         ce.chain_id, ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, \
-         ce.log_index, cur.block_number AS indexed_block \
-         FROM subscriptions s \
-         JOIN chain_events ce ON ce.id = s.created_event_id \
-         LEFT JOIN chain_plans cp ON cp.chain_id = s.chain_id AND cp.onchain_id = s.plan_onchain_id \
-         LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $1 \
-         LEFT JOIN indexer_cursor cur ON cur.chain_id = s.chain_id \
-         WHERE s.merchant_wallet = $2 AND s.chain_id = {chain_id}"
-    )
 }
 
 fn chain_of(r: &Row) -> Value {
@@ -118,8 +100,8 @@ fn subscription_json(r: &Row) -> Value {
 }
 
 fn sub_cursor(param_name: &str, id: &str) -> Result<i64> {
-    parse_subscription_id(id)
-        .and_then(|n| i64::try_from(n).ok())
+    SubscriptionId::parse(id)
+        .map(|s| s.onchain())
         .ok_or_else(|| {
             ApiError::invalid(
                 param_name,
@@ -142,86 +124,50 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         ],
     )?;
     let page = Page::parse(q)?;
-    let mut params = SqlParams::default();
-    params.push(merchant.id);
-    params.push(merchant.wallet_bytes());
-    let mut sql = select(ctx.cfg.chain_id);
-    if let Some(s) = param(q, "status") {
-        let status = SubscriptionStatus::parse(s).map_err(|_| {
-            ApiError::invalid(
-                "status",
-                format!("`status` must be one of {}", SubscriptionStatus::names()),
-            )
-        })?;
-        sql.push_str(&format!(
-            " AND s.status = {}",
-            params.push(status.as_str().to_string())
-        ));
-    }
-    if let Some(p) = text_param(q, "planId", 100)? {
+    let status = param(q, "status")
+        .map(|s| {
+            SubscriptionStatus::parse(s).map_err(|_| {
+                ApiError::invalid(
+                    "status",
+                    format!("`status` must be one of {}", SubscriptionStatus::names()),
+                )
+            })
+        })
+        .transpose()?;
+    let filter = store::Filter {
+        status,
         // Unknown or another merchant's plan simply matches nothing.
-        let ph = params.push(p.to_string());
-        sql.push_str(&format!(
-            " AND s.plan_onchain_id IN (SELECT cp2.onchain_id FROM plans p2 \
-             JOIN chain_plans cp2 ON cp2.plan_ref = p2.plan_ref AND cp2.chain_id = {} \
-             WHERE p2.public_id = {ph} AND p2.merchant_id = $1)",
-            ctx.cfg.chain_id
-        ));
-    }
-    // The same bound as the checkout body's `customerExternalId`.
-    if let Some(cx) = text_param(q, "customerExternalId", 128)? {
-        sql.push_str(&format!(
-            " AND s.customer_external_id = {}",
-            params.push(cx.to_string())
-        ));
-    }
-    let key = match &page.cursor {
-        Some(Cursor::After(id)) => Some(sub_cursor("startingAfter", id)?),
-        Some(Cursor::Before(id)) => Some(sub_cursor("endingBefore", id)?),
-        None => None,
+        plan: text_param(q, "planId", 100)?,
+        // The same bound as the checkout body's `customerExternalId`.
+        customer_external_id: text_param(q, "customerExternalId", 128)?,
     };
-    let (cond, order, reversed) = page.sql("s.onchain_id", key, params.next_index());
-    if let Some(k) = key {
-        params.push(k);
-    }
-    sql.push_str(&format!("{cond}{order} LIMIT {}", page.limit + 1));
+    let key = page
+        .cursor_param()
+        .map(|(name, id)| sub_cursor(name, id))
+        .transpose()?;
     let conn = ctx.pool.get().await?;
-    // Cached per connection: planning these joins costs more than running them.
-    let stmt = conn.prepare_cached(&sql).await?;
-    let rows = conn.query(&stmt, &params.refs()).await?;
+    let (rows, more) = store::list(
+        &conn,
+        &merchant,
+        ctx.cfg.chain_id as i64,
+        &filter,
+        page.store_page(key),
+    )
+    .await?;
     let data = rows.iter().map(subscription_json).collect();
-    Ok(with_rate(Resp::json(page.finish(data, reversed)), &rate))
+    Ok(with_rate(Resp::json(list_json(data, more)), &rate))
 }
 
 async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
     let Authed { merchant, rate } = authenticate(ctx, c).await?;
     let not_found = || ApiError::not_found("subscription", Some("id"));
-    let onchain = parse_subscription_id(id)
-        .and_then(|n| i64::try_from(n).ok())
-        .ok_or_else(not_found)?;
+    let id = SubscriptionId::parse(id).ok_or_else(not_found)?;
     let conn = ctx.pool.get().await?;
-    let stmt = conn
-        .prepare_cached(&format!(
-            "{} AND s.onchain_id = $3",
-            select(ctx.cfg.chain_id)
-        ))
-        .await?;
-    let row = conn
-        .query_opt(&stmt, &[&merchant.id, &merchant.wallet_bytes(), &onchain])
+    let chain_id = ctx.cfg.chain_id as i64;
+    let row = store::get(&conn, &merchant, chain_id, &id)
         .await?
         .ok_or_else(not_found)?;
-    let ledger = conn
-        .query(
-            "SELECT le.kind, le.amount::TEXT AS amount, le.period, le.period_start, le.period_end, \
-             le.attempt, le.failure_reason, le.block_time, ce.public_id, ce.chain_id, ce.contract, \
-             ce.block_number, ce.block_hash, ce.transaction_hash, ce.log_index, \
-             cur.block_number AS indexed_block \
-             FROM ledger_entries le JOIN chain_events ce ON ce.id = le.event_id \
-             LEFT JOIN indexer_cursor cur ON cur.chain_id = le.chain_id \
-             WHERE le.chain_id = $1 AND le.subscription_id = $2 ORDER BY le.event_id",
-            &[&(ctx.cfg.chain_id as i64), &onchain],
-        )
-        .await?;
+    let ledger = store::ledger(&conn, &merchant, chain_id, &id).await?;
     let entries: Vec<Value> = ledger.iter().map(ledger_json).collect();
     let mut body = subscription_json(&row);
     body["ledger"] = Value::Array(entries);

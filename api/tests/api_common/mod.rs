@@ -42,6 +42,8 @@ pub struct Opts {
     /// Replaces the RPC URL the relayer uses.
     pub rpc_url: Option<String>,
     pub provision_timeout_ms: u64,
+    /// DATABASE_POOL_SIZE (default: the server's).
+    pub pool_size: Option<usize>,
 }
 
 impl Default for Opts {
@@ -55,6 +57,7 @@ impl Default for Opts {
             database_url: None,
             rpc_url: None,
             provision_timeout_ms: 20_000,
+            pool_size: None,
         }
     }
 }
@@ -113,6 +116,10 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
         "--provision-timeout-ms".into(),
         opts.provision_timeout_ms.to_string(),
     ];
+    if let Some(n) = opts.pool_size {
+        args.push("--database-pool-size".into());
+        args.push(n.to_string());
+    }
     if let Some(c) = &chain {
         args.push("--rpc-url".into());
         args.push(opts.rpc_url.clone().unwrap_or_else(|| c.anvil.url.clone()));

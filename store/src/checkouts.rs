@@ -1,0 +1,93 @@
+//! What the unauthenticated checkout page may read: a signed link's merchant and plan. A
+//! [`Link`] names its merchant (public facts only) but is no [`crate::MerchantScope`]: it
+//! cannot be passed to anything that reads or changes a merchant's data.
+
+use alloy::primitives::Address;
+use chainsub_core::MerchantId;
+use deadpool_postgres::GenericClient;
+
+use crate::{Error, Result};
+
+/// The public facts of a link's merchant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkMerchant {
+    pub public_id: MerchantId,
+    pub wallet: Address,
+    pub code: String,
+}
+
+/// A checkout link's merchant and plan, as stored.
+#[derive(Debug, Clone)]
+pub struct Link {
+    merchant_pk: i64,
+    plan_pk: i64,
+    pub merchant: LinkMerchant,
+    pub plan_public_id: String,
+    pub plan_name: String,
+    /// Base units, as stored (NUMERIC as text).
+    pub amount: String,
+    pub interval: String,
+    pub slug: String,
+    /// The on-chain plan id, once known.
+    pub plan_onchain_id: Option<i64>,
+}
+
+/// The link `/checkout/{code}/{slug}` (call only after its signature checked out).
+pub async fn resolve(
+    client: &impl GenericClient,
+    code: &str,
+    slug: &str,
+    chain_id: i64,
+) -> Result<Option<Link>> {
+    let row = client
+        .query_opt(
+            "SELECT m.id AS merchant_id, m.public_id AS merchant_public_id, \
+             m.wallet AS merchant_wallet, m.code AS merchant_code, \
+             p.id AS plan_id, p.public_id AS plan_public_id, p.name, \
+             p.amount::TEXT AS amount, p.interval, p.slug, \
+             COALESCE(p.onchain_plan_id, (SELECT cp.onchain_id FROM chain_plans cp \
+               WHERE cp.plan_ref = p.plan_ref AND cp.chain_id = $3 \
+               AND cp.merchant_wallet = m.wallet)) AS onchain_id \
+             FROM merchants m JOIN plans p ON p.merchant_id = m.id \
+             WHERE m.code = $1 AND p.slug = $2",
+            &[&code, &slug, &chain_id],
+        )
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let public_id: String = row.get("merchant_public_id");
+    let wallet: Vec<u8> = row.get("merchant_wallet");
+    Ok(Some(Link {
+        merchant_pk: row.get("merchant_id"),
+        plan_pk: row.get("plan_id"),
+        merchant: LinkMerchant {
+            public_id: MerchantId::parse(&public_id)
+                .ok_or_else(|| Error::Inconsistent(format!("merchant id {public_id}")))?,
+            wallet: Address::try_from(wallet.as_slice())
+                .map_err(|_| Error::Inconsistent("merchant wallet is not 20 bytes".into()))?,
+            code: row.get("merchant_code"),
+        },
+        plan_public_id: row.get("plan_public_id"),
+        plan_name: row.get("name"),
+        amount: row.get("amount"),
+        interval: row.get("interval"),
+        slug: row.get("slug"),
+        plan_onchain_id: row.get("onchain_id"),
+    }))
+}
+
+/// The `customer_ref` the API stored when it made this link for `customer` (the newest, if
+/// the merchant made several), which is what the indexer resolves the customer by.
+pub async fn stored_customer_ref(
+    client: &impl GenericClient,
+    link: &Link,
+    customer: Option<&str>,
+) -> Result<Option<Vec<u8>>> {
+    Ok(client
+        .query_opt(
+            "SELECT customer_ref FROM checkouts WHERE merchant_id = $1 AND plan_id = $2 \
+             AND customer_external_id IS NOT DISTINCT FROM $3 ORDER BY id DESC LIMIT 1",
+            &[&link.merchant_pk, &link.plan_pk, &customer],
+        )
+        .await?
+        .map(|r| r.get(0)))
+}

@@ -1,0 +1,192 @@
+//! Merchants, and the scope every merchant-data query takes.
+
+use alloy::primitives::Address;
+use chainsub_core::MerchantId;
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
+
+use crate::{Error, Result};
+
+/// An authenticated merchant: the proof, in the type system, that the caller acts for it.
+///
+/// Its fields are private and only this module builds one, from an API key, a dashboard
+/// session, or a wallet that just signed in (SIWE). Every store function that reads or writes
+/// a merchant's rows takes one, so a query for another merchant's rows cannot be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MerchantScope {
+    id: i64,
+    public_id: MerchantId,
+    wallet: Address,
+    code: String,
+}
+
+impl MerchantScope {
+    /// The row id (`merchants.id`).
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+    /// The public id (`mer_…`).
+    pub fn public_id(&self) -> &MerchantId {
+        &self.public_id
+    }
+    /// The merchant's wallet.
+    pub fn wallet(&self) -> Address {
+        self.wallet
+    }
+    /// The wallet as stored (20 bytes).
+    pub fn wallet_bytes(&self) -> &[u8] {
+        self.wallet.as_slice()
+    }
+    /// The short code in checkout URLs.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+}
+
+/// Columns [`from_row`] reads, from `merchants m`.
+const COLUMNS: &str = "m.id AS merchant_id, m.public_id AS merchant_public_id, \
+    m.wallet AS merchant_wallet, m.code AS merchant_code";
+
+fn from_row(row: &Row) -> Result<MerchantScope> {
+    let wallet: Vec<u8> = row.get("merchant_wallet");
+    let public_id: String = row.get("merchant_public_id");
+    Ok(MerchantScope {
+        id: row.get("merchant_id"),
+        public_id: MerchantId::parse(&public_id)
+            .ok_or_else(|| Error::Inconsistent(format!("merchant id {public_id}")))?,
+        wallet: Address::try_from(wallet.as_slice())
+            .map_err(|_| Error::Inconsistent("merchant wallet is not 20 bytes".into()))?,
+        code: row.get("merchant_code"),
+    })
+}
+
+/// What an API-key lookup found besides the merchant.
+#[derive(Debug, Clone)]
+pub struct ApiKeyMatch {
+    pub key_id: i64,
+    /// The stored hash (compared again in constant time by the caller).
+    pub key_hash: Vec<u8>,
+    /// `last_used_at` is older than a minute (or unset): worth a write.
+    pub stale: bool,
+}
+
+const BY_API_KEY: &str = "SELECT k.id AS key_id, k.key_hash, \
+    k.last_used_at < now() - interval '60 seconds' OR k.last_used_at IS NULL AS stale, \
+    m.id AS merchant_id, m.public_id AS merchant_public_id, m.wallet AS merchant_wallet, \
+    m.code AS merchant_code \
+    FROM api_keys k JOIN merchants m ON m.id = k.merchant_id \
+    WHERE k.key_hash = $1 AND k.revoked_at IS NULL";
+
+/// The merchant whose live API key hashes to `key_hash`: authentication by key.
+pub async fn by_api_key_hash(
+    client: &impl GenericClient,
+    key_hash: &[u8],
+) -> Result<Option<(MerchantScope, ApiKeyMatch)>> {
+    // Prepared once per connection: this runs on every API-key request.
+    let stmt = client.prepare_cached(BY_API_KEY).await?;
+    let Some(row) = client.query_opt(&stmt, &[&key_hash]).await? else {
+        return Ok(None);
+    };
+    let found = ApiKeyMatch {
+        key_id: row.get("key_id"),
+        key_hash: row.get("key_hash"),
+        stale: row.get::<_, Option<bool>>("stale").unwrap_or(true),
+    };
+    Ok(Some((from_row(&row)?, found)))
+}
+
+/// Records that `scope`'s key `key_id` was used now (minute resolution, by the caller).
+pub async fn touch_api_key(
+    client: &impl tokio_postgres::GenericClient,
+    scope: &MerchantScope,
+    key_id: i64,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE api_keys SET last_used_at = now() WHERE id = $1 AND merchant_id = $2",
+            &[&key_id, &scope.id],
+        )
+        .await?;
+    Ok(())
+}
+
+/// What a session lookup found besides the merchant.
+#[derive(Debug, Clone)]
+pub struct SessionMatch {
+    pub session_id: i64,
+    pub csrf_token: String,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The merchant of the live dashboard session whose cookie hashes to `session_hash`.
+pub async fn by_session_hash(
+    client: &impl tokio_postgres::GenericClient,
+    session_hash: &[u8],
+) -> Result<Option<(MerchantScope, SessionMatch)>> {
+    let row = client
+        .query_opt(
+            "SELECT s.id AS session_id, s.csrf_token, s.expires_at, \
+             m.id AS merchant_id, m.public_id AS merchant_public_id, \
+             m.wallet AS merchant_wallet, m.code AS merchant_code \
+             FROM dashboard_sessions s JOIN merchants m ON m.id = s.merchant_id \
+             WHERE s.session_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > now()",
+            &[&session_hash],
+        )
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let found = SessionMatch {
+        session_id: row.get("session_id"),
+        csrf_token: row.get("csrf_token"),
+        expires_at: row.get("expires_at"),
+    };
+    Ok(Some((from_row(&row)?, found)))
+}
+
+/// 8 characters without look-alikes (no 0/o, 1/l/i): short enough for a URL, 31^8 ≈ 8.5e11.
+fn new_code() -> String {
+    const ALPHABET: &[u8] = b"abcdefghjkmnpqrstuvwxyz23456789";
+    (0..8)
+        .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// The merchant of `wallet`, created if it does not exist yet (safe under concurrency).
+///
+/// Only for a wallet that has just proved itself (a verified SIWE signature) or for the
+/// operator's `api admin create-key`: holding the result means acting for that merchant.
+pub async fn sign_in(
+    client: &impl tokio_postgres::GenericClient,
+    wallet: Address,
+) -> Result<MerchantScope> {
+    let wallet_bytes = wallet.as_slice();
+    for _ in 0..5 {
+        let inserted = client
+            .query_opt(
+                &format!(
+                    "INSERT INTO merchants AS m (public_id, wallet, code) VALUES ($1, $2, $3) \
+                     ON CONFLICT (wallet) DO NOTHING RETURNING {COLUMNS}"
+                ),
+                &[&MerchantId::random(12).as_str(), &wallet_bytes, &new_code()],
+            )
+            .await;
+        match inserted {
+            Ok(Some(row)) => return from_row(&row),
+            Ok(None) => {
+                let row = client
+                    .query_one(
+                        &format!("SELECT {COLUMNS} FROM merchants m WHERE m.wallet = $1"),
+                        &[&wallet_bytes],
+                    )
+                    .await?;
+                return from_row(&row);
+            }
+            // A code collision: draw another.
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Inconsistent(
+        "could not allocate a merchant code".into(),
+    ))
+}

@@ -1,0 +1,93 @@
+//! Keyset pagination: newest first, `limit + 1` rows fetched to tell whether there is more.
+
+/// Which way a page goes from its cursor key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// The first page, or older than the cursor (`startingAfter`): key descending.
+    Older,
+    /// Newer than the cursor (`endingBefore`): key ascending, reversed by the caller.
+    Newer,
+}
+
+/// A page request on a descending `bigint` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// Rows wanted (the store fetches one more).
+    pub limit: i64,
+    /// The cursor's key, if any, and the direction from it.
+    pub key: Option<i64>,
+    pub direction: Direction,
+}
+
+impl Page {
+    /// Rows to fetch: one more than asked, to know `hasMore`.
+    pub fn fetch(&self) -> i64 {
+        self.limit + 1
+    }
+
+    /// Trims the extra row and restores newest-first order; returns whether there is more.
+    pub fn finish<T>(&self, rows: &mut Vec<T>) -> bool {
+        let has_more = rows.len() as i64 > self.limit;
+        rows.truncate(self.limit.max(0) as usize);
+        if self.direction == Direction::Newer {
+            rows.reverse();
+        }
+        has_more
+    }
+}
+
+/// The keyset tail of a list statement for each [`Direction`]: `[older, newer]`. Built once
+/// per statement at start-up from constants (never from a request).
+pub(crate) fn keyset(key: &str, cursor: usize, limit: usize) -> [String; 2] {
+    [
+        format!(
+            " AND (${cursor}::bigint IS NULL OR {key} < ${cursor}) \
+             ORDER BY {key} DESC LIMIT ${limit}"
+        ),
+        format!(" AND {key} > ${cursor}::bigint ORDER BY {key} ASC LIMIT ${limit}"),
+    ]
+}
+
+impl Direction {
+    /// Index into a `[older, newer]` pair of statements.
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Direction::Older => 0,
+            Direction::Newer => 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_trims_and_reverses_newer_pages() {
+        let p = Page {
+            limit: 2,
+            key: Some(5),
+            direction: Direction::Newer,
+        };
+        let mut rows = vec![6, 7, 8];
+        assert!(p.finish(&mut rows));
+        assert_eq!(rows, vec![7, 6]);
+        let p = Page {
+            direction: Direction::Older,
+            ..p
+        };
+        let mut rows = vec![4, 3];
+        assert!(!p.finish(&mut rows));
+        assert_eq!(rows, vec![4, 3]);
+    }
+
+    #[test]
+    fn keyset_fragments_are_parameterised() {
+        let [older, newer] = keyset("x.id", 7, 8);
+        assert_eq!(
+            older,
+            " AND ($7::bigint IS NULL OR x.id < $7) ORDER BY x.id DESC LIMIT $8"
+        );
+        assert_eq!(newer, " AND x.id > $7::bigint ORDER BY x.id ASC LIMIT $8");
+    }
+}
