@@ -62,6 +62,19 @@ fn field(v: &Value, k: &str) -> Value {
     v.get(k).cloned().unwrap_or(Value::Null)
 }
 
+/// An address the indexer stored as JSON text (lowercase hex), in EIP-55 form like every
+/// other address the API serves; anything unparsable passes through unchanged.
+fn address_field(v: Option<&Value>) -> Value {
+    match v {
+        Some(Value::String(s)) => s.parse::<alloy::primitives::Address>().map_or_else(
+            |_| Value::from(s.as_str()),
+            |a| Value::from(a.to_checksum(None)),
+        ),
+        Some(other) => other.clone(),
+        None => Value::Null,
+    }
+}
+
 /// Builds an object from (key, value) pairs without the serializer round trip of `json!`
 /// (this runs for every event of every page and webhook).
 fn object<const N: usize>(pairs: [(&str, Value); N]) -> Value {
@@ -77,7 +90,7 @@ pub fn snapshot_object(snapshot: &Value, plan_public_id: Option<&str>) -> Value 
         ("cancelAtPeriodEnd", field(snapshot, "cancelAtPeriodEnd")),
         ("planId", plan_public_id.map_or(Value::Null, Value::from)),
         ("customerExternalId", field(snapshot, "customerExternalId")),
-        ("subscriber", field(snapshot, "subscriber")),
+        ("subscriber", address_field(snapshot.get("subscriber"))),
         (
             "amount",
             str_field(snapshot, "amount")
@@ -111,11 +124,11 @@ pub fn event_object(row: &Row) -> Value {
             Value::from(chainsub_abi::ids::subscription_id(id as u64))
         }),
     };
-    let subscriber = snapshot
-        .get("subscriber")
-        .or_else(|| decoded.get("subscriber"))
-        .cloned()
-        .unwrap_or(Value::Null);
+    let subscriber = address_field(
+        snapshot
+            .get("subscriber")
+            .or_else(|| decoded.get("subscriber")),
+    );
     let mut data = object([
         ("subscriptionId", subscription_id),
         (

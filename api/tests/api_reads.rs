@@ -437,3 +437,70 @@ async fn list_routes_prepare_a_constant_number_of_statements() {
         "{statements:?}"
     );
 }
+
+/// Every string in `v` that is an address is in its EIP-55 form.
+fn assert_checksummed(v: &serde_json::Value, where_: &str) -> usize {
+    match v {
+        serde_json::Value::String(s)
+            if s.len() == 42
+                && s.starts_with("0x")
+                && s[2..].bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            let a: Address = s.parse().unwrap();
+            assert_eq!(
+                s,
+                &a.to_checksum(None),
+                "{where_}: an address not in EIP-55 form"
+            );
+            1
+        }
+        serde_json::Value::Array(a) => a.iter().map(|x| assert_checksummed(x, where_)).sum(),
+        serde_json::Value::Object(o) => o
+            .iter()
+            .map(|(k, x)| assert_checksummed(x, &format!("{where_}.{k}")))
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Issue 10, point 4: the indexer stores addresses as lowercase hex in its event snapshots;
+/// the API serves every address (subscriber, subscriberAddress, merchant, contract) in
+/// EIP-55 form, on subscriptions, their ledger and events alike.
+#[tokio::test]
+async fn every_address_the_api_serves_is_eip55_checksummed() {
+    let (app, a, _) = app_with_two_merchants().await;
+    let db = app.db().await;
+    seed_cursor(&db, 1000).await;
+    let (sub, _) = seed_subscription(&db, wallet(MERCHANT), 1, 1, Some("cust")).await;
+    // As the indexer writes them: lowercase hex of an address with letters in it.
+    let subscriber = "0x5fbdb2315678afecb367f032d93f642f64180aa3";
+    db.execute(
+        "UPDATE chain_events SET \
+         snapshot = jsonb_set(snapshot, '{subscriber}', to_jsonb($1::text)), \
+         decoded = jsonb_set(decoded, '{subscriber}', to_jsonb($1::text))",
+        &[&subscriber],
+    )
+    .await
+    .unwrap();
+    let mut seen = 0;
+    for path in [
+        "/api/v1/events".to_string(),
+        "/api/v1/subscriptions".to_string(),
+        format!("/api/v1/subscriptions/{sub}"),
+    ] {
+        let r = app.get(&path, &a).await;
+        assert_eq!(r.status, 200, "{path}");
+        seen += assert_checksummed(&r.body, &path);
+    }
+    let events = app.get("/api/v1/events", &a).await;
+    let data = &events.body["data"][0]["data"];
+    assert_eq!(
+        data["subscriberAddress"],
+        "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+    );
+    assert_eq!(
+        data["subscription"]["subscriber"],
+        data["subscriberAddress"]
+    );
+    assert!(seen >= 6, "addresses were checked ({seen})");
+}
