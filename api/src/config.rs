@@ -54,6 +54,11 @@ pub struct Config {
     /// Burst allowed per client IP.
     #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = 60)]
     pub rate_limit_ip_burst: u32,
+    /// Reverse proxies whose `Forwarded` / `X-Forwarded-For` headers name the client for
+    /// per-IP limits (comma-separated CIDRs, e.g. `10.0.0.0/8,fd00::/8`). Empty: the TCP
+    /// peer is the client and those headers are ignored.
+    #[arg(long, env = "TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<crate::client_ip::Cidr>,
     /// Lifetime of a dashboard session, in seconds.
     #[arg(long, env = "SESSION_TTL_SECS", default_value_t = 12 * 3600)]
     pub session_ttl_secs: u64,

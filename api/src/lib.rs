@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod chain;
 pub mod checkout;
+pub mod client_ip;
 pub mod config;
 pub mod ctx;
 pub mod db;

@@ -140,6 +140,7 @@ fn ceil_secs(d: Duration) -> u64 {
 pub struct Limits {
     pub per_key: Limiter,
     pub per_ip: Limiter,
+    trusted_proxies: Vec<crate::client_ip::Cidr>,
 }
 
 impl Limits {
@@ -148,6 +149,7 @@ impl Limits {
         let limits = Arc::new(Limits {
             per_key: Limiter::new("key", cfg.rate_limit_key_per_sec, cfg.rate_limit_key_burst),
             per_ip: Limiter::new("ip", cfg.rate_limit_ip_per_sec, cfg.rate_limit_ip_burst),
+            trusted_proxies: cfg.trusted_proxies.clone(),
         });
         let weak = Arc::downgrade(&limits);
         tokio::spawn(async move {
@@ -160,6 +162,13 @@ impl Limits {
             }
         });
         limits
+    }
+
+    /// Counts a request against its client's per-IP bucket (the client as resolved through
+    /// the trusted proxies; IPv6 per /64).
+    pub fn check_client(&self, client: &crate::client_ip::ClientAddr) -> Result<Allowed, ApiError> {
+        let key = crate::client_ip::limit_key(client.resolve(&self.trusted_proxies));
+        self.per_ip.check(&key)
     }
 }
 

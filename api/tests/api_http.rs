@@ -502,3 +502,66 @@ async fn control_characters_in_any_query_or_path_text_are_a_400_never_a_500() {
         .await;
     assert_eq!((r.status, r.error_param()), (400, Some("type")));
 }
+
+/// Issue 10, point 6: per-IP limits key on the client a trusted proxy names in
+/// `X-Forwarded-For` / `Forwarded`, never on what an untrusted peer claims; IPv6 clients
+/// share one bucket per /64.
+#[tokio::test]
+async fn per_ip_limits_trust_forwarding_headers_only_from_trusted_proxies() {
+    let limited = |trusted: Option<&str>| Opts {
+        ip_per_sec: 1,
+        ip_burst: 2,
+        trusted_proxies: trusted.map(str::to_string),
+        ..Opts::default()
+    };
+    // The test client connects from 127.0.0.1: here it plays the operator's proxy.
+    let app = spawn(limited(Some("127.0.0.1/32,::1/128"))).await;
+    let nonce = |xff: Option<&str>, fwd: Option<&str>| {
+        let mut rb = app.http.post(app.url("/api/v1/auth/nonce"));
+        if let Some(x) = xff {
+            rb = rb.header("x-forwarded-for", x);
+        }
+        if let Some(f) = fwd {
+            rb = rb.header("forwarded", f);
+        }
+        async move { rb.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(nonce(Some("198.51.100.1"), None).await, 201);
+    assert_eq!(nonce(Some("198.51.100.1"), None).await, 201);
+    assert_eq!(
+        nonce(Some("198.51.100.1"), None).await,
+        429,
+        "the client's burst is spent"
+    );
+    // Another client behind the same proxy has its own bucket; a hop the client prepended
+    // itself does not change who it is.
+    assert_eq!(nonce(Some("198.51.100.2"), None).await, 201);
+    assert_eq!(nonce(Some("203.0.113.5, 198.51.100.1"), None).await, 429);
+    // RFC 7239 Forwarded, and IPv6 limited per /64.
+    assert_eq!(
+        nonce(None, Some("for=\"[2001:db8:1:2::1]:443\"")).await,
+        201
+    );
+    assert_eq!(nonce(None, Some("for=\"[2001:db8:1:2::abcd]\"")).await, 201);
+    assert_eq!(
+        nonce(None, Some("for=\"[2001:db8:1:2:ffff::9]\"")).await,
+        429,
+        "one /64 is one client"
+    );
+    assert_eq!(nonce(None, Some("for=\"[2001:db8:1:3::1]\"")).await, 201);
+
+    // Without TRUSTED_PROXIES the same headers are ignored: the peer is the client.
+    let app = spawn(limited(None)).await;
+    let mut statuses = Vec::new();
+    for i in 0..3 {
+        let r = app
+            .http
+            .post(app.url("/api/v1/auth/nonce"))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, [201, 201, 429]);
+}

@@ -77,14 +77,14 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
         .map(str::trim)
         .and_then(ApiKey::parse);
     let Some(key) = presented else {
-        ctx.limits.per_ip.check(&caller.ip_key())?;
+        ctx.limits.check_client(&caller.client)?;
         return Err(ApiError::bad_key());
     };
     let hash = key.hash();
     let conn = ctx.pool.get().await?;
     let Some((merchant, found)) = chainsub_store::merchants::by_api_key_hash(&conn, &hash).await?
     else {
-        ctx.limits.per_ip.check(&caller.ip_key())?;
+        ctx.limits.check_client(&caller.client)?;
         return Err(ApiError::bad_key());
     };
     // The index lookup found the row; compare again in constant time as defence in depth.

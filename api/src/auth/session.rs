@@ -2,13 +2,12 @@
 //! `Secure` over TLS); the database holds only its SHA3-256 hash. State-changing calls must
 //! echo the session's CSRF token in `X-CSRF-Token`.
 
-use std::net::SocketAddr;
-
 use chrono::{DateTime, Utc};
 use warp::Filter;
 use warp::http::Method;
 
 use super::{ct_eq, random_token, sha3};
+use crate::client_ip::{ClientAddr, client_addr};
 use crate::config::Config;
 use crate::ctx::{Ctx, with_ctx};
 use crate::error::{ApiError, Result};
@@ -118,14 +117,14 @@ pub fn require_session(
         .and(warp::method())
         .and(warp::header::optional::<String>("cookie"))
         .and(warp::header::optional::<String>(CSRF_HEADER))
-        .and(warp::addr::remote())
+        .and(client_addr())
         .and_then(
             |ctx: Ctx,
              method: Method,
              cookie: Option<String>,
              csrf: Option<String>,
-             remote: Option<SocketAddr>| async move {
-                session_of(&ctx, &method, cookie.as_deref(), csrf.as_deref(), remote)
+             client: ClientAddr| async move {
+                session_of(&ctx, &method, cookie.as_deref(), csrf.as_deref(), &client)
                     .await
                     .map_err(warp::reject::custom)
             },
@@ -138,10 +137,9 @@ pub async fn session_of(
     method: &Method,
     cookie_header: Option<&str>,
     csrf: Option<&str>,
-    remote: Option<SocketAddr>,
+    client: &ClientAddr,
 ) -> Result<Session> {
-    let ip = remote.map_or_else(|| "unknown".to_string(), |r| r.ip().to_string());
-    ctx.limits.per_ip.check(&ip)?;
+    ctx.limits.check_client(client)?;
     let unauthorized = || ApiError::Unauthorized {
         code: "session_required",
         message: "sign in to the dashboard (Sign-In with Ethereum) first".into(),

@@ -3,7 +3,7 @@
 //! These endpoints ignore `Idempotency-Key`: a nonce and a session are single-use secrets
 //! by design, and replaying a stored `Set-Cookie` would mean storing a session secret.
 
-use std::net::SocketAddr;
+use crate::client_ip::{ClientAddr, client_addr};
 
 use bytes::Bytes;
 use serde_json::json;
@@ -19,24 +19,25 @@ use crate::routes::method_fallback;
 
 /// The sign-in router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let nonce = warp::path!("api" / "v1" / "auth" / "nonce").and(
-        warp::post()
-            .and(with_ctx(ctx.clone()))
-            .and(warp::addr::remote())
-            .then(|ctx: Ctx, remote: Option<SocketAddr>| async move {
-                respond(new_nonce(&ctx, remote).await)
-            })
-            .or(method_fallback("POST"))
-            .unify(),
-    );
+    let nonce =
+        warp::path!("api" / "v1" / "auth" / "nonce").and(
+            warp::post()
+                .and(with_ctx(ctx.clone()))
+                .and(client_addr())
+                .then(|ctx: Ctx, client: ClientAddr| async move {
+                    respond(new_nonce(&ctx, &client).await)
+                })
+                .or(method_fallback("POST"))
+                .unify(),
+        );
     let verify = warp::post()
         .and(with_ctx(ctx.clone()))
-        .and(warp::addr::remote())
+        .and(client_addr())
         .and(warp::header::optional::<String>("content-type"))
         .and(body_bytes())
         .then(
-            |ctx: Ctx, remote: Option<SocketAddr>, ct: Option<String>, body: Bytes| async move {
-                respond(sign_in(&ctx, remote, ct.as_deref(), &body).await)
+            |ctx: Ctx, client: ClientAddr, ct: Option<String>, body: Bytes| async move {
+                respond(sign_in(&ctx, &client, ct.as_deref(), &body).await)
             },
         );
     let current = warp::get()
@@ -67,9 +68,8 @@ fn session_json(s: &Session) -> serde_json::Value {
     })
 }
 
-async fn new_nonce(ctx: &Ctx, remote: Option<SocketAddr>) -> Result<Resp> {
-    let ip = remote.map_or_else(|| "unknown".into(), |r| r.ip().to_string());
-    ctx.limits.per_ip.check(&ip)?;
+async fn new_nonce(ctx: &Ctx, client: &ClientAddr) -> Result<Resp> {
+    ctx.limits.check_client(client)?;
     let nonce = crate::auth::random_token(16);
     let conn = ctx.pool.get().await?;
     let expires: chrono::DateTime<chrono::Utc> = conn
@@ -101,14 +101,8 @@ async fn new_nonce(ctx: &Ctx, remote: Option<SocketAddr>) -> Result<Resp> {
     ))
 }
 
-async fn sign_in(
-    ctx: &Ctx,
-    remote: Option<SocketAddr>,
-    ct: Option<&str>,
-    body: &[u8],
-) -> Result<Resp> {
-    let ip = remote.map_or_else(|| "unknown".into(), |r| r.ip().to_string());
-    ctx.limits.per_ip.check(&ip)?;
+async fn sign_in(ctx: &Ctx, client: &ClientAddr, ct: Option<&str>, body: &[u8]) -> Result<Resp> {
+    ctx.limits.check_client(client)?;
     let body = parse_json_object(ct, body)?;
     let text = body
         .get("message")

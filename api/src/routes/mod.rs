@@ -12,13 +12,12 @@ pub mod plans;
 pub mod subscriptions;
 pub mod webhooks;
 
-use std::net::{IpAddr, SocketAddr};
-
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::Method;
 use warp::path::FullPath;
 
+use crate::client_ip::{ClientAddr, client_addr};
 use crate::error::ApiError;
 use crate::reply::Resp;
 
@@ -134,7 +133,7 @@ pub fn query_pairs() -> BoxedFilter<(Vec<(String, String)>,)> {
 #[derive(Clone)]
 pub struct Caller {
     pub authorization: Option<String>,
-    pub ip: Option<IpAddr>,
+    pub client: ClientAddr,
     pub idempotency_key: Option<String>,
     pub content_type: Option<String>,
 }
@@ -146,31 +145,22 @@ impl std::fmt::Debug for Caller {
                 "authorization",
                 &self.authorization.as_ref().map(|_| "<redacted>"),
             )
-            .field("ip", &self.ip)
+            .field("client", &self.client)
             .field("idempotency_key", &self.idempotency_key)
             .finish_non_exhaustive()
-    }
-}
-
-impl Caller {
-    /// Key for per-IP limits.
-    pub fn ip_key(&self) -> String {
-        self.ip
-            .map(|i| i.to_string())
-            .unwrap_or_else(|| "unknown".into())
     }
 }
 
 /// Extracts [`Caller`].
 pub fn caller() -> BoxedFilter<(Caller,)> {
     warp::header::optional::<String>("authorization")
-        .and(warp::addr::remote())
+        .and(client_addr())
         .and(warp::header::optional::<String>("idempotency-key"))
         .and(warp::header::optional::<String>("content-type"))
         .map(
-            |authorization, remote: Option<SocketAddr>, idempotency_key, content_type| Caller {
+            |authorization, client: ClientAddr, idempotency_key, content_type| Caller {
                 authorization,
-                ip: remote.map(|r| r.ip()),
+                client,
                 idempotency_key,
                 content_type,
             },
@@ -214,7 +204,7 @@ mod tests {
     fn caller_debug_hides_the_authorization_header() {
         let c = Caller {
             authorization: Some("Bearer sk_live_secretsecret".into()),
-            ip: None,
+            client: ClientAddr::default(),
             idempotency_key: None,
             content_type: None,
         };

@@ -8,7 +8,6 @@
 //! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
 //! | GET | /assets/{file} | JS and CSS of the pages |
 
-use std::net::SocketAddr;
 use std::str::FromStr;
 
 use alloy::primitives::Address;
@@ -18,6 +17,7 @@ use warp::filters::BoxedFilter;
 use warp::http::Method;
 
 use crate::auth::{api_key, session};
+use crate::client_ip::{ClientAddr, client_addr};
 use crate::ctx::{Ctx, with_ctx};
 use crate::error::{ApiError, Result};
 use crate::pages::html::error_page;
@@ -39,11 +39,11 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     let checkout_page = page_path()
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
-        .and(warp::addr::remote())
+        .and(client_addr())
         .and(query_pairs())
         .then(
-            |code: String, slug: String, ctx: Ctx, remote: Option<SocketAddr>, q: Query| async move {
-                checkout_page(&ctx, remote, &code, &slug, &q)
+            |code: String, slug: String, ctx: Ctx, remote: ClientAddr, q: Query| async move {
+                checkout_page(&ctx, &remote, &code, &slug, &q)
                     .await
                     .unwrap_or_else(html_error)
             },
@@ -58,16 +58,16 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(warp::any().map(move || provider.clone()))
-        .and(warp::addr::remote())
+        .and(client_addr())
         .and(query_pairs())
         .then(
             |code: String,
              slug: String,
              ctx: Ctx,
              provider: Option<DynProvider>,
-             remote: Option<SocketAddr>,
+             remote: ClientAddr,
              q: Query| async move {
-                respond(transactions(&ctx, provider.as_ref(), remote, &code, &slug, &q).await)
+                respond(transactions(&ctx, provider.as_ref(), &remote, &code, &slug, &q).await)
             },
         )
         .or(tx_path()
@@ -79,10 +79,10 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         warp::get()
             .and(with_ctx(ctx))
             .and(warp::header::optional::<String>("cookie"))
-            .and(warp::addr::remote())
+            .and(client_addr())
             .then(
-                |ctx: Ctx, cookie: Option<String>, remote: Option<SocketAddr>| async move {
-                    developers(&ctx, cookie.as_deref(), remote)
+                |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
+                    developers(&ctx, cookie.as_deref(), &remote)
                         .await
                         .unwrap_or_else(html_error)
                 },
@@ -113,9 +113,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .boxed()
 }
 
-fn check_ip(ctx: &Ctx, remote: Option<SocketAddr>) -> Result<()> {
-    let ip = remote.map_or_else(|| "unknown".to_string(), |r| r.ip().to_string());
-    ctx.limits.per_ip.check(&ip).map(|_| ())
+fn check_ip(ctx: &Ctx, remote: &ClientAddr) -> Result<()> {
+    ctx.limits.check_client(remote).map(|_| ())
 }
 
 /// An error as a page a customer can act on (5xx detail goes to the log, never the page).
@@ -153,7 +152,7 @@ fn html_error(e: ApiError) -> Resp {
 
 async fn checkout_page(
     ctx: &Ctx,
-    remote: Option<SocketAddr>,
+    remote: &ClientAddr,
     code: &str,
     slug: &str,
     q: &Query,
@@ -174,7 +173,7 @@ async fn checkout_page(
 async fn transactions(
     ctx: &Ctx,
     provider: Option<&DynProvider>,
-    remote: Option<SocketAddr>,
+    remote: &ClientAddr,
     code: &str,
     slug: &str,
     q: &Query,
@@ -212,7 +211,7 @@ async fn transactions(
     )))
 }
 
-async fn developers(ctx: &Ctx, cookie: Option<&str>, remote: Option<SocketAddr>) -> Result<Resp> {
+async fn developers(ctx: &Ctx, cookie: Option<&str>, remote: &ClientAddr) -> Result<Resp> {
     let s = match session::session_of(ctx, &Method::GET, cookie, None, remote).await {
         Ok(s) => s,
         Err(ApiError::Unauthorized { .. }) => return Ok(dashboard::signed_out(&ctx.cfg)),

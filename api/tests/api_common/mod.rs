@@ -44,6 +44,8 @@ pub struct Opts {
     pub provision_timeout_ms: u64,
     /// DATABASE_POOL_SIZE (default: the server's).
     pub pool_size: Option<usize>,
+    /// TRUSTED_PROXIES (comma-separated CIDRs).
+    pub trusted_proxies: Option<String>,
 }
 
 impl Default for Opts {
@@ -58,6 +60,7 @@ impl Default for Opts {
             rpc_url: None,
             provision_timeout_ms: 20_000,
             pool_size: None,
+            trusted_proxies: None,
         }
     }
 }
@@ -116,6 +119,10 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
         "--provision-timeout-ms".into(),
         opts.provision_timeout_ms.to_string(),
     ];
+    if let Some(t) = &opts.trusted_proxies {
+        args.push("--trusted-proxies".into());
+        args.push(t.clone());
+    }
     if let Some(n) = opts.pool_size {
         args.push("--database-pool-size".into());
         args.push(n.to_string());
