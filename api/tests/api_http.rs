@@ -474,6 +474,29 @@ async fn control_characters_in_any_query_or_path_text_are_a_400_never_a_500() {
         }
     }
 
+    // JSON bodies: a NUL in an id field is a 400 naming it (it used to reach Postgres).
+    for (path, body, field) in [
+        (
+            "/api/v1/checkouts",
+            json!({"planId": "plan_\u{0}"}),
+            "planId",
+        ),
+        (
+            "/api/v1/checkouts",
+            json!({"planId": "plan_ab\u{1}cd"}),
+            "planId",
+        ),
+        (
+            "/api/v1/plans",
+            json!({"name": "a\u{0}b", "amount": "5.00", "currency": "USDC", "interval": "month"}),
+            "name",
+        ),
+    ] {
+        let r = app.post(path, &key, &body, None).await;
+        assert_eq!(r.status, 400, "{path} {body}: {:?}", r.body);
+        assert_eq!(r.error_param(), Some(field), "{path} {body}");
+    }
+
     // A parameter name with a control character is an unknown parameter, not a 500.
     let r = app.get("/api/v1/events?ty%00pe=x", &key).await;
     assert_eq!((r.status, r.error_code()), (400, Some("parameter_unknown")));

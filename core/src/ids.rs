@@ -103,13 +103,14 @@ prefixed_id!(
     |b| b.len() == 32 && b.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 );
 prefixed_id!(
-    /// A subscription: `sub_<on-chain id>` (decimal, no leading zero, at most 18 digits).
+    /// A subscription: `sub_<on-chain id>` (decimal, no leading zero, 1 to i64::MAX: the
+    /// index stores the contract's sequence number as a bigint).
     SubscriptionId,
     "sub_",
     |b| !b.is_empty()
-        && b.len() <= 18
         && !b.starts_with('0')
         && b.bytes().all(|c| c.is_ascii_digit())
+        && b.parse::<i64>().is_ok()
 );
 
 impl EventId {
@@ -128,14 +129,14 @@ impl EventId {
 
 impl SubscriptionId {
     /// The id of on-chain subscription `n` (`None` for 0, which the contract never assigns,
-    /// or for a number over 18 digits).
+    /// or for a number beyond i64::MAX).
     pub fn from_onchain(n: u64) -> Option<SubscriptionId> {
         SubscriptionId::parse(&format!("sub_{n}"))
     }
 
     /// The contract's subscription number.
     pub fn onchain(&self) -> i64 {
-        // Validated at construction: 1 to 18 digits, so it fits an i64.
+        // Validated at construction: it parses as a positive i64.
         self.0[4..].parse().expect("a parsed subscription id")
     }
 }
@@ -153,7 +154,8 @@ mod tests {
         assert!(PlanId::parse("plan_a\0b").is_none());
         assert!(PlanId::parse(&format!("plan_{}", "a".repeat(60))).is_none());
         assert!(SubscriptionId::parse("sub_01").is_none());
-        assert!(SubscriptionId::parse("sub_1234567890123456789").is_none());
+        assert!(SubscriptionId::parse("sub_9223372036854775807").is_some());
+        assert!(SubscriptionId::parse("sub_9223372036854775808").is_none());
         assert_eq!(SubscriptionId::parse("sub_42").unwrap().onchain(), 42);
         assert_eq!(SubscriptionId::from_onchain(7).unwrap().as_str(), "sub_7");
         assert!(SubscriptionId::from_onchain(0).is_none());

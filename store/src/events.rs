@@ -142,6 +142,12 @@ pub async fn get(
         .await?)
 }
 
+/// The list statements, for tests that check their plans.
+#[doc(hidden)]
+pub fn list_statements() -> Vec<&'static str> {
+    LIST.iter().flatten().map(String::as_str).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

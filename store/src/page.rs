@@ -38,10 +38,15 @@ impl Page {
 
 /// The keyset tail of a list statement for each [`Direction`]: `[older, newer]`. Built once
 /// per statement at start-up from constants (never from a request).
+///
+/// The first page and `startingAfter` share one statement, so the absent cursor is
+/// `i64::MAX` rather than `($n IS NULL OR key < $n)`: under a generic plan (Postgres switches
+/// to one after five executions) an `OR` is a filter, and every later page would read all
+/// newer rows of the merchant; `key < COALESCE($n, max)` stays an index condition.
 pub(crate) fn keyset(key: &str, cursor: usize, limit: usize) -> [String; 2] {
     [
         format!(
-            " AND (${cursor}::bigint IS NULL OR {key} < ${cursor}) \
+            " AND {key} < COALESCE(${cursor}::bigint, 9223372036854775807) \
              ORDER BY {key} DESC LIMIT ${limit}"
         ),
         format!(" AND {key} > ${cursor}::bigint ORDER BY {key} ASC LIMIT ${limit}"),
@@ -86,7 +91,7 @@ mod tests {
         let [older, newer] = keyset("x.id", 7, 8);
         assert_eq!(
             older,
-            " AND ($7::bigint IS NULL OR x.id < $7) ORDER BY x.id DESC LIMIT $8"
+            " AND x.id < COALESCE($7::bigint, 9223372036854775807) ORDER BY x.id DESC LIMIT $8"
         );
         assert_eq!(newer, " AND x.id > $7::bigint ORDER BY x.id ASC LIMIT $8");
     }

@@ -2,6 +2,7 @@
 
 use std::sync::LazyLock;
 
+use chainsub_core::PlanId;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
@@ -47,12 +48,12 @@ pub async fn get(
     client: &impl GenericClient,
     scope: &MerchantScope,
     chain_id: i64,
-    public_id: &str,
+    public_id: &PlanId,
 ) -> Result<Option<Row>> {
     static ONE: LazyLock<String> = LazyLock::new(|| format!("{SELECT} AND p.public_id = $3::text"));
     let stmt = client.prepare_cached(&ONE).await?;
     Ok(client
-        .query_opt(&stmt, &[&scope.id(), &chain_id, &public_id])
+        .query_opt(&stmt, &[&scope.id(), &chain_id, &public_id.as_str()])
         .await?)
 }
 
@@ -74,13 +75,18 @@ pub async fn get_by_row_id(
 pub async fn cursor_key(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    public_id: &str,
+    public_id: &PlanId,
 ) -> Result<Option<i64>> {
     let stmt = client
         .prepare_cached("SELECT id FROM plans WHERE merchant_id = $1 AND public_id = $2")
         .await?;
     Ok(client
-        .query_opt(&stmt, &[&scope.id(), &public_id])
+        .query_opt(&stmt, &[&scope.id(), &public_id.as_str()])
         .await?
         .map(|r| r.get(0)))
+}
+/// The list statements, for tests that check their plans.
+#[doc(hidden)]
+pub fn list_statements() -> Vec<&'static str> {
+    LIST.iter().map(String::as_str).collect()
 }

@@ -24,10 +24,13 @@ const SELECT: &str = "SELECT s.onchain_id, s.public_id, s.status, s.cancel_at_pe
     LEFT JOIN indexer_cursor cur ON cur.chain_id = s.chain_id \
     WHERE s.merchant_wallet = $2 AND s.chain_id = $3::bigint";
 
-/// The plan filter: the subscriptions of the merchant's plan with public id `$5`.
-const PLAN_IN: &str = "s.plan_onchain_id IN (SELECT cp2.onchain_id FROM plans p2 \
+/// The plan filter: the subscriptions of the merchant's plan with public id `$5`. An
+/// equality with a scalar subquery (the contract refuses a second plan with the same
+/// reference), so `(merchant_wallet, plan_onchain_id, onchain_id)` serves it as an index
+/// condition; `IN (…)` read every subscription of the plan and sorted them.
+const PLAN_IN: &str = "s.plan_onchain_id = (SELECT cp2.onchain_id FROM plans p2 \
     JOIN chain_plans cp2 ON cp2.plan_ref = p2.plan_ref AND cp2.chain_id = $3 \
-    WHERE p2.public_id = $5 AND p2.merchant_id = $1)";
+    WHERE p2.public_id = $5 AND p2.merchant_id = $1 ORDER BY cp2.onchain_id LIMIT 1)";
 
 /// The list filters. Each list statement makes one of them its *leading* filter (a plain
 /// equality that its index serves); the others are `($n IS NULL OR …)` parameters.
@@ -172,6 +175,12 @@ pub async fn ledger(
     Ok(client
         .query(&stmt, &[&chain_id, &id.onchain(), &scope.wallet_bytes()])
         .await?)
+}
+
+/// The list statements, for tests that check their plans.
+#[doc(hidden)]
+pub fn list_statements() -> Vec<&'static str> {
+    LIST.iter().flatten().map(String::as_str).collect()
 }
 
 #[cfg(test)]

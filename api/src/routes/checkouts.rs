@@ -47,7 +47,7 @@ fn parse(body: &Map<String, Value>) -> Result<NewCheckout> {
     }
     let plan_id = match body.get("planId") {
         None | Some(Value::Null) => return Err(ApiError::missing("planId")),
-        Some(Value::String(s)) if s.starts_with("plan_") && s.len() <= 64 => s.clone(),
+        Some(Value::String(s)) if chainsub_core::PlanId::parse(s).is_some() => s.clone(),
         Some(_) => {
             return Err(ApiError::invalid(
                 "planId",

@@ -9,6 +9,7 @@
 
 use alloy::primitives::{B256, U256};
 use bytes::Bytes;
+use chainsub_core::PlanId;
 use chainsub_store::plans as store;
 use serde_json::{Map, Value, json};
 use tokio_postgres::Row;
@@ -155,8 +156,11 @@ fn plan_json(ctx: &Ctx, r: &Row) -> Value {
 
 /// One plan of `merchant` by public id (404 for unknown or another merchant's).
 pub async fn find(ctx: &Ctx, merchant: &Merchant, public_id: &str) -> Result<Option<Row>> {
+    let Some(id) = PlanId::parse(public_id) else {
+        return Ok(None);
+    };
     let conn = ctx.pool.get().await?;
-    Ok(store::get(&conn, merchant, ctx.cfg.chain_id as i64, public_id).await?)
+    Ok(store::get(&conn, merchant, ctx.cfg.chain_id as i64, &id).await?)
 }
 
 async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
@@ -166,12 +170,18 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
     let key = match page.cursor_param() {
         None => None,
-        Some((name, id)) => Some(store::cursor_key(&conn, &merchant, id).await?.ok_or_else(
-            || ApiError::NotFound {
+        Some((name, id)) => {
+            let no_such = || ApiError::NotFound {
                 message: format!("no such plan `{id}`"),
                 param: Some(name.into()),
-            },
-        )?),
+            };
+            let id = PlanId::parse(id).ok_or_else(no_such)?;
+            Some(
+                store::cursor_key(&conn, &merchant, &id)
+                    .await?
+                    .ok_or_else(no_such)?,
+            )
+        }
     };
     let (rows, more) = store::list(
         &conn,
