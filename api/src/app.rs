@@ -60,8 +60,6 @@ fn resource_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .unify()
         .or(routes::openapi::routes())
         .unify()
-        .or(crate::metrics::routes(ctx.clone()))
-        .unify()
         .or(routes::webhooks::routes(ctx.clone()))
         .unify()
         .or(routes::pages::routes(ctx.clone()))

@@ -71,8 +71,8 @@ pub struct Config {
     /// Do not run the webhook dispatcher inside `serve` (run `api dispatch` apart instead).
     #[arg(long, env = "NO_DISPATCHER")]
     pub no_dispatcher: bool,
-    /// Optional separate listen address for Prometheus `/metrics` (it is always on the main
-    /// listener too).
+    /// Listen address for Prometheus `/metrics` (keep it private: it is never served on the
+    /// public API port). Unset: no metrics endpoint.
     #[arg(long, env = "API_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// Webhook dispatcher and endpoint settings (WEBHOOK_*).

@@ -2,7 +2,8 @@
 //! the same key with the same request replays that response (`Idempotent-Replayed: true`);
 //! with a different request it is a 409. A request still in flight makes a concurrent
 //! duplicate get a 409 `idempotency_key_in_use`, so two concurrent requests produce one
-//! effect. 5xx outcomes are not stored (the client may retry). Keys live 24 hours.
+//! effect. 5xx outcomes are not stored (the client may retry), nor a refusal because the key
+//! already belongs to another request. Keys live 24 hours.
 
 use std::future::Future;
 
@@ -95,12 +96,21 @@ where
     }
     drop(conn);
     let outcome = f().await;
+    // The request found the key already bound to another request (the plan-resume path):
+    // that refusal must not bind the key to this request in turn.
+    let refused = matches!(
+        &outcome,
+        Err(ApiError::Conflict {
+            code: "idempotency_key_reused",
+            ..
+        })
+    );
     let resp = match outcome {
         Ok(r) => r,
         Err(e) => e.into_resp(),
     };
     let conn = ctx.pool.get().await?;
-    if resp.status.is_server_error() {
+    if resp.status.is_server_error() || refused {
         conn.execute(
             "DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2",
             &[&scope, &key],

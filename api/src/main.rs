@@ -118,6 +118,9 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     let running = chainsub_api::server::start(cfg).await?;
     // Scripts and tests read the bound address (API_LISTEN may ask for port 0) from here.
     println!("listening on {}", running.addr);
+    if let Some(m) = running.metrics_addr {
+        println!("metrics on {m}");
+    }
     // The webhook dispatcher runs beside the server unless `--no-dispatcher`; on SIGTERM it
     // stops claiming and finishes its in-flight deliveries while the server drains.
     let (stop_dispatch, dispatch_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -20,12 +20,26 @@ pub fn install() -> Option<PrometheusHandle> {
 /// Counts one request.
 pub fn record(method: &str, route: &'static str, status: u16, secs: f64) {
     let labels = [
-        ("method", method.to_string()),
+        ("method", method_label(method).to_string()),
         ("route", route.to_string()),
         ("status", status.to_string()),
     ];
     metrics::counter!("api_requests_total", &labels).increment(1);
     metrics::histogram!("api_request_duration_seconds", &labels).record(secs);
+}
+
+/// A bounded label for a method: any method a client invents is `other`.
+pub fn method_label(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    }
 }
 
 /// A bounded label for a path (ids collapse to `{id}`, unknown paths to `other`).
@@ -45,12 +59,12 @@ pub fn route_label(path: &str) -> &'static str {
         ["api", "v1", "subscriptions", _] => "/api/v1/subscriptions/{id}",
         ["api", "v1", "events"] => "/api/v1/events",
         ["api", "v1", "events", _] => "/api/v1/events/{id}",
-        ["metrics"] => "/metrics",
         _ => "other",
     }
 }
 
-/// `GET /metrics` (Prometheus text format).
+/// `GET /metrics` (Prometheus text format), served only on its own listener
+/// (`API_METRICS_LISTEN`), never on the public API port.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     warp::path!("metrics")
         .and(warp::get())

@@ -18,6 +18,8 @@ use crate::ratelimit::Limits;
 pub struct Running {
     /// The bound address (the real port when API_LISTEN asked for port 0).
     pub addr: SocketAddr,
+    /// The bound `/metrics` address, when `API_METRICS_LISTEN` is set.
+    pub metrics_addr: Option<SocketAddr>,
     pub ctx: Ctx,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
@@ -57,10 +59,12 @@ pub async fn start_with(ctx: Ctx) -> Result<Running> {
     let addr = listener
         .local_addr()
         .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut metrics_bound = None;
     if let Some(metrics_addr) = ctx.cfg.metrics_listen {
         let l = tokio::net::TcpListener::bind(metrics_addr)
             .await
             .map_err(|e| ApiError::Internal(format!("bind {metrics_addr}: {e}")))?;
+        metrics_bound = l.local_addr().ok();
         tokio::spawn(
             warp::serve(
                 crate::metrics::routes(ctx.clone())
@@ -80,6 +84,7 @@ pub async fn start_with(ctx: Ctx) -> Result<Running> {
     tracing::info!(%addr, "api listening");
     Ok(Running {
         addr,
+        metrics_addr: metrics_bound,
         ctx,
         stop: Some(stop),
         task,

@@ -278,9 +278,15 @@ async fn rate_limit_answers_429_with_retry_after_and_ratelimit_headers() {
     assert_eq!(last, 429);
 }
 
+/// Issue 10, point 8: `/metrics` is on its own listener, never the public port, and its
+/// labels stay bounded whatever clients send.
 #[tokio::test]
 async fn health_reports_the_index_and_metrics_are_exposed() {
-    let app = spawn(Opts::default()).await;
+    let app = spawn(Opts {
+        metrics: true,
+        ..Opts::default()
+    })
+    .await;
     let db = app.db().await;
     api_common::seed_cursor(&db, 42).await;
     let r = read(
@@ -302,9 +308,21 @@ async fn health_reports_the_index_and_metrics_are_exposed() {
             .unwrap()
             .ends_with("/api/v1/openapi.json")
     );
+    // Invented methods and paths must not become label values.
+    for method in ["FOO", "BREW", "X-EVIL"] {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        app.http
+            .request(m, app.url("/api/v1/random-path-1234"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let public = read(app.http.get(app.url("/metrics")).send().await.unwrap()).await;
+    assert_eq!(public.status, 404, "no metrics on the public port");
+    let metrics_url = format!("http://{}/metrics", app.running.metrics_addr.unwrap());
     let m = app
         .http
-        .get(app.url("/metrics"))
+        .get(&metrics_url)
         .send()
         .await
         .unwrap()
@@ -312,6 +330,10 @@ async fn health_reports_the_index_and_metrics_are_exposed() {
         .await
         .unwrap();
     assert!(m.contains("api_requests_total"), "{m}");
+    assert!(m.contains("method=\"other\""), "{m}");
+    for invented in ["FOO", "BREW", "X-EVIL", "random-path-1234"] {
+        assert!(!m.contains(invented), "`{invented}` became a label:\n{m}");
+    }
 }
 
 #[tokio::test]
@@ -587,4 +609,84 @@ async fn per_ip_limits_trust_forwarding_headers_only_from_trusted_proxies() {
         statuses.push(r.status().as_u16());
     }
     assert_eq!(statuses, [201, 201, 429]);
+}
+
+/// Issue 10, point 8: the same Idempotency-Key with a different body is a 409 on every path,
+/// including a plan resumed after its request was forgotten (a 5xx); after 24 hours a key is
+/// free again and starts a new request.
+#[tokio::test]
+async fn an_idempotency_key_binds_one_request_for_24_hours_on_every_path() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let db = app.db().await;
+    let forget = |k: &'static str| {
+        let db = &db;
+        async move {
+            db.execute("DELETE FROM idempotency_keys WHERE key = $1", &[&k])
+                .await
+                .unwrap();
+        }
+    };
+
+    // Replay store: same key, other body.
+    let first = app
+        .post("/api/v1/plans", &key, &plan("Kept"), Some("k-1"))
+        .await;
+    assert_eq!(first.status, 201);
+    let other = app
+        .post("/api/v1/plans", &key, &plan("Other"), Some("k-1"))
+        .await;
+    assert_eq!(
+        (other.status, other.error_code()),
+        (409, Some("idempotency_key_reused"))
+    );
+
+    // Plan-resume path: the replay store forgot the request; the plan remembers its key.
+    forget("k-1").await;
+    let other = app
+        .post("/api/v1/plans", &key, &plan("Other"), Some("k-1"))
+        .await;
+    assert_eq!(
+        (other.status, other.error_code()),
+        (409, Some("idempotency_key_reused")),
+        "a different request must not resume the plan: {:?}",
+        other.body
+    );
+    let mut cheaper = plan("Kept");
+    cheaper["amount"] = json!("4.99");
+    let r = app.post("/api/v1/plans", &key, &cheaper, Some("k-1")).await;
+    assert_eq!(r.status, 409, "same name, other amount: {:?}", r.body);
+    let same = app
+        .post("/api/v1/plans", &key, &plan("Kept"), Some("k-1"))
+        .await;
+    assert_eq!(same.status, 201);
+    assert_eq!(
+        same.body["id"], first.body["id"],
+        "the same request resumes"
+    );
+
+    // 24 hours later the key is free: a new request with it makes a new plan.
+    db.execute(
+        "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = 'k-1'",
+        &[],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "UPDATE plans SET created_at = now() - interval '25 hours' WHERE idempotency_key = 'k-1'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let later = app
+        .post("/api/v1/plans", &key, &plan("Later"), Some("k-1"))
+        .await;
+    assert_eq!(later.status, 201, "{:?}", later.body);
+    assert_ne!(later.body["id"], first.body["id"]);
+    let n: i64 = db
+        .query_one("SELECT count(*) FROM plans", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2, "exactly the two plans asked for");
 }

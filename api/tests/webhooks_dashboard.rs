@@ -39,6 +39,8 @@ async fn start(db: &TestDb, extra: &[&str]) -> Running {
         "1000",
         "--rate-limit-ip-burst",
         "1000",
+        "--metrics-listen",
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
     server::start(Cli::parse_from(args).cfg).await.unwrap()
@@ -305,7 +307,7 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
     assert_eq!(theirs["data"], json!([]));
 
     // The dispatcher's metrics are served with the API's.
-    let metrics = reqwest::get(format!("{}/metrics", running.url()))
+    let metrics = reqwest::get(format!("http://{}/metrics", running.metrics_addr.unwrap()))
         .await
         .unwrap()
         .text()

@@ -277,7 +277,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
         || async {
             let input = parse_new_plan(&body)?;
             let key = c.idempotency_key.as_deref();
-            let (id, active) = match existing_for_key(ctx, &merchant, key).await? {
+            let (id, active) = match existing_for_key(ctx, &merchant, key, &input).await? {
                 Some(found) => found,
                 None => (insert(ctx, &merchant, &input, key).await?, false),
             };
@@ -298,21 +298,46 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
 /// The plan an earlier request with this Idempotency-Key created, with whether it is already
 /// active. The replay store forgets requests that ended in a 5xx (so the client can retry);
 /// this makes such a retry resume the plan it may already have created, never a second one.
+/// Like the replay store it holds a key for 24 hours, and like it, it refuses the same key
+/// with a different request (409 `idempotency_key_reused`) instead of resuming a plan the
+/// request did not ask for.
 async fn existing_for_key(
     ctx: &Ctx,
     merchant: &Merchant,
     key: Option<&str>,
+    input: &NewPlan,
 ) -> Result<Option<(i64, bool)>> {
     let Some(key) = key else { return Ok(None) };
     let conn = ctx.pool.get().await?;
+    // An expired key is free for a new request: the old plan lets go of it.
+    conn.execute(
+        "UPDATE plans SET idempotency_key = NULL WHERE merchant_id = $1 \
+         AND idempotency_key = $2 AND created_at < now() - interval '24 hours'",
+        &[&merchant.id(), &key],
+    )
+    .await?;
     let row = conn
         .query_opt(
-            "SELECT id, provision_status = 'active' FROM plans \
+            "SELECT id, provision_status = 'active', name, amount::TEXT, slug FROM plans \
              WHERE merchant_id = $1 AND idempotency_key = $2",
             &[&merchant.id(), &key],
         )
         .await?;
-    Ok(row.map(|r| (r.get(0), r.get(1))))
+    let Some(row) = row else { return Ok(None) };
+    let same = row.get::<_, String>(2) == input.name
+        && row.get::<_, String>(3) == input.amount.base_units().to_string()
+        && input
+            .slug
+            .as_ref()
+            .is_none_or(|s| row.get::<_, String>(4) == s.as_str());
+    if !same {
+        return Err(ApiError::Conflict {
+            code: "idempotency_key_reused",
+            message: "this Idempotency-Key was used with a different request".into(),
+            param: None,
+        });
+    }
+    Ok(Some((row.get(0), row.get(1))))
 }
 
 async fn insert(
@@ -357,7 +382,9 @@ async fn insert(
                 let constraint = e.as_db_error().and_then(|d| d.constraint());
                 if constraint == Some("plans_idempotency_key") {
                     // A concurrent retry with the same key won the insert: resume its plan.
-                    if let Some((id, _)) = existing_for_key(ctx, merchant, idempotency_key).await? {
+                    if let Some((id, _)) =
+                        existing_for_key(ctx, merchant, idempotency_key, input).await?
+                    {
                         return Ok(id);
                     }
                 }

@@ -46,6 +46,8 @@ pub struct Opts {
     pub pool_size: Option<usize>,
     /// TRUSTED_PROXIES (comma-separated CIDRs).
     pub trusted_proxies: Option<String>,
+    /// Serve `/metrics` on its own listener (API_METRICS_LISTEN=127.0.0.1:0).
+    pub metrics: bool,
 }
 
 impl Default for Opts {
@@ -61,6 +63,7 @@ impl Default for Opts {
             provision_timeout_ms: 20_000,
             pool_size: None,
             trusted_proxies: None,
+            metrics: false,
         }
     }
 }
@@ -119,6 +122,10 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
         "--provision-timeout-ms".into(),
         opts.provision_timeout_ms.to_string(),
     ];
+    if opts.metrics {
+        args.push("--metrics-listen".into());
+        args.push("127.0.0.1:0".into());
+    }
     if let Some(t) = &opts.trusted_proxies {
         args.push("--trusted-proxies".into());
         args.push(t.clone());
