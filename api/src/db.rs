@@ -2,8 +2,7 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod, Runtime, Timeouts};
-use tokio_postgres::NoTls;
+use deadpool_postgres::{ManagerConfig, RecyclingMethod, Runtime, Timeouts};
 
 use crate::error::{ApiError, Result};
 
@@ -15,19 +14,12 @@ pub type Conn = deadpool_postgres::Object;
 /// Builds a pool. Connections are made lazily, so this succeeds while the database is down;
 /// waits are bounded so an outage turns into prompt 503s instead of hung requests.
 pub fn pool(database_url: &str, size: usize) -> Result<Pool> {
-    let pg: tokio_postgres::Config = database_url
-        .parse()
-        .map_err(|e| ApiError::Internal(format!("DATABASE_URL: {e}")))?;
-    let mut pg = pg;
-    pg.connect_timeout(Duration::from_secs(3));
-    let mgr = Manager::from_config(
-        pg,
-        NoTls,
-        ManagerConfig {
-            // Verify a connection before reuse so a restarted database heals the pool.
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
+    let mut db = database(database_url)?;
+    db.config_mut().connect_timeout(Duration::from_secs(3));
+    let mgr = db.manager(ManagerConfig {
+        // Verify a connection before reuse so a restarted database heals the pool.
+        recycling_method: RecyclingMethod::Fast,
+    });
     Pool::builder(mgr)
         .max_size(size.max(1))
         .runtime(Runtime::Tokio1)
@@ -40,15 +32,15 @@ pub fn pool(database_url: &str, size: usize) -> Result<Pool> {
         .map_err(|e| ApiError::Internal(format!("pool: {e}")))
 }
 
+/// `DATABASE_URL` with its TLS (`sslmode`: disable, prefer, require, verify-full).
+pub fn database(database_url: &str) -> Result<chainsub_store::pg::Database> {
+    chainsub_store::pg::Database::from_url(database_url)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
 /// One direct connection (for `migrate`), driven on a background task.
 pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(database_url, NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::warn!(error = %e, "postgres connection ended");
-        }
-    });
-    Ok(client)
+    Ok(database(database_url)?.connect().await?)
 }
 
 /// Applies pending migrations (serialized across processes by the migrations crate).

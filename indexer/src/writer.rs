@@ -5,20 +5,17 @@
 //! and every cursor update is fenced on it, so a stale writer cannot commit after a takeover.
 
 use alloy::primitives::Address;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::block::Cursor;
 use crate::{Error, Result};
 
 /// Connects and drives the connection on a background task.
 pub async fn connect(url: &str) -> Result<Client> {
-    let (client, conn) = tokio_postgres::connect(url, NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::warn!(error = %e, "database connection closed");
-        }
-    });
-    Ok(client)
+    // TLS as DATABASE_URL's sslmode says (the one connector of every binary).
+    let db =
+        chainsub_store::pg::Database::from_url(url).map_err(|e| Error::Config(e.to_string()))?;
+    Ok(db.connect().await?)
 }
 
 /// Blocks until this session holds the writer lock for `chain_id` (a hot standby waits here).

@@ -20,6 +20,7 @@ pub mod checkouts;
 pub mod events;
 pub mod merchants;
 pub mod page;
+pub mod pg;
 pub mod plans;
 pub mod subscriptions;
 

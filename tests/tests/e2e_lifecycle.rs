@@ -387,3 +387,68 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
     }
     let _ = std::fs::remove_dir_all(&services.logs);
 }
+
+/// Issue 10, point 7: indexer, api (with its dispatcher) and keeper as processes, given a
+/// `DATABASE_URL` with `sslmode=verify-full` and the local cluster's certificate as the CA,
+/// hold only TLS connections to the database, and do their work (the API answers from it,
+/// the indexer moves its cursor).
+#[tokio::test]
+async fn every_service_talks_to_postgres_over_verified_tls() {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let api_port = free_port();
+    let mut env = test_env(&chain, &db, api_port, 0);
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_host(Some("localhost")).unwrap();
+    url.set_query(Some(
+        "sslmode=verify-full&sslrootcert=/etc/ssl/certs/ssl-cert-snakeoil.pem",
+    ));
+    for (k, v) in &mut env {
+        if k == "DATABASE_URL" {
+            *v = url.to_string();
+        }
+    }
+    let mut services = Services::start(env);
+    let probe = db.connect().await;
+    let http = reqwest::Client::new();
+    let health = format!("http://127.0.0.1:{api_port}/api/v1/health");
+    wait_for("the api to answer from the database", 30, || async {
+        let ok = http
+            .get(&health)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        Ok(ok.then_some(()))
+    })
+    .await
+    .unwrap();
+    wait_for("the indexer's cursor", 30, || async {
+        let n: i64 = probe
+            .query_one("SELECT count(*) FROM indexer_cursor", &[])
+            .await?
+            .get(0);
+        Ok((n > 0).then_some(()))
+    })
+    .await
+    .unwrap();
+    // indexer writer, keeper lock and pool, api pool and webhook LISTEN: at least four.
+    let (tls, plain) = wait_for("the services' connections", 30, || async {
+        let row = probe
+            .query_one(
+                "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl) \
+                 FROM pg_stat_activity a JOIN pg_stat_ssl s ON s.pid = a.pid \
+                 WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()",
+                &[],
+            )
+            .await?;
+        let (tls, plain): (i64, i64) = (row.get(0), row.get(1));
+        Ok((tls >= 4).then_some((tls, plain)))
+    })
+    .await
+    .unwrap();
+    services.assert_alive();
+    assert_eq!(
+        plain, 0,
+        "{plain} plaintext connections next to {tls} TLS ones"
+    );
+}

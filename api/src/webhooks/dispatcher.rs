@@ -17,7 +17,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use super::config::WebhookConfig;
 use super::delivery::{Attempt, Deliverer};
@@ -305,7 +305,14 @@ async fn write_outcomes(pool: Pool, mut rx: mpsc::UnboundedReceiver<Outcome>, le
 /// LISTEN on [`CHANNEL`] and wake the claimer on every notification, reconnecting forever.
 async fn listen(database_url: String, shared: Arc<Shared>) {
     loop {
-        match tokio_postgres::connect(&database_url, NoTls).await {
+        let connected = match crate::db::database(&database_url) {
+            Ok(db) => db.connect_raw().await,
+            Err(e) => {
+                tracing::error!(error = %e, "webhook listener cannot connect");
+                return;
+            }
+        };
+        match connected {
             Ok((client, mut conn)) => {
                 let (tx, mut rx) = mpsc::unbounded_channel();
                 let driver = tokio::spawn(async move {

@@ -46,12 +46,10 @@ mod send;
 pub mod store;
 pub mod telemetry;
 
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::watch;
-use tokio_postgres::NoTls;
 
 pub use config::Config;
 pub use error::{Error, Result};
@@ -120,20 +118,17 @@ pub async fn run(
     .await?;
     tracing::info!(%bound, "health and metrics listening");
 
-    let pg_config = tokio_postgres::Config::from_str(&cfg.database_url)?;
+    // TLS as DATABASE_URL's sslmode says (the one connector of every binary).
+    let db = chainsub_store::pg::Database::from_url(&cfg.database_url)
+        .map_err(|e| Error::Config(e.to_string()))?;
     if !cfg.no_migrate {
-        let (mut client, conn) = pg_config.connect(NoTls).await?;
-        tokio::spawn(conn);
+        let mut client = db.connect().await?;
         let applied = chainsub_migrations::migrate(&mut client).await?;
         tracing::info!(?applied, "migrations checked");
     }
-    let manager = deadpool_postgres::Manager::from_config(
-        pg_config.clone(),
-        NoTls,
-        deadpool_postgres::ManagerConfig {
-            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-        },
-    );
+    let manager = db.manager(deadpool_postgres::ManagerConfig {
+        recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+    });
     let pool = deadpool_postgres::Pool::builder(manager)
         .max_size(cfg.concurrency + 2)
         .build()?;
@@ -147,8 +142,7 @@ pub async fn run(
     .await?;
     let store = Store::new(pool, cfg.chain_id, cfg.contract_address, chain.keeper)?;
 
-    let (lock_client, conn) = pg_config.connect(NoTls).await?;
-    tokio::spawn(conn);
+    let lock_client = db.connect().await?;
     let key = chainsub_migrations::locks::keeper(cfg.chain_id);
     let mut stop = stop_rx.clone();
     loop {

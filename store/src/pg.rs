@@ -1,0 +1,270 @@
+//! Postgres connections for every binary (api, dispatcher, indexer, keeper): one parser of
+//! `DATABASE_URL` and one TLS connector, so every process speaks to the database the same way.
+//!
+//! `sslmode` follows libpq: `disable` (plaintext), `prefer` (TLS when the server offers it,
+//! the default), `require` (TLS or nothing; the certificate is not checked, as in libpq) and
+//! `verify-full` (TLS, a certificate chain to `sslrootcert=<PEM file>`, and the host name
+//! in the certificate). TLS is rustls; nothing links OpenSSL.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio_postgres::config::SslMode;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// How a connection uses TLS (`sslmode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyFull,
+}
+
+/// A `DATABASE_URL` that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("DATABASE_URL: {0}")]
+pub struct ConfigError(String);
+
+/// A parsed `DATABASE_URL` with its TLS connector.
+#[derive(Clone)]
+pub struct Database {
+    config: tokio_postgres::Config,
+    mode: TlsMode,
+    tls: MakeRustlsConnect,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // tokio_postgres::Config's Debug redacts the password.
+        f.debug_struct("Database")
+            .field("config", &self.config)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Database {
+    /// Parses a URL (`postgres://user@host:5432/db?sslmode=verify-full&sslrootcert=/ca.pem`)
+    /// or a key=value string (`host=… dbname=… sslmode=…`).
+    pub fn from_url(url: &str) -> Result<Database, ConfigError> {
+        let (rest, mode, root) = take_tls_params(url)?;
+        let mut config: tokio_postgres::Config =
+            rest.parse().map_err(|e| ConfigError(format!("{e}")))?;
+        config.ssl_mode(match mode {
+            TlsMode::Disable => SslMode::Disable,
+            TlsMode::Prefer => SslMode::Prefer,
+            TlsMode::Require | TlsMode::VerifyFull => SslMode::Require,
+        });
+        let tls = MakeRustlsConnect::new(client_config(mode, root.as_deref())?);
+        Ok(Database { config, mode, tls })
+    }
+
+    /// The TLS mode in force.
+    pub fn mode(&self) -> TlsMode {
+        self.mode
+    }
+
+    /// The connection settings (e.g. to set a connect timeout).
+    pub fn config_mut(&mut self) -> &mut tokio_postgres::Config {
+        &mut self.config
+    }
+
+    /// One connection, driven on a background task.
+    pub async fn connect(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let (client, conn) = self.connect_raw().await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing_warn(&e);
+            }
+        });
+        Ok(client)
+    }
+
+    /// One connection and its driver, for callers that poll it themselves (LISTEN).
+    pub async fn connect_raw(
+        &self,
+    ) -> Result<
+        (
+            tokio_postgres::Client,
+            tokio_postgres::Connection<
+                tokio_postgres::Socket,
+                <MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
+                    tokio_postgres::Socket,
+                >>::Stream,
+            >,
+        ),
+        tokio_postgres::Error,
+    > {
+        self.config.connect(self.tls.clone()).await
+    }
+
+    /// A deadpool manager over this database.
+    pub fn manager(&self, config: deadpool_postgres::ManagerConfig) -> deadpool_postgres::Manager {
+        deadpool_postgres::Manager::from_config(self.config.clone(), self.tls.clone(), config)
+    }
+}
+
+fn tracing_warn(e: &tokio_postgres::Error) {
+    // The store has no tracing dependency; stderr is where the binaries log anyway.
+    eprintln!("postgres connection ended: {e}");
+}
+
+/// Removes `sslmode` and `sslrootcert` (tokio-postgres knows neither `verify-full` nor
+/// `sslrootcert`) and returns the rest with the mode and root-certificate path.
+fn take_tls_params(url: &str) -> Result<(String, TlsMode, Option<String>), ConfigError> {
+    let parse_mode = |v: &str| match v {
+        "disable" => Ok(TlsMode::Disable),
+        "prefer" => Ok(TlsMode::Prefer),
+        "require" => Ok(TlsMode::Require),
+        "verify-full" => Ok(TlsMode::VerifyFull),
+        other => Err(ConfigError(format!(
+            "sslmode `{other}` is not one of disable, prefer, require, verify-full"
+        ))),
+    };
+    let mut mode = TlsMode::Prefer;
+    let mut root = None;
+    let rest = if url.contains("://") {
+        let mut u = url::Url::parse(url).map_err(|e| ConfigError(e.to_string()))?;
+        let mut kept = Vec::new();
+        for (k, v) in u.query_pairs() {
+            match k.as_ref() {
+                "sslmode" => mode = parse_mode(&v)?,
+                "sslrootcert" => root = Some(v.into_owned()),
+                _ => kept.push((k.into_owned(), v.into_owned())),
+            }
+        }
+        if kept.is_empty() {
+            u.set_query(None);
+        } else {
+            u.query_pairs_mut().clear().extend_pairs(kept);
+        }
+        u.to_string()
+    } else {
+        let mut kept = Vec::new();
+        for pair in url.split_whitespace() {
+            match pair.split_once('=') {
+                Some(("sslmode", v)) => mode = parse_mode(v)?,
+                Some(("sslrootcert", v)) => root = Some(v.to_string()),
+                _ => kept.push(pair),
+            }
+        }
+        kept.join(" ")
+    };
+    if mode == TlsMode::VerifyFull && root.is_none() {
+        return Err(ConfigError(
+            "sslmode=verify-full needs sslrootcert=<PEM file of the CA>".into(),
+        ));
+    }
+    Ok((rest, mode, root))
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn client_config(mode: TlsMode, root: Option<&str>) -> Result<ClientConfig, ConfigError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError(e.to_string()))?;
+    let config = if mode == TlsMode::VerifyFull {
+        let path = root.unwrap_or_default();
+        let pem =
+            std::fs::read(path).map_err(|e| ConfigError(format!("sslrootcert {path}: {e}")))?;
+        let mut roots = RootCertStore::empty();
+        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            let cert = cert.map_err(|e| ConfigError(format!("sslrootcert {path}: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| ConfigError(format!("sslrootcert {path}: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(ConfigError(format!("sslrootcert {path}: no certificate")));
+        }
+        builder.with_root_certificates(roots).with_no_client_auth()
+    } else {
+        // libpq's `prefer` and `require` encrypt without checking who answers; the handshake
+        // signature is still verified, so the session key belongs to the certificate shown.
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider())))
+            .with_no_client_auth()
+    };
+    Ok(config)
+}
+
+/// `sslmode=require`: any certificate, a valid handshake.
+#[derive(Debug)]
+struct EncryptOnly(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for EncryptOnly {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_params_are_taken_out_of_urls_and_key_value_strings() {
+        let (rest, mode, root) = take_tls_params(
+            "postgres://u@h:5432/d?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(rest, "postgres://u@h:5432/d?application_name=x");
+        assert_eq!(
+            (mode, root.as_deref()),
+            (TlsMode::VerifyFull, Some("/ca.pem"))
+        );
+        let (rest, mode, _) = take_tls_params("postgres://u@h/d").unwrap();
+        assert_eq!((rest.as_str(), mode), ("postgres://u@h/d", TlsMode::Prefer));
+        let (rest, mode, _) = take_tls_params("host=h dbname=d sslmode=disable").unwrap();
+        assert_eq!((rest.as_str(), mode), ("host=h dbname=d", TlsMode::Disable));
+        assert!(take_tls_params("postgres://u@h/d?sslmode=verify-full").is_err());
+        assert!(take_tls_params("postgres://u@h/d?sslmode=allow").is_err());
+    }
+}
