@@ -53,6 +53,20 @@ pub(crate) fn keyset(key: &str, cursor: usize, limit: usize) -> [String; 2] {
     ]
 }
 
+/// Runs one of the fixed list statements and returns the page's rows and whether there are
+/// more.
+pub(crate) async fn fetch(
+    client: &impl deadpool_postgres::GenericClient,
+    text: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    page: Page,
+) -> crate::Result<(Vec<tokio_postgres::Row>, bool)> {
+    let stmt = client.prepare_cached(text).await?;
+    let mut rows = client.query(&stmt, params).await?;
+    let more = page.finish(&mut rows);
+    Ok((rows, more))
+}
+
 impl Direction {
     /// Index into a `[older, newer]` pair of statements.
     pub(crate) fn index(self) -> usize {

@@ -2,11 +2,11 @@
 
 use std::sync::LazyLock;
 
-use chainsub_core::PlanId;
+use chainsub_core::{PlanId, ProvisionStatus};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use crate::page::keyset;
+use crate::page::{self, keyset};
 use crate::{MerchantScope, Page, Result};
 
 /// Columns and joins; `$1` merchant id, `$2` chain id.
@@ -35,12 +35,13 @@ pub async fn list(
     chain_id: i64,
     page: Page,
 ) -> Result<(Vec<Row>, bool)> {
-    let stmt = client.prepare_cached(&LIST[page.direction.index()]).await?;
-    let mut rows = client
-        .query(&stmt, &[&scope.id(), &chain_id, &page.key, &page.fetch()])
-        .await?;
-    let more = page.finish(&mut rows);
-    Ok((rows, more))
+    page::fetch(
+        client,
+        &LIST[page.direction.index()],
+        &[&scope.id(), &chain_id, &page.key, &page.fetch()],
+        page,
+    )
+    .await
 }
 
 /// One of `scope`'s plans by public id (`None` for an unknown or other merchant's).
@@ -85,6 +86,121 @@ pub async fn cursor_key(
         .await?
         .map(|r| r.get(0)))
 }
+/// The plan key and amount (base units, as text) provisioning sends on chain.
+pub async fn provisioning_input(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+) -> Result<Option<(Vec<u8>, String)>> {
+    Ok(client
+        .query_opt(
+            "SELECT plan_ref, amount::TEXT FROM plans WHERE id = $1 AND merchant_id = $2",
+            &[&row_id, &scope.id()],
+        )
+        .await?
+        .map(|r| (r.get(0), r.get(1))))
+}
+
+/// What one provisioning attempt of a plan ended in.
+#[derive(Debug, Clone, Copy)]
+pub enum Provisioned<'a> {
+    /// `createPlan` mined; the plan's on-chain facts.
+    Created {
+        tx_hash: &'a [u8],
+        onchain_id: i64,
+        block_number: i64,
+        block_hash: &'a [u8],
+        log_index: i64,
+    },
+    /// The reference was already on chain as this very plan.
+    AlreadyExists { onchain_id: i64 },
+    /// Sent, no receipt within the wait.
+    Submitted { tx_hash: &'a [u8], note: &'a str },
+    /// Did not happen, and why.
+    Failed { error: &'a str },
+}
+
+/// Records a provisioning attempt on `scope`'s plan `row_id` (a plan already active is
+/// never moved back to submitted or failed). Returns whether a row changed.
+pub async fn record_provisioning(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+    outcome: Provisioned<'_>,
+) -> Result<bool> {
+    let active = ProvisionStatus::Active.as_str();
+    let n = match outcome {
+        Provisioned::Created {
+            tx_hash,
+            onchain_id,
+            block_number,
+            block_hash,
+            log_index,
+        } => {
+            client
+                .execute(
+                    "UPDATE plans SET provision_status = $3, provision_error = NULL, \
+                     provision_tx_hash = $4, onchain_plan_id = $5, provision_block_number = $6, \
+                     provision_block_hash = $7, provision_log_index = $8 \
+                     WHERE id = $1 AND merchant_id = $2",
+                    &[
+                        &row_id,
+                        &scope.id(),
+                        &active,
+                        &tx_hash,
+                        &onchain_id,
+                        &block_number,
+                        &block_hash,
+                        &(log_index as i32),
+                    ],
+                )
+                .await?
+        }
+        Provisioned::AlreadyExists { onchain_id } => {
+            client
+                .execute(
+                    "UPDATE plans SET provision_status = $3, provision_error = NULL, \
+                     onchain_plan_id = $4 WHERE id = $1 AND merchant_id = $2",
+                    &[&row_id, &scope.id(), &active, &onchain_id],
+                )
+                .await?
+        }
+        Provisioned::Submitted { tx_hash, note } => {
+            client
+                .execute(
+                    "UPDATE plans SET provision_status = $3, provision_tx_hash = $4, \
+                     provision_error = $5 \
+                     WHERE id = $1 AND merchant_id = $2 AND provision_status <> $6",
+                    &[
+                        &row_id,
+                        &scope.id(),
+                        &ProvisionStatus::Submitted.as_str(),
+                        &tx_hash,
+                        &note,
+                        &active,
+                    ],
+                )
+                .await?
+        }
+        Provisioned::Failed { error } => {
+            client
+                .execute(
+                    "UPDATE plans SET provision_status = $3, provision_error = $4 \
+                     WHERE id = $1 AND merchant_id = $2 AND provision_status <> $5",
+                    &[
+                        &row_id,
+                        &scope.id(),
+                        &ProvisionStatus::Failed.as_str(),
+                        &error,
+                        &active,
+                    ],
+                )
+                .await?
+        }
+    };
+    Ok(n > 0)
+}
+
 /// The list statements, for tests that check their plans.
 #[doc(hidden)]
 pub fn list_statements() -> Vec<&'static str> {

@@ -89,11 +89,11 @@ pub async fn create(
 }
 
 /// Revokes a session (logout).
-pub async fn revoke(client: &impl tokio_postgres::GenericClient, id: i64) -> Result<()> {
+pub async fn revoke(client: &impl tokio_postgres::GenericClient, s: &Session) -> Result<()> {
     client
         .execute(
-            "UPDATE dashboard_sessions SET revoked_at = now() WHERE id = $1",
-            &[&id],
+            "UPDATE dashboard_sessions SET revoked_at = now() WHERE id = $1 AND merchant_id = $2",
+            &[&s.id, &s.merchant.id()],
         )
         .await?;
     Ok(())

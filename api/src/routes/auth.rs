@@ -145,7 +145,7 @@ async fn sign_in(ctx: &Ctx, client: &ClientAddr, ct: Option<&str>, body: &[u8]) 
 
 async fn logout(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
-    session::revoke(&**conn, s.id).await?;
+    session::revoke(&**conn, s).await?;
     Ok(Resp::json(json!({ "object": "session", "deleted": true }))
         .header("set-cookie", &session::clear_cookie(&ctx.cfg)))
 }

@@ -409,23 +409,21 @@ async fn insert(
 /// Runs one provisioning attempt for plan row `id` and records the outcome.
 async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
     let conn = ctx.pool.get().await?;
-    let row = conn
-        .query_one(
-            "SELECT plan_ref, amount::TEXT FROM plans WHERE id = $1 AND merchant_id = $2",
-            &[&id, &merchant.id()],
-        )
-        .await?;
-    let plan_ref = B256::from_slice(&row.get::<_, Vec<u8>>(0));
-    let amount = U256::from(row.get::<_, String>(1).parse::<u128>().unwrap_or(0));
+    let (plan_ref, amount) = store::provisioning_input(&conn, merchant, id)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("plan row {id} vanished")))?;
+    let plan_ref = B256::from_slice(&plan_ref);
+    let amount = U256::from(amount.parse::<u128>().unwrap_or(0));
     drop(conn);
     let Some(relayer) = &ctx.relayer else {
         let conn = ctx.pool.get().await?;
-        conn.execute(
-            "UPDATE plans SET provision_status = 'failed', provision_error = $2 WHERE id = $1",
-            &[
-                &id,
-                &"this deployment has no relayer key (RELAYER_PRIVATE_KEY)",
-            ],
+        store::record_provisioning(
+            &conn,
+            merchant,
+            id,
+            store::Provisioned::Failed {
+                error: "this deployment has no relayer key (RELAYER_PRIVATE_KEY)",
+            },
         )
         .await?;
         return Ok(());
@@ -458,59 +456,32 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
         }
     }
     let conn = ctx.pool.get().await?;
-    match outcome {
+    let submitted_note = "sent; no receipt within the wait — it becomes active when mined, or \
+                          retry with POST /api/v1/plans/{id}/provision";
+    let recorded = match &outcome {
         Outcome::Created {
             tx_hash,
             onchain_id,
             block_number,
             block_hash,
             log_index,
-        } => {
-            conn.execute(
-                "UPDATE plans SET provision_status = 'active', provision_error = NULL, \
-                 provision_tx_hash = $2, onchain_plan_id = $3, provision_block_number = $4, \
-                 provision_block_hash = $5, provision_log_index = $6 WHERE id = $1",
-                &[
-                    &id,
-                    &tx_hash.as_slice(),
-                    &(onchain_id as i64),
-                    &(block_number as i64),
-                    &block_hash.as_slice(),
-                    &(log_index as i32),
-                ],
-            )
-            .await?;
-        }
-        Outcome::AlreadyExists { onchain_id } => {
-            conn.execute(
-                "UPDATE plans SET provision_status = 'active', provision_error = NULL, \
-                 onchain_plan_id = $2 WHERE id = $1",
-                &[&id, &(onchain_id as i64)],
-            )
-            .await?;
-        }
-        Outcome::Submitted { tx_hash } => {
-            conn.execute(
-                "UPDATE plans SET provision_status = 'submitted', provision_tx_hash = $2, \
-                 provision_error = $3 WHERE id = $1 AND provision_status <> 'active'",
-                &[
-                    &id,
-                    &tx_hash.as_slice(),
-                    &"sent; no receipt within the wait — it becomes active when mined, or retry \
-                      with POST /api/v1/plans/{id}/provision",
-                ],
-            )
-            .await?;
-        }
-        Outcome::Failed { error } => {
-            conn.execute(
-                "UPDATE plans SET provision_status = 'failed', provision_error = $2 \
-                 WHERE id = $1 AND provision_status <> 'active'",
-                &[&id, &error],
-            )
-            .await?;
-        }
-    }
+        } => store::Provisioned::Created {
+            tx_hash: tx_hash.as_slice(),
+            onchain_id: *onchain_id as i64,
+            block_number: *block_number as i64,
+            block_hash: block_hash.as_slice(),
+            log_index: *log_index as i64,
+        },
+        Outcome::AlreadyExists { onchain_id } => store::Provisioned::AlreadyExists {
+            onchain_id: *onchain_id as i64,
+        },
+        Outcome::Submitted { tx_hash } => store::Provisioned::Submitted {
+            tx_hash: tx_hash.as_slice(),
+            note: submitted_note,
+        },
+        Outcome::Failed { error } => store::Provisioned::Failed { error },
+    };
+    store::record_provisioning(&conn, merchant, id, recorded).await?;
     Ok(())
 }
 

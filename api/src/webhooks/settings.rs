@@ -265,8 +265,9 @@ pub async fn retry(client: &Client, merchant_id: i64, outbox_id: i64) -> Result<
     client
         .execute(
             "UPDATE webhook_outbox SET status = 'pending', next_attempt_at = now(), locked_until = NULL
-             WHERE id = $1 AND (status <> 'delivering' OR locked_until IS NULL OR locked_until <= now())",
-            &[&outbox_id],
+             WHERE id = $1 AND merchant_wallet = (SELECT wallet FROM merchants WHERE id = $2)
+             AND (status <> 'delivering' OR locked_until IS NULL OR locked_until <= now())",
+            &[&outbox_id, &merchant_id],
         )
         .await?;
     client

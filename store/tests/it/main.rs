@@ -62,6 +62,25 @@ async fn every_list_statement_pages_by_an_index_condition_under_a_generic_plan()
         }
     }
     assert_eq!(checked, 8 + 6 + 2);
+    // A fixed set: distinct texts, each scoped, with its page size as a parameter.
+    let texts: Vec<&str> = [
+        subscriptions::list_statements(),
+        events::list_statements(),
+        plans::list_statements(),
+    ]
+    .concat();
+    let distinct: std::collections::HashSet<_> = texts.iter().collect();
+    assert_eq!(distinct.len(), texts.len());
+    for t in texts {
+        assert!(
+            t.contains("merchant_wallet = $") || t.contains("merchant_id = $1"),
+            "{t}"
+        );
+        assert!(
+            t.contains(" DESC LIMIT $") || t.contains(" ASC LIMIT $"),
+            "{t}"
+        );
+    }
 }
 
 /// Issue 10, point 7: every binary connects through `store::pg`, which honours libpq's
