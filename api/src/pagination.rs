@@ -82,6 +82,29 @@ impl Page {
     }
 }
 
+/// The key of the page's cursor: `None` without one; a 404 naming the parameter when
+/// `parse` refuses the id or `lookup` (scoped to the merchant) does not find it.
+pub async fn cursor_key<T, F, Fut>(
+    page: &Page,
+    what: &str,
+    parse: fn(&str) -> Option<T>,
+    lookup: F,
+) -> Result<Option<i64>, ApiError>
+where
+    F: FnOnce(T) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<i64>, ApiError>>,
+{
+    let Some((name, id)) = page.cursor_param() else {
+        return Ok(None);
+    };
+    let no_such = || ApiError::NotFound {
+        message: format!("no such {what} `{id}`"),
+        param: Some(name.into()),
+    };
+    let id = parse(id).ok_or_else(no_such)?;
+    lookup(id).await?.ok_or_else(no_such).map(Some)
+}
+
 /// `{object: "list", data, hasMore}`.
 pub fn list_json(data: Vec<Value>, has_more: bool) -> Value {
     json!({ "object": "list", "data": data, "hasMore": has_more })

@@ -11,7 +11,7 @@ use warp::filters::BoxedFilter;
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::error::{ApiError, Result};
-use crate::pagination::{Page, list_json};
+use crate::pagination::{Page, cursor_key, list_json};
 use crate::render::event_object;
 use crate::reply::{Resp, respond};
 use crate::routes::plans::with_rate;
@@ -109,21 +109,11 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         created_lt: time_param(q, "createdLt")?,
     };
     let conn = ctx.pool.get().await?;
-    let key = match page.cursor_param() {
-        None => None,
-        Some((name, id)) => {
-            let no_such = || ApiError::NotFound {
-                message: format!("no such event `{id}`"),
-                param: Some(name.into()),
-            };
-            let id = EventId::parse(id).ok_or_else(no_such)?;
-            Some(
-                store::cursor_key(&conn, &merchant, &id)
-                    .await?
-                    .ok_or_else(no_such)?,
-            )
-        }
-    };
+    let (c, m) = (&conn, &merchant);
+    let key = cursor_key(&page, "event", EventId::parse, |id| async move {
+        Ok(store::cursor_key(c, m, &id).await?)
+    })
+    .await?;
     let (rows, more) = store::list(
         &conn,
         &merchant,

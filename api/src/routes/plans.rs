@@ -24,7 +24,7 @@ use crate::ctx::{Ctx, with_ctx};
 use crate::domain::{Amount, Slug, format_units, random_hex, text};
 use crate::error::{ApiError, Result};
 use crate::merchants::Merchant;
-use crate::pagination::{Page, list_json};
+use crate::pagination::{Page, cursor_key, list_json};
 use crate::render::{ChainRef, time};
 use crate::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::routes::{Caller, caller, check_params, method_fallback, query_pairs};
@@ -168,21 +168,11 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     check_params(q, &["limit", "startingAfter", "endingBefore"])?;
     let page = Page::parse(q)?;
     let conn = ctx.pool.get().await?;
-    let key = match page.cursor_param() {
-        None => None,
-        Some((name, id)) => {
-            let no_such = || ApiError::NotFound {
-                message: format!("no such plan `{id}`"),
-                param: Some(name.into()),
-            };
-            let id = PlanId::parse(id).ok_or_else(no_such)?;
-            Some(
-                store::cursor_key(&conn, &merchant, &id)
-                    .await?
-                    .ok_or_else(no_such)?,
-            )
-        }
-    };
+    let (c, m) = (&conn, &merchant);
+    let key = cursor_key(&page, "plan", PlanId::parse, |id| async move {
+        Ok(store::cursor_key(c, m, &id).await?)
+    })
+    .await?;
     let (rows, more) = store::list(
         &conn,
         &merchant,
