@@ -436,3 +436,43 @@ async fn a_429_validates_against_the_document() {
     assert_eq!(limited.status, 429);
     check(&doc, "GET", "/api/v1/subscriptions", &limited);
 }
+
+/// Issue 10, point 9: the document's `webhooks` section (OpenAPI 3.1) has one entry per
+/// event type the service sends, each the same `Event` object the API lists, with the
+/// Standard Webhooks headers, and the retry schedule it states is the dispatcher's default.
+#[test]
+fn the_webhooks_section_documents_every_event_type_its_signature_and_the_schedule() {
+    let doc = doc();
+    let webhooks = doc["webhooks"].as_object().expect("a webhooks section");
+    let kinds: BTreeSet<&str> = chainsub_abi::EventKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    let documented: BTreeSet<&str> = webhooks.keys().map(String::as_str).collect();
+    assert_eq!(documented, kinds, "one webhook entry per event type");
+    let schedule = chainsub_api::webhooks::schedule::DEFAULT_SCHEDULE.replace(',', ", ");
+    for (kind, entry) in webhooks {
+        let post = &entry["post"];
+        assert_eq!(
+            post["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/Event",
+            "{kind}: the body is the event object /events lists"
+        );
+        let headers: BTreeSet<&str> = post["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["in"] == "header")
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        for h in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+            assert!(headers.contains(h), "{kind}: header {h}");
+        }
+        let prose = post["description"].as_str().unwrap();
+        assert!(
+            prose.contains(&schedule),
+            "{kind}: the documented schedule is the code's ({schedule})"
+        );
+        assert!(post["responses"]["410"].is_object(), "{kind}: 410 disables");
+    }
+}
