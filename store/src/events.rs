@@ -43,20 +43,8 @@ pub struct Filter<'a> {
 /// type, `$4` on-chain subscription id, `$5`/`$6` block range, `$7`/`$8` time range, `$9`
 /// cursor key, `$10` rows to fetch.
 static LIST: LazyLock<[[String; 2]; 3]> = LazyLock::new(|| {
-    let kind = |lead: bool| {
-        if lead {
-            " AND ce.kind = $3::text"
-        } else {
-            " AND ($3::text IS NULL OR ce.kind = $3)"
-        }
-    };
-    let sub = |lead: bool| {
-        if lead {
-            " AND ce.subscription_id = $4::bigint"
-        } else {
-            " AND ($4::bigint IS NULL OR ce.subscription_id = $4)"
-        }
-    };
+    let kind = |lead| page::filter(lead, 3, "text", "ce.kind = $3");
+    let sub = |lead| page::filter(lead, 4, "bigint", "ce.subscription_id = $4");
     let ranges = " AND ($5::bigint IS NULL OR ce.block_number >= $5) \
          AND ($6::bigint IS NULL OR ce.block_number <= $6) \
          AND ($7::timestamptz IS NULL OR ce.block_time >= $7) \

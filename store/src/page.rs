@@ -53,6 +53,17 @@ pub(crate) fn keyset(key: &str, cursor: usize, limit: usize) -> [String; 2] {
     ]
 }
 
+/// A list filter on parameter `$n` (of SQL type `ty`) with condition `cond`. In the statement
+/// whose *leading* filter it is, the condition is plain, so its index serves it under a
+/// generic plan; in the others it is skipped when the parameter is NULL.
+pub(crate) fn filter(lead: bool, n: usize, ty: &str, cond: &str) -> String {
+    if lead {
+        format!(" AND ${n}::{ty} IS NOT NULL AND {cond}")
+    } else {
+        format!(" AND (${n}::{ty} IS NULL OR {cond})")
+    }
+}
+
 /// Runs one of the fixed list statements and returns the page's rows and whether there are
 /// more.
 pub(crate) async fn fetch(

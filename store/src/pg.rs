@@ -15,6 +15,12 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+/// A connection's driver (what `connect_raw` hands back to be polled).
+pub type Connection = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+>;
+
 /// How a connection uses TLS (`sslmode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TlsMode {
@@ -78,7 +84,7 @@ impl Database {
         let (client, conn) = self.connect_raw().await?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
-                tracing_warn(&e);
+                tracing::warn!(error = %e, "postgres connection ended");
             }
         });
         Ok(client)
@@ -87,18 +93,7 @@ impl Database {
     /// One connection and its driver, for callers that poll it themselves (LISTEN).
     pub async fn connect_raw(
         &self,
-    ) -> Result<
-        (
-            tokio_postgres::Client,
-            tokio_postgres::Connection<
-                tokio_postgres::Socket,
-                <MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<
-                    tokio_postgres::Socket,
-                >>::Stream,
-            >,
-        ),
-        tokio_postgres::Error,
-    > {
+    ) -> Result<(tokio_postgres::Client, Connection), tokio_postgres::Error> {
         self.config.connect(self.tls.clone()).await
     }
 
@@ -106,11 +101,6 @@ impl Database {
     pub fn manager(&self, config: deadpool_postgres::ManagerConfig) -> deadpool_postgres::Manager {
         deadpool_postgres::Manager::from_config(self.config.clone(), self.tls.clone(), config)
     }
-}
-
-fn tracing_warn(e: &tokio_postgres::Error) {
-    // The store has no tracing dependency; stderr is where the binaries log anyway.
-    eprintln!("postgres connection ended: {e}");
 }
 
 /// Removes `sslmode` and `sslrootcert` (tokio-postgres knows neither `verify-full` nor
@@ -162,12 +152,9 @@ fn take_tls_params(url: &str) -> Result<(String, TlsMode, Option<String>), Confi
     Ok((rest, mode, root))
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 fn client_config(mode: TlsMode, root: Option<&str>) -> Result<ClientConfig, ConfigError> {
-    let builder = ClientConfig::builder_with_provider(provider())
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| ConfigError(e.to_string()))?;
     let config = if mode == TlsMode::VerifyFull {
@@ -190,7 +177,7 @@ fn client_config(mode: TlsMode, root: Option<&str>) -> Result<ClientConfig, Conf
         // signature is still verified, so the session key belongs to the certificate shown.
         builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider())))
+            .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider)))
             .with_no_client_auth()
     };
     Ok(config)

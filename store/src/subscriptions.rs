@@ -68,27 +68,9 @@ impl Filter<'_> {
 /// The 8 list statements: 4 leading filters x 2 directions. `$4` status, `$5` plan public
 /// id, `$6` customer, `$7` cursor key, `$8` rows to fetch.
 static LIST: LazyLock<[[String; 2]; 4]> = LazyLock::new(|| {
-    let status = |lead: bool| {
-        if lead {
-            " AND s.status = $4::text".to_string()
-        } else {
-            " AND ($4::text IS NULL OR s.status = $4)".to_string()
-        }
-    };
-    let plan = |lead: bool| {
-        if lead {
-            format!(" AND $5::text IS NOT NULL AND {PLAN_IN}")
-        } else {
-            format!(" AND ($5::text IS NULL OR {PLAN_IN})")
-        }
-    };
-    let customer = |lead: bool| {
-        if lead {
-            " AND s.customer_external_id = $6::text".to_string()
-        } else {
-            " AND ($6::text IS NULL OR s.customer_external_id = $6)".to_string()
-        }
-    };
+    let status = |lead| page::filter(lead, 4, "text", "s.status = $4");
+    let plan = |lead| page::filter(lead, 5, "text", PLAN_IN);
+    let customer = |lead| page::filter(lead, 6, "text", "s.customer_external_id = $6");
     let [older, newer] = keyset("s.onchain_id", 7, 8);
     let text = |(st, pl, cu): (bool, bool, bool)| {
         [&older, &newer]
