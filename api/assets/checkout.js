@@ -136,7 +136,7 @@
     renderSteps();
     if (plan.alreadySubscribed) {
       stepsEl.textContent = "";
-      show("already", "This wallet already has an active subscription to this plan (" + plan.alreadySubscribed + "). Nothing to do.", []);
+      show("already", "This wallet already has an active subscription to this plan (on-chain subscription #" + plan.alreadySubscribed + "). Nothing to do.", []);
       return;
     }
     if (plan.insufficientBalance) {

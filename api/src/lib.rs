@@ -22,6 +22,7 @@ pub mod render;
 pub mod reply;
 pub mod routes;
 pub mod server;
+pub mod views;
 pub mod webhooks;
 
 pub use config::Config;

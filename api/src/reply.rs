@@ -40,6 +40,14 @@ impl Resp {
         Resp::with_status(StatusCode::OK, value)
     }
 
+    /// 200 with a typed view, serialized here straight from the rows it borrows (no JSON tree).
+    pub fn view(view: &impl serde::Serialize) -> Resp {
+        match serde_json::to_vec(view) {
+            Ok(bytes) => Resp::raw("application/json", bytes),
+            Err(e) => ApiError::Internal(format!("serializing a view: {e}")).into_resp(),
+        }
+    }
+
     /// A JSON body with a status.
     pub fn with_status(status: StatusCode, value: Value) -> Resp {
         Resp {

@@ -6,7 +6,7 @@ mod api_common;
 use std::collections::HashSet;
 
 use alloy::primitives::Address;
-use api_common::{App, Opts, seed_chain_plan, seed_cursor, seed_subscription, spawn};
+use api_common::{App, Opts, seed_chain_plan, seed_cursor, seed_subscription, spawn, sub_id};
 use chainsub_tests::DevChain;
 use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B};
 use serde_json::json;
@@ -218,7 +218,7 @@ async fn pagination_walks_250_subscriptions_forwards_and_backwards_without_gap_o
     for id in 251..=260 {
         seed_subscription(&db, wallet(MERCHANT_B), id, 2, None).await;
     }
-    let expected: Vec<String> = (1..=250).rev().map(|i| format!("sub_{i}")).collect();
+    let expected: Vec<String> = (1..=250).rev().map(sub_id).collect();
 
     // Forwards (newest first) with startingAfter.
     let mut seen = Vec::new();
@@ -244,11 +244,14 @@ async fn pagination_walks_250_subscriptions_forwards_and_backwards_without_gap_o
     // Backwards from the end with endingBefore.
     let mut back: Vec<String> = Vec::new();
     let last = app
-        .get("/api/v1/subscriptions?limit=1&startingAfter=sub_2", &a)
+        .get(
+            &format!("/api/v1/subscriptions?limit=1&startingAfter={}", sub_id(2)),
+            &a,
+        )
         .await;
-    assert_eq!(last.body["data"][0]["id"], "sub_1");
+    assert_eq!(last.body["data"][0]["id"], sub_id(1));
     assert_eq!(last.body["hasMore"], false);
-    back.push("sub_1".into());
+    back.push(sub_id(1));
     loop {
         let r = app
             .get(
@@ -357,18 +360,20 @@ async fn list_routes_prepare_a_constant_number_of_statements() {
                 if i.is_multiple_of(7) {
                     add("planId", plan_id.clone());
                 }
-                // A cursor key, or (first pages) a customer, unique to this request.
+                // A cursor (one of the five subscriptions) or none, and a customer unique to
+                // this request.
                 match (i / 5) % 3 {
-                    0 => add("startingAfter", format!("sub_{}", 1 + i)),
-                    1 => add("endingBefore", format!("sub_{}", 1 + i)),
-                    _ => add("customerExternalId", format!("cust-{i}")),
+                    0 => add("startingAfter", sub_id(1 + (i % 5) as i64)),
+                    1 => add("endingBefore", sub_id(1 + (i % 5) as i64)),
+                    _ => {}
                 }
+                add("customerExternalId", format!("cust-{i}"));
                 format!("/api/v1/subscriptions?{q}")
             }
             2 | 3 => {
                 add("type", types[(i / 5) % 4].into());
                 if i.is_multiple_of(3) {
-                    add("subscriptionId", format!("sub_{}", 1 + i % 5));
+                    add("subscriptionId", sub_id(1 + (i % 5) as i64));
                 }
                 if i.is_multiple_of(2) {
                     add("fromBlock", (i % 50).to_string());

@@ -1,6 +1,7 @@
 -- Bench data set shaped like the indexer's rows: one merchant with 100,000 subscriptions
--- and 1,000,000 chain events (10 per subscription: created + 9 charges), plus the plan
--- rows that resolve planId. :wallet is the merchant wallet as a bytea literal.
+-- and 1,000,000 chain events (10 per subscription: created + 9 charges), their delivered
+-- webhook outbox rows, plus the plan rows that resolve planId. Subscription ids have the
+-- opaque shape (`sub_<32 hex>`). :wallet is the merchant wallet as a bytea literal.
 \set ON_ERROR_STOP on
 BEGIN;
 INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, head_number)
@@ -28,7 +29,7 @@ SELECT 'evt_' || md5('e' || g),
        jsonb_build_object('subscriptionId', (g / 10 + 1)::text, 'amount', '9990000',
                           'period', (g % 10 + 1)::text, 'attempt', '1',
                           'subscriber', '0x4444444444444444444444444444444444444444'),
-       jsonb_build_object('id', 'sub_' || (g / 10 + 1), 'status', 'active',
+       jsonb_build_object('id', 'sub_' || md5('s' || (g / 10 + 1)), 'status', 'active',
                           'cancelAtPeriodEnd', false, 'period', g % 10 + 1,
                           'currentPeriodStart', '2026-01-01T00:00:00Z',
                           'currentPeriodEnd', '2026-02-01T00:00:00Z',
@@ -62,7 +63,7 @@ INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, sub
     plan_onchain_id, amount, customer_ref, customer_external_id, status, period,
     current_period_start, current_period_end, created_event_id, last_event_id, created_at,
     updated_at)
-SELECT 31337, s, 'sub_' || s, :wallet, '\x4444444444444444444444444444444444444444'::bytea,
+SELECT 31337, s, 'sub_' || md5('s' || s), :wallet, '\x4444444444444444444444444444444444444444'::bytea,
        (s - 1) % 5 + 1, 9990000, ('\x' || repeat('00', 32))::bytea, 'cust-' || s,
        CASE WHEN s % 50 = 0 THEN 'past_due' ELSE 'active' END, 10,
        timestamptz '2026-01-01', timestamptz '2026-02-01',
@@ -75,5 +76,11 @@ INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, p
 SELECT id, 31337, subscription_id, 'charge', 9990000, (decoded->>'period')::int,
        timestamptz '2026-01-01', timestamptz '2026-02-01', 1, block_time
 FROM chain_events WHERE kind = 'subscription.charged';
+
+-- Every event confirmed and its webhook delivered, as in a live system: the events list
+-- reads each event's delivery state.
+INSERT INTO webhook_outbox (event_public_id, merchant_wallet, status, attempts, delivered_at)
+SELECT public_id, merchant_wallet, 'delivered', 1, block_time + interval '1 second'
+FROM chain_events WHERE kind IS NOT NULL;
 COMMIT;
 ANALYZE;

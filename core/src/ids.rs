@@ -7,6 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use alloy::primitives::{B256, keccak256};
+use sha2::{Digest, Sha256};
 
 /// Defines a prefixed id type: the text is `prefix` followed by a body that `valid` accepts.
 macro_rules! prefixed_id {
@@ -49,6 +50,13 @@ macro_rules! prefixed_id {
             type Err = InvalidId;
             fn from_str(s: &str) -> Result<Self, InvalidId> {
                 Self::parse(s).ok_or(InvalidId($prefix))
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                Self::parse(&s).ok_or_else(|| serde::de::Error::custom(InvalidId($prefix)))
             }
         }
 
@@ -100,18 +108,25 @@ prefixed_id!(
     /// A chain event: `evt_<32 hex>` = keccak256(chain id ‖ tx hash ‖ log index), truncated.
     EventId,
     "evt_",
-    |b| b.len() == 32 && b.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+    lower_hex_32
 );
 prefixed_id!(
-    /// A subscription: `sub_<on-chain id>` (decimal, no leading zero, 1 to i64::MAX: the
-    /// index stores the contract's sequence number as a bigint).
+    /// A subscription: `sub_<32 hex>` = sha256 of its creating transaction and on-chain
+    /// number, truncated ([`SubscriptionId::of_creation`]). Opaque: unlike the contract's
+    /// sequence number (served under `chain.onchainSubscriptionId`), it reveals nothing about
+    /// how many subscriptions the platform has.
     SubscriptionId,
     "sub_",
-    |b| !b.is_empty()
-        && !b.starts_with('0')
-        && b.bytes().all(|c| c.is_ascii_digit())
-        && b.parse::<i64>().is_ok()
+    lower_hex_32
 );
+
+/// Exactly 32 of `0-9 a-f`: the body of ids derived from a hash.
+fn lower_hex_32(body: &str) -> bool {
+    body.len() == 32
+        && body
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
 
 impl EventId {
     /// The id of the log at (`chain_id`, `tx_hash`, `log_index`). Stable for the same log
@@ -128,16 +143,22 @@ impl EventId {
 }
 
 impl SubscriptionId {
-    /// The id of on-chain subscription `n` (`None` for 0, which the contract never assigns,
-    /// or for a number beyond i64::MAX).
-    pub fn from_onchain(n: u64) -> Option<SubscriptionId> {
-        SubscriptionId::parse(&format!("sub_{n}"))
-    }
+    /// Domain separation: no other id hashes the same bytes.
+    const DOMAIN: &'static [u8] = b"chainsub.subscription";
 
-    /// The contract's subscription number.
-    pub fn onchain(&self) -> i64 {
-        // Validated at construction: it parses as a positive i64.
-        self.0[4..].parse().expect("a parsed subscription id")
+    /// The id of on-chain subscription `onchain_id`, created by transaction `tx_hash` on
+    /// `chain_id`: `sub_` + hex(sha256(DOMAIN ‖ chain id ‖ tx hash ‖ on-chain id)[..16]),
+    /// integers as 8 big-endian bytes. Deterministic, so a re-index from the chain gives every
+    /// subscription the id it had; migration 0007 computes the same in SQL (`sha256`,
+    /// `int8send`) for rows indexed before this scheme.
+    pub fn of_creation(chain_id: u64, tx_hash: B256, onchain_id: u64) -> SubscriptionId {
+        let mut h = Sha256::new();
+        h.update(Self::DOMAIN);
+        h.update(chain_id.to_be_bytes());
+        h.update(tx_hash.as_slice());
+        h.update(onchain_id.to_be_bytes());
+        let digest = h.finalize();
+        SubscriptionId(format!("sub_{}", alloy::hex::encode(&digest[..16])))
     }
 }
 
@@ -153,12 +174,12 @@ mod tests {
         assert!(PlanId::parse("plan_ABC").is_none());
         assert!(PlanId::parse("plan_a\0b").is_none());
         assert!(PlanId::parse(&format!("plan_{}", "a".repeat(60))).is_none());
-        assert!(SubscriptionId::parse("sub_01").is_none());
-        assert!(SubscriptionId::parse("sub_9223372036854775807").is_some());
-        assert!(SubscriptionId::parse("sub_9223372036854775808").is_none());
-        assert_eq!(SubscriptionId::parse("sub_42").unwrap().onchain(), 42);
-        assert_eq!(SubscriptionId::from_onchain(7).unwrap().as_str(), "sub_7");
-        assert!(SubscriptionId::from_onchain(0).is_none());
+        assert!(
+            SubscriptionId::parse("sub_1").is_none(),
+            "sequence numbers are not ids"
+        );
+        assert!(SubscriptionId::parse("sub_0123456789abcdef0123456789abcdef").is_some());
+        assert!(SubscriptionId::parse("sub_0123456789abcdef0123456789abcdeF").is_none());
         assert!(EventId::parse("evt_0123456789abcdef0123456789abcdef").is_some());
         assert!(EventId::parse("evt_0123456789abcdef0123456789abcdeF").is_none());
         assert_eq!("chk_x".parse::<CheckoutId>().unwrap().as_str(), "chk_x");
@@ -186,8 +207,26 @@ mod tests {
     }
 
     #[test]
+    fn subscription_ids_are_stable_opaque_and_distinct() {
+        let tx = B256::repeat_byte(7);
+        let a = SubscriptionId::of_creation(31337, tx, 1);
+        assert_eq!(a, SubscriptionId::of_creation(31337, tx, 1));
+        assert_ne!(a, SubscriptionId::of_creation(31337, tx, 2));
+        assert_ne!(a, SubscriptionId::of_creation(1, tx, 1));
+        assert_ne!(
+            a,
+            SubscriptionId::of_creation(31337, B256::repeat_byte(8), 1)
+        );
+        assert_eq!(SubscriptionId::parse(a.as_str()).as_ref(), Some(&a));
+        assert!(!a.as_str().contains("_1"), "{a}");
+        // The value migration 0007 computes in SQL for the same inputs (checked against
+        // Postgres by migrations/tests/migrate.rs).
+        assert_eq!(a.as_str(), "sub_c077d0f3e209e3880ef27cf2b7c01d8c");
+    }
+
+    #[test]
     fn ids_serialize_as_their_text() {
-        let id = SubscriptionId::from_onchain(9).unwrap();
-        assert_eq!(serde_json::to_string(&id).unwrap(), "\"sub_9\"");
+        let id = SubscriptionId::of_creation(1, B256::ZERO, 9);
+        assert_eq!(serde_json::to_string(&id).unwrap(), format!("\"{id}\""));
     }
 }

@@ -9,12 +9,14 @@ pub mod address;
 pub mod amount;
 pub mod ids;
 pub mod slug;
+pub mod snapshot;
 pub mod status;
 
 pub use address::{checksum, hex0x};
 pub use amount::{Amount, AmountError, MAX_AMOUNT_BASE_UNITS, format_units};
 pub use ids::{CheckoutId, EventId, MerchantId, PlanId, SubscriptionId};
 pub use slug::Slug;
+pub use snapshot::SubscriptionSnapshot;
 pub use status::{OutboxStatus, ProvisionStatus, SubscriptionStatus, UnknownStatus};
 
 /// USDC's decimals: 1 USDC = 1,000,000 base units.

@@ -11,7 +11,7 @@ pub struct UnknownStatus(pub String);
 macro_rules! status_enum {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
         pub enum $name {
             $($(#[$vdoc])* #[serde(rename = $text)] $variant),+
         }

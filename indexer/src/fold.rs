@@ -3,9 +3,9 @@
 //! so "apply" and "undo then replay" cannot disagree.
 
 use alloy::primitives::{Address, B256, U256};
-use chainsub_abi::{ContractEvent, ids};
+use chainsub_abi::ContractEvent;
+use chainsub_core::{SubscriptionId, SubscriptionSnapshot};
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{Value, json};
 
 use crate::map::{end_reason_name, id_to_i64};
 use crate::{Error, Result};
@@ -17,6 +17,8 @@ pub use chainsub_core::SubscriptionStatus as Status;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubState {
     pub onchain_id: i64,
+    /// The opaque public id ([`SubscriptionId::of_creation`]), fixed at creation.
+    pub public_id: SubscriptionId,
     pub merchant: Address,
     pub subscriber: Address,
     pub plan_onchain_id: i64,
@@ -43,6 +45,8 @@ pub struct SubState {
 /// What the fold needs to know about an event besides the log itself.
 #[derive(Debug, Clone)]
 pub struct EventCtx {
+    pub chain_id: u64,
+    pub tx_hash: B256,
     /// The event's `chain_events.id` (or placeholder, see [`SubState::created_event`]).
     pub event_ref: i64,
     pub block_time: u64,
@@ -64,8 +68,10 @@ pub fn apply(
                 e.subscriptionId
             )));
         }
+        let onchain_id = id_to_i64(e.subscriptionId)?;
         return Ok(Some(SubState {
-            onchain_id: id_to_i64(e.subscriptionId)?,
+            onchain_id,
+            public_id: SubscriptionId::of_creation(ctx.chain_id, ctx.tx_hash, onchain_id as u64),
             merchant: e.merchant,
             subscriber: e.subscriber,
             plan_onchain_id: id_to_i64(e.planId)?,
@@ -140,22 +146,22 @@ impl SubState {
         }
     }
 
-    /// The `chain_events.snapshot` JSON (the contract with the API and webhooks).
-    pub fn snapshot(&self) -> Value {
-        json!({
-            "id": ids::subscription_id(self.onchain_id as u64),
-            "status": self.status.as_str(),
-            "cancelAtPeriodEnd": self.cancel_at_period_end,
-            "period": self.period,
-            "currentPeriodStart": rfc3339(self.current_period_start),
-            "currentPeriodEnd": rfc3339(self.current_period_end),
-            "nextPaymentAt": self.next_payment_at().map(rfc3339),
-            "failedAttempts": self.failed_attempts,
-            "subscriber": alloy::hex::encode_prefixed(self.subscriber),
-            "customerExternalId": self.customer_external_id,
-            "amount": self.amount.to_string(),
-            "planOnchainId": self.plan_onchain_id,
-        })
+    /// The `chain_events.snapshot` (the contract with the API and webhooks).
+    pub fn snapshot(&self) -> SubscriptionSnapshot {
+        SubscriptionSnapshot {
+            id: self.public_id.clone(),
+            status: self.status,
+            cancel_at_period_end: self.cancel_at_period_end,
+            period: self.period,
+            current_period_start: rfc3339(self.current_period_start),
+            current_period_end: rfc3339(self.current_period_end),
+            next_payment_at: self.next_payment_at().map(rfc3339),
+            failed_attempts: self.failed_attempts,
+            subscriber: self.subscriber,
+            customer_external_id: self.customer_external_id.clone(),
+            amount: self.amount.to_string(),
+            plan_onchain_id: self.plan_onchain_id,
+        }
     }
 }
 
@@ -169,6 +175,8 @@ mod tests {
 
     fn ctx(r: i64, t: u64) -> EventCtx {
         EventCtx {
+            chain_id: 31337,
+            tx_hash: B256::repeat_byte(9),
             event_ref: r,
             block_time: t,
             customer_external_id: Some("cus_1".into()),
@@ -217,28 +225,14 @@ mod tests {
         assert_eq!(s.period, 1);
         assert_eq!(s.next_payment_at(), Some(T0 + MONTH));
         let snap = s.snapshot();
-        assert_eq!(snap["id"], "sub_5");
-        assert_eq!(snap["currentPeriodStart"], "2026-01-01T00:00:00Z");
-        assert_eq!(snap["amount"], "9990000");
-        assert_eq!(snap["customerExternalId"], "cus_1");
-        assert_eq!(snap["subscriber"], format!("0x{}", "bb".repeat(20)));
-        let keys: Vec<_> = snap.as_object().unwrap().keys().cloned().collect();
-        let mut want = vec![
-            "id",
-            "status",
-            "cancelAtPeriodEnd",
-            "period",
-            "currentPeriodStart",
-            "currentPeriodEnd",
-            "nextPaymentAt",
-            "failedAttempts",
-            "subscriber",
-            "customerExternalId",
-            "amount",
-            "planOnchainId",
-        ];
-        want.sort();
-        assert_eq!(keys, want);
+        assert_eq!(
+            snap.id,
+            SubscriptionId::of_creation(31337, B256::repeat_byte(9), 5)
+        );
+        assert_eq!(snap.current_period_start, "2026-01-01T00:00:00Z");
+        assert_eq!(snap.amount, "9990000");
+        assert_eq!(snap.customer_external_id.as_deref(), Some("cus_1"));
+        assert_eq!(snap.subscriber, Address::repeat_byte(0xbb));
     }
 
     #[test]
@@ -259,7 +253,7 @@ mod tests {
         let s = fold(&[created(), failed(1, retry), failed(3, 0), ended]);
         assert_eq!(s.status, Status::Ended);
         assert_eq!(s.ended_reason.as_deref(), Some("payment_failed"));
-        assert_eq!(s.snapshot()["nextPaymentAt"], Value::Null);
+        assert_eq!(s.snapshot().next_payment_at, None);
     }
 
     #[test]

@@ -38,6 +38,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "plan_idempotency",
         sql: include_str!("../sql/0006_plan_idempotency.sql"),
     },
+    Migration {
+        version: 7,
+        name: "opaque_subscription_ids",
+        sql: include_str!("../sql/0007_opaque_subscription_ids.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -212,3 +212,59 @@ async fn unknown_applied_version_is_refused() {
 
     assert!(matches!(err, Error::Unknown(9999)), "{err}");
 }
+
+/// Migration 0007 gives subscriptions indexed under the old `sub_<number>` scheme exactly the
+/// opaque id the indexer now derives in Rust, in the row and in every snapshot.
+#[tokio::test]
+async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give() {
+    use alloy::primitives::B256;
+    use chainsub_core::SubscriptionId;
+
+    let db = TestDb::create_empty().await;
+    let client = db.connect().await;
+    let (before, after): (Vec<&chainsub_migrations::Migration>, Vec<_>) =
+        MIGRATIONS.iter().partition(|m| m.version < 7);
+    for m in before {
+        client.batch_execute(m.sql).await.unwrap();
+    }
+    let tx = B256::repeat_byte(0x5a);
+    client
+        .batch_execute(&format!(
+            "INSERT INTO chain_events (id, public_id, chain_id, contract, block_number, block_hash,
+                 block_time, transaction_hash, transaction_index, log_index, name, kind,
+                 merchant_wallet, subscription_id, topics, data, decoded, snapshot)
+             VALUES (1, 'evt_a', 31337, '\\x00', 5, '\\x01', now(), '\\x{tx}', 0, 0,
+                     'SubscriptionCreated', 'subscription.created', '\\x02', 42, '{{}}', '\\x',
+                     '{{}}', '{{\"id\": \"sub_42\", \"status\": \"active\"}}'),
+                    (2, 'evt_b', 31337, '\\x00', 6, '\\x03', now(), '\\x04', 0, 0,
+                     'SubscriptionCharged', 'subscription.charged', '\\x02', 42, '{{}}', '\\x',
+                     '{{}}', '{{\"id\": \"sub_42\", \"status\": \"active\"}}');
+             INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet,
+                 subscriber, plan_onchain_id, amount, customer_ref, status, period,
+                 current_period_start, current_period_end, created_event_id, last_event_id,
+                 created_at, updated_at)
+             VALUES (31337, 42, 'sub_42', '\\x02', '\\x03', 1, 1, '\\x04', 'active', 2,
+                     now(), now(), 1, 2, now(), now());",
+            tx = alloy::hex::encode(tx)
+        ))
+        .await
+        .unwrap();
+    for m in after {
+        client.batch_execute(m.sql).await.unwrap();
+    }
+
+    let want = SubscriptionId::of_creation(31337, tx, 42);
+    let row = client
+        .query_one("SELECT public_id FROM subscriptions", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), want.as_str());
+    let ids: Vec<String> = client
+        .query("SELECT snapshot->>'id' FROM chain_events ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [want.as_str(), want.as_str()]);
+}

@@ -2,26 +2,127 @@
 
 use std::sync::LazyLock;
 
-use chainsub_core::{EventId, SubscriptionId};
+use alloy::primitives::Address;
+use chainsub_core::{EventId, OutboxStatus, PlanId, SubscriptionId, SubscriptionSnapshot};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use serde::Deserialize;
 use tokio_postgres::Row;
+use tokio_postgres::types::Json;
 
+use crate::chain::ChainRow;
 use crate::page::{self, keyset};
-use crate::{MerchantScope, Page, Result};
+use crate::{Error, MerchantScope, Page, Result};
 
-/// `SELECT … FROM chain_events ce …` with every column the event view reads. Append
-/// `WHERE …`; the `plans` join is scoped to the event's merchant, so a planRef cannot
-/// resolve to another merchant's plan.
-pub const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.chain_id, \
+/// `SELECT … FROM chain_events ce …` with every column an [`EventRow`] reads, including the
+/// webhook's delivery state. Append `WHERE …`; the `plans` join is scoped to the event's
+/// merchant, so a planRef cannot resolve to another merchant's plan.
+const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.chain_id, \
     ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, ce.log_index, \
     ce.subscription_id, ce.decoded, ce.snapshot, p.public_id AS plan_public_id, \
-    cur.block_number AS indexed_block \
+    cur.block_number AS indexed_block, o.status AS delivery_status, \
+    o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
+    o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error \
     FROM chain_events ce \
     LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id \
     LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
-    LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id";
+    LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id \
+    LEFT JOIN webhook_outbox o ON o.event_public_id = ce.public_id AND o.test_payload IS NULL";
+
+/// One lifecycle event, typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRow {
+    pub id: EventId,
+    /// The API event type (`subscription.charged`).
+    pub kind: Option<String>,
+    /// The block's time.
+    pub created_at: DateTime<Utc>,
+    pub onchain_subscription_id: Option<i64>,
+    /// Facts of the log itself.
+    pub log: LogFacts,
+    /// The subscription right after the event (`None` for a subscription created before
+    /// the indexer's start block).
+    pub snapshot: Option<SubscriptionSnapshot>,
+    /// The merchant's plan the event's on-chain plan belongs to.
+    pub plan_id: Option<PlanId>,
+    pub chain: ChainRow,
+    /// The webhook for this event; `None` until it is confirmed and queued.
+    pub delivery: Option<DeliveryRow>,
+}
+
+/// The fields of a log's `decoded` JSON that events serve (uints are decimal text there).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogFacts {
+    pub amount: Option<String>,
+    pub subscriber: Option<Address>,
+    pub period: Option<String>,
+    pub attempt: Option<String>,
+    pub reason: Option<String>,
+    pub next_retry_at: Option<String>,
+}
+
+/// The webhook outbox row of an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRow {
+    pub status: OutboxStatus,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+impl EventRow {
+    fn from_row(r: &Row) -> Result<EventRow> {
+        let id: &str = r.try_get("public_id")?;
+        let Json(log) = r.try_get::<_, Json<LogFacts>>("decoded")?;
+        let snapshot = r
+            .try_get::<_, Option<Json<SubscriptionSnapshot>>>("snapshot")?
+            .map(|Json(s)| s);
+        let delivery = match r.try_get::<_, Option<&str>>("delivery_status")? {
+            None => None,
+            Some(status) => Some(DeliveryRow {
+                status: OutboxStatus::parse(status)
+                    .map_err(|e| Error::Inconsistent(e.to_string()))?,
+                attempts: r.try_get("delivery_attempts")?,
+                next_attempt_at: r.try_get("delivery_next_attempt_at")?,
+                delivered_at: r.try_get("delivery_delivered_at")?,
+                last_error: r.try_get("delivery_last_error")?,
+            }),
+        };
+        Ok(EventRow {
+            id: EventId::parse(id)
+                .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
+            kind: r.try_get("kind")?,
+            created_at: r.try_get("block_time")?,
+            onchain_subscription_id: r.try_get("subscription_id")?,
+            log,
+            snapshot,
+            plan_id: r
+                .try_get::<_, Option<&str>>("plan_public_id")?
+                .and_then(PlanId::parse),
+            chain: ChainRow::from_row(r)?,
+            delivery,
+        })
+    }
+}
+
+/// Events by public id, for webhook bodies (the outbox rows name them; not merchant-scoped:
+/// the dispatcher acts for the system). Unknown ids are absent.
+pub async fn by_ids(
+    client: &impl tokio_postgres::GenericClient,
+    ids: &[&str],
+) -> Result<Vec<EventRow>> {
+    static BY_IDS: LazyLock<String> =
+        LazyLock::new(|| format!("{SELECT} WHERE ce.public_id = ANY($1)"));
+    client
+        .query(BY_IDS.as_str(), &[&ids])
+        .await?
+        .iter()
+        .map(EventRow::from_row)
+        .collect()
+}
 
 /// A merchant's lifecycle events: `$1` wallet, `$2` chain id.
 const SCOPE: &str =
@@ -39,12 +140,17 @@ pub struct Filter<'a> {
     pub created_lt: Option<DateTime<Utc>>,
 }
 
+/// The subscription filter: the on-chain number of the merchant's subscription with public id
+/// `$4`, as a scalar subquery so `chain_events_subscription` serves it as an index condition.
+const SUB_IS: &str = "ce.subscription_id = (SELECT s.onchain_id FROM subscriptions s \
+    WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
+
 /// The 6 list statements: leading filter (none, type, subscription) x 2 directions. `$3`
-/// type, `$4` on-chain subscription id, `$5`/`$6` block range, `$7`/`$8` time range, `$9`
+/// type, `$4` subscription public id, `$5`/`$6` block range, `$7`/`$8` time range, `$9`
 /// cursor key, `$10` rows to fetch.
 static LIST: LazyLock<[[String; 2]; 3]> = LazyLock::new(|| {
     let kind = |lead| page::filter(lead, 3, "text", "ce.kind = $3");
-    let sub = |lead| page::filter(lead, 4, "bigint", "ce.subscription_id = $4");
+    let sub = |lead| page::filter(lead, 4, "text", SUB_IS);
     let ranges = " AND ($5::bigint IS NULL OR ce.block_number >= $5) \
          AND ($6::bigint IS NULL OR ce.block_number <= $6) \
          AND ($7::timestamptz IS NULL OR ce.block_time >= $7) \
@@ -64,7 +170,7 @@ pub async fn list(
     chain_id: i64,
     filter: &Filter<'_>,
     page: Page,
-) -> Result<(Vec<Row>, bool)> {
+) -> Result<(Vec<EventRow>, bool)> {
     let leading = if filter.subscription.is_some() {
         2
     } else if filter.kind.is_some() {
@@ -72,7 +178,7 @@ pub async fn list(
     } else {
         0
     };
-    let sub = filter.subscription.map(SubscriptionId::onchain);
+    let sub = filter.subscription.map(SubscriptionId::as_str);
     page::fetch(
         client,
         &LIST[leading][page.direction.index()],
@@ -89,6 +195,7 @@ pub async fn list(
             &page.fetch(),
         ],
         page,
+        |r| EventRow::from_row(&r),
     )
     .await
 }
@@ -117,13 +224,16 @@ pub async fn get(
     scope: &MerchantScope,
     chain_id: i64,
     id: &EventId,
-) -> Result<Option<Row>> {
+) -> Result<Option<EventRow>> {
     static ONE: LazyLock<String> =
         LazyLock::new(|| format!("{SELECT}{SCOPE} AND ce.public_id = $3::text"));
     let stmt = client.prepare_cached(&ONE).await?;
-    Ok(client
+    client
         .query_opt(&stmt, &[&scope.wallet_bytes(), &chain_id, &id.as_str()])
-        .await?)
+        .await?
+        .as_ref()
+        .map(EventRow::from_row)
+        .transpose()
 }
 
 /// The list statements, for tests that check their plans.

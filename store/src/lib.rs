@@ -16,6 +16,7 @@
 //!   $n)`, so each list has one statement per *leading* filter with a matching index, in which
 //!   that filter is a plain equality; the rest stay parameters.
 
+pub mod chain;
 pub mod checkouts;
 pub mod events;
 pub mod merchants;
@@ -24,6 +25,7 @@ pub mod pg;
 pub mod plans;
 pub mod subscriptions;
 
+pub use chain::ChainRow;
 pub use merchants::MerchantScope;
 pub use page::{Direction, Page};
 

@@ -64,17 +64,19 @@ pub(crate) fn filter(lead: bool, n: usize, ty: &str, cond: &str) -> String {
     }
 }
 
-/// Runs one of the fixed list statements and returns the page's rows and whether there are
-/// more.
-pub(crate) async fn fetch(
+/// Runs one of the fixed list statements and returns the page's rows, typed by `typed`, and
+/// whether there are more.
+pub(crate) async fn fetch<T>(
     client: &impl deadpool_postgres::GenericClient,
     text: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     page: Page,
-) -> crate::Result<(Vec<tokio_postgres::Row>, bool)> {
+    typed: fn(tokio_postgres::Row) -> crate::Result<T>,
+) -> crate::Result<(Vec<T>, bool)> {
     let stmt = client.prepare_cached(text).await?;
     let mut rows = client.query(&stmt, params).await?;
     let more = page.finish(&mut rows);
+    let rows = rows.into_iter().map(typed).collect::<crate::Result<_>>()?;
     Ok((rows, more))
 }
 

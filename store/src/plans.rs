@@ -40,6 +40,7 @@ pub async fn list(
         &LIST[page.direction.index()],
         &[&scope.id(), &chain_id, &page.key, &page.fetch()],
         page,
+        Ok,
     )
     .await
 }

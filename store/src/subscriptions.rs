@@ -3,12 +3,109 @@
 
 use std::sync::LazyLock;
 
-use chainsub_core::{SubscriptionId, SubscriptionStatus};
+use alloy::primitives::Address;
+use chainsub_core::{EventId, PlanId, SubscriptionId, SubscriptionStatus};
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
+use crate::chain::{ChainRow, address, units};
 use crate::page::{self, keyset};
-use crate::{MerchantScope, Page, Result};
+use crate::{Error, MerchantScope, Page, Result};
+
+/// One subscription as the API serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionRow {
+    pub id: SubscriptionId,
+    pub onchain_id: i64,
+    pub status: SubscriptionStatus,
+    pub cancel_at_period_end: bool,
+    /// The merchant's plan (`None` when the on-chain plan is not one of theirs through us).
+    pub plan_id: Option<PlanId>,
+    pub plan_onchain_id: i64,
+    pub customer_external_id: Option<String>,
+    pub subscriber: Address,
+    /// Base units (`None` beyond u128).
+    pub amount: Option<u128>,
+    pub period: i32,
+    pub current_period_start: DateTime<Utc>,
+    pub current_period_end: DateTime<Utc>,
+    pub failed_attempts: i32,
+    pub next_retry_at: Option<DateTime<Utc>>,
+    pub ended_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The creating event.
+    pub chain: ChainRow,
+}
+
+impl SubscriptionRow {
+    fn from_row(r: &Row) -> Result<SubscriptionRow> {
+        Ok(SubscriptionRow {
+            id: parse_id(r.try_get("public_id")?)?,
+            onchain_id: r.try_get("onchain_id")?,
+            status: SubscriptionStatus::parse(r.try_get("status")?)
+                .map_err(|e| Error::Inconsistent(e.to_string()))?,
+            cancel_at_period_end: r.try_get("cancel_at_period_end")?,
+            plan_id: r
+                .try_get::<_, Option<&str>>("plan_public_id")?
+                .and_then(PlanId::parse),
+            plan_onchain_id: r.try_get("plan_onchain_id")?,
+            customer_external_id: r.try_get("customer_external_id")?,
+            subscriber: address(r.try_get("subscriber")?)?,
+            amount: units(r.try_get("amount")?),
+            period: r.try_get("period")?,
+            current_period_start: r.try_get("current_period_start")?,
+            current_period_end: r.try_get("current_period_end")?,
+            failed_attempts: r.try_get("failed_attempts")?,
+            next_retry_at: r.try_get("next_retry_at")?,
+            ended_reason: r.try_get("ended_reason")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+            chain: ChainRow::from_row(r)?,
+        })
+    }
+}
+
+/// One charge or failed charge of a subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerRow {
+    /// The event that recorded it.
+    pub event_id: EventId,
+    /// `charge` or `failed_charge`.
+    pub kind: String,
+    pub amount: Option<u128>,
+    pub period: i32,
+    pub period_start: Option<DateTime<Utc>>,
+    pub period_end: Option<DateTime<Utc>>,
+    pub attempt: i32,
+    pub failure_reason: Option<String>,
+    pub block_time: DateTime<Utc>,
+    pub chain: ChainRow,
+}
+
+impl LedgerRow {
+    fn from_row(r: &Row) -> Result<LedgerRow> {
+        let id: &str = r.try_get("public_id")?;
+        Ok(LedgerRow {
+            event_id: EventId::parse(id)
+                .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
+            kind: r.try_get("kind")?,
+            amount: units(r.try_get("amount")?),
+            period: r.try_get("period")?,
+            period_start: r.try_get("period_start")?,
+            period_end: r.try_get("period_end")?,
+            attempt: r.try_get("attempt")?,
+            failure_reason: r.try_get("failure_reason")?,
+            block_time: r.try_get("block_time")?,
+            chain: ChainRow::from_row(r)?,
+        })
+    }
+}
+
+fn parse_id(id: &str) -> Result<SubscriptionId> {
+    SubscriptionId::parse(id).ok_or_else(|| Error::Inconsistent(format!("subscription id {id:?}")))
+}
 
 /// Columns and joins; `$1` merchant id, `$2` merchant wallet, `$3` chain id.
 const SELECT: &str = "SELECT s.onchain_id, s.public_id, s.status, s.cancel_at_period_end, \
@@ -84,15 +181,15 @@ static LIST: LazyLock<[[String; 2]; 4]> = LazyLock::new(|| {
     ]
 });
 
-/// A page of `scope`'s subscriptions on `chain_id`, newest first (rows for the API's view).
-/// Returns the rows and whether there are more.
+/// A page of `scope`'s subscriptions on `chain_id`, newest first. Returns the rows and
+/// whether there are more.
 pub async fn list(
     client: &impl GenericClient,
     scope: &MerchantScope,
     chain_id: i64,
     filter: &Filter<'_>,
     page: Page,
-) -> Result<(Vec<Row>, bool)> {
+) -> Result<(Vec<SubscriptionRow>, bool)> {
     let text = &LIST[filter.leading() as usize][page.direction.index()];
     let status = filter.status.map(SubscriptionStatus::as_str);
     page::fetch(
@@ -109,8 +206,27 @@ pub async fn list(
             &page.fetch(),
         ],
         page,
+        |r| SubscriptionRow::from_row(&r),
     )
     .await
+}
+
+/// The cursor key of one of `scope`'s subscriptions (`None` for an unknown or other
+/// merchant's id).
+pub async fn cursor_key(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    id: &SubscriptionId,
+) -> Result<Option<i64>> {
+    let stmt = client
+        .prepare_cached(
+            "SELECT onchain_id FROM subscriptions WHERE public_id = $1 AND merchant_wallet = $2",
+        )
+        .await?;
+    Ok(client
+        .query_opt(&stmt, &[&id.as_str(), &scope.wallet_bytes()])
+        .await?
+        .map(|r| r.get(0)))
 }
 
 /// One of `scope`'s subscriptions (`None` for an unknown or other merchant's id).
@@ -119,16 +235,18 @@ pub async fn get(
     scope: &MerchantScope,
     chain_id: i64,
     id: &SubscriptionId,
-) -> Result<Option<Row>> {
-    static ONE: LazyLock<String> =
-        LazyLock::new(|| format!("{SELECT} AND s.onchain_id = $4::bigint"));
+) -> Result<Option<SubscriptionRow>> {
+    static ONE: LazyLock<String> = LazyLock::new(|| format!("{SELECT} AND s.public_id = $4::text"));
     let stmt = client.prepare_cached(&ONE).await?;
-    Ok(client
+    client
         .query_opt(
             &stmt,
-            &[&scope.id(), &scope.wallet_bytes(), &chain_id, &id.onchain()],
+            &[&scope.id(), &scope.wallet_bytes(), &chain_id, &id.as_str()],
         )
-        .await?)
+        .await?
+        .as_ref()
+        .map(SubscriptionRow::from_row)
+        .transpose()
 }
 
 /// The ledger of one of `scope`'s subscriptions, oldest first (empty for another merchant's).
@@ -137,7 +255,7 @@ pub async fn ledger(
     scope: &MerchantScope,
     chain_id: i64,
     id: &SubscriptionId,
-) -> Result<Vec<Row>> {
+) -> Result<Vec<LedgerRow>> {
     let stmt = client
         .prepare_cached(
             "SELECT le.kind, le.amount::TEXT AS amount, le.period, le.period_start, \
@@ -147,14 +265,18 @@ pub async fn ledger(
              FROM ledger_entries le \
              JOIN chain_events ce ON ce.id = le.event_id \
              JOIN subscriptions s ON s.chain_id = le.chain_id \
-                  AND s.onchain_id = le.subscription_id AND s.merchant_wallet = $3 \
+                  AND s.onchain_id = le.subscription_id \
              LEFT JOIN indexer_cursor cur ON cur.chain_id = le.chain_id \
-             WHERE le.chain_id = $1 AND le.subscription_id = $2 ORDER BY le.event_id",
+             WHERE s.public_id = $2 AND s.merchant_wallet = $3 AND le.chain_id = $1 \
+             ORDER BY le.event_id",
         )
         .await?;
-    Ok(client
-        .query(&stmt, &[&chain_id, &id.onchain(), &scope.wallet_bytes()])
-        .await?)
+    client
+        .query(&stmt, &[&chain_id, &id.as_str(), &scope.wallet_bytes()])
+        .await?
+        .iter()
+        .map(LedgerRow::from_row)
+        .collect()
 }
 
 /// The list statements, for tests that check their plans.

@@ -167,7 +167,7 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_stored_customer_ref(
 
     // Now the wallet is subscribed; a top-up approve would add to what is left, never replace it.
     let (_, v) = get(Some(customer.to_string())).await;
-    assert_eq!(v["alreadySubscribed"], "sub_1", "{v}");
+    assert_eq!(v["alreadySubscribed"], "1", "{v}");
     assert_eq!(v["allowance"], "109.89");
     let top_up = MockUSDC::approveCall::abi_decode(&calldata(&v["steps"][0])).unwrap();
     assert_eq!(top_up.amount, U256::from(109_890_000u64 + 119_880_000));

@@ -231,7 +231,21 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
             .unwrap(),
         b_wallet
     );
-    let onchain = |id: &str| U256::from(chainsub_abi::ids::parse_subscription_id(id).unwrap());
+    // Ids are opaque (issue 10): not the contract's sequence number, which is served under
+    // `chain`, but a hash of the creating transaction that any re-index derives again.
+    let onchain = |s: &Value| s["chain"]["onchainSubscriptionId"].as_u64().unwrap();
+    for s in [&sub_a, &sub_b] {
+        let id = s["id"].as_str().unwrap();
+        let tx: B256 = s["chain"]["transactionHash"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let want = chainsub_core::SubscriptionId::of_creation(31337, tx, onchain(s));
+        assert_eq!(id, want.as_str(), "{s}");
+        assert!(!id.ends_with(&format!("_{}", onchain(s))), "{id}");
+    }
+    let (onchain_a, onchain_b) = (U256::from(onchain(&sub_a)), U256::from(onchain(&sub_b)));
 
     // A month later the keeper renews A and B's pull fails.
     let later = [&sub_a, &sub_b]
@@ -249,9 +263,9 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
 
     // A asks to stop at the period end; B cancels, but the block is reorged out while it
     // has fewer than CONFIRMATIONS confirmations.
-    chainsub_tests::send_as!(a_wallet, chain.manager().cancelAtPeriodEnd(onchain(&a)));
+    chainsub_tests::send_as!(a_wallet, chain.manager().cancelAtPeriodEnd(onchain_a));
     chain.mine(CONFIRMATIONS).await;
-    chainsub_tests::send_as!(b_wallet, chain.manager().cancel(onchain(&b)));
+    chainsub_tests::send_as!(b_wallet, chain.manager().cancel(onchain_b));
     wait_indexed(&api, &chain, &mut services).await;
     let doomed: Vec<Value> = api
         .get_ok(
@@ -290,7 +304,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
     assert_eq!(status, 404, "the reorged-out event is gone from the API");
 
     // B cancels again (a new log, a new id), and A's period runs out: the keeper ends it.
-    chainsub_tests::send_as!(b_wallet, chain.manager().cancel(onchain(&b)));
+    chainsub_tests::send_as!(b_wallet, chain.manager().cancel(onchain_b));
     let a_now = subscription(&api, &key, &a).await;
     assert_eq!(a_now["cancelAtPeriodEnd"], true);
     advance_past(&chain, a_now["currentPeriodEnd"].as_str().unwrap()).await;

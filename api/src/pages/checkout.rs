@@ -221,11 +221,9 @@ pub fn plan_transactions(
         "label": format!("Subscribe and pay {} USDC now", units(amount)),
         "tx": tx(from, manager, data),
     }));
-    let already = (!state.live_subscription.is_zero()).then(|| {
-        u64::try_from(state.live_subscription)
-            .map(chainsub_abi::ids::subscription_id)
-            .unwrap_or_else(|_| state.live_subscription.to_string())
-    });
+    // The contract's number (public on chain): the page shows it to the wallet's owner. The
+    // API's opaque `sub_…` id needs the index, which may not have the subscription yet.
+    let already = (!state.live_subscription.is_zero()).then(|| state.live_subscription.to_string());
     json!({
         "object": "checkout_transactions",
         "chainId": chain_id,
@@ -347,6 +345,6 @@ mod tests {
         assert_eq!(steps.len(), 1);
         assert_eq!(steps[0]["step"], "subscribe");
         assert_eq!(v["insufficientBalance"], true);
-        assert_eq!(v["alreadySubscribed"], "sub_5");
+        assert_eq!(v["alreadySubscribed"], "5");
     }
 }

@@ -1,6 +1,6 @@
 //! `GET /api/v1/events` (filters + cursor pagination) and `GET /api/v1/events/{id}`: the
-//! lifecycle and charge events of the merchant, rendered by [`crate::render::event_object`]
-//! (the same renderer webhooks use).
+//! lifecycle and charge events of the merchant, as [`EventView`]s (the view webhook bodies
+//! use), each with its webhook's delivery state.
 
 use chainsub_core::{EventId, SubscriptionId};
 use chainsub_store::events as store;
@@ -11,11 +11,11 @@ use warp::filters::BoxedFilter;
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::error::{ApiError, Result};
-use crate::pagination::{Page, cursor_key, list_json};
-use crate::render::event_object;
+use crate::pagination::{Page, cursor_key};
 use crate::reply::{Resp, respond};
 use crate::routes::plans::with_rate;
 use crate::routes::{Caller, caller, check_params, method_fallback, param, query_pairs};
+use crate::views::{EventView, ListView};
 
 /// The events router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
@@ -122,9 +122,8 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         page.store_page(key),
     )
     .await?;
-    let mut data: Vec<_> = rows.iter().map(event_object).collect();
-    crate::webhooks::settings::attach_delivery(&conn, &mut data).await?;
-    Ok(with_rate(Resp::json(list_json(data, more)), &rate))
+    let data = rows.iter().map(EventView::listed).collect();
+    Ok(with_rate(Resp::view(&ListView::new(data, more)), &rate))
 }
 
 async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
@@ -135,8 +134,5 @@ async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
     let row = store::get(&conn, &merchant, ctx.cfg.chain_id as i64, &id)
         .await?
         .ok_or_else(not_found)?;
-    let mut event = [event_object(&row)];
-    crate::webhooks::settings::attach_delivery(&conn, &mut event).await?;
-    let [event] = event;
-    Ok(with_rate(Resp::json(event), &rate))
+    Ok(with_rate(Resp::view(&EventView::listed(&row)), &rate))
 }

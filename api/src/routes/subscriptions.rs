@@ -4,22 +4,19 @@
 
 use chainsub_core::{SubscriptionId, SubscriptionStatus};
 use chainsub_store::subscriptions as store;
-use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
-use tokio_postgres::Row;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::error::{ApiError, Result};
-use crate::pagination::{Page, list_json};
-use crate::render::{ChainRef, address, amount_from_str, time};
+use crate::pagination::{Page, cursor_key};
 use crate::reply::{Resp, respond};
 use crate::routes::plans::with_rate;
 use crate::routes::{
     Caller, caller, check_params, method_fallback, param, query_pairs, text_param,
 };
+use crate::views::{ListView, SubscriptionView, SubscriptionWithLedger};
 
 /// The subscriptions router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
@@ -47,67 +44,6 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .map(|_: String, r: Resp| r))
         .unify();
     list.or(one).unify().boxed()
-}
-
-fn chain_of(r: &Row) -> Value {
-    let contract: Vec<u8> = r.get("contract");
-    let bh: Vec<u8> = r.get("block_hash");
-    let tx: Vec<u8> = r.get("transaction_hash");
-    let mut c = ChainRef {
-        chain_id: r.get("chain_id"),
-        contract: &contract,
-        block_number: r.get("block_number"),
-        block_hash: &bh,
-        transaction_hash: &tx,
-        log_index: i64::from(r.get::<_, i32>("log_index")),
-        indexed_block: r.get("indexed_block"),
-    }
-    .to_json();
-    c["onchainSubscriptionId"] = json!(r.get::<_, i64>("onchain_id"));
-    c["onchainPlanId"] = json!(r.get::<_, i64>("plan_onchain_id"));
-    c
-}
-
-fn subscription_json(r: &Row) -> Value {
-    let status: String = r.get("status");
-    let cancel: bool = r.get("cancel_at_period_end");
-    let period_end: DateTime<Utc> = r.get("current_period_end");
-    let next_payment = match status.as_str() {
-        "active" if !cancel => Some(time(period_end)),
-        "past_due" => r.get::<_, Option<DateTime<Utc>>>("next_retry_at").map(time),
-        _ => None,
-    };
-    json!({
-        "id": r.get::<_, String>("public_id"),
-        "object": "subscription",
-        "status": status,
-        "cancelAtPeriodEnd": cancel,
-        "planId": r.get::<_, Option<String>>("plan_public_id"),
-        "customerExternalId": r.get::<_, Option<String>>("customer_external_id"),
-        "subscriber": address(&r.get::<_, Vec<u8>>("subscriber")),
-        "amount": amount_from_str(&r.get::<_, String>("amount")),
-        "currency": "USDC",
-        "period": r.get::<_, i32>("period"),
-        "currentPeriodStart": time(r.get("current_period_start")),
-        "currentPeriodEnd": time(period_end),
-        "nextPaymentAt": next_payment,
-        "failedAttempts": r.get::<_, i32>("failed_attempts"),
-        "endedReason": r.get::<_, Option<String>>("ended_reason"),
-        "createdAt": time(r.get("created_at")),
-        "updatedAt": time(r.get("updated_at")),
-        "chain": chain_of(r),
-    })
-}
-
-fn sub_cursor(param_name: &str, id: &str) -> Result<i64> {
-    SubscriptionId::parse(id)
-        .map(|s| s.onchain())
-        .ok_or_else(|| {
-            ApiError::invalid(
-                param_name,
-                format!("`{param_name}` must be a subscription id (sub_…)"),
-            )
-        })
 }
 
 async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
@@ -141,11 +77,15 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         // The same bound as the checkout body's `customerExternalId`.
         customer_external_id: text_param(q, "customerExternalId", 128)?,
     };
-    let key = page
-        .cursor_param()
-        .map(|(name, id)| sub_cursor(name, id))
-        .transpose()?;
     let conn = ctx.pool.get().await?;
+    let (c, m) = (&conn, &merchant);
+    let key = cursor_key(
+        &page,
+        "subscription",
+        SubscriptionId::parse,
+        |id| async move { Ok(store::cursor_key(c, m, &id).await?) },
+    )
+    .await?;
     let (rows, more) = store::list(
         &conn,
         &merchant,
@@ -154,8 +94,8 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         page.store_page(key),
     )
     .await?;
-    let data = rows.iter().map(subscription_json).collect();
-    Ok(with_rate(Resp::json(list_json(data, more)), &rate))
+    let data = rows.iter().map(SubscriptionView::from).collect();
+    Ok(with_rate(Resp::view(&ListView::new(data, more)), &rate))
 }
 
 async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
@@ -168,37 +108,9 @@ async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
         .await?
         .ok_or_else(not_found)?;
     let ledger = store::ledger(&conn, &merchant, chain_id, &id).await?;
-    let entries: Vec<Value> = ledger.iter().map(ledger_json).collect();
-    let mut body = subscription_json(&row);
-    body["ledger"] = Value::Array(entries);
-    Ok(with_rate(Resp::json(body), &rate))
-}
-
-fn ledger_json(r: &Row) -> Value {
-    let contract: Vec<u8> = r.get("contract");
-    let bh: Vec<u8> = r.get("block_hash");
-    let tx: Vec<u8> = r.get("transaction_hash");
-    json!({
-        "id": r.get::<_, String>("public_id"),
-        "object": "ledger_entry",
-        "type": r.get::<_, String>("kind"),
-        "amount": amount_from_str(&r.get::<_, String>("amount")),
-        "currency": "USDC",
-        "period": r.get::<_, i32>("period"),
-        "periodStart": r.get::<_, Option<DateTime<Utc>>>("period_start").map(time),
-        "periodEnd": r.get::<_, Option<DateTime<Utc>>>("period_end").map(time),
-        "attempt": r.get::<_, i32>("attempt"),
-        "failureReason": r.get::<_, Option<String>>("failure_reason"),
-        "createdAt": time(r.get("block_time")),
-        "chain": ChainRef {
-            chain_id: r.get("chain_id"),
-            contract: &contract,
-            block_number: r.get("block_number"),
-            block_hash: &bh,
-            transaction_hash: &tx,
-            log_index: i64::from(r.get::<_, i32>("log_index")),
-            indexed_block: r.get("indexed_block"),
-        }
-        .to_json(),
-    })
+    let body = SubscriptionWithLedger {
+        subscription: SubscriptionView::from(&row),
+        ledger: ledger.iter().map(Into::into).collect(),
+    };
+    Ok(with_rate(Resp::view(&body), &rate))
 }

@@ -1,20 +1,22 @@
 //! Webhook bodies. A lifecycle event's body is the Event object `GET /api/v1/events`
-//! returns for it (same renderer, same `id`), serialized compactly; a dashboard test event's
+//! returns for it (the same [`EventView`], without `delivery`), serialized compactly; a dashboard test event's
 //! body is its stored `test_payload`. Bodies are rendered at each attempt (the
 //! `chain.confirmations` count grows between attempts; everything else is fixed by the log).
 
 use std::collections::HashMap;
 
+use chainsub_store::events::EventRow;
 use tokio_postgres::Client;
 
 use super::store::Claimed;
 use crate::error::Result;
+use crate::views::EventView;
 
 /// Bodies keyed by outbox id. A row whose event no longer exists is absent.
-pub async fn bodies(client: &Client, rows: &[&Claimed]) -> Result<HashMap<i64, Vec<u8>>> {
-    let mut out = HashMap::with_capacity(rows.len());
+pub async fn bodies(client: &Client, rows_in: &[&Claimed]) -> Result<HashMap<i64, Vec<u8>>> {
+    let mut out = HashMap::with_capacity(rows_in.len());
     let mut wanted = Vec::new();
-    for r in rows {
+    for r in rows_in {
         match &r.test_payload {
             Some(p) => {
                 out.insert(r.id, serde_json::to_vec(p).expect("JSON values serialize"));
@@ -25,24 +27,15 @@ pub async fn bodies(client: &Client, rows: &[&Claimed]) -> Result<HashMap<i64, V
     if wanted.is_empty() {
         return Ok(out);
     }
-    let rendered = client
-        .query(
-            &format!(
-                "{} WHERE ce.public_id = ANY($1)",
-                crate::render::EVENT_SELECT
-            ),
-            &[&wanted],
-        )
-        .await?;
-    let events: HashMap<String, serde_json::Value> = rendered
-        .iter()
-        .map(|row| (row.get("public_id"), crate::render::event_object(row)))
-        .collect();
-    for r in rows {
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    let rows = chainsub_store::events::by_ids(client, &wanted).await?;
+    let events: HashMap<&str, &EventRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+    for r in rows_in {
         if r.test_payload.is_none()
-            && let Some(ev) = events.get(&r.event_public_id)
+            && let Some(ev) = events.get(r.event_public_id.as_str())
         {
-            out.insert(r.id, serde_json::to_vec(ev).expect("JSON values serialize"));
+            let body = serde_json::to_vec(&EventView::webhook(ev)).expect("views serialize");
+            out.insert(r.id, body);
         }
     }
     Ok(out)

@@ -343,56 +343,6 @@ pub async fn deliveries(
     Ok((data, has_more))
 }
 
-/// Delivery status of events by public id, for `GET /api/v1/events` (`delivery` field):
-/// absent from the map when the event has no outbox row yet (not confirmed).
-pub async fn delivery_status(
-    client: &Client,
-    event_ids: &[String],
-) -> Result<HashMap<String, Value>> {
-    let rows = client
-        .query(
-            "SELECT o.event_public_id, o.status, o.attempts, o.next_attempt_at, o.delivered_at, o.last_error
-             FROM webhook_outbox o WHERE o.event_public_id = ANY($1) AND o.test_payload IS NULL",
-            &[&event_ids],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let status: String = r.get(1);
-            let waiting = matches!(status.as_str(), "pending" | "delivering");
-            (
-                r.get(0),
-                json!({
-                    "status": status,
-                    "attempts": r.get::<_, i32>(2),
-                    "nextAttemptAt": waiting.then(|| rfc3339(r.get(3))),
-                    "deliveredAt": r.get::<_, Option<DateTime<Utc>>>(4).map(rfc3339),
-                    "lastError": r.get::<_, Option<String>>(5),
-                }),
-            )
-        })
-        .collect())
-}
-
-/// Adds `delivery` (the webhook's status, or null while the event is not yet confirmed and
-/// so not queued) to rendered Event objects. Only the API listing carries it: a webhook body
-/// is the event alone.
-pub async fn attach_delivery(client: &Client, events: &mut [Value]) -> Result<()> {
-    let ids: Vec<String> = events
-        .iter()
-        .filter_map(|e| e["id"].as_str().map(str::to_string))
-        .collect();
-    let mut status = delivery_status(client, &ids).await?;
-    for e in events.iter_mut() {
-        let d = e["id"].as_str().and_then(|id| status.remove(id));
-        if let Some(o) = e.as_object_mut() {
-            o.insert("delivery".into(), d.unwrap_or(Value::Null));
-        }
-    }
-    Ok(())
-}
-
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }

@@ -343,9 +343,7 @@ pub const CONTRACT: [u8; 20] = [0xcc; 20];
 
 /// Inserts a chain_events row; returns (id, public_id).
 pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
-    let tx = B256::from(alloy::primitives::keccak256(
-        format!("tx-{}-{}", e.block_number, e.log_index).as_bytes(),
-    ));
+    let tx = seed_tx_hash(e.block_number, e.log_index);
     let block_hash = alloy::primitives::keccak256(format!("block-{}", e.block_number).as_bytes());
     let public_id = chainsub_abi::ids::event_id(CHAIN_ID as u64, tx, e.log_index as u64);
     let topics: Vec<Vec<u8>> = vec![vec![0u8; 32]];
@@ -416,6 +414,24 @@ pub async fn seed_chain_plan(
     .unwrap();
 }
 
+/// The transaction hash [`insert_event`] gives the log at (`block_number`, `log_index`).
+pub fn seed_tx_hash(block_number: i64, log_index: i32) -> B256 {
+    B256::from(alloy::primitives::keccak256(
+        format!("tx-{block_number}-{log_index}").as_bytes(),
+    ))
+}
+
+/// The public id of the subscription [`seed_subscription`] seeds as on-chain `onchain_id`
+/// (what the indexer derives from its creating transaction).
+pub fn sub_id(onchain_id: i64) -> String {
+    chainsub_core::SubscriptionId::of_creation(
+        CHAIN_ID as u64,
+        seed_tx_hash(100 + onchain_id, 0),
+        onchain_id as u64,
+    )
+    .to_string()
+}
+
 /// A subscription as the indexer leaves it after subscribe(): SubscriptionCreated +
 /// SubscriptionCharged(period 1) events, the subscriptions row and one ledger entry.
 /// Block number = 100 + onchain_id (so ids and blocks order alike).
@@ -434,7 +450,7 @@ pub async fn seed_subscription(
     )
     .unwrap();
     let subscriber = Address::repeat_byte(0x44);
-    let sub_id = chainsub_abi::ids::subscription_id(onchain_id as u64);
+    let sub_id = sub_id(onchain_id);
     let snapshot = json!({
         "id": sub_id, "status": "active", "cancelAtPeriodEnd": false, "period": 1,
         "currentPeriodStart": start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),

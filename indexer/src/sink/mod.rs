@@ -326,13 +326,16 @@ impl Ctx {
                 _ => None,
             };
             let ctx = EventCtx {
+                chain_id: self.chain_id as u64,
+                tx_hash: e.tx_hash,
                 event_ref: -(i as i64) - 1,
                 block_time: e.block_time,
                 customer_external_id,
             };
             match fold::apply(states.remove(&sid), ev, &ctx)? {
                 Some(s) => {
-                    snapshots[i] = Some(s.snapshot());
+                    snapshots[i] =
+                        Some(serde_json::to_value(s.snapshot()).expect("a snapshot serializes"));
                     states.insert(sid, s);
                     changed.insert(sid);
                 }

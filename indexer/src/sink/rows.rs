@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use alloy::primitives::{Address, B256, U256};
 use chainsub_abi::ContractEvent;
+use chainsub_core::SubscriptionId;
 use tokio_postgres::Transaction;
 
 use crate::block::Block;
@@ -249,38 +250,42 @@ pub async fn insert_projections(
     Ok(())
 }
 
-const SUB_COLUMNS: &str = "onchain_id, merchant_wallet, subscriber, plan_onchain_id, amount::text,
+const SUB_COLUMNS: &str =
+    "onchain_id, public_id, merchant_wallet, subscriber, plan_onchain_id, amount::text,
     customer_ref, customer_external_id, status, cancel_at_period_end, period,
     current_period_start, current_period_end, failed_attempts, next_retry_at, ended_reason,
     created_event_id, last_event_id, created_at, updated_at";
 
 fn sub_of_row(r: &tokio_postgres::Row) -> Result<SubState> {
-    let status: String = r.get(7);
-    let amount: String = r.get(4);
+    let status: String = r.get(8);
+    let amount: String = r.get(5);
     Ok(SubState {
         onchain_id: r.get(0),
-        merchant: address(r.get(1))?,
-        subscriber: address(r.get(2))?,
-        plan_onchain_id: r.get(3),
+        public_id: SubscriptionId::parse(r.get(1)).ok_or_else(|| {
+            Error::Inconsistent(format!("subscription id {:?}", r.get::<_, &str>(1)))
+        })?,
+        merchant: address(r.get(2))?,
+        subscriber: address(r.get(3))?,
+        plan_onchain_id: r.get(4),
         amount: amount
             .parse::<U256>()
             .map_err(|e| Error::Inconsistent(format!("amount {amount}: {e}")))?,
-        customer_ref: b256(r.get(5))?,
-        customer_external_id: r.get(6),
+        customer_ref: b256(r.get(6))?,
+        customer_external_id: r.get(7),
         status: Status::parse(&status).map_err(|e| Error::Inconsistent(e.to_string()))?,
-        cancel_at_period_end: r.get(8),
-        period: r.get::<_, i32>(9) as u32,
-        current_period_start: r.get::<_, chrono::DateTime<chrono::Utc>>(10).timestamp() as u64,
-        current_period_end: r.get::<_, chrono::DateTime<chrono::Utc>>(11).timestamp() as u64,
-        failed_attempts: r.get::<_, i32>(12) as u8,
+        cancel_at_period_end: r.get(9),
+        period: r.get::<_, i32>(10) as u32,
+        current_period_start: r.get::<_, chrono::DateTime<chrono::Utc>>(11).timestamp() as u64,
+        current_period_end: r.get::<_, chrono::DateTime<chrono::Utc>>(12).timestamp() as u64,
+        failed_attempts: r.get::<_, i32>(13) as u8,
         next_retry_at: r
-            .get::<_, Option<chrono::DateTime<chrono::Utc>>>(13)
+            .get::<_, Option<chrono::DateTime<chrono::Utc>>>(14)
             .map(|t| t.timestamp() as u64),
-        ended_reason: r.get(14),
-        created_event: r.get(15),
-        last_event: r.get(16),
-        created_at: r.get::<_, chrono::DateTime<chrono::Utc>>(17).timestamp() as u64,
-        updated_at: r.get::<_, chrono::DateTime<chrono::Utc>>(18).timestamp() as u64,
+        ended_reason: r.get(15),
+        created_event: r.get(16),
+        last_event: r.get(17),
+        created_at: r.get::<_, chrono::DateTime<chrono::Utc>>(18).timestamp() as u64,
+        updated_at: r.get::<_, chrono::DateTime<chrono::Utc>>(19).timestamp() as u64,
     })
 }
 
@@ -334,7 +339,7 @@ pub async fn upsert_subs(tx: &Transaction<'_>, chain_id: i64, subs: &[&SubState]
     let (mut ce, mut le, mut ca, mut ua) = (vec![], vec![], vec![], vec![]);
     for s in subs {
         id.push(s.onchain_id);
-        pubid.push(chainsub_abi::ids::subscription_id(s.onchain_id as u64));
+        pubid.push(s.public_id.as_str());
         m.push(s.merchant.to_vec());
         sub.push(s.subscriber.to_vec());
         plan.push(s.plan_onchain_id);
@@ -419,7 +424,7 @@ pub async fn rebuild_subs(
 ) -> Result<Vec<SubState>> {
     let rows = tx
         .query(
-            "SELECT id, block_time, topics, data FROM chain_events
+            "SELECT id, block_time, topics, data, transaction_hash FROM chain_events
              WHERE chain_id = $1 AND subscription_id = ANY($2)
              ORDER BY subscription_id, block_number, log_index",
             &[&chain_id, &ids],
@@ -431,20 +436,21 @@ pub async fn rebuild_subs(
         let topics = topics.iter().map(|t| b256(t)).collect::<Result<Vec<_>>>()?;
         let data: Vec<u8> = r.get(3);
         let bt: chrono::DateTime<chrono::Utc> = r.get(1);
+        let tx_hash = b256(r.get(4))?;
         if let Ok(ev) = crate::map::decode(&topics, &data.into()) {
-            decoded.push((r.get::<_, i64>(0), bt.timestamp() as u64, ev));
+            decoded.push((r.get::<_, i64>(0), bt.timestamp() as u64, tx_hash, ev));
         }
     }
     let refs: Vec<(B256, Address)> = decoded
         .iter()
-        .filter_map(|(_, _, ev)| match ev {
+        .filter_map(|(_, _, _, ev)| match ev {
             ContractEvent::SubscriptionCreated(c) => Some((c.customerRef, c.merchant)),
             _ => None,
         })
         .collect();
     let mut customers = resolve_customers(tx, &refs).await?.into_iter();
     let mut states: HashMap<i64, SubState> = HashMap::new();
-    for (id, bt, ev) in &decoded {
+    for (id, bt, tx_hash, ev) in &decoded {
         let Some(sid) = ev.subscription_id() else {
             continue;
         };
@@ -454,6 +460,8 @@ pub async fn rebuild_subs(
             _ => None,
         };
         let ctx = fold::EventCtx {
+            chain_id: chain_id as u64,
+            tx_hash: *tx_hash,
             event_ref: *id,
             block_time: *bt,
             customer_external_id,

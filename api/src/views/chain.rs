@@ -1,0 +1,40 @@
+//! The `chain` block of DESIGN §4.
+
+use alloy::primitives::{Address, B256};
+use chainsub_store::ChainRow;
+use serde::Serialize;
+
+/// `{chainId, contract, blockNumber, blockHash, transactionHash, logIndex, confirmations}`,
+/// plus the on-chain numbers of the subscription or plan where the object has them.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChainView {
+    pub chain_id: i64,
+    #[serde(serialize_with = "super::checksummed")]
+    pub contract: Address,
+    pub block_number: i64,
+    pub block_hash: B256,
+    pub transaction_hash: B256,
+    pub log_index: i64,
+    pub confirmations: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub onchain_subscription_id: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub onchain_plan_id: Option<i64>,
+}
+
+impl From<&ChainRow> for ChainView {
+    fn from(c: &ChainRow) -> ChainView {
+        ChainView {
+            chain_id: c.chain_id,
+            contract: c.contract,
+            block_number: c.block_number,
+            block_hash: c.block_hash,
+            transaction_hash: c.transaction_hash,
+            log_index: c.log_index,
+            confirmations: c.confirmations(),
+            onchain_subscription_id: None,
+            onchain_plan_id: None,
+        }
+    }
+}

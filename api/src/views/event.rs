@@ -1,0 +1,195 @@
+//! The Event object (DESIGN §4): `GET /api/v1/events` and every webhook body.
+
+use alloy::primitives::{Address, B256};
+use chainsub_abi::{EndReason, FailureReason};
+use chainsub_core::{
+    CURRENCY, EventId, OutboxStatus, PlanId, SubscriptionId, SubscriptionSnapshot,
+    SubscriptionStatus,
+};
+use chainsub_store::events::{DeliveryRow, EventRow};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+
+use super::{ChainView, rfc3339};
+
+/// One lifecycle event. `delivery` is the webhook's state, listed by the API only: a webhook
+/// body is the event alone.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView<'a> {
+    pub id: &'a EventId,
+    pub object: &'static str,
+    #[serde(rename = "type")]
+    pub kind: Option<&'a str>,
+    #[serde(serialize_with = "super::time")]
+    pub created_at: DateTime<Utc>,
+    pub data: EventData<'a>,
+    pub chain: ChainView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Option<DeliveryView<'a>>>,
+}
+
+/// `data`: the payload shape merchants integrate with, the subscription as of the event, and
+/// the facts of the log that only some types have.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventData<'a> {
+    pub subscription_id: Option<&'a SubscriptionId>,
+    pub plan_id: Option<&'a PlanId>,
+    pub customer_external_id: Option<&'a str>,
+    #[serde(serialize_with = "super::opt_checksummed")]
+    pub subscriber_address: Option<Address>,
+    pub amount: Option<String>,
+    pub currency: &'static str,
+    pub tx_hash: B256,
+    pub status: Option<SubscriptionStatus>,
+    pub next_payment_at: Option<&'a str>,
+    pub subscription: SnapshotView<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<Option<&'static str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_retry_at: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<Option<&'static str>>,
+}
+
+/// The subscription as of the event; every field null when the index has no snapshot (a
+/// subscription created before the indexer's start block).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotView<'a> {
+    pub id: Option<&'a SubscriptionId>,
+    pub object: &'static str,
+    pub status: Option<SubscriptionStatus>,
+    pub cancel_at_period_end: Option<bool>,
+    pub plan_id: Option<&'a PlanId>,
+    pub customer_external_id: Option<&'a str>,
+    #[serde(serialize_with = "super::opt_checksummed")]
+    pub subscriber: Option<Address>,
+    pub amount: Option<String>,
+    pub currency: &'static str,
+    pub period: Option<u32>,
+    pub current_period_start: Option<&'a str>,
+    pub current_period_end: Option<&'a str>,
+    pub next_payment_at: Option<&'a str>,
+    pub failed_attempts: Option<u8>,
+}
+
+/// The webhook of an event, as `GET /api/v1/events` shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryView<'a> {
+    pub status: OutboxStatus,
+    pub attempts: i32,
+    pub next_attempt_at: Option<String>,
+    pub delivered_at: Option<String>,
+    pub last_error: Option<&'a str>,
+}
+
+/// Outbox times carry milliseconds (attempts are seconds apart at first).
+fn millis(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+impl<'a> From<&'a DeliveryRow> for DeliveryView<'a> {
+    fn from(d: &'a DeliveryRow) -> DeliveryView<'a> {
+        let waiting = matches!(d.status, OutboxStatus::Pending | OutboxStatus::Delivering);
+        DeliveryView {
+            status: d.status,
+            attempts: d.attempts,
+            next_attempt_at: waiting.then(|| millis(&d.next_attempt_at)),
+            delivered_at: d.delivered_at.as_ref().map(millis),
+            last_error: d.last_error.as_deref(),
+        }
+    }
+}
+
+fn usdc_text(units: Option<&str>) -> Option<String> {
+    units
+        .and_then(|u| u.parse::<u128>().ok())
+        .map(chainsub_core::format_units)
+}
+
+impl<'a> SnapshotView<'a> {
+    fn of(s: Option<&'a SubscriptionSnapshot>, plan_id: Option<&'a PlanId>) -> SnapshotView<'a> {
+        SnapshotView {
+            id: s.map(|s| &s.id),
+            object: "subscription",
+            status: s.map(|s| s.status),
+            cancel_at_period_end: s.map(|s| s.cancel_at_period_end),
+            plan_id,
+            customer_external_id: s.and_then(|s| s.customer_external_id.as_deref()),
+            subscriber: s.map(|s| s.subscriber),
+            amount: usdc_text(s.map(|s| s.amount.as_str())),
+            currency: CURRENCY,
+            period: s.map(|s| s.period),
+            current_period_start: s.map(|s| s.current_period_start.as_str()),
+            current_period_end: s.map(|s| s.current_period_end.as_str()),
+            next_payment_at: s.and_then(|s| s.next_payment_at.as_deref()),
+            failed_attempts: s.map(|s| s.failed_attempts),
+        }
+    }
+}
+
+impl<'a> EventView<'a> {
+    /// The webhook body of an event (no `delivery`).
+    pub fn webhook(r: &'a EventRow) -> EventView<'a> {
+        let snapshot = r.snapshot.as_ref();
+        let log = &r.log;
+        let small = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<i64>().ok());
+        let reason = log.reason.as_deref().and_then(|v| v.parse::<u8>().ok());
+        let (mut failure_reason, mut next_retry_at, mut end_reason) = (None, None, None);
+        match (r.kind.as_deref(), reason) {
+            (Some("subscription.payment_failed"), Some(code)) => {
+                failure_reason = Some(FailureReason::from_u8(code).map(|x| x.as_str()));
+                next_retry_at = small(&log.next_retry_at)
+                    .map(|t| DateTime::from_timestamp(t, 0).as_ref().map(rfc3339));
+            }
+            (Some("subscription.ended"), Some(code)) => {
+                end_reason = Some(EndReason::from_u8(code).map(|x| x.as_str()));
+            }
+            _ => {}
+        }
+        EventView {
+            id: &r.id,
+            object: "event",
+            kind: r.kind.as_deref(),
+            created_at: r.created_at,
+            data: EventData {
+                subscription_id: snapshot.map(|s| &s.id),
+                plan_id: r.plan_id.as_ref(),
+                customer_external_id: snapshot.and_then(|s| s.customer_external_id.as_deref()),
+                subscriber_address: snapshot.map(|s| s.subscriber).or(log.subscriber),
+                amount: usdc_text(
+                    log.amount
+                        .as_deref()
+                        .or(snapshot.map(|s| s.amount.as_str())),
+                ),
+                currency: CURRENCY,
+                tx_hash: r.chain.transaction_hash,
+                status: snapshot.map(|s| s.status),
+                next_payment_at: snapshot.and_then(|s| s.next_payment_at.as_deref()),
+                subscription: SnapshotView::of(snapshot, r.plan_id.as_ref()),
+                period: small(&log.period),
+                attempt: small(&log.attempt),
+                failure_reason,
+                next_retry_at,
+                end_reason,
+            },
+            chain: ChainView::from(&r.chain),
+            delivery: None,
+        }
+    }
+
+    /// The event as `GET /api/v1/events` lists it: with `delivery` (null until queued).
+    pub fn listed(r: &'a EventRow) -> EventView<'a> {
+        EventView {
+            delivery: Some(r.delivery.as_ref().map(DeliveryView::from)),
+            ..EventView::webhook(r)
+        }
+    }
+}

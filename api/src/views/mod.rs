@@ -1,0 +1,76 @@
+//! Views: the response objects of the REST API and the bodies of webhooks, as `Serialize`
+//! structs built from the store's typed rows and written straight into the response (no
+//! intermediate JSON tree). A webhook body and `GET /api/v1/events` share [`EventView`], so
+//! they agree byte for byte.
+
+mod chain;
+mod event;
+mod subscription;
+
+pub use chain::ChainView;
+pub use event::{DeliveryView, EventView};
+pub use subscription::{LedgerEntryView, SubscriptionView, SubscriptionWithLedger};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+
+/// `{object: "list", data, hasMore}`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListView<T> {
+    pub object: &'static str,
+    pub data: Vec<T>,
+    pub has_more: bool,
+}
+
+impl<T> ListView<T> {
+    pub fn new(data: Vec<T>, has_more: bool) -> ListView<T> {
+        ListView {
+            object: "list",
+            data,
+            has_more,
+        }
+    }
+}
+
+/// RFC 3339 UTC with second precision and `Z` (every time the API serves).
+pub fn rfc3339(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Amount in base units -> `"9.99"`.
+fn usdc(units: Option<u128>) -> Option<String> {
+    units.map(chainsub_core::format_units)
+}
+
+/// `serialize_with` for times.
+fn time<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(t))
+}
+
+/// `serialize_with` for optional times.
+fn opt_time<S: serde::Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&rfc3339(t)),
+        None => s.serialize_none(),
+    }
+}
+
+/// `serialize_with` for addresses: EIP-55 in every field.
+fn checksummed<S: serde::Serializer>(
+    a: &alloy::primitives::Address,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&a.to_checksum(None))
+}
+
+/// `serialize_with` for optional addresses.
+fn opt_checksummed<S: serde::Serializer>(
+    a: &Option<alloy::primitives::Address>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match a {
+        Some(a) => s.serialize_str(&a.to_checksum(None)),
+        None => s.serialize_none(),
+    }
+}

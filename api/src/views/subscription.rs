@@ -1,0 +1,123 @@
+//! Subscriptions and their ledgers (`GET /api/v1/subscriptions[/{id}]`).
+
+use alloy::primitives::Address;
+use chainsub_core::{CURRENCY, EventId, PlanId, SubscriptionId, SubscriptionStatus};
+use chainsub_store::subscriptions::{LedgerRow, SubscriptionRow};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{ChainView, usdc};
+
+/// The Subscription object.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionView<'a> {
+    pub id: &'a SubscriptionId,
+    pub object: &'static str,
+    pub status: SubscriptionStatus,
+    pub cancel_at_period_end: bool,
+    pub plan_id: Option<&'a PlanId>,
+    pub customer_external_id: Option<&'a str>,
+    #[serde(serialize_with = "super::checksummed")]
+    pub subscriber: Address,
+    pub amount: Option<String>,
+    pub currency: &'static str,
+    pub period: i32,
+    #[serde(serialize_with = "super::time")]
+    pub current_period_start: DateTime<Utc>,
+    #[serde(serialize_with = "super::time")]
+    pub current_period_end: DateTime<Utc>,
+    #[serde(serialize_with = "super::opt_time")]
+    pub next_payment_at: Option<DateTime<Utc>>,
+    pub failed_attempts: i32,
+    pub ended_reason: Option<&'a str>,
+    #[serde(serialize_with = "super::time")]
+    pub created_at: DateTime<Utc>,
+    #[serde(serialize_with = "super::time")]
+    pub updated_at: DateTime<Utc>,
+    pub chain: ChainView,
+}
+
+impl<'a> From<&'a SubscriptionRow> for SubscriptionView<'a> {
+    fn from(r: &'a SubscriptionRow) -> SubscriptionView<'a> {
+        // When the keeper will next try: the period end unless it ends there, the retry
+        // time while past due, nothing once terminal.
+        let next_payment_at = match r.status {
+            SubscriptionStatus::Active if !r.cancel_at_period_end => Some(r.current_period_end),
+            SubscriptionStatus::PastDue => r.next_retry_at,
+            _ => None,
+        };
+        let mut chain = ChainView::from(&r.chain);
+        chain.onchain_subscription_id = Some(r.onchain_id);
+        chain.onchain_plan_id = Some(r.plan_onchain_id);
+        SubscriptionView {
+            id: &r.id,
+            object: "subscription",
+            status: r.status,
+            cancel_at_period_end: r.cancel_at_period_end,
+            plan_id: r.plan_id.as_ref(),
+            customer_external_id: r.customer_external_id.as_deref(),
+            subscriber: r.subscriber,
+            amount: usdc(r.amount),
+            currency: CURRENCY,
+            period: r.period,
+            current_period_start: r.current_period_start,
+            current_period_end: r.current_period_end,
+            next_payment_at,
+            failed_attempts: r.failed_attempts,
+            ended_reason: r.ended_reason.as_deref(),
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            chain,
+        }
+    }
+}
+
+/// A subscription with its ledger (`GET /api/v1/subscriptions/{id}`).
+#[derive(Debug, Serialize)]
+pub struct SubscriptionWithLedger<'a> {
+    #[serde(flatten)]
+    pub subscription: SubscriptionView<'a>,
+    pub ledger: Vec<LedgerEntryView<'a>>,
+}
+
+/// One charge or failed charge.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntryView<'a> {
+    pub id: &'a EventId,
+    pub object: &'static str,
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub amount: Option<String>,
+    pub currency: &'static str,
+    pub period: i32,
+    #[serde(serialize_with = "super::opt_time")]
+    pub period_start: Option<DateTime<Utc>>,
+    #[serde(serialize_with = "super::opt_time")]
+    pub period_end: Option<DateTime<Utc>>,
+    pub attempt: i32,
+    pub failure_reason: Option<&'a str>,
+    #[serde(serialize_with = "super::time")]
+    pub created_at: DateTime<Utc>,
+    pub chain: ChainView,
+}
+
+impl<'a> From<&'a LedgerRow> for LedgerEntryView<'a> {
+    fn from(r: &'a LedgerRow) -> LedgerEntryView<'a> {
+        LedgerEntryView {
+            id: &r.event_id,
+            object: "ledger_entry",
+            kind: &r.kind,
+            amount: usdc(r.amount),
+            currency: CURRENCY,
+            period: r.period,
+            period_start: r.period_start,
+            period_end: r.period_end,
+            attempt: r.attempt,
+            failure_reason: r.failure_reason.as_deref(),
+            created_at: r.block_time,
+            chain: ChainView::from(&r.chain),
+        }
+    }
+}

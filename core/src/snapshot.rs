@@ -1,0 +1,62 @@
+//! A subscription as of one of its events: the `chain_events.snapshot` column. The indexer
+//! writes it (one per subscription event, in the same transaction as the event), the API's
+//! event view and every webhook body read it. One type on both sides, so what is stored is
+//! what is served.
+
+use alloy::primitives::Address;
+use serde::{Deserialize, Serialize};
+
+use crate::{SubscriptionId, SubscriptionStatus};
+
+/// The subscription right after an event. Times are RFC 3339 UTC with seconds (as served);
+/// `amount` is in base units (decimal text, as the contract emits it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionSnapshot {
+    pub id: SubscriptionId,
+    pub status: SubscriptionStatus,
+    pub cancel_at_period_end: bool,
+    pub period: u32,
+    pub current_period_start: String,
+    pub current_period_end: String,
+    pub next_payment_at: Option<String>,
+    pub failed_attempts: u8,
+    pub subscriber: Address,
+    pub customer_external_id: Option<String>,
+    pub amount: String,
+    pub plan_onchain_id: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::primitives::B256;
+
+    #[test]
+    fn a_snapshot_round_trips_through_its_stored_json() {
+        let s = SubscriptionSnapshot {
+            id: SubscriptionId::of_creation(1, B256::ZERO, 5),
+            status: SubscriptionStatus::PastDue,
+            cancel_at_period_end: false,
+            period: 2,
+            current_period_start: "2026-01-01T00:00:00Z".into(),
+            current_period_end: "2026-02-01T00:00:00Z".into(),
+            next_payment_at: None,
+            failed_attempts: 1,
+            subscriber: Address::repeat_byte(0xbb),
+            customer_external_id: Some("cus_\"1\"".into()),
+            amount: "9990000".into(),
+            plan_onchain_id: 2,
+        };
+        let text = serde_json::to_string(&s).unwrap();
+        assert!(text.contains("\"status\":\"past_due\""), "{text}");
+        assert!(text.contains("\"cancelAtPeriodEnd\":false"), "{text}");
+        assert_eq!(
+            serde_json::from_str::<SubscriptionSnapshot>(&text).unwrap(),
+            s
+        );
+        // An id that is not a subscription id is refused, not carried along.
+        let bad = text.replace(s.id.as_str(), "sub_5");
+        assert!(serde_json::from_str::<SubscriptionSnapshot>(&bad).is_err());
+    }
+}

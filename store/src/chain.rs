@@ -1,0 +1,65 @@
+//! The `chain` facts every chain-derived row carries (DESIGN §4): where a log sits on chain,
+//! and how deep under the indexer's tip it is.
+
+use alloy::primitives::{Address, B256};
+use tokio_postgres::Row;
+
+use crate::{Error, Result};
+
+/// Chain id, contract, block, transaction and log of one fact, and the indexer's tip when it
+/// was read. Columns: `chain_id, contract, block_number, block_hash, transaction_hash,
+/// log_index, indexed_block`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainRow {
+    pub chain_id: i64,
+    pub contract: Address,
+    pub block_number: i64,
+    pub block_hash: B256,
+    pub transaction_hash: B256,
+    pub log_index: i64,
+    /// The indexer's cursor (`None` before its first block).
+    pub indexed_block: Option<i64>,
+}
+
+impl ChainRow {
+    /// Reads the standard columns of a row.
+    pub(crate) fn from_row(r: &Row) -> Result<ChainRow> {
+        Ok(ChainRow {
+            chain_id: r.try_get("chain_id")?,
+            contract: address(r.try_get("contract")?)?,
+            block_number: r.try_get("block_number")?,
+            block_hash: b256(r.try_get("block_hash")?)?,
+            transaction_hash: b256(r.try_get("transaction_hash")?)?,
+            log_index: i64::from(r.try_get::<_, i32>("log_index")?),
+            indexed_block: r.try_get("indexed_block")?,
+        })
+    }
+
+    /// Blocks from this one to the indexer's tip, both counted (0 when the tip is unknown or
+    /// below it).
+    pub fn confirmations(&self) -> i64 {
+        confirmations(self.block_number, self.indexed_block)
+    }
+}
+
+/// Confirmations of `block_number` given the indexer's tip (0 when unknown).
+pub fn confirmations(block_number: i64, indexed_block: Option<i64>) -> i64 {
+    indexed_block.map_or(0, |tip| (tip - block_number + 1).max(0))
+}
+
+/// A 20-byte column as an address.
+pub(crate) fn address(bytes: &[u8]) -> Result<Address> {
+    Address::try_from(bytes)
+        .map_err(|_| Error::Inconsistent(format!("an address of {} bytes", bytes.len())))
+}
+
+/// A 32-byte column as a hash.
+pub(crate) fn b256(bytes: &[u8]) -> Result<B256> {
+    B256::try_from(bytes)
+        .map_err(|_| Error::Inconsistent(format!("a hash of {} bytes", bytes.len())))
+}
+
+/// A NUMERIC(78,0) read as text: base units, `None` beyond u128 (no USDC amount is).
+pub(crate) fn units(text: &str) -> Option<u128> {
+    text.parse().ok()
+}
