@@ -9,8 +9,8 @@ use warp::filters::BoxedFilter;
 use warp::http::Method;
 
 use crate::ctx::Ctx;
-use crate::error::recover;
-use crate::reply::Resp;
+use crate::http::reply::Resp;
+use crate::http::reply::recover;
 use crate::routes;
 
 /// Every REST route `api_routes` serves under /api/v1, as (method, OpenAPI path template).
@@ -39,7 +39,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
 /// Every route of the API, behind the guard that keeps control characters in the path or
 /// query from reaching any of them.
 pub fn api_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    routes::request_text_guard()
+    crate::http::extract::request_text_guard()
         .and(resource_routes(ctx))
         .boxed()
 }

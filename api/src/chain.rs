@@ -14,7 +14,7 @@ use alloy::sol_types::SolEvent;
 use chainsub_abi::SubscriptionManager;
 
 use crate::config::Config;
-use crate::error::{ApiError, Result};
+use crate::http::error::{ApiError, Result};
 
 /// Sends provisioning transactions with the relayer key.
 pub struct Relayer {

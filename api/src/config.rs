@@ -58,7 +58,7 @@ pub struct Config {
     /// per-IP limits (comma-separated CIDRs, e.g. `10.0.0.0/8,fd00::/8`). Empty: the TCP
     /// peer is the client and those headers are ignored.
     #[arg(long, env = "TRUSTED_PROXIES", value_delimiter = ',')]
-    pub trusted_proxies: Vec<crate::client_ip::Cidr>,
+    pub trusted_proxies: Vec<crate::http::client_ip::Cidr>,
     /// Lifetime of a dashboard session, in seconds.
     #[arg(long, env = "SESSION_TTL_SECS", default_value_t = 12 * 3600)]
     pub session_ttl_secs: u64,
@@ -77,7 +77,7 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// Webhook dispatcher and endpoint settings (WEBHOOK_*).
     #[command(flatten)]
-    pub webhooks: crate::webhooks::WebhookConfig,
+    pub webhooks: chainsub_webhooks::WebhookConfig,
     /// Checkout and dashboard page settings (EXPLORER_TX_URL, CHECKOUT_ALLOWANCE_PERIODS).
     #[command(flatten)]
     pub pages: crate::pages::PagesConfig,

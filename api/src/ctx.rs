@@ -8,7 +8,7 @@ use warp::Filter;
 use crate::chain::Relayer;
 use crate::config::Config;
 use crate::db::Pool;
-use crate::ratelimit::Limits;
+use crate::http::ratelimit::Limits;
 
 /// Everything a handler needs.
 pub struct AppState {

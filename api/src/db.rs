@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{ManagerConfig, RecyclingMethod, Runtime, Timeouts};
 
-use crate::error::{ApiError, Result};
+use crate::http::error::{ApiError, Result};
 
 /// The pool type shared across the crate.
 pub type Pool = deadpool_postgres::Pool;

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 pub use chainsub_core::{Amount, MAX_AMOUNT_BASE_UNITS, Slug, format_units};
 

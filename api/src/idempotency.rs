@@ -12,8 +12,8 @@ use sha2::{Digest, Sha256};
 use warp::http::StatusCode;
 
 use crate::ctx::Ctx;
-use crate::error::{ApiError, Result};
-use crate::reply::{Resp, RespBody};
+use crate::http::error::{ApiError, Result};
+use crate::http::reply::{Resp, RespBody};
 
 /// A validated key: 1-255 visible ASCII characters.
 fn parse_key(k: &str) -> Result<String> {

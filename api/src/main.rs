@@ -25,7 +25,7 @@ enum Cmd {
         database_url: String,
     },
     /// Run only the webhook dispatcher.
-    Dispatch(Box<chainsub_api::webhooks::DispatchArgs>),
+    Dispatch(Box<chainsub_api::dispatch::DispatchArgs>),
     /// Operator commands.
     #[command(subcommand)]
     Admin(Admin),
@@ -91,7 +91,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Dispatch(args) => {
             println!("dispatching webhooks");
-            chainsub_api::webhooks::run_standalone(*args, shutdown_signal()).await?;
+            chainsub_api::dispatch::run_standalone(*args, shutdown_signal()).await?;
             Ok(())
         }
         Cmd::Admin(Admin::CreateKey {
@@ -125,7 +125,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     // stops claiming and finishes its in-flight deliveries while the server drains.
     let (stop_dispatch, dispatch_stopped) = tokio::sync::oneshot::channel::<()>();
     let dispatcher = (!running.ctx.cfg.no_dispatcher).then(|| {
-        tokio::spawn(chainsub_api::webhooks::run_dispatcher(
+        tokio::spawn(chainsub_api::dispatch::run_dispatcher(
             running.ctx.clone(),
             async move {
                 let _ = dispatch_stopped.await;

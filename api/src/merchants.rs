@@ -3,7 +3,7 @@
 
 use alloy::primitives::Address;
 
-use crate::error::Result;
+use crate::http::error::Result;
 
 /// The authenticated merchant every merchant-scoped query takes.
 pub use chainsub_store::MerchantScope as Merchant;

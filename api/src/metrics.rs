@@ -7,7 +7,7 @@ use warp::Filter;
 use warp::filters::BoxedFilter;
 
 use crate::ctx::{Ctx, with_ctx};
-use crate::reply::Resp;
+use crate::http::reply::Resp;
 
 /// Installs the global recorder once per process (tests start several servers in one).
 pub fn install() -> Option<PrometheusHandle> {

@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
-use crate::routes::param;
+use crate::http::error::ApiError;
+use crate::http::extract::param;
 
 /// Default page size.
 pub const DEFAULT_LIMIT: i64 = 20;

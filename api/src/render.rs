@@ -10,7 +10,7 @@ pub use chainsub_store::chain::confirmations;
 
 /// RFC 3339 with second precision and `Z`.
 pub fn time(t: DateTime<Utc>) -> String {
-    crate::views::rfc3339(&t)
+    chainsub_views::rfc3339(&t)
 }
 
 /// The `chain` block of DESIGN §4.

@@ -11,8 +11,8 @@ use crate::app::app;
 use crate::chain::Relayer;
 use crate::config::Config;
 use crate::ctx::{AppState, Ctx};
-use crate::error::{ApiError, Result};
-use crate::ratelimit::Limits;
+use crate::http::error::{ApiError, Result};
+use crate::http::ratelimit::Limits;
 
 /// A running server.
 pub struct Running {
@@ -29,7 +29,11 @@ pub struct Running {
 pub fn build_ctx(cfg: Config) -> Result<Ctx> {
     let pool = crate::db::pool(&cfg.database_url, cfg.database_pool_size)?;
     let relayer = Relayer::from_config(&cfg)?;
-    let limits = Limits::new(&cfg);
+    let limits = Limits::new(
+        (cfg.rate_limit_key_per_sec, cfg.rate_limit_key_burst),
+        (cfg.rate_limit_ip_per_sec, cfg.rate_limit_ip_burst),
+        cfg.trusted_proxies.clone(),
+    );
     Ok(Arc::new(AppState {
         pool,
         limits,
@@ -68,7 +72,7 @@ pub async fn start_with(ctx: Ctx) -> Result<Running> {
         tokio::spawn(
             warp::serve(
                 crate::metrics::routes(ctx.clone())
-                    .map(|r: crate::reply::Resp| r.finish("metrics")),
+                    .map(|r: crate::http::reply::Resp| r.finish("metrics")),
             )
             .incoming(l)
             .run(),

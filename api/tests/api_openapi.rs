@@ -450,7 +450,7 @@ fn the_webhooks_section_documents_every_event_type_its_signature_and_the_schedul
         .collect();
     let documented: BTreeSet<&str> = webhooks.keys().map(String::as_str).collect();
     assert_eq!(documented, kinds, "one webhook entry per event type");
-    let schedule = chainsub_api::webhooks::schedule::DEFAULT_SCHEDULE.replace(',', ", ");
+    let schedule = chainsub_webhooks::schedule::DEFAULT_SCHEDULE.replace(',', ", ");
     for (kind, entry) in webhooks {
         let post = &entry["post"];
         assert_eq!(

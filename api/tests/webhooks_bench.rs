@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chainsub_api::webhooks::settings::{self, WebhookUrl};
+use chainsub_api::webhook_settings::{self as settings, WebhookUrl};
 use chainsub_tests::{ChildGuard, TestDb, bin_path};
 use tokio::sync::Notify;
 use warp::Filter;

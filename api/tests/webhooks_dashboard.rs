@@ -177,7 +177,7 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
     )
     .await;
     let (stop, stopped) = oneshot::channel::<()>();
-    let dispatcher = tokio::spawn(chainsub_api::webhooks::run_dispatcher(
+    let dispatcher = tokio::spawn(chainsub_api::dispatch::run_dispatcher(
         running.ctx.clone(),
         async move {
             let _ = stopped.await;
@@ -396,7 +396,7 @@ async fn an_indexed_event_is_delivered_as_the_same_event_object_the_api_lists() 
     )
     .await;
     let (stop, stopped) = oneshot::channel::<()>();
-    let dispatcher = tokio::spawn(chainsub_api::webhooks::run_dispatcher(
+    let dispatcher = tokio::spawn(chainsub_api::dispatch::run_dispatcher(
         running.ctx.clone(),
         async move {
             let _ = stopped.await;
@@ -415,7 +415,7 @@ async fn an_indexed_event_is_delivered_as_the_same_event_object_the_api_lists() 
 
     let got = rx.received()[0].clone();
     assert_eq!(got.webhook_id(), event_id);
-    let secret = chainsub_api::webhooks::settings::reveal_secrets(&mut pg, m)
+    let secret = chainsub_api::webhook_settings::reveal_secrets(&mut pg, m)
         .await
         .unwrap();
     Webhook::new(secret[0].secret.expose())

@@ -7,7 +7,7 @@ mod webhooks_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chainsub_api::webhooks::settings;
+use chainsub_api::webhook_settings as settings;
 use chainsub_tests::TestDb;
 use standardwebhooks::Webhook;
 use tokio::sync::Notify;
@@ -48,7 +48,7 @@ async fn signature_verifies_with_standardwebhooks_and_tampering_or_old_timestamp
         "old timestamp must fail"
     );
 
-    let other = Webhook::new(chainsub_api::webhooks::WebhookSecret::generate().expose()).unwrap();
+    let other = Webhook::new(chainsub_webhooks::WebhookSecret::generate().expose()).unwrap();
     assert!(
         other.verify(&got.body, &got.headers).is_err(),
         "another secret must fail"

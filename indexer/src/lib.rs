@@ -14,7 +14,6 @@ pub mod config;
 pub mod error;
 pub mod fold;
 pub mod indexer;
-pub mod keeper;
 pub mod map;
 pub mod ops;
 pub mod run;

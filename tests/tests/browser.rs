@@ -1,7 +1,7 @@
 //! Browser tests: the real `api` and `indexer` binaries on a fresh anvil and database, driven
 //! by headless Chromium (`node tests/browser/<scenario>.mjs`, playwright-core) with a test
 //! wallet that forwards to anvil. Needs: `cargo build -p chainsub-api -p chainsub-indexer
-//! --bins`, Debian `chromium` at /usr/bin/chromium (or CHROMIUM=path), and `npm ci`.
+//! -p chainsub-keeper --bins`, Debian `chromium` at /usr/bin/chromium (or CHROMIUM=path), and `npm ci`.
 //! Screenshots go to target/browser-screenshots/.
 
 mod browser_support;

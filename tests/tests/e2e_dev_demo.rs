@@ -1,7 +1,7 @@
 //! `scripts/dev up` with its services and demo: indexer, api and keeper start as separate
 //! processes, the demo's merchant sees its renewal and every webhook verified, the printed
 //! URLs answer, and SIGTERM (what Ctrl-C leads to) stops every process it started. Build the
-//! binaries first: `cargo build -p chainsub-indexer -p chainsub-api --bins` (scripts/test does).
+//! binaries first: `cargo build -p chainsub-indexer -p chainsub-keeper -p chainsub-api --bins` (scripts/test does).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

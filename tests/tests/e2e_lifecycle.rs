@@ -10,7 +10,7 @@
 //! as a signed webhook with the same id (and nothing else did), that every ledger entry and
 //! event carries the block and transaction the chain's receipts show, and that
 //! `indexer verify` finds no difference. Build the binaries first:
-//! `cargo build -p chainsub-indexer -p chainsub-api --bins` (scripts/test does).
+//! `cargo build -p chainsub-indexer -p chainsub-keeper -p chainsub-api --bins` (scripts/test does).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -6,10 +6,10 @@ use tokio_postgres::GenericClient;
 
 use super::{ct_eq, sha3};
 use crate::ctx::Ctx;
-use crate::error::{ApiError, Result};
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::Caller;
+use crate::http::ratelimit::Allowed;
 use crate::merchants::{self, Merchant};
-use crate::ratelimit::Allowed;
-use crate::routes::Caller;
 
 /// The public prefix of every live key.
 pub const PREFIX: &str = "sk_live_";

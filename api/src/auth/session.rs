@@ -7,10 +7,10 @@ use warp::Filter;
 use warp::http::Method;
 
 use super::{ct_eq, random_token, sha3};
-use crate::client_ip::{ClientAddr, client_addr};
 use crate::config::Config;
 use crate::ctx::{Ctx, with_ctx};
-use crate::error::{ApiError, Result};
+use crate::http::client_ip::{ClientAddr, client_addr};
+use crate::http::error::{ApiError, Result};
 use crate::merchants::Merchant;
 
 /// The header that carries the CSRF token.

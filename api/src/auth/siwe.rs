@@ -8,7 +8,7 @@ use alloy::primitives::{Address, Signature};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::config::Config;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 const HEADER_SUFFIX: &str = " wants you to sign in with your Ethereum account:";
 

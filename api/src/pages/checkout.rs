@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::checkout as link_sig;
 use crate::ctx::Ctx;
 use crate::domain::format_units;
-use crate::error::{ApiError, Result};
+use crate::http::error::{ApiError, Result};
 use chainsub_store::checkouts::LinkMerchant;
 
 /// A checkout link whose signature checked out, resolved to its plan.

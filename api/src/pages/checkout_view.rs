@@ -9,7 +9,7 @@ use super::checkout::{Link, chain_id_hex, requested_allowance};
 use super::html::{esc, json_script, page};
 use crate::config::Config;
 use crate::domain::format_units;
-use crate::reply::Resp;
+use crate::http::reply::Resp;
 
 /// `0x1234…abcd`: enough to recognise, short enough to read.
 fn short(addr: &str) -> String {

@@ -10,7 +10,7 @@ use warp::http::StatusCode;
 use super::html::{esc, json_script, page};
 use crate::auth::session::{CSRF_HEADER, Session};
 use crate::config::Config;
-use crate::reply::Resp;
+use crate::http::reply::Resp;
 
 /// The page for a visitor without a session: explains and offers sign-in.
 pub fn signed_out(cfg: &Config) -> Resp {
@@ -51,7 +51,7 @@ pub fn key_summary(status: &Value) -> String {
 }
 
 /// The signed-in page. `key_status` is `api_key::status`, `webhook` is
-/// `webhooks::settings::endpoint`.
+/// `webhook_settings::endpoint`.
 pub fn signed_in(cfg: &Config, session: &Session, key_status: &Value, webhook: &Value) -> Resp {
     let has_key = key_status["active"].as_bool().unwrap_or(false);
     let settings = json!({

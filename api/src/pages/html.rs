@@ -3,7 +3,7 @@
 
 use warp::http::StatusCode;
 
-use crate::reply::Resp;
+use crate::http::reply::Resp;
 
 /// Escapes text for HTML element content and double-quoted attribute values.
 pub fn esc(s: &str) -> String {

@@ -3,7 +3,7 @@
 //! These endpoints ignore `Idempotency-Key`: a nonce and a session are single-use secrets
 //! by design, and replaying a stored `Set-Cookie` would mean storing a session secret.
 
-use crate::client_ip::{ClientAddr, client_addr};
+use crate::http::client_ip::{ClientAddr, client_addr};
 
 use bytes::Bytes;
 use serde_json::json;
@@ -13,9 +13,9 @@ use warp::filters::BoxedFilter;
 use crate::auth::session::{self, Session, require_session};
 use crate::auth::siwe::{SiweMessage, verify_signature};
 use crate::ctx::{Ctx, with_ctx};
-use crate::error::{ApiError, Result};
-use crate::reply::{Resp, body_bytes, parse_json_object, respond};
-use crate::routes::method_fallback;
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::method_fallback;
+use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 
 /// The sign-in router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {

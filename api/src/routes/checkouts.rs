@@ -9,10 +9,10 @@ use warp::http::StatusCode;
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::domain::{random_hex, text};
-use crate::error::{ApiError, Result};
-use crate::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::{Caller, caller, method_fallback};
+use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::routes::plans::{find, with_rate};
-use crate::routes::{Caller, caller, method_fallback};
 
 /// The checkouts router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {

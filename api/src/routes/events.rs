@@ -10,12 +10,12 @@ use warp::filters::BoxedFilter;
 
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
-use crate::error::{ApiError, Result};
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::{Caller, caller, check_params, method_fallback, param, query_pairs};
+use crate::http::reply::{Resp, respond};
 use crate::pagination::{Page, cursor_key};
-use crate::reply::{Resp, respond};
 use crate::routes::plans::with_rate;
-use crate::routes::{Caller, caller, check_params, method_fallback, param, query_pairs};
-use crate::views::{EventView, ListView};
+use chainsub_views::{EventView, ListView};
 
 /// The events router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {

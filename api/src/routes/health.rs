@@ -8,9 +8,9 @@ use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
 
 use crate::ctx::{Ctx, with_ctx};
-use crate::error::ApiError;
-use crate::reply::{Resp, respond};
-use crate::routes::method_fallback;
+use crate::http::error::ApiError;
+use crate::http::extract::method_fallback;
+use crate::http::reply::{Resp, respond};
 
 /// The health router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {

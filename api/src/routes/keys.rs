@@ -9,9 +9,9 @@ use warp::http::StatusCode;
 use crate::auth::api_key;
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
-use crate::error::{ApiError, Result};
-use crate::reply::{Resp, body_bytes, parse_json_object, respond};
-use crate::routes::method_fallback;
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::method_fallback;
+use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 
 /// The keys router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {

@@ -3,8 +3,8 @@
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
-use crate::reply::Resp;
-use crate::routes::method_fallback;
+use crate::http::extract::method_fallback;
+use crate::http::reply::Resp;
 
 /// The document, embedded at compile time.
 pub const OPENAPI_JSON: &str = include_str!("../../openapi.json");

@@ -17,14 +17,14 @@ use warp::filters::BoxedFilter;
 use warp::http::Method;
 
 use crate::auth::{api_key, session};
-use crate::client_ip::{ClientAddr, client_addr};
 use crate::ctx::{Ctx, with_ctx};
-use crate::error::{ApiError, Result};
+use crate::http::client_ip::{ClientAddr, client_addr};
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::{method_fallback, param, query_pairs};
+use crate::http::reply::{Resp, respond};
 use crate::pages::html::error_page;
 use crate::pages::{assets, checkout, checkout_view, dashboard};
-use crate::reply::{Resp, respond};
-use crate::routes::{method_fallback, param, query_pairs};
-use crate::webhooks::settings;
+use crate::webhook_settings as settings;
 
 type Query = Vec<(String, String)>;
 
@@ -114,7 +114,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 }
 
 fn check_ip(ctx: &Ctx, remote: &ClientAddr) -> Result<()> {
-    ctx.limits.check_client(remote).map(|_| ())
+    ctx.limits.check_client(remote)?;
+    Ok(())
 }
 
 /// An error as a page a customer can act on (5xx detail goes to the log, never the page).

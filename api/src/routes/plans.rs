@@ -22,12 +22,12 @@ use crate::auth::api_key::{Authed, authenticate};
 use crate::chain::Outcome;
 use crate::ctx::{Ctx, with_ctx};
 use crate::domain::{Amount, Slug, format_units, random_hex, text};
-use crate::error::{ApiError, Result};
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::{Caller, caller, check_params, method_fallback, query_pairs};
+use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::merchants::Merchant;
 use crate::pagination::{Page, cursor_key, list_json};
 use crate::render::{ChainRef, time};
-use crate::reply::{Resp, body_bytes, parse_json_object, respond};
-use crate::routes::{Caller, caller, check_params, method_fallback, query_pairs};
 
 /// The plans router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
@@ -185,7 +185,7 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
 }
 
 /// Adds the key's RateLimit headers to a successful response.
-pub fn with_rate(mut resp: Resp, rate: &crate::ratelimit::Allowed) -> Resp {
+pub fn with_rate(mut resp: Resp, rate: &crate::http::ratelimit::Allowed) -> Resp {
     for (k, v) in rate.headers() {
         resp = resp.header(k, &v);
     }

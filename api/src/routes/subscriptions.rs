@@ -9,14 +9,14 @@ use warp::filters::BoxedFilter;
 
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
-use crate::error::{ApiError, Result};
-use crate::pagination::{Page, cursor_key};
-use crate::reply::{Resp, respond};
-use crate::routes::plans::with_rate;
-use crate::routes::{
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::{
     Caller, caller, check_params, method_fallback, param, query_pairs, text_param,
 };
-use crate::views::{ListView, SubscriptionView, SubscriptionWithLedger};
+use crate::http::reply::{Resp, respond};
+use crate::pagination::{Page, cursor_key};
+use crate::routes::plans::with_rate;
+use chainsub_views::{ListView, SubscriptionView, SubscriptionWithLedger};
 
 /// The subscriptions router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {

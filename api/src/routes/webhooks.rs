@@ -21,10 +21,10 @@ use warp::http::StatusCode;
 
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
-use crate::error::{ApiError, Result};
-use crate::reply::{Resp, body_bytes, parse_json_object, respond};
-use crate::routes::{check_params, method_fallback, param, query_pairs};
-use crate::webhooks::settings::{self, WebhookUrl};
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::{check_params, method_fallback, param, query_pairs};
+use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::webhook_settings::{self as settings, WebhookUrl};
 
 /// The webhook settings router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {

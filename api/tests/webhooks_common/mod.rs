@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use chainsub_api::webhooks::WebhookConfig;
-use chainsub_api::webhooks::settings::{self, WebhookUrl};
+use chainsub_api::webhook_settings::{self as settings, WebhookUrl};
+use chainsub_webhooks::WebhookConfig;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::{Notify, oneshot};
 use tokio_postgres::{Client, NoTls};
@@ -217,7 +217,7 @@ pub fn spawn_dispatcher(
     let pool = pool(db_url);
     let url = db_url.to_string();
     let task = tokio::spawn(async move {
-        chainsub_api::webhooks::dispatcher::run(pool, url, cfg, async move {
+        chainsub_webhooks::dispatcher::run(pool, url, cfg, async move {
             let _ = stopped.await;
         })
         .await

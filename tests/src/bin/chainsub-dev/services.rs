@@ -33,7 +33,7 @@ fn bin(name: &str) -> Result<PathBuf> {
     if !path.exists() {
         bail!(
             "{} is missing: run `scripts/dev up` (it builds the binaries) or \
-             `cargo build -p chainsub-indexer -p chainsub-api --bins`",
+             `cargo build -p chainsub-indexer -p chainsub-keeper -p chainsub-api --bins`",
             path.display()
         );
     }

@@ -1,16 +1,10 @@
 //! Operating the keeper: the gas budget, the funds pre-check, one keeper per chain, health
 //! and metrics, and a clean stop on SIGTERM.
 
-#[macro_use]
-extern crate chainsub_tests;
-
-#[macro_use]
-mod keeper_support;
-
+use crate::support::{DAY, Stack, Step, http_get, spawn, wait_exit, wait_health};
 use chainsub_abi::EndReason;
 use chainsub_tests::chain::accounts;
 use chainsub_tests::free_port;
-use keeper_support::{DAY, Stack, Step, http_get, spawn, wait_exit, wait_health};
 
 async fn due_subscription(paid_periods: u64) -> (Stack, u64) {
     let stack = Stack::start().await;
@@ -85,7 +79,7 @@ async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
     let health = wait_health(port, |h| h["status"] == "ok" && h["inFlight"] == 0);
     assert_eq!(
         health["keeperAddress"].as_str().unwrap().to_lowercase(),
-        keeper_support::keeper_address().to_string().to_lowercase()
+        crate::support::keeper_address().to_string().to_lowercase()
     );
     let (code, metrics) = http_get(port, "/metrics");
     assert_eq!(code, 200);
@@ -270,7 +264,7 @@ async fn unfunded_keeper_is_refused_by_the_node_then_charges_once_topped_up() {
             let _: serde_json::Value = provider
                 .raw_request(
                     "anvil_setBalance".into(),
-                    (keeper_support::keeper_address(), wei),
+                    (crate::support::keeper_address(), wei),
                 )
                 .await
                 .unwrap();

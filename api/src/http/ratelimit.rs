@@ -11,7 +11,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::error::ApiError;
+use super::client_ip::{Cidr, ClientAddr, limit_key};
 
 type Inner =
     RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
@@ -105,7 +105,7 @@ impl Limiter {
     }
 
     /// Counts one request for `key`.
-    pub fn check(&self, key: &str) -> Result<Allowed, ApiError> {
+    pub fn check(&self, key: &str) -> Result<Allowed, Limited> {
         match self.inner.check_key(&key.to_string()) {
             Ok(snapshot) => Ok(Allowed {
                 policy: self.name,
@@ -115,12 +115,12 @@ impl Limiter {
             }),
             Err(not_until) => {
                 let wait = not_until.wait_time_from(DefaultClock::default().now());
-                Err(ApiError::RateLimited(Limited {
+                Err(Limited {
                     policy: self.name,
                     burst: self.burst,
                     window_secs: self.window_secs,
                     retry_after_secs: ceil_secs(wait),
-                }))
+                })
             }
         }
     }
@@ -140,16 +140,17 @@ fn ceil_secs(d: Duration) -> u64 {
 pub struct Limits {
     pub per_key: Limiter,
     pub per_ip: Limiter,
-    trusted_proxies: Vec<crate::client_ip::Cidr>,
+    trusted_proxies: Vec<Cidr>,
 }
 
 impl Limits {
-    /// Builds both limiters and a task that trims them every minute.
-    pub fn new(cfg: &crate::config::Config) -> Arc<Limits> {
+    /// Builds both limiters (`(per second, burst)` each) and a task that trims them every
+    /// minute.
+    pub fn new(per_key: (u32, u32), per_ip: (u32, u32), trusted_proxies: Vec<Cidr>) -> Arc<Limits> {
         let limits = Arc::new(Limits {
-            per_key: Limiter::new("key", cfg.rate_limit_key_per_sec, cfg.rate_limit_key_burst),
-            per_ip: Limiter::new("ip", cfg.rate_limit_ip_per_sec, cfg.rate_limit_ip_burst),
-            trusted_proxies: cfg.trusted_proxies.clone(),
+            per_key: Limiter::new("key", per_key.0, per_key.1),
+            per_ip: Limiter::new("ip", per_ip.0, per_ip.1),
+            trusted_proxies,
         });
         let weak = Arc::downgrade(&limits);
         tokio::spawn(async move {
@@ -166,8 +167,8 @@ impl Limits {
 
     /// Counts a request against its client's per-IP bucket (the client as resolved through
     /// the trusted proxies; IPv6 per /64).
-    pub fn check_client(&self, client: &crate::client_ip::ClientAddr) -> Result<Allowed, ApiError> {
-        let key = crate::client_ip::limit_key(client.resolve(&self.trusted_proxies));
+    pub fn check_client(&self, client: &ClientAddr) -> Result<Allowed, Limited> {
+        let key = limit_key(client.resolve(&self.trusted_proxies));
         self.per_ip.check(&key)
     }
 }
@@ -189,7 +190,7 @@ mod tests {
         let l = Limiter::new("key", 1, 2);
         assert!(l.check("a").is_ok());
         assert!(l.check("a").is_ok());
-        let Err(ApiError::RateLimited(lim)) = l.check("a") else {
+        let Err(lim) = l.check("a") else {
             panic!("third request in a burst of 2 must be limited")
         };
         assert_eq!(lim.retry_after_secs, 1);

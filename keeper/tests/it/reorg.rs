@@ -1,15 +1,9 @@
 //! A reorg that takes a mined charge out of the chain: the keeper re-broadcasts the same
 //! signed transaction (same nonce) instead of forgetting the step or signing a second one.
 
-#[macro_use]
-extern crate chainsub_tests;
-
-#[macro_use]
-mod keeper_support;
-
+use crate::support::{DAY, Stack, Step};
 use alloy::providers::Provider;
 use chainsub_tests::chain::accounts;
-use keeper_support::{DAY, Stack, Step};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn charge_reorged_out_is_rebroadcast_with_the_same_bytes_and_lands_once() {

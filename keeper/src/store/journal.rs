@@ -4,7 +4,7 @@
 use alloy::primitives::B256;
 
 use super::{OpenStep, Outcome, SignedTx, Step, Store, TxRow, parse_u128, to_i64};
-use crate::keeper::error::{Error, Result};
+use crate::error::{Error, Result};
 
 impl Store {
     /// Journals a step and its first transaction in one transaction. Returns the step and tx

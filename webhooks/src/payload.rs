@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 
 use super::store::Claimed;
 use crate::error::Result;
-use crate::views::EventView;
+use chainsub_views::EventView;
 
 /// Bodies keyed by outbox id. A row whose event no longer exists is absent.
 pub async fn bodies(client: &Client, rows_in: &[&Claimed]) -> Result<HashMap<i64, Vec<u8>>> {

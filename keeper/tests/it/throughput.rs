@@ -2,15 +2,9 @@
 //! to charge many due subscriptions, for a few concurrency settings. It still asserts that
 //! every subscription was charged exactly once.
 
-#[macro_use]
-extern crate chainsub_tests;
-
-#[macro_use]
-mod keeper_support;
-
 use std::time::Instant;
 
-use keeper_support::{DAY, Stack, Step, spawn};
+use crate::support::{DAY, Stack, Step, spawn};
 
 async fn charge_all(subs_per_customer: usize, concurrency: &str) {
     let stack = Stack::start().await;

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use tokio_postgres::Client;
 use url::Url;
 
-use super::signing::WebhookSecret;
-use crate::error::{ApiError, Result};
+use crate::http::error::{ApiError, Result};
+use chainsub_webhooks::WebhookSecret;
 
 /// Longest accepted webhook URL.
 const MAX_URL_LEN: usize = 2048;

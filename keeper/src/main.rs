@@ -1,6 +1,6 @@
-//! `keeper`: the renewal keeper binary (see `keeper` module docs and the README table).
+//! `keeper`: the renewal keeper binary (see the crate docs and the README table).
 
-use chainsub_indexer::keeper;
+use chainsub_keeper as keeper;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 

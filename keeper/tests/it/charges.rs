@@ -2,16 +2,10 @@
 //! are charged exactly once, failed charges follow the grace rules, and cancel-at-period-end
 //! subscriptions end at period end.
 
-#[macro_use]
-extern crate chainsub_tests;
-
-#[macro_use]
-mod keeper_support;
-
+use crate::support::{DAY, Stack, Step};
 use chainsub_abi::EndReason;
 use chainsub_tests::DevChain;
 use chainsub_tests::chain::accounts;
-use keeper_support::{DAY, Stack, Step};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_time_travel_each_due_subscription_is_charged_exactly_once() {
@@ -125,12 +119,12 @@ async fn a_successful_retry_returns_a_past_due_subscription_to_active() {
 
     // The customer tops up; the retry a day later succeeds for the same period.
     let customer = DevChain::address(accounts::CUSTOMER);
-    stack.chain.mint(customer, keeper_support::PRICE).await;
+    stack.chain.mint(customer, crate::support::PRICE).await;
     send_as!(
         customer,
         stack.chain.usdc().approve(
             stack.chain.manager,
-            alloy::primitives::U256::from(keeper_support::PRICE)
+            alloy::primitives::U256::from(crate::support::PRICE)
         )
     );
     stack.chain.increase_time(DAY + 60).await;

@@ -2,16 +2,18 @@
 //! `X-Request-Id` on every response and put the same id into every error body. Also the
 //! request-body reader (size limit, JSON content type).
 
+use std::convert::Infallible;
+
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
 use warp::Filter;
 use warp::http::{HeaderName, HeaderValue, StatusCode};
+use warp::reject::Rejection;
 
-use crate::error::ApiError;
+use super::error::ApiError;
 
-/// Request bodies are capped at 64 KiB.
-pub const BODY_LIMIT: usize = 64 * 1024;
+pub use super::error::BODY_LIMIT;
 
 /// What a response carries.
 #[derive(Debug, Clone)]
@@ -226,4 +228,57 @@ pub fn parse_json_object(
             param: None,
         }),
     }
+}
+
+impl ApiError {
+    /// Turns the error into a response (logging 5xx detail, which the body never carries).
+    pub fn into_resp(self) -> Resp {
+        match &self {
+            ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
+            ApiError::Unavailable(detail) => tracing::warn!(error = %detail, "unavailable"),
+            _ => {}
+        }
+        let mut resp = Resp::error(self.status(), self.body());
+        match &self {
+            ApiError::MethodNotAllowed { allow } => resp = resp.header("allow", allow),
+            ApiError::RateLimited(l) => {
+                for (k, v) in l.headers() {
+                    resp = resp.header(k, &v);
+                }
+            }
+            _ => {}
+        }
+        resp
+    }
+}
+
+/// The single `recover`: every rejection becomes the JSON error shape.
+pub async fn recover(rejection: Rejection) -> Result<Resp, Infallible> {
+    let err = if let Some(e) = rejection.find::<ApiError>() {
+        e.clone()
+    } else if rejection.is_not_found() {
+        ApiError::RouteNotFound
+    } else if rejection.find::<warp::reject::PayloadTooLarge>().is_some() {
+        ApiError::PayloadTooLarge
+    } else if rejection.find::<warp::reject::LengthRequired>().is_some() {
+        ApiError::LengthRequired
+    } else if rejection
+        .find::<warp::reject::UnsupportedMediaType>()
+        .is_some()
+    {
+        ApiError::UnsupportedMediaType
+    } else if let Some(e) = rejection.find::<warp::reject::InvalidHeader>() {
+        ApiError::Invalid {
+            code: "header_invalid",
+            message: e.to_string(),
+            param: None,
+        }
+    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
+        // Every route declares its methods (routes::methods), so this is only reached for
+        // paths that match nothing else; answer like an unknown path.
+        ApiError::RouteNotFound
+    } else {
+        ApiError::Internal(format!("unhandled rejection: {rejection:?}"))
+    };
+    Ok(err.into_resp())
 }

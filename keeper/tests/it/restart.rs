@@ -2,17 +2,11 @@
 //! bytes) is committed before the broadcast and resumed on restart; a stuck transaction is
 //! replaced with the same nonce, never a new one.
 
-#[macro_use]
-extern crate chainsub_tests;
-
-#[macro_use]
-mod keeper_support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{DAY, Stack, Step, keeper_address, spawn};
 use alloy::providers::Provider;
 use chainsub_tests::chain::accounts;
-use keeper_support::{DAY, Stack, Step, keeper_address, spawn};
 
 /// A stack with one subscription whose second period is due and indexed.
 async fn due_subscription() -> (Stack, u64) {

@@ -2,13 +2,13 @@
 //! JSON error shape `{"error":{"type","code","message","param","requestId"}}` (DESIGN §4).
 //! 5xx bodies never carry internal detail; it goes to the log with the request id instead.
 
-use std::convert::Infallible;
-
 use serde_json::json;
 use warp::http::StatusCode;
-use warp::reject::Rejection;
 
-use crate::reply::Resp;
+use super::ratelimit::Limited;
+
+/// Request bodies are capped at 64 KiB.
+pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// Result alias for this crate.
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -59,7 +59,7 @@ pub enum ApiError {
     UnsupportedMediaType,
     /// 429; headers come from the limiter.
     #[error("rate limited")]
-    RateLimited(crate::ratelimit::Limited),
+    RateLimited(Limited),
     /// 503: the database (or another dependency) is unreachable.
     #[error("service unavailable: {0}")]
     Unavailable(String),
@@ -180,10 +180,7 @@ impl ApiError {
             ApiError::PayloadTooLarge => (
                 "invalid_request_error",
                 "payload_too_large",
-                format!(
-                    "request bodies are limited to {} bytes",
-                    crate::reply::BODY_LIMIT
-                ),
+                format!("request bodies are limited to {} bytes", BODY_LIMIT),
                 None,
             ),
             ApiError::UnsupportedMediaType => (
@@ -213,25 +210,11 @@ impl ApiError {
         };
         json!({ "type": ty, "code": code, "message": message, "param": param })
     }
+}
 
-    /// Turns the error into a response (logging 5xx detail, which the body never carries).
-    pub fn into_resp(self) -> Resp {
-        match &self {
-            ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
-            ApiError::Unavailable(detail) => tracing::warn!(error = %detail, "unavailable"),
-            _ => {}
-        }
-        let mut resp = Resp::error(self.status(), self.body());
-        match &self {
-            ApiError::MethodNotAllowed { allow } => resp = resp.header("allow", allow),
-            ApiError::RateLimited(l) => {
-                for (k, v) in l.headers() {
-                    resp = resp.header(k, &v);
-                }
-            }
-            _ => {}
-        }
-        resp
+impl From<Limited> for ApiError {
+    fn from(l: Limited) -> ApiError {
+        ApiError::RateLimited(l)
     }
 }
 
@@ -260,39 +243,18 @@ impl From<chainsub_store::Error> for ApiError {
     }
 }
 
+impl From<chainsub_webhooks::Error> for ApiError {
+    fn from(e: chainsub_webhooks::Error) -> ApiError {
+        match e {
+            chainsub_webhooks::Error::Db(e) => e.into(),
+            chainsub_webhooks::Error::Pool(e) => e.into(),
+            chainsub_webhooks::Error::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<deadpool_postgres::PoolError> for ApiError {
     fn from(e: deadpool_postgres::PoolError) -> ApiError {
         ApiError::Unavailable(e.to_string())
     }
-}
-
-/// The single `recover`: every rejection becomes the JSON error shape.
-pub async fn recover(rejection: Rejection) -> Result<Resp, Infallible> {
-    let err = if let Some(e) = rejection.find::<ApiError>() {
-        e.clone()
-    } else if rejection.is_not_found() {
-        ApiError::RouteNotFound
-    } else if rejection.find::<warp::reject::PayloadTooLarge>().is_some() {
-        ApiError::PayloadTooLarge
-    } else if rejection.find::<warp::reject::LengthRequired>().is_some() {
-        ApiError::LengthRequired
-    } else if rejection
-        .find::<warp::reject::UnsupportedMediaType>()
-        .is_some()
-    {
-        ApiError::UnsupportedMediaType
-    } else if let Some(e) = rejection.find::<warp::reject::InvalidHeader>() {
-        ApiError::Invalid {
-            code: "header_invalid",
-            message: e.to_string(),
-            param: None,
-        }
-    } else if rejection.find::<warp::reject::MethodNotAllowed>().is_some() {
-        // Every route declares its methods (routes::methods), so this is only reached for
-        // paths that match nothing else; answer like an unknown path.
-        ApiError::RouteNotFound
-    } else {
-        ApiError::Internal(format!("unhandled rejection: {rejection:?}"))
-    };
-    Ok(err.into_resp())
 }

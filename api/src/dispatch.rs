@@ -1,44 +1,23 @@
-//! Webhooks (DESIGN §7): Standard Webhooks signing, the outbox dispatcher, the SSRF guard,
-//! and the merchant's endpoint settings.
-//!
-//! Delivery contract, as merchants see it:
-//! - at-least-once: the same event may arrive more than once; `webhook-id` (the event id)
-//!   is the same on every attempt, so receivers deduplicate on it;
-//! - 2xx is success; anything else (3xx included: redirects are not followed), a timeout or
-//!   a refused connection is a failure retried on the schedule, then `failed`;
-//! - a 410 disables the endpoint: deliveries are held (`pending`) until the merchant
-//!   re-enables it or sets a new URL;
-//! - events of a merchant without a webhook URL are held (`pending`) too, and are delivered
-//!   once a URL is set (they are always readable through `GET /api/v1/events`).
-
-pub mod config;
-pub mod delivery;
-pub mod dispatcher;
-pub mod payload;
-pub mod schedule;
-pub mod settings;
-pub mod signing;
-pub mod ssrf;
-pub mod store;
-
-pub use config::WebhookConfig;
-pub use signing::WebhookSecret;
+//! The webhook dispatcher ([`chainsub_webhooks`]) as the `api` binary runs it: inside
+//! `serve` on the server's pool, or alone as `api dispatch` with its own metrics listener.
 
 use std::future::Future;
 use std::net::SocketAddr;
 
+use chainsub_webhooks::{WebhookConfig, dispatcher};
+
 use crate::ctx::Ctx;
-use crate::error::Result;
+use crate::http::error::Result;
 
 /// Runs the dispatcher inside `api serve`, on the server's pool, until `shutdown`.
 pub async fn run_dispatcher(ctx: Ctx, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-    dispatcher::run(
+    Ok(dispatcher::run(
         ctx.pool.clone(),
         ctx.cfg.database_url.clone(),
         ctx.cfg.webhooks.clone(),
         shutdown,
     )
-    .await
+    .await?)
 }
 
 /// `api dispatch`: only what a standalone dispatcher needs (no chain, no listener).
@@ -73,7 +52,7 @@ pub async fn run_standalone(
         let handle = crate::metrics::install();
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|e| crate::error::ApiError::Internal(format!("bind {addr}: {e}")))?;
+            .map_err(|e| crate::http::error::ApiError::Internal(format!("bind {addr}: {e}")))?;
         use warp::Filter as _;
         let route = warp::path!("metrics").map(move || {
             let text = handle.as_ref().map(|h| h.render()).unwrap_or_default();
@@ -81,5 +60,5 @@ pub async fn run_standalone(
         });
         tokio::spawn(warp::serve(route).incoming(listener).run());
     }
-    dispatcher::run(pool, args.database_url, args.webhooks, shutdown).await
+    Ok(dispatcher::run(pool, args.database_url, args.webhooks, shutdown).await?)
 }

@@ -23,8 +23,8 @@ use super::config::WebhookConfig;
 use super::delivery::{Attempt, Deliverer};
 use super::payload;
 use super::store::{self, Claimed, Endpoint, NextState, Outcome};
-use crate::db::Pool;
 use crate::error::Result;
+use deadpool_postgres::Pool;
 
 /// The NOTIFY channel the 0004 trigger signals on every outbox insert.
 pub const CHANNEL: &str = "chainsub_webhook_outbox";
@@ -305,7 +305,7 @@ async fn write_outcomes(pool: Pool, mut rx: mpsc::UnboundedReceiver<Outcome>, le
 /// LISTEN on [`CHANNEL`] and wake the claimer on every notification, reconnecting forever.
 async fn listen(database_url: String, shared: Arc<Shared>) {
     loop {
-        let connected = match crate::db::database(&database_url) {
+        let connected = match chainsub_store::pg::Database::from_url(&database_url) {
             Ok(db) => db.connect_raw().await,
             Err(e) => {
                 tracing::error!(error = %e, "webhook listener cannot connect");

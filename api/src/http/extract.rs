@@ -1,0 +1,253 @@
+//! Extractors and request checks every route shares: query pairs and typed parameters, the
+//! caller (client address, credentials), method fallbacks (405 with Allow), and the guard that
+//! refuses control characters anywhere in a request's text.
+
+use warp::Filter;
+use warp::filters::BoxedFilter;
+use warp::http::Method;
+use warp::path::FullPath;
+
+use super::client_ip::{ClientAddr, client_addr};
+use super::error::ApiError;
+use super::reply::Resp;
+
+/// The last alternative of every path: 405 with `Allow` when the method is not one of
+/// `allow` (comma-separated, e.g. "GET, POST"); otherwise steps aside (a handler for the
+/// method already answered or rejected).
+pub fn method_fallback(allow: &'static str) -> BoxedFilter<(Resp,)> {
+    warp::method()
+        .and_then(move |m: Method| async move {
+            // HEAD is not served (405 lists what is); GET routes answer GET only.
+            let allowed = allow.split(", ").any(|a| a == m.as_str());
+            if allowed {
+                Err(warp::reject::not_found())
+            } else {
+                Err(warp::reject::custom(ApiError::MethodNotAllowed { allow }))
+            }
+        })
+        .boxed()
+}
+
+/// Longest query value any route accepts (ids, cursors, times and filters are far shorter;
+/// a route may set a tighter bound for its own parameters).
+pub const MAX_QUERY_VALUE: usize = 1024;
+
+/// Refuses, before any route sees it, a request whose decoded path segments or query (names
+/// and values) hold control characters (NUL included), or whose query value is longer than
+/// [`MAX_QUERY_VALUE`]. Such text is never a valid id, cursor or filter, and Postgres refuses
+/// NUL in a text parameter: without this, one request value can turn into a 500.
+pub fn request_text_guard() -> BoxedFilter<()> {
+    warp::path::full()
+        .and(warp::query::raw().or(warp::any().map(String::new)).unify())
+        .and_then(|path: FullPath, query: String| async move {
+            check_request_text(path.as_str(), &query).map_err(warp::reject::custom)
+        })
+        .untuple_one()
+        .boxed()
+}
+
+fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
+/// The check behind [`request_text_guard`], on the raw (percent-encoded) path and query.
+pub fn check_request_text(path: &str, query: &str) -> Result<(), ApiError> {
+    for segment in path.split('/') {
+        if has_control(&percent_encoding::percent_decode_str(segment).decode_utf8_lossy()) {
+            return Err(ApiError::invalid(
+                "path",
+                "the path must not contain control characters",
+            ));
+        }
+    }
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        if has_control(&k) {
+            return Err(ApiError::Invalid {
+                code: "parameter_unknown",
+                message: format!("unknown query parameter {:?}", k.as_ref()),
+                param: Some(k.into_owned()),
+            });
+        }
+        if has_control(&v) {
+            return Err(ApiError::invalid(
+                &k,
+                format!("`{k}` must not contain control characters"),
+            ));
+        }
+        if v.chars().count() > MAX_QUERY_VALUE {
+            return Err(ApiError::invalid(
+                &k,
+                format!("`{k}` must be at most {MAX_QUERY_VALUE} characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A free-text query value (a filter the merchant chose, such as `customerExternalId`):
+/// 1 to `max` characters, not only whitespace, no control characters: the rules body text
+/// follows (`domain::text`), so a filter can name anything a checkout could have stored.
+pub fn text_param<'a>(
+    pairs: &'a [(String, String)],
+    name: &str,
+    max: usize,
+) -> Result<Option<&'a str>, ApiError> {
+    let Some(v) = param(pairs, name) else {
+        return Ok(None);
+    };
+    if v.trim().is_empty() || v.chars().count() > max || has_control(v) {
+        return Err(ApiError::invalid(
+            name,
+            format!(
+                "`{name}` must be 1 to {max} characters, not blank, without control characters"
+            ),
+        ));
+    }
+    Ok(Some(v))
+}
+
+/// The query string as decoded pairs (empty when there is none).
+pub fn query_pairs() -> BoxedFilter<(Vec<(String, String)>,)> {
+    warp::query::raw()
+        .or(warp::any().map(String::new))
+        .unify()
+        .map(|q: String| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .into_owned()
+                .collect::<Vec<_>>()
+        })
+        .boxed()
+}
+
+/// What a request says about who sends it. `Debug` never shows the Authorization header.
+#[derive(Clone)]
+pub struct Caller {
+    pub authorization: Option<String>,
+    pub client: ClientAddr,
+    pub idempotency_key: Option<String>,
+    pub content_type: Option<String>,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field(
+                "authorization",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
+            .field("client", &self.client)
+            .field("idempotency_key", &self.idempotency_key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Extracts [`Caller`].
+pub fn caller() -> BoxedFilter<(Caller,)> {
+    warp::header::optional::<String>("authorization")
+        .and(client_addr())
+        .and(warp::header::optional::<String>("idempotency-key"))
+        .and(warp::header::optional::<String>("content-type"))
+        .map(
+            |authorization, client: ClientAddr, idempotency_key, content_type| Caller {
+                authorization,
+                client,
+                idempotency_key,
+                content_type,
+            },
+        )
+        .boxed()
+}
+
+/// Rejects unknown query parameters and duplicates, naming them in `param`.
+pub fn check_params(pairs: &[(String, String)], known: &[&str]) -> Result<(), ApiError> {
+    for (i, (k, _)) in pairs.iter().enumerate() {
+        if !known.contains(&k.as_str()) {
+            return Err(ApiError::Invalid {
+                code: "parameter_unknown",
+                message: format!("unknown query parameter `{k}`"),
+                param: Some(k.clone()),
+            });
+        }
+        if pairs[..i].iter().any(|(p, _)| p == k) {
+            return Err(ApiError::invalid(
+                k,
+                format!("`{k}` is given more than once"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The value of query parameter `name`.
+pub fn param<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caller_debug_hides_the_authorization_header() {
+        let c = Caller {
+            authorization: Some("Bearer sk_live_secretsecret".into()),
+            client: ClientAddr::default(),
+            idempotency_key: None,
+            content_type: None,
+        };
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("secret"), "{dbg}");
+    }
+
+    #[test]
+    fn control_characters_anywhere_in_path_or_query_are_a_400_naming_where() {
+        for bad in ["%00", "%01", "%1F", "%7F", "%C2%85", "%0A", "%09", "a%00b"] {
+            let e = check_request_text(
+                "/api/v1/subscriptions",
+                &format!("customerExternalId={bad}"),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "customerExternalId"),
+                "{bad}: {e:?}"
+            );
+            let e = check_request_text(&format!("/api/v1/events/evt_{bad}"), "").unwrap_err();
+            assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "path"));
+            let e = check_request_text("/api/v1/events", &format!("x{bad}=1")).unwrap_err();
+            assert!(matches!(
+                e,
+                ApiError::Invalid {
+                    code: "parameter_unknown",
+                    ..
+                }
+            ));
+        }
+        let long = "a".repeat(MAX_QUERY_VALUE + 1);
+        assert!(check_request_text("/api/v1/events", &format!("type={long}")).is_err());
+        // Percent-encoded text that is not a control character passes, as do '+' and UTF-8.
+        check_request_text(
+            "/api/v1/subscriptions/sub_1",
+            "customerExternalId=a+b%26c%C3%A9",
+        )
+        .unwrap();
+        check_request_text("/checkout/abc/pro", "").unwrap();
+    }
+
+    #[test]
+    fn unknown_and_repeated_query_parameters_name_the_parameter() {
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let e = check_params(&q(&[("limit", "1"), ("x", "2")]), &["limit"]).unwrap_err();
+        assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "x"));
+        let e = check_params(&q(&[("limit", "1"), ("limit", "2")]), &["limit"]).unwrap_err();
+        assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "limit"));
+        assert!(check_params(&q(&[("limit", "1")]), &["limit"]).is_ok());
+    }
+}
