@@ -437,6 +437,23 @@ async fn list_routes_prepare_a_constant_number_of_statements() {
         after_first_sweep,
         "3,000 more distinct requests prepared more statements"
     );
+    // Each statement is planned once per connection (a generic plan), never per execution:
+    // re-planning cost ~5x the execution of a subscriptions page.
+    let conn = app.running.ctx.pool.get().await.unwrap();
+    let (custom, generic): (i64, i64) = conn
+        .query_one(
+            "SELECT coalesce(sum(custom_plans), 0)::bigint, coalesce(sum(generic_plans), 0)::bigint \
+             FROM pg_prepared_statements",
+            &[],
+        )
+        .await
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(
+        custom, 0,
+        "{generic} generic plans, but {custom} custom (per-execution) plans"
+    );
+    assert!(generic >= 4000, "{generic} generic plans");
     // No page size in any text: every LIMIT is a parameter (or the plan filter's `LIMIT 1`).
     for s in &statements {
         for (at, _) in s.match_indices("LIMIT ") {
