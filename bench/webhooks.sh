@@ -9,8 +9,8 @@ profile="${PROFILE:-release}"
 flag=()
 [ "$profile" = release ] && flag=(--release)
 cargo build -q -p chainsub-api --bins "${flag[@]}"
-cargo test -q -p chainsub-api "${flag[@]}" --test webhooks_bench --no-run
-out=$(cargo test -q -p chainsub-api "${flag[@]}" --test webhooks_bench -- --ignored --nocapture 2>&1) || {
+cargo test -q -p chainsub-api "${flag[@]}" --test it --no-run
+out=$(cargo test -q -p chainsub-api "${flag[@]}" --test it -- webhooks_bench:: --ignored --nocapture 2>&1) || {
   echo "$out" >&2
   exit 1
 }

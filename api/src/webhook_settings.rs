@@ -1,17 +1,20 @@
 //! The merchant's endpoint settings and delivery history, as the dashboard reads and
-//! changes them. Every query is keyed by the session's merchant id, so one merchant can
-//! never see or touch another's endpoint or deliveries.
+//! changes them: validation and JSON here, the SQL in `chainsub_store::webhooks`, where every
+//! statement is keyed by the [`MerchantScope`] — one merchant can never see or touch another's
+//! endpoint, secrets or deliveries.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use chainsub_store::MerchantScope;
+use chainsub_store::webhooks::{self as store, Retry};
+use chainsub_webhooks::WebhookSecret;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio_postgres::Client;
 use url::Url;
 
 use crate::http::error::{ApiError, Result};
-use chainsub_webhooks::WebhookSecret;
 
 /// Longest accepted webhook URL.
 const MAX_URL_LEN: usize = 2048;
@@ -57,60 +60,12 @@ impl WebhookUrl {
 /// disabled by a 410 (the merchant has fixed it) and creates the first signing secret.
 pub async fn set_url(
     client: &mut Client,
-    merchant_id: i64,
+    merchant: &MerchantScope,
     url: Option<&WebhookUrl>,
 ) -> Result<()> {
-    let tx = client.transaction().await?;
-    let n = tx
-        .execute(
-            "UPDATE merchants SET webhook_url = $2, webhook_enabled = TRUE, webhook_disabled_reason = NULL
-             WHERE id = $1",
-            &[&merchant_id, &url.map(|u| u.url().as_str())],
-        )
-        .await?;
-    if n == 0 {
-        return Err(ApiError::not_found("merchant", None));
-    }
-    ensure_secret_in(&tx, merchant_id).await?;
-    if url.is_some() {
-        resume_held(&tx, merchant_id).await?;
-    }
-    tx.commit().await?;
-    Ok(())
-}
-
-/// Makes the merchant's waiting deliveries due now (a new URL or a re-enabled endpoint
-/// should not sit out backoff earned by the old one) and wakes the dispatchers.
-async fn resume_held(client: &impl tokio_postgres::GenericClient, merchant_id: i64) -> Result<()> {
-    client
-        .execute(
-            "UPDATE webhook_outbox SET next_attempt_at = now()
-             WHERE merchant_wallet = (SELECT wallet FROM merchants WHERE id = $1)
-               AND status = 'pending' AND next_attempt_at > now()",
-            &[&merchant_id],
-        )
-        .await?;
-    client
-        .execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[])
-        .await?;
-    Ok(())
-}
-
-async fn ensure_secret_in(tx: &tokio_postgres::Transaction<'_>, merchant_id: i64) -> Result<()> {
-    // Serialize with rotations of the same merchant.
-    tx.execute(
-        "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
-        &[&merchant_id],
-    )
-    .await?;
-    tx.execute(
-        "INSERT INTO webhook_secrets (merchant_id, secret)
-         SELECT $1, $2 WHERE NOT EXISTS
-           (SELECT 1 FROM webhook_secrets WHERE merchant_id = $1 AND expires_at IS NULL)",
-        &[&merchant_id, &WebhookSecret::generate().expose()],
-    )
-    .await?;
-    Ok(())
+    let url = url.map(|u| u.url().as_str());
+    let secret = WebhookSecret::generate();
+    Ok(store::set_url(client, merchant, url, secret.expose()).await?)
 }
 
 /// A live signing secret.
@@ -123,27 +78,21 @@ pub struct LiveSecret {
 }
 
 /// The live secrets (current first), creating the first one if the merchant has none.
-pub async fn reveal_secrets(client: &mut Client, merchant_id: i64) -> Result<Vec<LiveSecret>> {
-    let tx = client.transaction().await?;
-    ensure_secret_in(&tx, merchant_id).await?;
-    let rows = tx
-        .query(
-            "SELECT secret, created_at, expires_at FROM webhook_secrets
-             WHERE merchant_id = $1 AND (expires_at IS NULL OR expires_at > now())
-             ORDER BY (expires_at IS NULL) DESC, created_at DESC, id DESC",
-            &[&merchant_id],
-        )
-        .await?;
-    tx.commit().await?;
-    rows.iter()
+pub async fn reveal_secrets(
+    client: &mut Client,
+    merchant: &MerchantScope,
+) -> Result<Vec<LiveSecret>> {
+    let first = WebhookSecret::generate();
+    store::reveal_secrets(client, merchant, first.expose())
+        .await?
+        .into_iter()
         .map(|r| {
-            let text: String = r.get(0);
             Ok(LiveSecret {
-                secret: WebhookSecret::parse(&text).map_err(|_| {
+                secret: WebhookSecret::parse(&r.secret).map_err(|_| {
                     ApiError::Internal("malformed webhook secret in database".into())
                 })?,
-                created_at: r.get(1),
-                expires_at: r.get(2),
+                created_at: r.created_at,
+                expires_at: r.expires_at,
             })
         })
         .collect()
@@ -152,79 +101,38 @@ pub async fn reveal_secrets(client: &mut Client, merchant_id: i64) -> Result<Vec
 /// Rotates: the current secret keeps signing for `overlap`, a new one becomes current.
 pub async fn rotate_secret(
     client: &mut Client,
-    merchant_id: i64,
+    merchant: &MerchantScope,
     overlap: Duration,
 ) -> Result<WebhookSecret> {
-    let tx = client.transaction().await?;
-    let locked = tx
-        .execute(
-            "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
-            &[&merchant_id],
-        )
-        .await?;
-    if locked == 0 {
-        return Err(ApiError::not_found("merchant", None));
-    }
-    tx.execute(
-        "UPDATE webhook_secrets SET expires_at = now() + make_interval(secs => $2)
-         WHERE merchant_id = $1 AND expires_at IS NULL",
-        &[&merchant_id, &overlap.as_secs_f64()],
-    )
-    .await?;
     let secret = WebhookSecret::generate();
-    tx.execute(
-        "INSERT INTO webhook_secrets (merchant_id, secret) VALUES ($1, $2)",
-        &[&merchant_id, &secret.expose()],
-    )
-    .await?;
-    tx.commit().await?;
+    store::rotate_secret(client, merchant, overlap, secret.expose()).await?;
     Ok(secret)
 }
 
 /// The endpoint as the dashboard shows it.
-pub async fn endpoint(client: &Client, merchant_id: i64) -> Result<Value> {
-    let row = client
-        .query_opt(
-            "SELECT webhook_url, webhook_enabled, webhook_disabled_reason FROM merchants WHERE id = $1",
-            &[&merchant_id],
-        )
-        .await?
-        .ok_or_else(|| ApiError::not_found("merchant", None))?;
+pub async fn endpoint(client: &Client, merchant: &MerchantScope) -> Result<Value> {
+    let e = store::endpoint(client, merchant).await?;
     Ok(json!({
         "object": "webhook_endpoint",
-        "url": row.get::<_, Option<String>>(0),
-        "enabled": row.get::<_, bool>(1),
-        "disabledReason": row.get::<_, Option<String>>(2),
+        "url": e.url,
+        "enabled": e.enabled,
+        "disabledReason": e.disabled_reason,
     }))
 }
 
 /// Re-enables an endpoint disabled after a 410; held deliveries resume.
-pub async fn enable(client: &Client, merchant_id: i64) -> Result<()> {
-    client
-        .execute(
-            "UPDATE merchants SET webhook_enabled = TRUE, webhook_disabled_reason = NULL WHERE id = $1",
-            &[&merchant_id],
-        )
-        .await?;
-    resume_held(client, merchant_id).await
+pub async fn enable(client: &Client, merchant: &MerchantScope) -> Result<()> {
+    Ok(store::enable(client, merchant).await?)
 }
 
 /// Queues a dashboard test event (its body is `payload`, sent as is). Returns the delivery id.
 pub async fn enqueue_test(
     client: &Client,
-    merchant_id: i64,
+    merchant: &MerchantScope,
     event_id: &str,
     payload: &Value,
 ) -> Result<i64> {
-    let row = client
-        .query_opt(
-            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload)
-             SELECT $2, wallet, $3 FROM merchants WHERE id = $1 RETURNING id",
-            &[&merchant_id, &event_id, payload],
-        )
-        .await?
-        .ok_or_else(|| ApiError::not_found("merchant", None))?;
-    Ok(row.get(0))
+    Ok(store::enqueue_test(client, merchant, event_id, payload).await?)
 }
 
 /// `whd_<n>`: the public id of a delivery (an outbox row).
@@ -244,99 +152,59 @@ pub fn parse_delivery_id(s: &str) -> Option<i64> {
 /// Puts a delivery back in the queue for an immediate attempt (a failed, delivered or
 /// waiting one). A delivery in flight right now is a 409. Unknown or another merchant's
 /// delivery is a 404.
-pub async fn retry(client: &Client, merchant_id: i64, outbox_id: i64) -> Result<()> {
-    let row = client
-        .query_opt(
-            "SELECT o.status, (o.locked_until IS NOT NULL AND o.locked_until > now())
-             FROM webhook_outbox o JOIN merchants m ON m.wallet = o.merchant_wallet
-             WHERE o.id = $2 AND m.id = $1",
-            &[&merchant_id, &outbox_id],
-        )
-        .await?
-        .ok_or_else(|| ApiError::not_found("webhook delivery", Some("id")))?;
-    let (status, leased): (String, bool) = (row.get(0), row.get(1));
-    if status == "delivering" && leased {
-        return Err(ApiError::Conflict {
+pub async fn retry(client: &Client, merchant: &MerchantScope, outbox_id: i64) -> Result<()> {
+    match store::retry(client, merchant, outbox_id).await? {
+        Retry::Queued => Ok(()),
+        Retry::InFlight => Err(ApiError::Conflict {
             code: "delivery_in_flight",
             message: "this delivery is being attempted right now".into(),
             param: None,
-        });
+        }),
+        Retry::NotFound => Err(ApiError::not_found("webhook delivery", Some("id"))),
     }
-    client
-        .execute(
-            "UPDATE webhook_outbox SET status = 'pending', next_attempt_at = now(), locked_until = NULL
-             WHERE id = $1 AND merchant_wallet = (SELECT wallet FROM merchants WHERE id = $2)
-             AND (status <> 'delivering' OR locked_until IS NULL OR locked_until <= now())",
-            &[&outbox_id, &merchant_id],
-        )
-        .await?;
-    client
-        .execute("SELECT pg_notify('chainsub_webhook_outbox', '')", &[])
-        .await?;
-    Ok(())
 }
 
 /// Recent deliveries, newest first, each with its attempts (newest first). `before` is a
 /// delivery id to page from.
 pub async fn deliveries(
     client: &Client,
-    merchant_id: i64,
+    merchant: &MerchantScope,
     limit: i64,
     before: Option<i64>,
 ) -> Result<(Vec<Value>, bool)> {
-    let rows = client
-        .query(
-            "SELECT o.id, o.event_public_id, o.test_payload IS NOT NULL, o.status, o.attempts,
-                    o.next_attempt_at, o.last_error, o.created_at, o.delivered_at,
-                    COALESCE(o.test_payload->>'type', e.kind)
-             FROM webhook_outbox o JOIN merchants m ON m.wallet = o.merchant_wallet
-             LEFT JOIN chain_events e ON e.public_id = o.event_public_id AND o.test_payload IS NULL
-             WHERE m.id = $1 AND ($2::bigint IS NULL OR o.id < $2)
-             ORDER BY o.id DESC LIMIT $3",
-            &[&merchant_id, &before, &(limit + 1)],
-        )
-        .await?;
-    let has_more = rows.len() as i64 > limit;
-    let rows = &rows[..rows.len().min(limit as usize)];
-    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-    let attempt_rows = client
-        .query(
-            "SELECT outbox_id, attempt, attempted_at, url, status_code, latency_ms, error, response_excerpt
-             FROM webhook_attempts WHERE outbox_id = ANY($1) ORDER BY outbox_id, id DESC",
-            &[&ids],
-        )
-        .await?;
+    let (rows, attempt_rows, has_more) = store::deliveries(client, merchant, limit, before).await?;
     let mut attempts: HashMap<i64, Vec<Value>> = HashMap::new();
     for a in attempt_rows {
-        attempts.entry(a.get(0)).or_default().push(json!({
-            "attempt": a.get::<_, i32>(1),
-            "attemptedAt": rfc3339(a.get(2)),
-            "url": a.get::<_, String>(3),
-            "statusCode": a.get::<_, Option<i32>>(4),
-            "latencyMs": a.get::<_, Option<i32>>(5),
-            "error": a.get::<_, Option<String>>(6),
-            "responseExcerpt": a.get::<_, Option<String>>(7),
+        attempts.entry(a.outbox_id).or_default().push(json!({
+            "attempt": a.attempt,
+            "attemptedAt": rfc3339(a.attempted_at),
+            "url": a.url,
+            "statusCode": a.status_code,
+            "latencyMs": a.latency_ms,
+            "error": a.error,
+            "responseExcerpt": a.response_excerpt,
         }));
     }
     let data = rows
-        .iter()
+        .into_iter()
         .map(|r| {
-            let id: i64 = r.get(0);
-            let status: String = r.get(3);
+            let waiting = matches!(
+                r.status,
+                chainsub_core::OutboxStatus::Pending | chainsub_core::OutboxStatus::Delivering
+            );
             json!({
-                "id": delivery_public_id(id),
+                "id": delivery_public_id(r.id),
                 "object": "webhook_delivery",
-                "eventId": r.get::<_, String>(1),
-                "eventType": r.get::<_, Option<String>>(9),
-                "test": r.get::<_, bool>(2),
-                "status": status,
-                "attemptCount": r.get::<_, i32>(4),
-                "nextAttemptAt": matches!(status.as_str(), "pending" | "delivering")
-                    .then(|| rfc3339(r.get(5))),
-                "lastError": r.get::<_, Option<String>>(6),
-                "createdAt": rfc3339(r.get(7)),
-                "deliveredAt": r.get::<_, Option<DateTime<Utc>>>(8).map(rfc3339),
-                "attempts": attempts.remove(&id).unwrap_or_default(),
+                "eventId": r.event_id,
+                "eventType": r.event_type,
+                "test": r.test,
+                "status": r.status,
+                "attemptCount": r.attempts,
+                "nextAttemptAt": waiting.then(|| rfc3339(r.next_attempt_at)),
+                "lastError": r.last_error,
+                "createdAt": rfc3339(r.created_at),
+                "deliveredAt": r.delivered_at.map(rfc3339),
+                "attempts": attempts.remove(&r.id).unwrap_or_default(),
             })
         })
         .collect();

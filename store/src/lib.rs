@@ -24,6 +24,7 @@ pub mod page;
 pub mod pg;
 pub mod plans;
 pub mod subscriptions;
+pub mod webhooks;
 
 pub use chain::ChainRow;
 pub use merchants::MerchantScope;

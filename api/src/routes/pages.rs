@@ -220,6 +220,6 @@ async fn developers(ctx: &Ctx, cookie: Option<&str>, remote: &ClientAddr) -> Res
     };
     let conn = ctx.pool.get().await?;
     let key = api_key::status(&**conn, s.merchant.id()).await?;
-    let webhook = settings::endpoint(&conn, s.merchant.id()).await?;
+    let webhook = settings::endpoint(&conn, &s.merchant).await?;
     Ok(dashboard::signed_in(&ctx.cfg, &s, &key, &webhook))
 }

@@ -139,9 +139,7 @@ fn post(ctx: &Ctx, path: BoxedFilter<()>, handler: Handler) -> BoxedFilter<(Resp
 
 async fn endpoint(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
-    Ok(Resp::json(
-        settings::endpoint(&conn, s.merchant.id()).await?,
-    ))
+    Ok(Resp::json(settings::endpoint(&conn, &s.merchant).await?))
 }
 
 async fn set_url(ctx: &Ctx, s: &Session, ct: Option<&str>, body: &[u8]) -> Result<Resp> {
@@ -169,16 +167,14 @@ async fn set_url(ctx: &Ctx, s: &Session, ct: Option<&str>, body: &[u8]) -> Resul
         });
     }
     let mut conn = ctx.pool.get().await?;
-    settings::set_url(&mut conn, s.merchant.id(), url.as_ref()).await?;
+    settings::set_url(&mut conn, &s.merchant, url.as_ref()).await?;
     tracing::info!(merchant = %s.merchant.public_id(), set = url.is_some(), "webhook URL changed");
-    Ok(Resp::json(
-        settings::endpoint(&conn, s.merchant.id()).await?,
-    ))
+    Ok(Resp::json(settings::endpoint(&conn, &s.merchant).await?))
 }
 
 async fn reveal(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let mut conn = ctx.pool.get().await?;
-    let live = settings::reveal_secrets(&mut conn, s.merchant.id()).await?;
+    let live = settings::reveal_secrets(&mut conn, &s.merchant).await?;
     let current = live.iter().find(|l| l.expires_at.is_none());
     let previous: Vec<Value> = live
         .iter()
@@ -196,7 +192,7 @@ async fn reveal(ctx: &Ctx, s: &Session) -> Result<Resp> {
 async fn rotate(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let mut conn = ctx.pool.get().await?;
     let overlap = ctx.cfg.webhooks.secret_overlap;
-    let secret = settings::rotate_secret(&mut conn, s.merchant.id(), overlap).await?;
+    let secret = settings::rotate_secret(&mut conn, &s.merchant, overlap).await?;
     tracing::info!(merchant = %s.merchant.public_id(), "webhook secret rotated");
     let until = chrono::Utc::now() + chrono::Duration::from_std(overlap).unwrap_or_default();
     Ok(Resp::json(json!({
@@ -208,10 +204,8 @@ async fn rotate(ctx: &Ctx, s: &Session) -> Result<Resp> {
 
 async fn enable(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
-    settings::enable(&conn, s.merchant.id()).await?;
-    Ok(Resp::json(
-        settings::endpoint(&conn, s.merchant.id()).await?,
-    ))
+    settings::enable(&conn, &s.merchant).await?;
+    Ok(Resp::json(settings::endpoint(&conn, &s.merchant).await?))
 }
 
 async fn send_test(ctx: &Ctx, s: &Session) -> Result<Resp> {
@@ -225,7 +219,7 @@ async fn send_test(ctx: &Ctx, s: &Session) -> Result<Resp> {
         "data": {"message": "Test event from the Chainsub dashboard"},
         "chain": null,
     });
-    let delivery = settings::enqueue_test(&conn, s.merchant.id(), &id, &payload).await?;
+    let delivery = settings::enqueue_test(&conn, &s.merchant, &id, &payload).await?;
     Ok(Resp::with_status(
         StatusCode::ACCEPTED,
         json!({"id": settings::delivery_public_id(delivery), "object": "webhook_delivery", "eventId": id, "status": "pending"}),
@@ -251,7 +245,7 @@ async fn deliveries(ctx: &Ctx, s: &Session, q: &[(String, String)]) -> Result<Re
         })
         .transpose()?;
     let conn = ctx.pool.get().await?;
-    let (data, has_more) = settings::deliveries(&conn, s.merchant.id(), limit, before).await?;
+    let (data, has_more) = settings::deliveries(&conn, &s.merchant, limit, before).await?;
     Ok(Resp::json(
         json!({"object": "list", "data": data, "hasMore": has_more}),
     ))
@@ -261,7 +255,7 @@ async fn retry(ctx: &Ctx, s: &Session, id: &str) -> Result<Resp> {
     let outbox_id = settings::parse_delivery_id(id)
         .ok_or_else(|| ApiError::not_found("webhook delivery", Some("id")))?;
     let conn = ctx.pool.get().await?;
-    settings::retry(&conn, s.merchant.id(), outbox_id).await?;
+    settings::retry(&conn, &s.merchant, outbox_id).await?;
     Ok(Resp::with_status(
         StatusCode::ACCEPTED,
         json!({"id": id, "object": "webhook_delivery", "status": "pending"}),

@@ -1,0 +1,621 @@
+// Shared by the REST API tests: an in-process server on a free port with a fresh database
+// (and, when asked, a fresh anvil with the contracts and the operator as relayer), SIWE
+// sign-in with a local alloy signer, index rows shaped exactly like the indexer's, and a
+// TCP proxy that can cut a dependency off and restore it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use alloy::primitives::{Address, B256};
+use alloy::signers::Signer;
+use alloy::signers::local::PrivateKeySigner;
+use chainsub_api::auth::siwe::SiweMessage;
+use chainsub_api::config::Config;
+use chainsub_api::server::Running;
+use chainsub_tests::{DevChain, TestDb, free_port};
+use clap::Parser;
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_postgres::Client;
+
+pub const CHAIN_ID: i64 = 31337;
+pub const SECRET: &str = "test-checkout-secret";
+
+#[derive(Parser)]
+struct Wrap {
+    #[command(flatten)]
+    cfg: Config,
+}
+
+/// Knobs a test may turn.
+#[derive(Clone)]
+pub struct Opts {
+    pub chain: bool,
+    pub key_per_sec: u32,
+    pub key_burst: u32,
+    pub ip_per_sec: u32,
+    pub ip_burst: u32,
+    /// Replaces the database URL the server uses (e.g. a proxy in front of the test DB).
+    pub database_url: Option<String>,
+    /// Replaces the RPC URL the relayer uses.
+    pub rpc_url: Option<String>,
+    pub provision_timeout_ms: u64,
+    /// DATABASE_POOL_SIZE (default: the server's).
+    pub pool_size: Option<usize>,
+    /// TRUSTED_PROXIES (comma-separated CIDRs).
+    pub trusted_proxies: Option<String>,
+    /// Serve `/metrics` on its own listener (API_METRICS_LISTEN=127.0.0.1:0).
+    pub metrics: bool,
+}
+
+impl Default for Opts {
+    fn default() -> Opts {
+        Opts {
+            chain: false,
+            key_per_sec: 1000,
+            key_burst: 1000,
+            ip_per_sec: 1000,
+            ip_burst: 1000,
+            database_url: None,
+            rpc_url: None,
+            provision_timeout_ms: 20_000,
+            pool_size: None,
+            trusted_proxies: None,
+            metrics: false,
+        }
+    }
+}
+
+/// A running API with its database (and chain).
+pub struct App {
+    pub running: Running,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub chain: Option<DevChain>,
+    pub db: TestDb,
+}
+
+pub async fn spawn(opts: Opts) -> App {
+    let db = TestDb::create().await;
+    let chain = if opts.chain {
+        Some(DevChain::start().await)
+    } else {
+        None
+    };
+    spawn_with(db, chain, opts).await
+}
+
+pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let (contract, usdc) = chain.as_ref().map_or(
+        (Address::repeat_byte(0xcc), Address::repeat_byte(0xdd)),
+        |c| (c.manager, c.usdc),
+    );
+    let mut args: Vec<String> = vec![
+        "api".into(),
+        "--database-url".into(),
+        opts.database_url.clone().unwrap_or_else(|| db.url.clone()),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--base-url".into(),
+        base.clone(),
+        "--chain-id".into(),
+        CHAIN_ID.to_string(),
+        "--contract-address".into(),
+        contract.to_string(),
+        "--usdc-address".into(),
+        usdc.to_string(),
+        "--checkout-signing-secret".into(),
+        SECRET.into(),
+        "--no-dispatcher".into(),
+        "--rate-limit-key-per-sec".into(),
+        opts.key_per_sec.to_string(),
+        "--rate-limit-key-burst".into(),
+        opts.key_burst.to_string(),
+        "--rate-limit-ip-per-sec".into(),
+        opts.ip_per_sec.to_string(),
+        "--rate-limit-ip-burst".into(),
+        opts.ip_burst.to_string(),
+        "--provision-timeout-ms".into(),
+        opts.provision_timeout_ms.to_string(),
+    ];
+    if opts.metrics {
+        args.push("--metrics-listen".into());
+        args.push("127.0.0.1:0".into());
+    }
+    if let Some(t) = &opts.trusted_proxies {
+        args.push("--trusted-proxies".into());
+        args.push(t.clone());
+    }
+    if let Some(n) = opts.pool_size {
+        args.push("--database-pool-size".into());
+        args.push(n.to_string());
+    }
+    if let Some(c) = &chain {
+        args.push("--rpc-url".into());
+        args.push(opts.rpc_url.clone().unwrap_or_else(|| c.anvil.url.clone()));
+        args.push("--relayer-private-key".into());
+        args.push(chainsub_tests::chain::DEV_KEYS[0].into());
+    }
+    let cfg = Wrap::parse_from(args).cfg;
+    let running = chainsub_api::server::start(cfg).await.expect("api starts");
+    App {
+        base: format!("http://{}", running.addr),
+        running,
+        http: reqwest::Client::builder().build().unwrap(),
+        chain,
+        db,
+    }
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Res {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Res {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+    }
+    pub fn error_param(&self) -> Option<&str> {
+        self.body["error"]["param"].as_str()
+    }
+    pub fn error_code(&self) -> Option<&str> {
+        self.body["error"]["code"].as_str()
+    }
+}
+
+pub async fn read(r: reqwest::Response) -> Res {
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.unwrap();
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    };
+    Res {
+        status,
+        headers,
+        body,
+    }
+}
+
+impl App {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn get(&self, path: &str, key: &str) -> Res {
+        read(
+            self.http
+                .get(self.url(path))
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
+    pub async fn post(&self, path: &str, key: &str, body: &Value, idem: Option<&str>) -> Res {
+        let mut rb = self.http.post(self.url(path)).bearer_auth(key).json(body);
+        if let Some(k) = idem {
+            rb = rb.header("Idempotency-Key", k);
+        }
+        read(rb.send().await.unwrap()).await
+    }
+
+    pub async fn db(&self) -> Client {
+        self.db.connect().await
+    }
+
+    /// A merchant for dev account `i` with a fresh API key (through the operator command's
+    /// library function).
+    pub async fn merchant_key(&self, wallet: Address) -> String {
+        let mut client = self.db().await;
+        let (_, key) = chainsub_api::auth::api_key::admin_create_key(&mut client, wallet)
+            .await
+            .unwrap();
+        key.expose().to_string()
+    }
+
+    /// A SIWE message for this server, with the given nonce.
+    pub fn siwe(&self, address: Address, nonce: &str) -> SiweMessage {
+        let now = chrono::Utc::now();
+        SiweMessage {
+            domain: self.base.trim_start_matches("http://").to_string(),
+            address,
+            statement: Some("Sign in to the Chainsub dashboard".into()),
+            uri: self.base.clone(),
+            version: "1".into(),
+            chain_id: CHAIN_ID as u64,
+            nonce: nonce.into(),
+            issued_at: now,
+            expiration_time: Some(now + chrono::Duration::minutes(5)),
+            not_before: None,
+            request_id: None,
+            resources: vec![],
+        }
+    }
+
+    pub async fn nonce(&self) -> String {
+        let r = read(
+            self.http
+                .post(self.url("/api/v1/auth/nonce"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        r.body["nonce"].as_str().unwrap().to_string()
+    }
+
+    /// Posts a signed SIWE message.
+    pub async fn verify(&self, text: &str, signature: &str) -> Res {
+        read(
+            self.http
+                .post(self.url("/api/v1/auth/session"))
+                .json(&json!({ "message": text, "signature": signature }))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
+    /// Full sign-in with a local signer.
+    pub async fn sign_in(&self, signer: &PrivateKeySigner) -> Session {
+        let nonce = self.nonce().await;
+        let text = self.siwe(signer.address(), &nonce).to_text();
+        let sig = sign(signer, &text).await;
+        let r = self.verify(&text, &sig).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let set_cookie = r.header("set-cookie").expect("set-cookie");
+        assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"));
+        let cookie = set_cookie.split(';').next().unwrap().to_string();
+        Session {
+            cookie,
+            csrf: r.body["csrfToken"].as_str().unwrap().to_string(),
+            body: r.body,
+        }
+    }
+
+    /// A session-authenticated request.
+    pub async fn session_req(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        s: &Session,
+        csrf: bool,
+    ) -> Res {
+        let mut rb = self
+            .http
+            .request(method, self.url(path))
+            .header("cookie", &s.cookie);
+        if csrf {
+            rb = rb.header("x-csrf-token", &s.csrf);
+        }
+        read(rb.send().await.unwrap()).await
+    }
+}
+
+/// A dashboard session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub cookie: String,
+    pub csrf: String,
+    pub body: Value,
+}
+
+/// EIP-191 personal_sign as a 0x hex string.
+pub async fn sign(signer: &PrivateKeySigner, text: &str) -> String {
+    let sig = signer.sign_message(text.as_bytes()).await.unwrap();
+    format!("0x{}", alloy::hex::encode(sig.as_bytes()))
+}
+
+// ------------------------------------------------------------------ index rows
+
+/// What the indexer writes for one log.
+pub struct SeedEvent<'a> {
+    pub name: &'a str,
+    pub kind: Option<&'a str>,
+    pub merchant: Address,
+    pub subscription_id: Option<i64>,
+    pub plan_id: Option<i64>,
+    pub block_number: i64,
+    pub log_index: i32,
+    pub block_time: chrono::DateTime<chrono::Utc>,
+    pub decoded: Value,
+    pub snapshot: Option<Value>,
+}
+
+pub const CONTRACT: [u8; 20] = [0xcc; 20];
+
+/// Inserts a chain_events row; returns (id, public_id).
+pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
+    let tx = seed_tx_hash(e.block_number, e.log_index);
+    let block_hash = alloy::primitives::keccak256(format!("block-{}", e.block_number).as_bytes());
+    let public_id = chainsub_abi::ids::event_id(CHAIN_ID as u64, tx, e.log_index as u64);
+    let topics: Vec<Vec<u8>> = vec![vec![0u8; 32]];
+    let row = c
+        .query_one(
+            "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
+             block_time, transaction_hash, transaction_index, log_index, name, kind, \
+             merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+             RETURNING id",
+            &[
+                &public_id,
+                &CHAIN_ID,
+                &CONTRACT.as_slice(),
+                &e.block_number,
+                &block_hash.as_slice(),
+                &e.block_time,
+                &tx.as_slice(),
+                &e.log_index,
+                &e.name,
+                &e.kind,
+                &e.merchant.as_slice(),
+                &e.subscription_id,
+                &e.plan_id,
+                &topics,
+                &Vec::<u8>::new(),
+                &e.decoded,
+                &e.snapshot,
+            ],
+        )
+        .await
+        .unwrap();
+    (row.get(0), public_id)
+}
+
+/// A PlanCreated log and its chain_plans row.
+pub async fn seed_chain_plan(
+    c: &Client,
+    merchant: Address,
+    onchain_id: i64,
+    plan_ref: &[u8],
+    block: i64,
+) {
+    let (event_id, _) = insert_event(
+        c,
+        SeedEvent {
+            name: "PlanCreated",
+            kind: None,
+            merchant,
+            subscription_id: None,
+            plan_id: Some(onchain_id),
+            block_number: block,
+            log_index: 0,
+            block_time: chrono::Utc::now(),
+            decoded: json!({"planId": onchain_id.to_string(), "merchant": merchant.to_string(),
+                "planRef": format!("0x{}", alloy::hex::encode(plan_ref)), "amount": "9990000",
+                "createdBy": merchant.to_string()}),
+            snapshot: None,
+        },
+    )
+    .await;
+    c.execute(
+        "INSERT INTO chain_plans (chain_id, onchain_id, merchant_wallet, plan_ref, amount, created_by, event_id) \
+         VALUES ($1, $2, $3, $4, 9990000, $3, $5)",
+        &[&CHAIN_ID, &onchain_id, &merchant.as_slice(), &plan_ref, &event_id],
+    )
+    .await
+    .unwrap();
+}
+
+/// The transaction hash [`insert_event`] gives the log at (`block_number`, `log_index`).
+pub fn seed_tx_hash(block_number: i64, log_index: i32) -> B256 {
+    B256::from(alloy::primitives::keccak256(
+        format!("tx-{block_number}-{log_index}").as_bytes(),
+    ))
+}
+
+/// The public id of the subscription [`seed_subscription`] seeds as on-chain `onchain_id`
+/// (what the indexer derives from its creating transaction).
+pub fn sub_id(onchain_id: i64) -> String {
+    chainsub_core::SubscriptionId::of_creation(
+        CHAIN_ID as u64,
+        seed_tx_hash(100 + onchain_id, 0),
+        onchain_id as u64,
+    )
+    .to_string()
+}
+
+/// A subscription as the indexer leaves it after subscribe(): SubscriptionCreated +
+/// SubscriptionCharged(period 1) events, the subscriptions row and one ledger entry.
+/// Block number = 100 + onchain_id (so ids and blocks order alike).
+pub async fn seed_subscription(
+    c: &Client,
+    merchant: Address,
+    onchain_id: i64,
+    plan_onchain_id: i64,
+    customer: Option<&str>,
+) -> (String, String) {
+    let block = 100 + onchain_id;
+    let start = chrono::DateTime::from_timestamp(1_700_000_000 + onchain_id * 60, 0).unwrap();
+    let end = chrono::DateTime::from_timestamp(
+        chainsub_abi::add_months(start.timestamp() as u64, 1).unwrap() as i64,
+        0,
+    )
+    .unwrap();
+    let subscriber = Address::repeat_byte(0x44);
+    let sub_id = sub_id(onchain_id);
+    let snapshot = json!({
+        "id": sub_id, "status": "active", "cancelAtPeriodEnd": false, "period": 1,
+        "currentPeriodStart": start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "currentPeriodEnd": end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "nextPaymentAt": end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "failedAttempts": 0, "subscriber": subscriber.to_string(),
+        "customerExternalId": customer, "amount": "9990000", "planOnchainId": plan_onchain_id,
+    });
+    let (created_id, created_pub) = insert_event(
+        c,
+        SeedEvent {
+            name: "SubscriptionCreated",
+            kind: Some("subscription.created"),
+            merchant,
+            subscription_id: Some(onchain_id),
+            plan_id: Some(plan_onchain_id),
+            block_number: block,
+            log_index: 0,
+            block_time: start,
+            decoded: json!({"subscriptionId": onchain_id.to_string(), "merchant": merchant.to_string(),
+                "subscriber": subscriber.to_string(), "planId": plan_onchain_id.to_string(),
+                "customerRef": format!("0x{}", "00".repeat(32)), "amount": "9990000",
+                "periodStart": start.timestamp().to_string(), "periodEnd": end.timestamp().to_string()}),
+            snapshot: Some(snapshot.clone()),
+        },
+    )
+    .await;
+    let (charged_id, _) = insert_event(
+        c,
+        SeedEvent {
+            name: "SubscriptionCharged",
+            kind: Some("subscription.charged"),
+            merchant,
+            subscription_id: Some(onchain_id),
+            plan_id: Some(plan_onchain_id),
+            block_number: block,
+            log_index: 1,
+            block_time: start,
+            decoded: json!({"subscriptionId": onchain_id.to_string(), "merchant": merchant.to_string(),
+                "subscriber": subscriber.to_string(), "planId": plan_onchain_id.to_string(),
+                "amount": "9990000", "period": "1", "periodStart": start.timestamp().to_string(),
+                "periodEnd": end.timestamp().to_string(), "attempt": "1"}),
+            snapshot: Some(snapshot),
+        },
+    )
+    .await;
+    c.execute(
+        "INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber, \
+         plan_onchain_id, amount, customer_ref, customer_external_id, status, period, \
+         current_period_start, current_period_end, created_event_id, last_event_id, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, 9990000, $7, $8, 'active', 1, $9, $10, $11, $12, $9, $9)",
+        &[
+            &CHAIN_ID,
+            &onchain_id,
+            &sub_id,
+            &merchant.as_slice(),
+            &subscriber.as_slice(),
+            &plan_onchain_id,
+            &vec![0u8; 32],
+            &customer,
+            &start,
+            &end,
+            &created_id,
+            &charged_id,
+        ],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        "INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period, \
+         period_start, period_end, attempt, block_time) \
+         VALUES ($1, $2, $3, 'charge', 9990000, 1, $4, $5, 1, $4)",
+        &[&charged_id, &CHAIN_ID, &onchain_id, &start, &end],
+    )
+    .await
+    .unwrap();
+    (sub_id, created_pub)
+}
+
+/// The indexer's cursor at `block`.
+pub async fn seed_cursor(c: &Client, block: i64) {
+    c.execute(
+        "INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, head_number) \
+         VALUES ($1, $2, $3, $4, $3) ON CONFLICT (chain_id) DO UPDATE SET block_number = $3, head_number = $3",
+        &[&CHAIN_ID, &CONTRACT.as_slice(), &block, &vec![0u8; 32]],
+    )
+    .await
+    .unwrap();
+}
+
+// ------------------------------------------------------------------ a switchable TCP proxy
+
+/// Forwards 127.0.0.1:port to `target` while enabled; when disabled it refuses new
+/// connections and cuts the open ones (an outage of the dependency behind it).
+pub struct Proxy {
+    pub addr: SocketAddr,
+    enabled: Arc<AtomicBool>,
+    epoch: tokio::sync::watch::Sender<u64>,
+}
+
+impl Proxy {
+    pub async fn start(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let enabled = Arc::new(AtomicBool::new(true));
+        let (epoch, _) = tokio::sync::watch::channel(0u64);
+        let (en, ep) = (enabled.clone(), epoch.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else {
+                    break;
+                };
+                if !en.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let mut cut = ep.subscribe();
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let (mut ri, mut wi) = inbound.into_split();
+                    let (mut ro, mut wo) = outbound.into_split();
+                    tokio::select! {
+                        _ = tokio::io::copy(&mut ri, &mut wo) => {}
+                        _ = tokio::io::copy(&mut ro, &mut wi) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy {
+            addr,
+            enabled,
+            epoch,
+        }
+    }
+
+    pub fn disable(&self) {
+        self.enabled.store(false, Ordering::SeqCst);
+        self.epoch.send_modify(|e| *e += 1);
+    }
+
+    pub fn enable(&self) {
+        self.enabled.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Host:port of a postgres/http URL.
+pub fn target_of(url: &str) -> SocketAddr {
+    let u = url::Url::parse(url).unwrap();
+    let host = u.host_str().unwrap();
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    format!("{host}:{}", u.port().unwrap_or(5432))
+        .parse()
+        .unwrap()
+}
+
+/// `url` with its host:port replaced by `addr`.
+pub fn via(url: &str, addr: SocketAddr) -> String {
+    let mut u = url::Url::parse(url).unwrap();
+    u.set_host(Some(&addr.ip().to_string())).unwrap();
+    u.set_port(Some(addr.port())).unwrap();
+    u.to_string()
+}

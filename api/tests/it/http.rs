@@ -1,0 +1,690 @@
+//! HTTP conventions: the JSON error shape with honest codes, X-Request-Id everywhere, body
+//! limits and content types, Idempotency-Key, rate limits, health (including an outage of
+//! Postgres), and metrics.
+
+use crate::api_common::{Opts, Proxy, read, spawn, spawn_with, target_of, via};
+use chainsub_tests::chain::accounts::MERCHANT;
+use chainsub_tests::{DevChain, TestDb};
+use serde_json::{Value, json};
+
+fn plan(name: &str) -> Value {
+    json!({ "name": name, "amount": "5.00", "currency": "USDC", "interval": "month" })
+}
+
+fn assert_error_shape(body: &Value, request_id: &str) {
+    let e = &body["error"];
+    for k in ["type", "code", "message"] {
+        assert!(e[k].is_string(), "error.{k} in {body}");
+    }
+    assert!(
+        e.get("param").is_some(),
+        "error.param present (maybe null): {body}"
+    );
+    assert_eq!(e["requestId"], request_id, "error names the request id");
+}
+
+#[tokio::test]
+async fn errors_have_one_json_shape_honest_codes_and_a_request_id() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let h = &app.http;
+
+    // 404 for an unknown path.
+    let r = read(h.get(app.url("/api/v1/nope")).send().await.unwrap()).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error_code(), Some("route_not_found"));
+    assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
+
+    // 405 with Allow.
+    let r = read(
+        h.put(app.url("/api/v1/plans"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow").as_deref(), Some("GET, POST"));
+    assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
+    let r = read(h.delete(app.url("/api/v1/health")).send().await.unwrap()).await;
+    assert_eq!((r.status, r.header("allow").as_deref()), (405, Some("GET")));
+    let r = read(h.get(app.url("/api/v1/checkouts")).send().await.unwrap()).await;
+    assert_eq!(
+        (r.status, r.header("allow").as_deref()),
+        (405, Some("POST"))
+    );
+
+    // 401 without or with a bad key.
+    let r = read(h.get(app.url("/api/v1/plans")).send().await.unwrap()).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.body["error"]["type"], "authentication_error");
+    let r = app.get("/api/v1/plans", "sk_live_nottherightlength").await;
+    assert_eq!(r.status, 401);
+    let r = app
+        .get("/api/v1/plans", &format!("sk_live_{}", "0".repeat(64)))
+        .await;
+    assert_eq!(r.status, 401);
+
+    // 415 for a body that is not JSON.
+    let r = read(
+        h.post(app.url("/api/v1/plans"))
+            .bearer_auth(&key)
+            .header("content-type", "text/plain")
+            .body(plan("x").to_string())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 415);
+    assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
+
+    // 400 for malformed JSON or a non-object.
+    for body in ["{", "[1,2]", "\"x\""] {
+        let r = read(
+            h.post(app.url("/api/v1/plans"))
+                .bearer_auth(&key)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, 400, "{body}");
+    }
+
+    // 413 above 64 KiB, with or without Content-Length.
+    let big = json!({ "name": "x".repeat(70 * 1024) }).to_string();
+    let r = read(
+        h.post(app.url("/api/v1/plans"))
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 413);
+    assert_error_shape(&r.body, &r.header("x-request-id").unwrap());
+    // Chunked, no Content-Length: written by hand on a raw connection.
+    let status = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(app.running.addr)
+            .await
+            .unwrap();
+        let head = format!(
+            "POST /api/v1/plans HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        for chunk in big.as_bytes().chunks(8192) {
+            let framed = format!("{:x}\r\n", chunk.len());
+            // The server may answer and close before the whole body is sent.
+            if conn.write_all(framed.as_bytes()).await.is_err()
+                || conn.write_all(chunk).await.is_err()
+                || conn.write_all(b"\r\n").await.is_err()
+            {
+                break;
+            }
+        }
+        let _ = conn.write_all(b"0\r\n\r\n").await;
+        let mut buf = vec![0u8; 1024];
+        let n = conn.read(&mut buf).await.unwrap();
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    };
+    let r = crate::api_common::Res {
+        status: status[9..12].parse().unwrap(),
+        headers: Default::default(),
+        body: Value::Null,
+    };
+    assert_eq!(r.status, 413, "chunked bodies are capped too");
+
+    // Every response, success included, carries a distinct X-Request-Id.
+    let a = app.get("/api/v1/plans", &key).await;
+    let b = app.get("/api/v1/plans", &key).await;
+    let (ra, rb) = (
+        a.header("x-request-id").unwrap(),
+        b.header("x-request-id").unwrap(),
+    );
+    assert!(ra.starts_with("req_") && ra != rb);
+}
+
+#[tokio::test]
+async fn idempotency_key_replays_conflicts_and_makes_one_effect() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+
+    let first = app
+        .post("/api/v1/plans", &key, &plan("Gold"), Some("k-1"))
+        .await;
+    assert_eq!(first.status, 201);
+    let again = app
+        .post("/api/v1/plans", &key, &plan("Gold"), Some("k-1"))
+        .await;
+    assert_eq!(again.status, 201);
+    assert_eq!(again.body, first.body, "the replay is the first response");
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+
+    let other = app
+        .post("/api/v1/plans", &key, &plan("Silver"), Some("k-1"))
+        .await;
+    assert_eq!(other.status, 409);
+    assert_eq!(other.error_code(), Some("idempotency_key_reused"));
+
+    // Validation errors are replayed too (same request, same answer).
+    let bad = json!({ "name": "x" });
+    let e1 = app.post("/api/v1/plans", &key, &bad, Some("k-2")).await;
+    let e2 = app.post("/api/v1/plans", &key, &bad, Some("k-2")).await;
+    assert_eq!((e1.status, e2.status), (400, 400));
+    assert_eq!(e1.body["error"]["param"], e2.body["error"]["param"]);
+
+    // Concurrent requests with one key: exactly one plan is created.
+    let body = plan("Race");
+    let reqs: Vec<_> = (0..8)
+        .map(|_| app.post("/api/v1/plans", &key, &body, Some("k-race")))
+        .collect();
+    let results = futures::future::join_all(reqs).await;
+    for r in &results {
+        assert!(
+            r.status == 201
+                || (r.status == 409 && r.error_code() == Some("idempotency_key_in_use")),
+            "{} {:?}",
+            r.status,
+            r.body
+        );
+    }
+    let n: i64 = app
+        .db()
+        .await
+        .query_one("SELECT count(*) FROM plans WHERE name = 'Race'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+
+    // Without a key, two POSTs are two plans.
+    app.post("/api/v1/plans", &key, &plan("NoKey"), None).await;
+    app.post("/api/v1/plans", &key, &plan("NoKey"), None).await;
+    let n: i64 = app
+        .db()
+        .await
+        .query_one("SELECT count(*) FROM plans WHERE name = 'NoKey'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+    let bad_key = app
+        .post("/api/v1/plans", &key, &plan("x"), Some("has space"))
+        .await;
+    assert_eq!(
+        (bad_key.status, bad_key.error_param()),
+        (400, Some("Idempotency-Key"))
+    );
+}
+
+#[tokio::test]
+async fn rate_limit_answers_429_with_retry_after_and_ratelimit_headers() {
+    let app = spawn(Opts {
+        key_per_sec: 1,
+        key_burst: 3,
+        ip_per_sec: 1,
+        ip_burst: 2,
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let mut statuses = Vec::new();
+    let mut limited = None;
+    for _ in 0..5 {
+        let r = app.get("/api/v1/plans", &key).await;
+        statuses.push(r.status);
+        if r.status == 200 {
+            assert!(r.header("ratelimit-policy").unwrap().contains("q=3"));
+        }
+        if r.status == 429 {
+            limited = Some(r);
+        }
+    }
+    assert_eq!(&statuses[..3], &[200, 200, 200], "{statuses:?}");
+    let r = limited.expect("a 429 within 5 requests over a burst of 3");
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry >= 1, "whole seconds, rounded up");
+    assert_eq!(
+        r.header("ratelimit-policy").as_deref(),
+        Some("\"key\";q=3;w=3")
+    );
+    assert!(r.header("ratelimit").unwrap().starts_with("\"key\";r=0;t="));
+    assert_eq!(r.error_code(), Some("rate_limited"));
+    assert_eq!(r.body["error"]["type"], "rate_limit_error");
+
+    // Unauthenticated traffic is limited per IP.
+    let mut last = 0;
+    for _ in 0..4 {
+        last = read(
+            app.http
+                .post(app.url("/api/v1/auth/nonce"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+        .status;
+    }
+    assert_eq!(last, 429);
+}
+
+/// Issue 10, point 8: `/metrics` is on its own listener, never the public port, and its
+/// labels stay bounded whatever clients send.
+#[tokio::test]
+async fn health_reports_the_index_and_metrics_are_exposed() {
+    let app = spawn(Opts {
+        metrics: true,
+        ..Opts::default()
+    })
+    .await;
+    let db = app.db().await;
+    crate::api_common::seed_cursor(&db, 42).await;
+    let r = read(
+        app.http
+            .get(app.url("/api/v1/health"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["status"], "ok");
+    assert_eq!(r.body["chain"]["chainId"], 31337);
+    assert_eq!(r.body["chain"]["indexedBlock"], 42);
+    assert_eq!(r.body["chain"]["lagBlocks"], 0);
+    assert!(
+        r.body["docs"]
+            .as_str()
+            .unwrap()
+            .ends_with("/api/v1/openapi.json")
+    );
+    // Invented methods and paths must not become label values.
+    for method in ["FOO", "BREW", "X-EVIL"] {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        app.http
+            .request(m, app.url("/api/v1/random-path-1234"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let public = read(app.http.get(app.url("/metrics")).send().await.unwrap()).await;
+    assert_eq!(public.status, 404, "no metrics on the public port");
+    let metrics_url = format!("http://{}/metrics", app.running.metrics_addr.unwrap());
+    let m = app
+        .http
+        .get(&metrics_url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(m.contains("api_requests_total"), "{m}");
+    assert!(m.contains("method=\"other\""), "{m}");
+    for invented in ["FOO", "BREW", "X-EVIL", "random-path-1234"] {
+        assert!(!m.contains(invented), "`{invented}` became a label:\n{m}");
+    }
+}
+
+#[tokio::test]
+async fn health_is_503_while_postgres_is_unreachable_and_recovers_on_its_own() {
+    let db = TestDb::create().await;
+    let proxy = Proxy::start(target_of(&db.url)).await;
+    let url = via(&db.url, proxy.addr);
+    let app = spawn_with(
+        db,
+        None,
+        Opts {
+            database_url: Some(url),
+            ..Opts::default()
+        },
+    )
+    .await;
+    let health = || async {
+        read(
+            app.http
+                .get(app.url("/api/v1/health"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    };
+    assert_eq!(health().await.status, 200);
+
+    proxy.disable();
+    let r = health().await;
+    assert_eq!(r.status, 503, "{:?}", r.body);
+    assert_eq!(r.body["status"], "unavailable");
+    // Data routes say 503 too (never 500) while the database is away.
+    let r = app
+        .get("/api/v1/plans", &format!("sk_live_{}", "a".repeat(64)))
+        .await;
+    assert_eq!(r.status, 503, "{:?}", r.body);
+    assert_eq!(r.error_code(), Some("service_unavailable"));
+    assert!(
+        !r.body.to_string().contains("127.0.0.1"),
+        "5xx bodies leak nothing: {:?}",
+        r.body
+    );
+
+    proxy.enable();
+    // The pool heals without a restart: poll (bounded) until health is 200 again.
+    let mut ok = false;
+    for _ in 0..50 {
+        if health().await.status == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(ok, "health recovered after Postgres came back");
+}
+
+#[tokio::test]
+async fn graceful_shutdown_stops_listening() {
+    let app = spawn(Opts::default()).await;
+    let addr = app.running.addr;
+    assert_eq!(
+        read(
+            app.http
+                .get(app.url("/api/v1/health"))
+                .send()
+                .await
+                .unwrap()
+        )
+        .await
+        .status,
+        200
+    );
+    let crate::api_common::App { running, .. } = app;
+    running.shutdown().await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn retry_after_a_forgotten_idempotent_request_resumes_the_same_plan() {
+    // A request that ended in a 5xx is dropped from the replay store so the client may retry;
+    // its plan row may exist by then. The retry must resume that plan, not create a second.
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let first = app
+        .post("/api/v1/plans", &key, &plan("Resumable"), Some("k-resume"))
+        .await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    let db = app.db().await;
+    db.execute("DELETE FROM idempotency_keys WHERE key = 'k-resume'", &[])
+        .await
+        .unwrap();
+
+    let retry = app
+        .post("/api/v1/plans", &key, &plan("Resumable"), Some("k-resume"))
+        .await;
+    assert_eq!(retry.status, 201, "{:?}", retry.body);
+    assert_eq!(retry.body["id"], first.body["id"], "the same plan, resumed");
+    let n: i64 = db
+        .query_one("SELECT count(*) FROM plans WHERE name = 'Resumable'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+/// Every query parameter of every GET route in the OpenAPI document, and every path id and
+/// checkout path segment, with a control character inside: a 400 naming where, never a 500
+/// (Postgres refuses NUL in a text parameter). Issue 15's fuzz find was
+/// `GET /api/v1/subscriptions?customerExternalId=ab%00cd -> 500`.
+#[tokio::test]
+async fn control_characters_in_any_query_or_path_text_are_a_400_never_a_500() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let doc: Value = serde_json::from_str(include_str!("../../openapi.json")).unwrap();
+    let controls = [
+        "%00", "%01", "%08", "%0A", "%0D", "%1B", "%1F", "%7F", "%C2%85",
+    ];
+
+    let mut query_cases = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        let Some(get) = ops.get("get") else { continue };
+        if path.contains('{') {
+            continue; // path ids below
+        }
+        for p in get["parameters"].as_array().into_iter().flatten() {
+            let p = match p.get("$ref").and_then(Value::as_str) {
+                Some(r) => &doc["components"]["parameters"][r.rsplit('/').next().unwrap()],
+                None => p,
+            };
+            if p["in"] != "query" {
+                continue;
+            }
+            let name = p["name"].as_str().unwrap();
+            for c in controls {
+                let r = app.get(&format!("{path}?{name}=ab{c}cd"), &key).await;
+                assert_eq!(r.status, 400, "{path}?{name}=ab{c}cd: {:?}", r.body);
+                assert_eq!(r.error_param(), Some(name), "{path}?{name}=ab{c}cd");
+                query_cases += 1;
+            }
+        }
+    }
+    assert!(
+        query_cases >= 9 * 14,
+        "every list route's parameters were tried ({query_cases})"
+    );
+
+    for path in [
+        "/api/v1/plans/plan_ab{c}cd",
+        "/api/v1/subscriptions/sub_1{c}",
+        "/api/v1/events/evt_ab{c}cd",
+        "/checkout/ab{c}cd/pro",
+        "/checkout/abcd/pro{c}/tx",
+    ] {
+        for c in controls {
+            let url = path.replace("{c}", c);
+            let r = app.get(&url, &key).await;
+            assert_eq!(r.status, 400, "{url}: {:?}", r.body);
+            assert_eq!(r.error_param(), Some("path"), "{url}");
+        }
+    }
+
+    // JSON bodies: a NUL in an id field is a 400 naming it (it used to reach Postgres).
+    for (path, body, field) in [
+        (
+            "/api/v1/checkouts",
+            json!({"planId": "plan_\u{0}"}),
+            "planId",
+        ),
+        (
+            "/api/v1/checkouts",
+            json!({"planId": "plan_ab\u{1}cd"}),
+            "planId",
+        ),
+        (
+            "/api/v1/plans",
+            json!({"name": "a\u{0}b", "amount": "5.00", "currency": "USDC", "interval": "month"}),
+            "name",
+        ),
+    ] {
+        let r = app.post(path, &key, &body, None).await;
+        assert_eq!(r.status, 400, "{path} {body}: {:?}", r.body);
+        assert_eq!(r.error_param(), Some(field), "{path} {body}");
+    }
+
+    // A parameter name with a control character is an unknown parameter, not a 500.
+    let r = app.get("/api/v1/events?ty%00pe=x", &key).await;
+    assert_eq!((r.status, r.error_code()), (400, Some("parameter_unknown")));
+
+    // Free-text filters follow the body's rules: 1-128 characters, not blank.
+    let ok = "é".repeat(128);
+    let r = app
+        .get(
+            &format!("/api/v1/subscriptions?customerExternalId={ok}"),
+            &key,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    for bad in ["", "%20%20", &"a".repeat(129)] {
+        let r = app
+            .get(
+                &format!("/api/v1/subscriptions?customerExternalId={bad}"),
+                &key,
+            )
+            .await;
+        assert_eq!(r.status, 400, "customerExternalId={bad}: {:?}", r.body);
+        assert_eq!(r.error_param(), Some("customerExternalId"));
+    }
+    let r = app
+        .get(&format!("/api/v1/events?type={}", "a".repeat(5000)), &key)
+        .await;
+    assert_eq!((r.status, r.error_param()), (400, Some("type")));
+}
+
+/// Issue 10, point 6: per-IP limits key on the client a trusted proxy names in
+/// `X-Forwarded-For` / `Forwarded`, never on what an untrusted peer claims; IPv6 clients
+/// share one bucket per /64.
+#[tokio::test]
+async fn per_ip_limits_trust_forwarding_headers_only_from_trusted_proxies() {
+    let limited = |trusted: Option<&str>| Opts {
+        ip_per_sec: 1,
+        ip_burst: 2,
+        trusted_proxies: trusted.map(str::to_string),
+        ..Opts::default()
+    };
+    // The test client connects from 127.0.0.1: here it plays the operator's proxy.
+    let app = spawn(limited(Some("127.0.0.1/32,::1/128"))).await;
+    let nonce = |xff: Option<&str>, fwd: Option<&str>| {
+        let mut rb = app.http.post(app.url("/api/v1/auth/nonce"));
+        if let Some(x) = xff {
+            rb = rb.header("x-forwarded-for", x);
+        }
+        if let Some(f) = fwd {
+            rb = rb.header("forwarded", f);
+        }
+        async move { rb.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(nonce(Some("198.51.100.1"), None).await, 201);
+    assert_eq!(nonce(Some("198.51.100.1"), None).await, 201);
+    assert_eq!(
+        nonce(Some("198.51.100.1"), None).await,
+        429,
+        "the client's burst is spent"
+    );
+    // Another client behind the same proxy has its own bucket; a hop the client prepended
+    // itself does not change who it is.
+    assert_eq!(nonce(Some("198.51.100.2"), None).await, 201);
+    assert_eq!(nonce(Some("203.0.113.5, 198.51.100.1"), None).await, 429);
+    // RFC 7239 Forwarded, and IPv6 limited per /64.
+    assert_eq!(
+        nonce(None, Some("for=\"[2001:db8:1:2::1]:443\"")).await,
+        201
+    );
+    assert_eq!(nonce(None, Some("for=\"[2001:db8:1:2::abcd]\"")).await, 201);
+    assert_eq!(
+        nonce(None, Some("for=\"[2001:db8:1:2:ffff::9]\"")).await,
+        429,
+        "one /64 is one client"
+    );
+    assert_eq!(nonce(None, Some("for=\"[2001:db8:1:3::1]\"")).await, 201);
+
+    // Without TRUSTED_PROXIES the same headers are ignored: the peer is the client.
+    let app = spawn(limited(None)).await;
+    let mut statuses = Vec::new();
+    for i in 0..3 {
+        let r = app
+            .http
+            .post(app.url("/api/v1/auth/nonce"))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, [201, 201, 429]);
+}
+
+/// Issue 10, point 8: the same Idempotency-Key with a different body is a 409 on every path,
+/// including a plan resumed after its request was forgotten (a 5xx); after 24 hours a key is
+/// free again and starts a new request.
+#[tokio::test]
+async fn an_idempotency_key_binds_one_request_for_24_hours_on_every_path() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let db = app.db().await;
+    let forget = |k: &'static str| {
+        let db = &db;
+        async move {
+            db.execute("DELETE FROM idempotency_keys WHERE key = $1", &[&k])
+                .await
+                .unwrap();
+        }
+    };
+
+    // Replay store: same key, other body.
+    let first = app
+        .post("/api/v1/plans", &key, &plan("Kept"), Some("k-1"))
+        .await;
+    assert_eq!(first.status, 201);
+    let other = app
+        .post("/api/v1/plans", &key, &plan("Other"), Some("k-1"))
+        .await;
+    assert_eq!(
+        (other.status, other.error_code()),
+        (409, Some("idempotency_key_reused"))
+    );
+
+    // Plan-resume path: the replay store forgot the request; the plan remembers its key.
+    forget("k-1").await;
+    let other = app
+        .post("/api/v1/plans", &key, &plan("Other"), Some("k-1"))
+        .await;
+    assert_eq!(
+        (other.status, other.error_code()),
+        (409, Some("idempotency_key_reused")),
+        "a different request must not resume the plan: {:?}",
+        other.body
+    );
+    let mut cheaper = plan("Kept");
+    cheaper["amount"] = json!("4.99");
+    let r = app.post("/api/v1/plans", &key, &cheaper, Some("k-1")).await;
+    assert_eq!(r.status, 409, "same name, other amount: {:?}", r.body);
+    let same = app
+        .post("/api/v1/plans", &key, &plan("Kept"), Some("k-1"))
+        .await;
+    assert_eq!(same.status, 201);
+    assert_eq!(
+        same.body["id"], first.body["id"],
+        "the same request resumes"
+    );
+
+    // 24 hours later the key is free: a new request with it makes a new plan.
+    db.execute(
+        "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = 'k-1'",
+        &[],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "UPDATE plans SET created_at = now() - interval '25 hours' WHERE idempotency_key = 'k-1'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let later = app
+        .post("/api/v1/plans", &key, &plan("Later"), Some("k-1"))
+        .await;
+    assert_eq!(later.status, 201, "{:?}", later.body);
+    assert_ne!(later.body["id"], first.body["id"]);
+    let n: i64 = db
+        .query_one("SELECT count(*) FROM plans", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2, "exactly the two plans asked for");
+}

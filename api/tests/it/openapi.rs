@@ -1,0 +1,476 @@
+//! The OpenAPI document is the truth: every served route is in it (and nothing else), and
+//! real responses — successes and errors — validate against its schemas.
+
+use std::collections::BTreeSet;
+
+use crate::api_common::{App, Opts, Res, read, seed_cursor, seed_subscription, spawn};
+use chainsub_api::app::API_ROUTES;
+use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B};
+use chainsub_tests::{DevChain, dev_key};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+fn doc() -> Value {
+    serde_json::from_str(chainsub_api::routes::openapi::OPENAPI_JSON).unwrap()
+}
+
+fn pointer<'a>(doc: &'a Value, r: &str) -> &'a Value {
+    doc.pointer(r.trim_start_matches('#'))
+        .unwrap_or_else(|| panic!("dangling $ref {r}"))
+}
+
+fn deref<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+    match v.get("$ref").and_then(Value::as_str) {
+        Some(r) => pointer(doc, r),
+        None => v,
+    }
+}
+
+/// Validates a response against the document's entry for (method, path template).
+fn check(doc: &Value, method: &str, template: &str, r: &Res) {
+    let op = &doc["paths"][template][method.to_lowercase()];
+    assert!(op.is_object(), "{method} {template} is not documented");
+    let status = r.status.to_string();
+    let resp = op["responses"].get(&status).unwrap_or_else(|| {
+        panic!(
+            "{method} {template}: status {status} is not documented ({:?})",
+            r.body
+        )
+    });
+    let resp = deref(doc, resp);
+    // Documented headers marked required are present (X-Request-Id on every response).
+    if let Some(hs) = resp["headers"].as_object() {
+        for (name, h) in hs {
+            if deref(doc, h)["required"] == true {
+                assert!(
+                    r.header(name).is_some(),
+                    "{method} {template} {status}: header {name} missing"
+                );
+            }
+        }
+    }
+    let schema = &resp["content"]["application/json"]["schema"];
+    assert!(
+        schema.is_object(),
+        "{method} {template} {status}: no JSON schema"
+    );
+    let root = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "components": doc["components"],
+        "allOf": [schema],
+    });
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&root)
+        .unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&r.body)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {template} {status}: {errors:#?}\nbody: {:#}",
+        r.body
+    );
+}
+
+/// Whether `check` accepts the response (for proving the validation has teeth).
+fn passes(doc: &Value, method: &str, template: &str, r: &Res) -> bool {
+    let (doc, method, template) = (doc.clone(), method.to_string(), template.to_string());
+    let r = Res {
+        status: r.status,
+        headers: r.headers.clone(),
+        body: r.body.clone(),
+    };
+    std::panic::catch_unwind(move || check(&doc, &method, &template, &r)).is_ok()
+}
+
+#[test]
+fn every_served_route_is_documented_and_every_documented_operation_is_served() {
+    let doc = doc();
+    let served: BTreeSet<(String, String)> = API_ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            documented.insert((method.to_uppercase(), path.clone()));
+        }
+    }
+    assert_eq!(served, documented);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let schemes = doc["components"]["securitySchemes"].as_object().unwrap();
+    assert_eq!(schemes["bearerAuth"]["scheme"], "bearer");
+    assert_eq!(schemes["sessionCookie"]["in"], "cookie");
+}
+
+fn concrete(template: &str) -> String {
+    template.replace("{id}", "x_1")
+}
+
+#[tokio::test]
+async fn the_server_serves_exactly_the_route_table() {
+    let app = spawn(Opts::default()).await;
+    let templates: BTreeSet<&str> = API_ROUTES.iter().map(|(_, p)| *p).collect();
+    for t in templates {
+        for m in ["GET", "POST", "PUT", "PATCH", "DELETE"] {
+            let served = API_ROUTES.contains(&(m, t));
+            let r = read(
+                app.http
+                    .request(
+                        Method::from_bytes(m.as_bytes()).unwrap(),
+                        app.url(&concrete(t)),
+                    )
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
+            if served {
+                assert_ne!(r.status, 405, "{m} {t}");
+                assert_ne!(r.error_code(), Some("route_not_found"), "{m} {t}");
+            } else {
+                assert_eq!(r.status, 405, "{m} {t}: {:?}", r.body);
+                let allow = r.header("allow").unwrap();
+                let expected: Vec<&str> = ["GET", "POST", "DELETE"]
+                    .into_iter()
+                    .filter(|x| API_ROUTES.contains(&(*x, t)))
+                    .collect();
+                assert_eq!(allow, expected.join(", "), "{t}");
+            }
+        }
+    }
+    let r = read(
+        app.http
+            .get(app.url("/api/v1/plans/x/y/z"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.error_code(), Some("route_not_found"));
+}
+
+#[tokio::test]
+async fn responses_validate_against_the_document() {
+    let doc = doc();
+    let app: App = spawn(Opts {
+        chain: true,
+        ..Opts::default()
+    })
+    .await;
+    let served = read(
+        app.http
+            .get(app.url("/api/v1/openapi.json"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(served.body, doc, "the served document is the file");
+
+    // Dashboard: nonce, sign-in, key lifecycle.
+    let nonce = read(
+        app.http
+            .post(app.url("/api/v1/auth/nonce"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    check(&doc, "POST", "/api/v1/auth/nonce", &nonce);
+    let bad = app.verify("not siwe", "0x00").await;
+    check(&doc, "POST", "/api/v1/auth/session", &bad);
+    let s = app.sign_in(&dev_key(MERCHANT)).await;
+    let r = app
+        .session_req(Method::GET, "/api/v1/auth/session", &s, false)
+        .await;
+    check(&doc, "GET", "/api/v1/auth/session", &r);
+    let r = app
+        .session_req(Method::GET, "/api/v1/auth/keys", &s, false)
+        .await;
+    check(&doc, "GET", "/api/v1/auth/keys", &r);
+    let r = app
+        .session_req(Method::POST, "/api/v1/auth/keys", &s, false)
+        .await;
+    assert_eq!(r.status, 403);
+    check(&doc, "POST", "/api/v1/auth/keys", &r);
+    let created = app
+        .session_req(Method::POST, "/api/v1/auth/keys", &s, true)
+        .await;
+    check(&doc, "POST", "/api/v1/auth/keys", &created);
+    let key = created.body["key"].as_str().unwrap().to_string();
+    let r = app
+        .session_req(Method::GET, "/api/v1/auth/keys", &s, false)
+        .await;
+    check(&doc, "GET", "/api/v1/auth/keys", &r);
+
+    // Plans and checkouts.
+    let body = json!({"name":"Pro","amount":"9.99","currency":"USDC","interval":"month"});
+    let plan = app.post("/api/v1/plans", &key, &body, Some("idem-1")).await;
+    check(&doc, "POST", "/api/v1/plans", &plan);
+    let replay = app.post("/api/v1/plans", &key, &body, Some("idem-1")).await;
+    check(&doc, "POST", "/api/v1/plans", &replay);
+    let conflict = app
+        .post("/api/v1/plans", &key, &json!({"name":"x"}), Some("idem-1"))
+        .await;
+    assert_eq!(conflict.status, 409);
+    check(&doc, "POST", "/api/v1/plans", &conflict);
+    let invalid = app
+        .post("/api/v1/plans", &key, &json!({"name":"x"}), None)
+        .await;
+    check(&doc, "POST", "/api/v1/plans", &invalid);
+    // The validation has teeth: a float amount, a missing chain block, an undocumented
+    // status and a missing X-Request-Id are each caught.
+    let mut bad = Res {
+        status: plan.status,
+        headers: plan.headers.clone(),
+        body: plan.body.clone(),
+    };
+    bad.body["amount"] = json!(9.99);
+    assert!(!passes(&doc, "POST", "/api/v1/plans", &bad));
+    let mut bad = Res {
+        status: plan.status,
+        headers: plan.headers.clone(),
+        body: plan.body.clone(),
+    };
+    bad.body.as_object_mut().unwrap().remove("chain");
+    assert!(!passes(&doc, "POST", "/api/v1/plans", &bad));
+    let bad = Res {
+        status: 202,
+        headers: plan.headers.clone(),
+        body: plan.body.clone(),
+    };
+    assert!(!passes(&doc, "POST", "/api/v1/plans", &bad));
+    let mut bad = Res {
+        status: plan.status,
+        headers: plan.headers.clone(),
+        body: plan.body.clone(),
+    };
+    bad.headers.remove("x-request-id");
+    assert!(!passes(&doc, "POST", "/api/v1/plans", &bad));
+    let plan_id = plan.body["id"].as_str().unwrap();
+    check(
+        &doc,
+        "GET",
+        "/api/v1/plans",
+        &app.get("/api/v1/plans?limit=5", &key).await,
+    );
+    check(
+        &doc,
+        "GET",
+        "/api/v1/plans/{id}",
+        &app.get(&format!("/api/v1/plans/{plan_id}"), &key).await,
+    );
+    check(
+        &doc,
+        "GET",
+        "/api/v1/plans/{id}",
+        &app.get("/api/v1/plans/plan_nope", &key).await,
+    );
+    let prov = app
+        .post(
+            &format!("/api/v1/plans/{plan_id}/provision"),
+            &key,
+            &json!({}),
+            None,
+        )
+        .await;
+    check(&doc, "POST", "/api/v1/plans/{id}/provision", &prov);
+    let co = app
+        .post(
+            "/api/v1/checkouts",
+            &key,
+            &json!({"planId": plan_id, "customerExternalId": "c-1"}),
+            None,
+        )
+        .await;
+    check(&doc, "POST", "/api/v1/checkouts", &co);
+    let co404 = app
+        .post(
+            "/api/v1/checkouts",
+            &key,
+            &json!({"planId": "plan_zzz"}),
+            None,
+        )
+        .await;
+    check(&doc, "POST", "/api/v1/checkouts", &co404);
+
+    // Index reads.
+    let db = app.db().await;
+    seed_cursor(&db, 500).await;
+    let (sub, evt) = seed_subscription(&db, DevChain::address(MERCHANT), 1, 1, Some("c-1")).await;
+    seed_subscription(&db, DevChain::address(MERCHANT_B), 2, 2, None).await;
+    check(
+        &doc,
+        "GET",
+        "/api/v1/subscriptions",
+        &app.get("/api/v1/subscriptions", &key).await,
+    );
+    check(
+        &doc,
+        "GET",
+        "/api/v1/subscriptions/{id}",
+        &app.get(&format!("/api/v1/subscriptions/{sub}"), &key).await,
+    );
+    check(
+        &doc,
+        "GET",
+        "/api/v1/subscriptions/{id}",
+        &app.get("/api/v1/subscriptions/sub_2", &key).await,
+    );
+    check(
+        &doc,
+        "GET",
+        "/api/v1/subscriptions",
+        &app.get("/api/v1/subscriptions?status=x", &key).await,
+    );
+    check(
+        &doc,
+        "GET",
+        "/api/v1/events",
+        &app.get("/api/v1/events", &key).await,
+    );
+    check(
+        &doc,
+        "GET",
+        "/api/v1/events/{id}",
+        &app.get(&format!("/api/v1/events/{evt}"), &key).await,
+    );
+    check(
+        &doc,
+        "GET",
+        "/api/v1/events",
+        &app.get(
+            &format!("/api/v1/events?startingAfter=evt_{}", "0".repeat(32)),
+            &key,
+        )
+        .await,
+    );
+
+    // Errors of the transport: 401, 405, 413, 415 and the health document.
+    check(
+        &doc,
+        "GET",
+        "/api/v1/events",
+        &app.get("/api/v1/events", "sk_live_bad").await,
+    );
+    let r = read(
+        app.http
+            .put(app.url("/api/v1/events"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    check(&doc, "GET", "/api/v1/events", &Res { status: 405, ..r });
+    let big = read(
+        app.http
+            .post(app.url("/api/v1/checkouts"))
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(vec![b' '; 70 * 1024])
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    check(&doc, "POST", "/api/v1/checkouts", &big);
+    let r = read(
+        app.http
+            .post(app.url("/api/v1/checkouts"))
+            .bearer_auth(&key)
+            .header("content-type", "text/xml")
+            .body("<x/>")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    check(&doc, "POST", "/api/v1/checkouts", &r);
+    check(
+        &doc,
+        "GET",
+        "/api/v1/health",
+        &read(
+            app.http
+                .get(app.url("/api/v1/health"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await,
+    );
+
+    // Revoke and sign out.
+    let r = app
+        .session_req(Method::DELETE, "/api/v1/auth/keys", &s, true)
+        .await;
+    check(&doc, "DELETE", "/api/v1/auth/keys", &r);
+    let r = app
+        .session_req(Method::DELETE, "/api/v1/auth/session", &s, true)
+        .await;
+    check(&doc, "DELETE", "/api/v1/auth/session", &r);
+    let r = app
+        .session_req(Method::GET, "/api/v1/auth/session", &s, false)
+        .await;
+    check(&doc, "GET", "/api/v1/auth/session", &r);
+}
+
+#[tokio::test]
+async fn a_429_validates_against_the_document() {
+    let doc = doc();
+    let app = spawn(Opts {
+        key_per_sec: 1,
+        key_burst: 1,
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let first = app.get("/api/v1/subscriptions", &key).await;
+    check(&doc, "GET", "/api/v1/subscriptions", &first);
+    let limited = app.get("/api/v1/subscriptions", &key).await;
+    assert_eq!(limited.status, 429);
+    check(&doc, "GET", "/api/v1/subscriptions", &limited);
+}
+
+/// Issue 10, point 9: the document's `webhooks` section (OpenAPI 3.1) has one entry per
+/// event type the service sends, each the same `Event` object the API lists, with the
+/// Standard Webhooks headers, and the retry schedule it states is the dispatcher's default.
+#[test]
+fn the_webhooks_section_documents_every_event_type_its_signature_and_the_schedule() {
+    let doc = doc();
+    let webhooks = doc["webhooks"].as_object().expect("a webhooks section");
+    let kinds: BTreeSet<&str> = chainsub_abi::EventKind::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    let documented: BTreeSet<&str> = webhooks.keys().map(String::as_str).collect();
+    assert_eq!(documented, kinds, "one webhook entry per event type");
+    let schedule = chainsub_webhooks::schedule::DEFAULT_SCHEDULE.replace(',', ", ");
+    for (kind, entry) in webhooks {
+        let post = &entry["post"];
+        assert_eq!(
+            post["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/Event",
+            "{kind}: the body is the event object /events lists"
+        );
+        let headers: BTreeSet<&str> = post["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["in"] == "header")
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        for h in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+            assert!(headers.contains(h), "{kind}: header {h}");
+        }
+        let prose = post["description"].as_str().unwrap();
+        assert!(
+            prose.contains(&schedule),
+            "{kind}: the documented schedule is the code's ({schedule})"
+        );
+        assert!(post["responses"]["410"].is_object(), "{kind}: 410 disables");
+    }
+}

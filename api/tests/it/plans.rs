@@ -1,0 +1,405 @@
+//! Plans provisioned on a real anvil by the relayer, provisioning failures and retries, and
+//! checkouts — with every validation error naming its field.
+
+use crate::api_common::{App, Opts, Proxy, spawn, spawn_with, target_of, via};
+use alloy::primitives::{B256, U256};
+use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B};
+use chainsub_tests::{DevChain, TestDb};
+use serde_json::{Value, json};
+
+fn plan_body(name: &str) -> Value {
+    json!({ "name": name, "amount": "9.99", "currency": "USDC", "interval": "month" })
+}
+
+async fn chain_app() -> (App, String) {
+    let app = spawn(Opts {
+        chain: true,
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    (app, key)
+}
+
+async fn plan_count(app: &App) -> U256 {
+    app.chain
+        .as_ref()
+        .unwrap()
+        .manager()
+        .planCount()
+        .call()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn created_plan_is_provisioned_on_chain_with_its_chain_block() {
+    let (app, key) = chain_app().await;
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Pro Monthly"), None)
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let plan = r.body;
+    assert!(plan["id"].as_str().unwrap().starts_with("plan_"));
+    assert_eq!(plan["object"], "plan");
+    assert_eq!(plan["status"], "active");
+    assert_eq!(plan["amount"], "9.99");
+    assert_eq!(plan["currency"], "USDC");
+    assert_eq!(plan["interval"], "month");
+    assert_eq!(plan["slug"], "pro-monthly");
+    let chain = &plan["chain"];
+    assert_eq!(chain["chainId"], 31337);
+    assert_eq!(chain["onchainPlanId"], 1);
+    assert!(chain["transactionHash"].as_str().unwrap().len() == 66);
+    assert!(chain["blockNumber"].as_i64().unwrap() > 0);
+
+    // The chain agrees: merchant, amount in base units, and the planRef we show.
+    let dev = app.chain.as_ref().unwrap();
+    let onchain = dev.manager().getPlan(U256::from(1)).call().await.unwrap();
+    assert_eq!(onchain.merchant, DevChain::address(MERCHANT));
+    assert_eq!(onchain.amount, U256::from(9_990_000u64));
+    let plan_ref: B256 = plan["provisioning"]["planRef"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(onchain.planRef, plan_ref);
+
+    let got = app
+        .get(
+            &format!("/api/v1/plans/{}", plan["id"].as_str().unwrap()),
+            &key,
+        )
+        .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body["chain"], plan["chain"]);
+    let list = app.get("/api/v1/plans", &key).await;
+    assert_eq!(list.body["object"], "list");
+    assert_eq!(list.body["data"][0]["id"], plan["id"]);
+    assert_eq!(list.body["hasMore"], false);
+}
+
+#[tokio::test]
+async fn failed_provisioning_is_visible_and_retry_never_makes_a_second_onchain_plan() {
+    let db = TestDb::create().await;
+    let chain = DevChain::start().await;
+    let proxy = Proxy::start(target_of(&chain.anvil.url)).await;
+    let rpc = via(&chain.anvil.url, proxy.addr);
+    let app = spawn_with(
+        db,
+        Some(chain),
+        Opts {
+            rpc_url: Some(rpc),
+            provision_timeout_ms: 5_000,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+
+    // The chain is unreachable: the plan exists, visibly failed, and cannot be sold.
+    proxy.disable();
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Basic"), None)
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.body["status"], "failed");
+    assert!(r.body["provisioning"]["error"].is_string());
+    assert!(r.body["chain"].is_null());
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let co = app
+        .post("/api/v1/checkouts", &key, &json!({ "planId": id }), None)
+        .await;
+    assert_eq!(co.status, 409);
+    assert_eq!(co.error_code(), Some("plan_not_active"));
+    assert_eq!(co.error_param(), Some("planId"));
+
+    // Back online: the retry provisions it.
+    proxy.enable();
+    let path = format!("/api/v1/plans/{id}/provision");
+    let r = app.post(&path, &key, &json!({}), None).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["status"], "active");
+    assert_eq!(plan_count(&app).await, U256::from(1));
+
+    // Retrying an active plan, even concurrently, changes nothing on chain.
+    let empty = json!({});
+    let (a, b) = tokio::join!(
+        app.post(&path, &key, &empty, None),
+        app.post(&path, &key, &empty, None)
+    );
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(plan_count(&app).await, U256::from(1));
+}
+
+#[tokio::test]
+async fn retry_after_an_unrecorded_landing_adopts_the_existing_onchain_plan() {
+    let db = TestDb::create().await;
+    let chain = DevChain::start().await;
+    let proxy = Proxy::start(target_of(&chain.anvil.url)).await;
+    let rpc = via(&chain.anvil.url, proxy.addr);
+    let app = spawn_with(
+        db,
+        Some(chain),
+        Opts {
+            rpc_url: Some(rpc),
+            provision_timeout_ms: 5_000,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    proxy.disable();
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Basic"), None)
+        .await;
+    assert_eq!(r.body["status"], "failed");
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let plan_ref: B256 = r.body["provisioning"]["planRef"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // The plan lands on chain without the API recording it (e.g. the API crashed after
+    // sending): here the merchant itself calls createPlan with the same planRef.
+    let dev = app.chain.as_ref().unwrap();
+    dev.manager()
+        .createPlan(
+            DevChain::address(MERCHANT),
+            U256::from(9_990_000u64),
+            plan_ref,
+        )
+        .from(DevChain::address(MERCHANT))
+        .send()
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    proxy.enable();
+    let r = app
+        .post(
+            &format!("/api/v1/plans/{id}/provision"),
+            &key,
+            &json!({}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["status"], "active");
+    assert_eq!(
+        plan_count(&app).await,
+        U256::from(1),
+        "no second on-chain plan"
+    );
+}
+
+#[tokio::test]
+async fn plan_validation_errors_name_the_field() {
+    let app = spawn(Opts::default()).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let base = plan_body("Pro");
+    let with = |k: &str, v: Value| {
+        let mut b = base.clone();
+        b[k] = v;
+        b
+    };
+    let without = |k: &str| {
+        let mut b = base.clone();
+        b.as_object_mut().unwrap().remove(k);
+        b
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (without("name"), "name"),
+        (with("name", json!("")), "name"),
+        (with("name", json!("   ")), "name"),
+        (with("name", json!(42)), "name"),
+        (with("name", json!("x".repeat(101))), "name"),
+        (with("name", json!("bad\u{0007}name")), "name"),
+        (without("amount"), "amount"),
+        (with("amount", json!(9.99)), "amount"),
+        (with("amount", json!("0")), "amount"),
+        (with("amount", json!("0.00")), "amount"),
+        (with("amount", json!("-1.00")), "amount"),
+        (with("amount", json!("+1.00")), "amount"),
+        (with("amount", json!("1e3")), "amount"),
+        (with("amount", json!(" 1.00")), "amount"),
+        (with("amount", json!("1.0000001")), "amount"),
+        (with("amount", json!("1.")), "amount"),
+        (with("amount", json!(".5")), "amount"),
+        (with("amount", json!("01.00")), "amount"),
+        (with("amount", json!("1,00")), "amount"),
+        (with("amount", json!("99999999999999")), "amount"),
+        (without("currency"), "currency"),
+        (with("currency", json!("usdc")), "currency"),
+        (with("currency", json!("ETH")), "currency"),
+        (without("interval"), "interval"),
+        (with("interval", json!("year")), "interval"),
+        (with("interval", json!("Month")), "interval"),
+        (with("slug", json!("Not A Slug")), "slug"),
+        (with("slug", json!("-x")), "slug"),
+        (with("slug", json!(5)), "slug"),
+        (with("extra", json!(1)), "extra"),
+    ];
+    for (body, param) in cases {
+        let r = app.post("/api/v1/plans", &key, &body, None).await;
+        assert_eq!(r.status, 400, "{body} -> {:?}", r.body);
+        assert_eq!(r.error_param(), Some(param), "{body} -> {:?}", r.body);
+        assert_eq!(r.body["error"]["type"], "invalid_request_error");
+    }
+    let n: i64 = app
+        .db()
+        .await
+        .query_one("SELECT count(*) FROM plans", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "no invalid plan was stored");
+}
+
+#[tokio::test]
+async fn slugs_are_unique_per_merchant() {
+    let app = spawn(Opts::default()).await;
+    let a = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let b = app.merchant_key(DevChain::address(MERCHANT_B)).await;
+    let mut body = plan_body("Pro");
+    body["slug"] = json!("pro");
+    assert_eq!(app.post("/api/v1/plans", &a, &body, None).await.status, 201);
+    let dup = app.post("/api/v1/plans", &a, &body, None).await;
+    assert_eq!(dup.status, 409);
+    assert_eq!(dup.error_param(), Some("slug"));
+    // Another merchant may use the same slug.
+    assert_eq!(app.post("/api/v1/plans", &b, &body, None).await.status, 201);
+    // A slug derived from a taken name gets a suffix instead of an error.
+    let derived = app.post("/api/v1/plans", &a, &plan_body("Pro"), None).await;
+    assert_eq!(derived.status, 201);
+    assert!(derived.body["slug"].as_str().unwrap().starts_with("pro-"));
+}
+
+#[tokio::test]
+async fn checkout_url_is_signed_for_plan_and_customer() {
+    let (app, key) = chain_app().await;
+    let plan = app
+        .post("/api/v1/plans", &key, &plan_body("Pro"), None)
+        .await
+        .body;
+    let plan_id = plan["id"].as_str().unwrap();
+    let r = app
+        .post(
+            "/api/v1/checkouts",
+            &key,
+            &json!({ "planId": plan_id, "customerExternalId": "user 42&x" }),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert!(r.body["id"].as_str().unwrap().starts_with("chk_"));
+    assert_eq!(r.body["object"], "checkout");
+    assert_eq!(r.body["planId"], plan_id);
+    assert_eq!(r.body["customerExternalId"], "user 42&x");
+    let url = url::Url::parse(r.body["url"].as_str().unwrap()).unwrap();
+    let segs: Vec<&str> = url.path_segments().unwrap().collect();
+    assert_eq!(segs[0], "checkout");
+    assert_eq!(segs[2], "pro");
+    let q: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
+    assert_eq!(q["customer"], "user 42&x");
+    assert!(chainsub_api::checkout::verify(
+        crate::api_common::SECRET,
+        segs[1],
+        "pro",
+        Some("user 42&x"),
+        &q["sig"]
+    ));
+    assert!(!chainsub_api::checkout::verify(
+        crate::api_common::SECRET,
+        segs[1],
+        "pro",
+        Some("user 43"),
+        &q["sig"]
+    ));
+
+    // customer_ref stored: HMAC-derived, never the raw id.
+    let db = app.db().await;
+    let row = db
+        .query_one(
+            "SELECT customer_ref, customer_external_id FROM checkouts",
+            &[],
+        )
+        .await
+        .unwrap();
+    let cref: Vec<u8> = row.get(0);
+    assert_eq!(cref.len(), 32);
+    assert_ne!(cref, vec![0u8; 32]);
+
+    // Without a customer: no `customer` parameter, zero customerRef.
+    let r = app
+        .post(
+            "/api/v1/checkouts",
+            &key,
+            &json!({ "planId": plan_id }),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    assert!(!r.body["url"].as_str().unwrap().contains("customer="));
+    assert_eq!(r.body["customerExternalId"], Value::Null);
+    assert_eq!(r.body["customerRef"], format!("0x{}", "00".repeat(32)));
+}
+
+#[tokio::test]
+async fn checkout_validation_errors_name_the_field_and_other_merchants_plans_are_404() {
+    let (app, key) = chain_app().await;
+    let other = app.merchant_key(DevChain::address(MERCHANT_B)).await;
+    let plan = app
+        .post("/api/v1/plans", &key, &plan_body("Pro"), None)
+        .await
+        .body;
+    let plan_id = plan["id"].as_str().unwrap();
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (json!({}), 400, "planId"),
+        (json!({ "planId": null }), 400, "planId"),
+        (json!({ "planId": 7 }), 400, "planId"),
+        (json!({ "planId": "sub_1" }), 400, "planId"),
+        (
+            json!({ "planId": plan_id, "customerExternalId": "" }),
+            400,
+            "customerExternalId",
+        ),
+        (
+            json!({ "planId": plan_id, "customerExternalId": 5 }),
+            400,
+            "customerExternalId",
+        ),
+        (
+            json!({ "planId": plan_id, "customerExternalId": "x".repeat(129) }),
+            400,
+            "customerExternalId",
+        ),
+        (
+            json!({ "planId": plan_id, "customerExternalId": "a\nb" }),
+            400,
+            "customerExternalId",
+        ),
+        (json!({ "planId": plan_id, "coupon": "x" }), 400, "coupon"),
+        (json!({ "planId": "plan_doesnotexist" }), 404, "planId"),
+    ];
+    for (body, status, param) in cases {
+        let r = app.post("/api/v1/checkouts", &key, &body, None).await;
+        assert_eq!(r.status, status, "{body} -> {:?}", r.body);
+        assert_eq!(r.error_param(), Some(param), "{body} -> {:?}", r.body);
+    }
+    let r = app
+        .post(
+            "/api/v1/checkouts",
+            &other,
+            &json!({ "planId": plan_id }),
+            None,
+        )
+        .await;
+    assert_eq!(
+        r.status, 404,
+        "another merchant's plan is not found: {:?}",
+        r.body
+    );
+}

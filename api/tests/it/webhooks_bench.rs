@@ -1,0 +1,192 @@
+// Webhook dispatcher benchmark (ignored by default; run `bench/webhooks.sh`). Spawns 1 and
+// then 3 `api dispatch` processes against a fresh database and a local always-200 receiver,
+// and prints a table:
+// - throughput: N events committed in one transaction, deliveries/s until the last arrives;
+// - latency: events committed one per transaction at a steady rate, commit -> receiver
+//   arrival, p50/p99 (the receiver runs in this process, so both ends share one clock).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chainsub_api::webhook_settings::{self as settings, WebhookUrl};
+use chainsub_tests::{ChildGuard, TestDb, bin_path};
+use tokio::sync::Notify;
+use warp::Filter;
+use warp::http::HeaderMap;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Default)]
+struct Arrivals {
+    at: Mutex<HashMap<String, Instant>>,
+    dupes: Mutex<usize>,
+    notify: Notify,
+}
+
+async fn receiver() -> (Arc<Arrivals>, u16) {
+    let arrivals = Arc::new(Arrivals::default());
+    let a = arrivals.clone();
+    let route = warp::post()
+        .and(warp::header::headers_cloned())
+        .and(warp::body::bytes())
+        .then(move |h: HeaderMap, _b: bytes::Bytes| {
+            let a = a.clone();
+            async move {
+                let now = Instant::now();
+                let id = h["webhook-id"].to_str().unwrap_or_default().to_string();
+                if a.at.lock().unwrap().insert(id, now).is_some() {
+                    *a.dupes.lock().unwrap() += 1;
+                }
+                a.notify.notify_waiters();
+                Ok::<_, Infallible>(warp::reply())
+            }
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(warp::serve(route).incoming(listener).run());
+    (arrivals, port)
+}
+
+async fn wait_for(arrivals: &Arrivals, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let notified = arrivals.notify.notified();
+        if arrivals.at.lock().unwrap().len() >= n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "bench stalled");
+        let _ = tokio::time::timeout(Duration::from_millis(20), notified).await;
+    }
+}
+
+fn dispatcher(db_url: &str) -> ChildGuard {
+    ChildGuard(
+        Command::new(bin_path("api"))
+            .arg("dispatch")
+            .env("DATABASE_URL", db_url)
+            .env("WEBHOOK_ALLOW_LOOPBACK", "true")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn api dispatch"),
+    )
+}
+
+struct Row {
+    dispatchers: usize,
+    events: usize,
+    per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+    dupes: usize,
+}
+
+async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events: usize) -> Row {
+    let db = TestDb::create().await;
+    let mut client = db.connect().await;
+    let (arrivals, port) = receiver().await;
+    let mut wallets = Vec::new();
+    for i in 0..merchants {
+        let wallet = vec![i as u8 + 1; 20];
+        let merchant = chainsub_store::merchants::sign_in(
+            &client,
+            alloy::primitives::Address::from_slice(&wallet),
+        )
+        .await
+        .unwrap();
+        let url = WebhookUrl::parse(&format!("http://127.0.0.1:{port}/m{i}"), true).unwrap();
+        settings::set_url(&mut client, &merchant, Some(&url))
+            .await
+            .unwrap();
+        wallets.push(wallet);
+    }
+    let procs: Vec<ChildGuard> = (0..dispatchers).map(|_| dispatcher(&db.url)).collect();
+    // Let every dispatcher finish migrating and start listening.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let insert = "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload)
+                  SELECT id, w, jsonb_build_object('id', id, 'object', 'event', 'type', 'bench')
+                  FROM unnest($1::text[], $2::bytea[]) AS u(id, w)";
+    // Throughput: one big commit, then time until the last arrival.
+    let ids: Vec<String> = (0..events).map(|i| format!("evt_t{i}")).collect();
+    let ws: Vec<Vec<u8>> = (0..events)
+        .map(|i| wallets[i % merchants].clone())
+        .collect();
+    let tx = client.transaction().await.unwrap();
+    tx.execute(insert, &[&ids, &ws]).await.unwrap();
+    tx.commit().await.unwrap();
+    let t0 = Instant::now();
+    wait_for(&arrivals, events).await;
+    let per_sec = events as f64 / t0.elapsed().as_secs_f64();
+
+    // Latency: one event per transaction, ~200/s, commit -> arrival.
+    let mut committed = HashMap::new();
+    for i in 0..latency_events {
+        let id = format!("evt_l{i}");
+        client
+            .execute(
+                insert,
+                &[&vec![id.clone()], &vec![wallets[i % merchants].clone()]],
+            )
+            .await
+            .unwrap();
+        committed.insert(id, Instant::now());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait_for(&arrivals, events + latency_events).await;
+    let at = arrivals.at.lock().unwrap().clone();
+    let mut lat: Vec<Duration> = committed
+        .iter()
+        .map(|(id, c)| at[id].saturating_duration_since(*c))
+        .collect();
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1];
+    drop(procs);
+    let dupes = *arrivals.dupes.lock().unwrap();
+    Row {
+        dispatchers,
+        events,
+        per_sec,
+        p50: pct(0.50),
+        p99: pct(0.99),
+        dupes,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "benchmark: run bench/webhooks.sh"]
+async fn webhook_dispatch_benchmark() {
+    let events = env_or("BENCH_EVENTS", 5000);
+    let merchants = env_or("BENCH_MERCHANTS", 10);
+    let latency_events = env_or("BENCH_LATENCY_EVENTS", 500);
+    let mut rows = Vec::new();
+    for d in [1, 3] {
+        rows.push(run(d, merchants, events, latency_events).await);
+    }
+    println!();
+    println!(
+        "webhook dispatch: {merchants} merchants, local always-200 receiver, default WEBHOOK_* settings"
+    );
+    println!("| dispatchers | events | deliveries/s | commit->receive p50 | p99 | duplicates |");
+    println!("|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {} | {:.0} | {:.1} ms | {:.1} ms | {} |",
+            r.dispatchers,
+            r.events,
+            r.per_sec,
+            r.p50.as_secs_f64() * 1e3,
+            r.p99.as_secs_f64() * 1e3,
+            r.dupes
+        );
+    }
+}

@@ -1,0 +1,172 @@
+// End to end on a real anvil: the `indexer` binary (CONFIRMATIONS=3) follows the chain, a
+// dispatcher runs throughout, and a reorg removes an unconfirmed subscription. The removed
+// events never reach the receiver; the surviving ones do, once confirmed. Build the indexer
+// first: `cargo build -p chainsub-indexer --bins`.
+
+use std::time::Duration;
+
+use crate::webhooks_common::*;
+use alloy::primitives::{Address, B256, U256};
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, OPERATOR};
+use chainsub_tests::{ChildGuard, DevChain, TestDb, bin_path};
+use tokio_postgres::Client;
+
+macro_rules! send {
+    ($call:expr, $from:expr) => {
+        $call
+            .from($from)
+            .send()
+            .await
+            .expect("send")
+            .get_receipt()
+            .await
+            .expect("receipt")
+    };
+}
+
+const USDC: u64 = 1_000_000;
+
+async fn head(chain: &DevChain) -> u64 {
+    use alloy::providers::Provider;
+    chain.provider.get_block_number().await.unwrap()
+}
+
+async fn wait_indexed(client: &Client, chain: &DevChain) {
+    let target = head(chain).await as i64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let at: Option<i64> = client
+            .query_opt("SELECT block_number FROM indexer_cursor", &[])
+            .await
+            .unwrap()
+            .map(|r| r.get(0));
+        if at.is_some_and(|b| b >= target) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "indexer stuck at {at:?}, head {target}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn event_ids(client: &Client, sub: u64) -> Vec<String> {
+    client
+        .query(
+            "SELECT public_id FROM chain_events WHERE subscription_id = $1 ORDER BY public_id",
+            &[&(sub as i64)],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reorg_that_removes_an_unconfirmed_event_never_produces_a_webhook() {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let mut client = db.connect().await;
+    let rx = Receiver::ok().await;
+    let merchant = chainsub_api::merchants::find_or_create(&client, DevChain::address(MERCHANT))
+        .await
+        .unwrap();
+    set_url(&mut client, &merchant, &rx.url()).await;
+    let (_stop, _dispatcher) = spawn_dispatcher(&db.url, fast_config("0s,10ms"));
+    let _indexer = ChildGuard(
+        std::process::Command::new(bin_path("indexer"))
+            .env("DATABASE_URL", &db.url)
+            .env("RPC_URL", &chain.anvil.url)
+            .env("CHAIN_ID", chain.anvil.chain_id.to_string())
+            .env("CONTRACT_ADDRESS", chain.manager.to_string())
+            .env("START_BLOCK", chain.deploy_block.to_string())
+            .env("CONFIRMATIONS", "3")
+            .env("INDEXER_POLL_INTERVAL_MS", "20")
+            .env("INDEXER_NO_FINALIZED_TAG", "true")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn indexer"),
+    );
+
+    let op = DevChain::address(OPERATOR);
+    send!(
+        chain.manager().createPlan(
+            DevChain::address(MERCHANT),
+            U256::from(5 * USDC),
+            B256::repeat_byte(7)
+        ),
+        op
+    );
+    let plan = U256::from(1u64);
+    for who in [CUSTOMER, CUSTOMER_B] {
+        let who: Address = DevChain::address(who);
+        chain.mint(who, 100 * USDC).await;
+        send!(chain.usdc().approve(chain.manager, U256::MAX), who);
+    }
+    send!(
+        chain.manager().subscribe(plan, B256::ZERO),
+        DevChain::address(CUSTOMER)
+    );
+    chain.mine(3).await;
+    // The doomed subscription, alone in the newest block.
+    send!(
+        chain.manager().subscribe(plan, B256::ZERO),
+        DevChain::address(CUSTOMER_B)
+    );
+    wait_indexed(&client, &chain).await;
+    let kept = event_ids(&client, 1).await;
+    let removed = event_ids(&client, 2).await;
+    assert_eq!(
+        (kept.len(), removed.len()),
+        (2, 2),
+        "created + charged each, indexed"
+    );
+
+    // The kept subscription is confirmed and delivered while the doomed one waits.
+    for id in &kept {
+        wait_status(&client, id, "delivered").await;
+    }
+    let _: serde_json::Value = {
+        use alloy::providers::Provider;
+        chain
+            .provider
+            .raw_request(
+                "anvil_reorg".into(),
+                (1u64, Vec::<serde_json::Value>::new()),
+            )
+            .await
+            .expect("anvil_reorg")
+    };
+    chain.mine(5).await;
+    wait_indexed(&client, &chain).await;
+    assert!(
+        event_ids(&client, 2).await.is_empty(),
+        "the reorg removed the doomed events"
+    );
+
+    // Everything the outbox holds was delivered; give stragglers a chance, then compare.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let open: i64 = client
+            .query_one(
+                "SELECT count(*) FROM webhook_outbox WHERE status <> 'delivered'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if open == 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut got: Vec<String> = rx.received().iter().map(|r| r.webhook_id()).collect();
+    got.sort();
+    assert_eq!(got, kept, "exactly the surviving events, once each");
+    assert!(removed.iter().all(|id| !got.contains(id)));
+}

@@ -1,0 +1,154 @@
+//! The indexer as an operating system process: killed with SIGKILL mid-backfill, or run twice
+//! against one database.
+
+use std::time::Duration;
+
+use crate::common::*;
+use alloy::primitives::B256;
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, MERCHANT_B};
+use chainsub_tests::{DevChain, TestDb, free_port};
+use rand::{Rng, SeedableRng};
+
+/// `plans` plans with every customer subscribed to each, then `empty` empty blocks.
+async fn busy_chain(plans: u8, empty: u64) -> DevChain {
+    let chain = DevChain::start().await;
+    let customers = [CUSTOMER, CUSTOMER_B, 6, 7, 8];
+    for c in customers {
+        fund(&chain, DevChain::address(c), 1_000 * USDC).await;
+    }
+    for p in 0..plans {
+        let merchant = DevChain::address(if p % 2 == 0 { MERCHANT } else { MERCHANT_B });
+        let plan = create_plan(&chain, merchant, USDC, B256::repeat_byte(p + 1)).await;
+        for c in customers {
+            subscribe(&chain, DevChain::address(c), plan, B256::ZERO).await;
+            chain.mine(7).await;
+        }
+    }
+    chain.mine(empty).await;
+    chain
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("INDEXER_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {seed} (INDEXER_TEST_SEED={seed} reproduces the kill times)");
+    seed
+}
+
+#[tokio::test]
+async fn kill_9_during_backfill_then_restart_gives_the_uninterrupted_state() {
+    let chain = busy_chain(12, 1500).await;
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    // Small ranges so the backfill is many transactions and a kill lands inside one.
+    let env = [("INDEXER_INITIAL_RANGE", "4"), ("INDEXER_MAX_RANGE", "8")];
+    let head = chain_head(&chain).await.0 as i64;
+    let mut progress = Vec::new();
+    for _ in 0..6 {
+        // Kill at a random point of the backfill: once the cursor passes a random target,
+        // after a random few milliseconds more (inside the next transaction, usually).
+        let at = cursor(&client)
+            .await
+            .map_or(chain.deploy_block as i64, |c| c.0);
+        let target = at + rng.random_range(1..=((head - at) / 4).max(1));
+        let mut child = spawn_indexer(&chain, &db, free_port(), &env);
+        wait_until("cursor passes the kill target", || {
+            let client = &client;
+            async move { cursor(client).await.is_some_and(|c| c.0 >= target) }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..8))).await;
+        child.0.kill().expect("kill -9");
+        child.0.wait().unwrap();
+        progress.push(cursor(&client).await.map(|c| c.0));
+    }
+    eprintln!("cursor after each kill: {progress:?} (head {head})");
+    assert!(
+        progress.iter().all(|p| p.is_some_and(|n| n < head)),
+        "every kill must land mid-backfill: {progress:?}"
+    );
+    let _final_run = spawn_indexer(&chain, &db, free_port(), &env);
+    wait_for_head(&client, &chain).await;
+    drop(_final_run);
+    let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
+    assert_same_index(&dump(&client).await, &fresh);
+}
+
+#[tokio::test]
+async fn second_indexer_waits_as_standby_and_takes_over_when_the_writer_dies() {
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
+    fund(&chain, DevChain::address(CUSTOMER_B), 10 * USDC).await;
+
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = spawn_indexer(&chain, &db, port_a, &[]);
+    wait_until("A becomes the writer", || async {
+        health(port_a).await["writer"] == true
+    })
+    .await;
+    let _b = spawn_indexer(&chain, &db, port_b, &[]);
+    assert_eq!(health(port_b).await["writer"], false, "B waits");
+
+    subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    wait_for_head(&client, &chain).await;
+    assert_eq!(
+        health(port_b).await["writer"],
+        false,
+        "B still waits while A lives"
+    );
+    assert_eq!(epoch(&client).await, 1, "only A ever claimed the cursor");
+
+    a.0.kill().expect("kill -9 A");
+    a.0.wait().unwrap();
+    subscribe(&chain, DevChain::address(CUSTOMER_B), plan, B256::ZERO).await;
+    wait_for_head(&client, &chain).await;
+    assert_eq!(health(port_b).await["writer"], true, "B took over");
+    assert_eq!(epoch(&client).await, 2);
+    let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
+    assert_same_index(&dump(&client).await, &fresh);
+}
+
+async fn epoch(c: &tokio_postgres::Client) -> i64 {
+    c.query_one("SELECT writer_epoch FROM indexer_cursor", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn sigterm_stops_cleanly_and_health_and_metrics_are_served() {
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
+    subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    let port = free_port();
+    let mut child = spawn_indexer(&chain, &db, port, &[]);
+    wait_for_head(&client, &chain).await;
+    let head = chain_head(&chain).await.0;
+    let h = health(port).await;
+    assert_eq!(h["indexedBlock"], head);
+    assert_eq!(h["lagBlocks"], 0);
+    let metrics = http_get(port, "/metrics").expect("metrics");
+    for name in [
+        "indexer_blocks_total",
+        "indexer_events_total",
+        "indexer_lag_blocks",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
+    }
+    let status = child.terminate(10).expect("exits after SIGTERM");
+    assert!(status.success(), "clean exit: {status:?}");
+}

@@ -1,0 +1,199 @@
+//! Reorgs on a real anvil (`anvil_reorg`): afterwards every chain table equals a fresh index
+//! of the canonical chain, row by row.
+
+use crate::common::*;
+use alloy::primitives::{Address, B256, U256};
+use alloy::sol_types::SolCall;
+use chainsub_abi::SubscriptionManager;
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT};
+use chainsub_tests::{DevChain, TestDb};
+
+const CUSTOMERS: [usize; 5] = [CUSTOMER, CUSTOMER_B, 6, 7, 8];
+
+/// A plan and five funded customers; returns the plan id.
+async fn setup(chain: &DevChain) -> u64 {
+    let plan = create_plan(
+        chain,
+        DevChain::address(MERCHANT),
+        3 * USDC,
+        B256::repeat_byte(1),
+    )
+    .await;
+    for c in CUSTOMERS {
+        fund(chain, DevChain::address(c), 100 * USDC).await;
+    }
+    plan
+}
+
+/// Calldata of a merchant creating its own plan: a transaction to re-include in a new branch.
+fn create_plan_tx(ref_byte: u8) -> (Address, Address, Vec<u8>) {
+    let merchant = DevChain::address(MERCHANT);
+    let call = SubscriptionManager::createPlanCall {
+        merchant,
+        amount: U256::from(7 * USDC),
+        planRef: B256::repeat_byte(ref_byte),
+    };
+    (merchant, Address::ZERO, call.abi_encode())
+}
+
+async fn events(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM chain_events", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Subscribes every customer (one block each) with the indexer following, reorgs `depth`
+/// blocks with a plan creation in the new branch, and compares with a fresh index.
+async fn reorg_replays_new_branch(depth: u64) {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let plan = setup(&chain).await;
+    let ix = start(chain_config(&chain), &db, &chain);
+    for (i, c) in CUSTOMERS.iter().enumerate() {
+        subscribe(
+            &chain,
+            DevChain::address(*c),
+            plan,
+            B256::repeat_byte(i as u8 + 1),
+        )
+        .await;
+    }
+    chain.mine(3).await;
+    wait_for_head(&client, &chain).await;
+    let before = events(&client).await;
+    let (from, _, data) = create_plan_tx(0x77);
+    anvil_reorg(&chain, depth, &[(from, chain.manager, data, 0)]).await;
+    wait_for_head(&client, &chain).await;
+    let plans: i64 = client
+        .query_one(
+            "SELECT count(*) FROM chain_plans WHERE plan_ref = $1",
+            &[&B256::repeat_byte(0x77).as_slice()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(plans, 1, "the new branch's plan is indexed");
+    assert_ne!(before, events(&client).await, "the reorg changed the index");
+    ix.stop().await.unwrap();
+    let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
+    assert_same_index(&dump(&client).await, &fresh);
+}
+
+#[tokio::test]
+async fn reorg_of_depth_1_replays_new_branch() {
+    reorg_replays_new_branch(1).await;
+}
+
+#[tokio::test]
+async fn reorg_of_depth_3_replays_new_branch() {
+    reorg_replays_new_branch(3).await;
+}
+
+#[tokio::test]
+async fn reorg_of_depth_10_replays_new_branch() {
+    reorg_replays_new_branch(10).await;
+}
+
+#[tokio::test]
+async fn two_consecutive_reorgs_leave_a_fresh_index() {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let plan = setup(&chain).await;
+    let ix = start(chain_config(&chain), &db, &chain);
+    for (i, c) in CUSTOMERS.iter().enumerate() {
+        subscribe(
+            &chain,
+            DevChain::address(*c),
+            plan,
+            B256::repeat_byte(i as u8 + 1),
+        )
+        .await;
+    }
+    wait_for_head(&client, &chain).await;
+    let (from, _, data) = create_plan_tx(0x81);
+    anvil_reorg(&chain, 4, &[(from, chain.manager, data, 1)]).await;
+    wait_for_head(&client, &chain).await;
+    let (from, _, data) = create_plan_tx(0x82);
+    anvil_reorg(&chain, 2, &[(from, chain.manager, data, 0)]).await;
+    wait_for_head(&client, &chain).await;
+    ix.stop().await.unwrap();
+    let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
+    assert_same_index(&dump(&client).await, &fresh);
+}
+
+#[tokio::test]
+async fn reorg_removing_a_subscription_creation_removes_the_subscription() {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let plan = setup(&chain).await;
+    let ix = start(chain_config(&chain), &db, &chain);
+    let first = subscribe(
+        &chain,
+        DevChain::address(CUSTOMER),
+        plan,
+        B256::repeat_byte(1),
+    )
+    .await;
+    // The doomed subscription: created in the last block, with a renewal of the first in
+    // the same block range.
+    let doomed = subscribe(
+        &chain,
+        DevChain::address(CUSTOMER_B),
+        plan,
+        B256::repeat_byte(2),
+    )
+    .await;
+    wait_for_head(&client, &chain).await;
+    let subs = |id: u64| {
+        let client = &client;
+        async move {
+            client
+                .query_opt(
+                    "SELECT status FROM subscriptions WHERE onchain_id = $1",
+                    &[&(id as i64)],
+                )
+                .await
+                .unwrap()
+                .map(|r| r.get::<_, String>(0))
+        }
+    };
+    assert_eq!(subs(doomed).await.as_deref(), Some("active"));
+    let outbox_before: i64 = client
+        .query_one("SELECT count(*) FROM webhook_outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    anvil_reorg(&chain, 1, &[]).await;
+    wait_for_head(&client, &chain).await;
+    assert_eq!(
+        subs(doomed).await,
+        None,
+        "the reorged-out subscription is gone"
+    );
+    assert_eq!(subs(first).await.as_deref(), Some("active"));
+    let (events_of_doomed, outbox_after): (i64, i64) = {
+        let r = client
+            .query_one(
+                "SELECT (SELECT count(*) FROM chain_events WHERE subscription_id = $1),
+                        (SELECT count(*) FROM webhook_outbox)",
+                &[&(doomed as i64)],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(events_of_doomed, 0);
+    assert_eq!(
+        outbox_after,
+        outbox_before - 2,
+        "its pending webhooks are withdrawn"
+    );
+    ix.stop().await.unwrap();
+    let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
+    assert_same_index(&dump(&client).await, &fresh);
+}

@@ -1,0 +1,338 @@
+//! A merchant's webhook endpoint, signing secrets and deliveries, as the dashboard reads and
+//! changes them. Every function takes the [`MerchantScope`] and every statement — reads,
+//! UPDATEs and INSERTs alike — is keyed by it, so one merchant can never see or touch
+//! another's endpoint, secrets or deliveries.
+
+use std::time::Duration;
+
+use chainsub_core::OutboxStatus;
+use chrono::{DateTime, Utc};
+use tokio_postgres::Client;
+use tokio_postgres::GenericClient;
+
+use crate::{Error, MerchantScope, Result};
+
+/// The NOTIFY channel dispatchers LISTEN on (migration 0004's trigger signals it too).
+pub const OUTBOX_CHANNEL: &str = "chainsub_webhook_outbox";
+
+/// The endpoint settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub url: Option<String>,
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+}
+
+/// A stored signing secret that is still live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRow {
+    /// `whsec_…` text.
+    pub secret: String,
+    pub created_at: DateTime<Utc>,
+    /// `None` for the current secret; set for the previous one during an overlap.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// One delivery (outbox row) of the merchant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRow {
+    pub id: i64,
+    pub event_id: String,
+    pub test: bool,
+    pub status: OutboxStatus,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub event_type: Option<String>,
+}
+
+/// One attempt of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRow {
+    pub outbox_id: i64,
+    pub attempt: i32,
+    pub attempted_at: DateTime<Utc>,
+    pub url: String,
+    pub status_code: Option<i32>,
+    pub latency_ms: Option<i32>,
+    pub error: Option<String>,
+    pub response_excerpt: Option<String>,
+}
+
+/// What [`retry`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Queued for an immediate attempt.
+    Queued,
+    /// Being attempted right now (leased by a dispatcher).
+    InFlight,
+    /// Unknown, or another merchant's.
+    NotFound,
+}
+
+/// Sets (or with `None` removes) the endpoint URL. Setting a URL re-enables an endpoint
+/// disabled by a 410 (the merchant has fixed it), creates the first signing secret (text
+/// `new_secret`, used only if there is none) and makes held deliveries due.
+pub async fn set_url(
+    client: &mut Client,
+    scope: &MerchantScope,
+    url: Option<&str>,
+    new_secret: &str,
+) -> Result<()> {
+    let tx = client.transaction().await?;
+    tx.execute(
+        "UPDATE merchants SET webhook_url = $2, webhook_enabled = TRUE, \
+         webhook_disabled_reason = NULL WHERE id = $1",
+        &[&scope.id(), &url],
+    )
+    .await?;
+    ensure_secret(&tx, scope, new_secret).await?;
+    if url.is_some() {
+        resume_held(&tx, scope).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Re-enables an endpoint disabled after a 410; held deliveries resume.
+pub async fn enable(client: &impl GenericClient, scope: &MerchantScope) -> Result<()> {
+    client
+        .execute(
+            "UPDATE merchants SET webhook_enabled = TRUE, webhook_disabled_reason = NULL \
+             WHERE id = $1",
+            &[&scope.id()],
+        )
+        .await?;
+    resume_held(client, scope).await
+}
+
+/// The endpoint settings.
+pub async fn endpoint(client: &impl GenericClient, scope: &MerchantScope) -> Result<Endpoint> {
+    let row = client
+        .query_one(
+            "SELECT webhook_url, webhook_enabled, webhook_disabled_reason FROM merchants \
+             WHERE id = $1",
+            &[&scope.id()],
+        )
+        .await?;
+    Ok(Endpoint {
+        url: row.get(0),
+        enabled: row.get(1),
+        disabled_reason: row.get(2),
+    })
+}
+
+/// Makes the merchant's waiting deliveries due now (a new URL or a re-enabled endpoint
+/// should not sit out backoff earned by the old one) and wakes the dispatchers.
+async fn resume_held(client: &impl GenericClient, scope: &MerchantScope) -> Result<()> {
+    client
+        .execute(
+            "UPDATE webhook_outbox SET next_attempt_at = now() \
+             WHERE merchant_wallet = $1 AND status = 'pending' AND next_attempt_at > now()",
+            &[&scope.wallet_bytes()],
+        )
+        .await?;
+    notify(client).await
+}
+
+async fn notify(client: &impl GenericClient) -> Result<()> {
+    client
+        .execute("SELECT pg_notify($1, '')", &[&OUTBOX_CHANNEL])
+        .await?;
+    Ok(())
+}
+
+/// Creates the current secret (`new_secret`) unless there is one; serialized with rotations
+/// of the same merchant.
+async fn ensure_secret(
+    tx: &tokio_postgres::Transaction<'_>,
+    scope: &MerchantScope,
+    new_secret: &str,
+) -> Result<()> {
+    tx.execute(
+        "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
+        &[&scope.id()],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO webhook_secrets (merchant_id, secret) \
+         SELECT $1, $2 WHERE NOT EXISTS \
+           (SELECT 1 FROM webhook_secrets WHERE merchant_id = $1 AND expires_at IS NULL)",
+        &[&scope.id(), &new_secret],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The live secrets (current first), creating the first one (`new_secret`) if there is none.
+pub async fn reveal_secrets(
+    client: &mut Client,
+    scope: &MerchantScope,
+    new_secret: &str,
+) -> Result<Vec<SecretRow>> {
+    let tx = client.transaction().await?;
+    ensure_secret(&tx, scope, new_secret).await?;
+    let rows = tx
+        .query(
+            "SELECT secret, created_at, expires_at FROM webhook_secrets \
+             WHERE merchant_id = $1 AND (expires_at IS NULL OR expires_at > now()) \
+             ORDER BY (expires_at IS NULL) DESC, created_at DESC, id DESC",
+            &[&scope.id()],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(rows
+        .iter()
+        .map(|r| SecretRow {
+            secret: r.get(0),
+            created_at: r.get(1),
+            expires_at: r.get(2),
+        })
+        .collect())
+}
+
+/// Rotates: the current secret keeps signing for `overlap`, `new_secret` becomes current.
+pub async fn rotate_secret(
+    client: &mut Client,
+    scope: &MerchantScope,
+    overlap: Duration,
+    new_secret: &str,
+) -> Result<()> {
+    let tx = client.transaction().await?;
+    tx.execute(
+        "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
+        &[&scope.id()],
+    )
+    .await?;
+    tx.execute(
+        "UPDATE webhook_secrets SET expires_at = now() + make_interval(secs => $2) \
+         WHERE merchant_id = $1 AND expires_at IS NULL",
+        &[&scope.id(), &overlap.as_secs_f64()],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO webhook_secrets (merchant_id, secret) VALUES ($1, $2)",
+        &[&scope.id(), &new_secret],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Queues a dashboard test event whose body is `payload`, sent as is. Returns the outbox id.
+pub async fn enqueue_test(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    event_id: &str,
+    payload: &serde_json::Value,
+) -> Result<i64> {
+    let row = client
+        .query_one(
+            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload) \
+             VALUES ($1, $2, $3) RETURNING id",
+            &[&event_id, &scope.wallet_bytes(), payload],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Puts one of the merchant's deliveries back in the queue for an immediate attempt (a
+/// failed, delivered or waiting one), unless a dispatcher holds it right now.
+pub async fn retry(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    outbox_id: i64,
+) -> Result<Retry> {
+    let queued = client
+        .execute(
+            "UPDATE webhook_outbox SET status = 'pending', next_attempt_at = now(), \
+             locked_until = NULL \
+             WHERE id = $1 AND merchant_wallet = $2 \
+               AND (status <> 'delivering' OR locked_until IS NULL OR locked_until <= now())",
+            &[&outbox_id, &scope.wallet_bytes()],
+        )
+        .await?;
+    if queued == 1 {
+        notify(client).await?;
+        return Ok(Retry::Queued);
+    }
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM webhook_outbox WHERE id = $1 AND merchant_wallet = $2",
+            &[&outbox_id, &scope.wallet_bytes()],
+        )
+        .await?;
+    Ok(if exists.is_some() {
+        Retry::InFlight
+    } else {
+        Retry::NotFound
+    })
+}
+
+/// The merchant's deliveries, newest first, `limit` of them from before outbox id `before`,
+/// with their attempts (newest first) and whether there are more.
+pub async fn deliveries(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    limit: i64,
+    before: Option<i64>,
+) -> Result<(Vec<DeliveryRow>, Vec<AttemptRow>, bool)> {
+    let rows = client
+        .query(
+            "SELECT o.id, o.event_public_id, o.test_payload IS NOT NULL, o.status, o.attempts, \
+                    o.next_attempt_at, o.last_error, o.created_at, o.delivered_at, \
+                    COALESCE(o.test_payload->>'type', e.kind) \
+             FROM webhook_outbox o \
+             LEFT JOIN chain_events e ON e.public_id = o.event_public_id AND o.test_payload IS NULL \
+             WHERE o.merchant_wallet = $1 AND ($2::bigint IS NULL OR o.id < $2) \
+             ORDER BY o.id DESC LIMIT $3",
+            &[&scope.wallet_bytes(), &before, &(limit + 1)],
+        )
+        .await?;
+    let has_more = rows.len() as i64 > limit;
+    let deliveries = rows
+        .iter()
+        .take(limit.max(0) as usize)
+        .map(|r| {
+            Ok(DeliveryRow {
+                id: r.get(0),
+                event_id: r.get(1),
+                test: r.get(2),
+                status: OutboxStatus::parse(r.get(3))
+                    .map_err(|e| Error::Inconsistent(e.to_string()))?,
+                attempts: r.get(4),
+                next_attempt_at: r.get(5),
+                last_error: r.get(6),
+                created_at: r.get(7),
+                delivered_at: r.get(8),
+                event_type: r.get(9),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ids: Vec<i64> = deliveries.iter().map(|d| d.id).collect();
+    let attempts = client
+        .query(
+            "SELECT a.outbox_id, a.attempt, a.attempted_at, a.url, a.status_code, a.latency_ms, \
+                    a.error, a.response_excerpt \
+             FROM webhook_attempts a JOIN webhook_outbox o ON o.id = a.outbox_id \
+             WHERE a.outbox_id = ANY($1) AND o.merchant_wallet = $2 \
+             ORDER BY a.outbox_id, a.id DESC",
+            &[&ids, &scope.wallet_bytes()],
+        )
+        .await?
+        .iter()
+        .map(|a| AttemptRow {
+            outbox_id: a.get(0),
+            attempt: a.get(1),
+            attempted_at: a.get(2),
+            url: a.get(3),
+            status_code: a.get(4),
+            latency_ms: a.get(5),
+            error: a.get(6),
+            response_excerpt: a.get(7),
+        })
+        .collect();
+    Ok((deliveries, attempts, has_more))
+}

@@ -1,0 +1,104 @@
+//! Browser tests: the real `api` and `indexer` binaries on a fresh anvil and database, driven
+//! by headless Chromium (`node tests/browser/<scenario>.mjs`, playwright-core) with a test
+//! wallet that forwards to anvil. Needs: `cargo build -p chainsub-api -p chainsub-indexer
+//! -p chainsub-keeper --bins`, Debian `chromium` at /usr/bin/chromium (or CHROMIUM=path), and `npm ci`.
+//! Screenshots go to target/browser-screenshots/.
+
+use crate::browser_support::{EXPLORER, node, plan_and_checkout, poll, start};
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts;
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn customer_subscribes_from_checkout_link_and_api_shows_external_id() {
+    let s = start("checkout", true).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    let poor = DevChain::address(accounts::CUSTOMER_B);
+    let (key, plan, checkout) = plan_and_checkout(&s, "cust_browser_42").await;
+    let url = checkout["url"].as_str().expect("checkout url").to_string();
+    s.chain.mint(customer, 100_000_000).await;
+
+    // Edited or unsigned links get a clear error page, not the checkout.
+    let tampered = url.replace("cust_browser_42", "cust_browser_43");
+    let res = s.http.get(&tampered).send().await.expect("GET");
+    assert_eq!(res.status(), 403);
+    assert!(
+        res.text()
+            .await
+            .unwrap()
+            .contains("This checkout link is not valid")
+    );
+    let unsigned = url.split("&sig=").next().unwrap().to_string();
+    let res = s.http.get(&unsigned).send().await.expect("GET");
+    assert_eq!(res.status(), 400);
+
+    node(
+        "checkout.mjs",
+        &[
+            ("CHECKOUT_URL", url),
+            ("RPC_URL", s.chain.anvil.url.clone()),
+            ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            ("MANAGER", s.chain.manager.to_string()),
+            ("CUSTOMER", customer.to_string()),
+            ("POOR_CUSTOMER", poor.to_string()),
+            ("PLAN_NAME", "Pro Monthly".into()),
+            ("EXPLORER_PREFIX", EXPLORER.into()),
+        ],
+    );
+
+    // The indexer picks the subscription up; the API ties it to the link's customer.
+    let list_url = format!(
+        "{}/api/v1/subscriptions?customerExternalId=cust_browser_42",
+        s.base
+    );
+    let sub = poll("the subscription in GET /api/v1/subscriptions", || async {
+        let v: Value = s
+            .http
+            .get(&list_url)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        v["data"].as_array()?.first().cloned()
+    })
+    .await;
+    assert_eq!(sub["customerExternalId"], "cust_browser_42", "{sub}");
+    assert_eq!(sub["status"], "active", "{sub}");
+    assert_eq!(sub["planId"], plan["id"], "{sub}");
+    assert_eq!(
+        sub["subscriber"].as_str().map(str::to_lowercase),
+        Some(customer.to_string().to_lowercase()),
+        "{sub}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn merchant_signs_in_sees_key_once_rotation_kills_old_key_and_webhook_retry_delivers() {
+    let s = start("dashboard", false).await;
+    node(
+        "dashboard.mjs",
+        &[
+            ("BASE_URL", s.base.clone()),
+            ("RPC_URL", s.chain.anvil.url.clone()),
+            ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            (
+                "MERCHANT",
+                DevChain::address(accounts::MERCHANT_B).to_string(),
+            ),
+        ],
+    );
+    // The UI generated, rotated and revoked: two keys were issued and none is live.
+    let conn = s.db.connect().await;
+    let row = conn
+        .query_one(
+            "SELECT count(*) FILTER (WHERE k.revoked_at IS NULL), count(*) \
+             FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE m.wallet = $1",
+            &[&DevChain::address(accounts::MERCHANT_B).as_slice().to_vec()],
+        )
+        .await
+        .expect("count keys");
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (0, 2));
+}

@@ -1,0 +1,255 @@
+//! The checkout and dashboard pages over plain HTTP against the real `api` binary (no
+//! browser): link verification and error pages, the transaction endpoint's calldata (sent
+//! on anvil exactly as a wallet would), security headers and assets.
+
+use crate::browser_support::{plan_and_checkout, start};
+use alloy::primitives::{B256, U256};
+use alloy::providers::Provider;
+use alloy::rpc::types::TransactionRequest;
+use alloy::sol_types::SolCall;
+use chainsub_abi::{MockUSDC, SubscriptionManager};
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts;
+use serde_json::Value;
+
+fn calldata(step: &Value) -> Vec<u8> {
+    let hex = step["tx"]["data"].as_str().expect("data");
+    alloy::primitives::hex::decode(hex).expect("hex calldata")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn checkout_link_errors_are_html_pages_with_honest_status() {
+    let s = start("pages-errors", false).await;
+    let (_, _, checkout) = plan_and_checkout(&s, "cust_7").await;
+    let url = checkout["url"].as_str().unwrap().to_string();
+
+    let ok = s.http.get(&url).send().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let csp = ok.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(ok.headers()["x-frame-options"], "DENY");
+    assert_eq!(ok.headers()["referrer-policy"], "no-referrer");
+    assert!(
+        ok.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+
+    let cases = [
+        (
+            url.split("&sig=").next().unwrap().to_string(),
+            400,
+            "incomplete",
+        ),
+        (url.replace("cust_7", "cust_8"), 403, "not valid"),
+        (url.replace("customer=cust_7&", ""), 403, "not valid"),
+        (format!("{}0", url), 403, "not valid"),
+    ];
+    for (bad, status, words) in cases {
+        let res = s.http.get(&bad).send().await.unwrap();
+        assert_eq!(res.status(), status, "{bad}");
+        assert!(
+            res.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        let body = res.text().await.unwrap();
+        assert!(
+            body.contains(words) && body.contains("role=\"alert\""),
+            "{bad}: {body}"
+        );
+        assert!(
+            !body.contains("Pro Monthly"),
+            "an invalid link shows no plan"
+        );
+    }
+
+    // A correctly signed link to a merchant code that no longer exists: 404.
+    let conn = s.db.connect().await;
+    conn.execute("UPDATE merchants SET code = 'renamed1'", &[])
+        .await
+        .unwrap();
+    let res = s.http.get(&url).send().await.unwrap();
+    assert_eq!(res.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tx_endpoint_encodes_approve_and_subscribe_with_the_stored_customer_ref() {
+    let s = start("pages-tx", false).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    let (_, plan, checkout) = plan_and_checkout(&s, "cust_tx").await;
+    let url = checkout["url"].as_str().unwrap().to_string();
+    let path_and_query = url.replacen("?", "/tx?", 1);
+    let get = |from: Option<String>| {
+        let u = match from {
+            Some(f) => format!("{path_and_query}&from={f}"),
+            None => path_and_query.clone(),
+        };
+        let http = s.http.clone();
+        async move {
+            let res = http.get(u).send().await.unwrap();
+            (res.status().as_u16(), res.json::<Value>().await.unwrap())
+        }
+    };
+
+    let (status, body) = get(None).await;
+    assert_eq!(
+        (status, body["error"]["param"].as_str()),
+        (400, Some("from"))
+    );
+    let (status, _) = get(Some("0x1234".into())).await;
+    assert_eq!(status, 400);
+    let forged = format!(
+        "{}&from={customer}",
+        path_and_query.replace("cust_tx", "cust_ty")
+    );
+    let res = s.http.get(forged).send().await.unwrap();
+    assert_eq!(res.status(), 403);
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "checkout_signature_invalid");
+
+    // A wallet with no USDC and no allowance: approve (12 periods) then subscribe.
+    let (status, v) = get(Some(customer.to_string())).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["insufficientBalance"], true);
+    assert_eq!(v["alreadySubscribed"], Value::Null);
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{v}");
+    let approve = MockUSDC::approveCall::abi_decode(&calldata(&steps[0])).unwrap();
+    assert_eq!(approve.spender, s.chain.manager);
+    assert_eq!(approve.amount, U256::from(9_990_000u64 * 12));
+    let sub = SubscriptionManager::subscribeCall::abi_decode(&calldata(&steps[1])).unwrap();
+    let row = s
+        .db
+        .connect()
+        .await
+        .query_one(
+            "SELECT c.customer_ref, p.onchain_plan_id FROM checkouts c JOIN plans p ON p.id = c.plan_id \
+             WHERE c.customer_external_id = 'cust_tx' AND p.public_id = $1",
+            &[&plan["id"].as_str().unwrap()],
+        )
+        .await
+        .unwrap();
+    let stored: Vec<u8> = row.get(0);
+    let plan_onchain_id: i64 = row.get(1);
+    assert_eq!(
+        sub.customerRef,
+        B256::from_slice(&stored),
+        "customerRef is the stored one"
+    );
+    assert_eq!(sub.planId, U256::from(plan_onchain_id as u64));
+
+    // Send both exactly as handed out (what the wallet does), after funding the customer.
+    s.chain.mint(customer, 50_000_000).await;
+    for step in steps {
+        let req: TransactionRequest = serde_json::from_value(step["tx"].clone()).unwrap();
+        let receipt = s
+            .chain
+            .provider
+            .send_transaction(req)
+            .await
+            .unwrap()
+            .get_receipt()
+            .await
+            .unwrap();
+        assert!(receipt.status(), "{} reverted", step["step"]);
+    }
+
+    // Now the wallet is subscribed; a top-up approve would add to what is left, never replace it.
+    let (_, v) = get(Some(customer.to_string())).await;
+    assert_eq!(v["alreadySubscribed"], "1", "{v}");
+    assert_eq!(v["allowance"], "109.89");
+    let top_up = MockUSDC::approveCall::abi_decode(&calldata(&v["steps"][0])).unwrap();
+    assert_eq!(top_up.amount, U256::from(109_890_000u64 + 119_880_000));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_not_on_chain_is_shown_unavailable_and_tx_endpoint_answers_409() {
+    let s = start("pages-unprovisioned", false).await;
+    let (_, _, checkout) = plan_and_checkout(&s, "cust_x").await;
+    // Without the provisioning receipt and with no indexer, nothing says the plan is on chain.
+    s.db.connect()
+        .await
+        .execute("UPDATE plans SET onchain_plan_id = NULL", &[])
+        .await
+        .unwrap();
+    let url = checkout["url"].as_str().unwrap().to_string();
+    let page = s.http.get(&url).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("not available on chain yet")
+    );
+    let tx = format!(
+        "{}&from={}",
+        url.replacen("?", "/tx?", 1),
+        DevChain::address(accounts::CUSTOMER)
+    );
+    let res = s.http.get(tx).send().await.unwrap();
+    assert_eq!(res.status(), 409);
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "plan_not_active");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dashboard_without_session_offers_sign_in_and_assets_are_served_locally() {
+    let s = start("pages-dashboard", false).await;
+    let res = s
+        .http
+        .get(format!("{}/dashboard/developers", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let body = res.text().await.unwrap();
+    assert!(body.contains("id=\"signin\"") && body.contains("Sign in with Ethereum"));
+    assert!(!body.contains("csrfToken"), "no session, no CSRF token");
+    assert!(
+        !body.contains("http://") && !body.contains("https://"),
+        "no CDN or other origin"
+    );
+
+    for (name, ct) in [
+        ("checkout.js", "text/javascript"),
+        ("dashboard.js", "text/javascript"),
+        ("style.css", "text/css"),
+    ] {
+        let res = s
+            .http
+            .get(format!("{}/assets/{name}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{name}");
+        assert!(
+            res.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with(ct)
+        );
+    }
+    let missing = s
+        .http
+        .get(format!("{}/assets/nope.js", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let post = s
+        .http
+        .post(format!("{}/dashboard/developers", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 405);
+}
