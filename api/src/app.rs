@@ -13,8 +13,9 @@ use crate::http::reply::Resp;
 use crate::http::reply::recover;
 use crate::routes;
 
-/// Every REST route `api_routes` serves under /api/v1, as (method, OpenAPI path template).
-/// The OpenAPI test holds the server, this table and `api/openapi.json` to each other.
+/// Every JSON route `api_routes` serves — the REST API under /api/v1 and the dashboard's
+/// under /dashboard/api — as (method, OpenAPI path template). The OpenAPI test holds the
+/// server, this table and `api/openapi.json` to each other.
 pub const API_ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/health"),
     ("GET", "/api/v1/openapi.json"),
@@ -34,6 +35,14 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/subscriptions/{id}"),
     ("GET", "/api/v1/events"),
     ("GET", "/api/v1/events/{id}"),
+    ("GET", "/dashboard/api/webhook"),
+    ("PUT", "/dashboard/api/webhook/url"),
+    ("GET", "/dashboard/api/webhook/secret"),
+    ("POST", "/dashboard/api/webhook/secret/rotate"),
+    ("POST", "/dashboard/api/webhook/enable"),
+    ("POST", "/dashboard/api/webhook/test"),
+    ("GET", "/dashboard/api/webhook/deliveries"),
+    ("POST", "/dashboard/api/webhook/deliveries/{id}/retry"),
 ];
 
 /// Every route of the API, behind the guard that keeps control characters in the path or

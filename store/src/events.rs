@@ -6,7 +6,6 @@ use alloy::primitives::Address;
 use chainsub_core::{EventId, OutboxStatus, PlanId, SubscriptionId, SubscriptionSnapshot};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use serde::Deserialize;
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
@@ -19,7 +18,10 @@ use crate::{Error, MerchantScope, Page, Result};
 /// merchant, so a planRef cannot resolve to another merchant's plan.
 const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.chain_id, \
     ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, ce.log_index, \
-    ce.subscription_id, ce.decoded, ce.snapshot, p.public_id AS plan_public_id, \
+    ce.subscription_id, ce.decoded->>'amount' AS log_amount, \
+    ce.decoded->>'subscriber' AS log_subscriber, ce.decoded->>'period' AS log_period, \
+    ce.decoded->>'attempt' AS log_attempt, ce.decoded->>'reason' AS log_reason, \
+    ce.decoded->>'nextRetryAt' AS log_next_retry_at, ce.snapshot, p.public_id AS plan_public_id, \
     cur.block_number AS indexed_block, o.status AS delivery_status, \
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error \
@@ -51,9 +53,9 @@ pub struct EventRow {
     pub delivery: Option<DeliveryRow>,
 }
 
-/// The fields of a log's `decoded` JSON that events serve (uints are decimal text there).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// The fields of a log's `decoded` JSON that events serve (uints are decimal text there),
+/// extracted by the statement: the rest of the log is not read, parsed or sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogFacts {
     pub amount: Option<String>,
     pub subscriber: Option<Address>,
@@ -76,7 +78,15 @@ pub struct DeliveryRow {
 impl EventRow {
     fn from_row(r: &Row) -> Result<EventRow> {
         let id: &str = r.try_get("public_id")?;
-        let Json(log) = r.try_get::<_, Json<LogFacts>>("decoded")?;
+        let subscriber: Option<&str> = r.try_get("log_subscriber")?;
+        let log = LogFacts {
+            amount: r.try_get("log_amount")?,
+            subscriber: subscriber.and_then(|a| a.parse().ok()),
+            period: r.try_get("log_period")?,
+            attempt: r.try_get("log_attempt")?,
+            reason: r.try_get("log_reason")?,
+            next_retry_at: r.try_get("log_next_retry_at")?,
+        };
         let snapshot = r
             .try_get::<_, Option<Json<SubscriptionSnapshot>>>("snapshot")?
             .map(|Json(s)| s);

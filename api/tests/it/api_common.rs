@@ -120,6 +120,9 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
         opts.ip_burst.to_string(),
         "--provision-timeout-ms".into(),
         opts.provision_timeout_ms.to_string(),
+        // Local receivers (the dashboard tests set http://127.0.0.1 URLs).
+        "--webhook-allow-http".into(),
+        "--webhook-allow-loopback".into(),
     ];
     if opts.metrics {
         args.push("--metrics-listen".into());

@@ -133,7 +133,7 @@ async fn the_server_serves_exactly_the_route_table() {
             } else {
                 assert_eq!(r.status, 405, "{m} {t}: {:?}", r.body);
                 let allow = r.header("allow").unwrap();
-                let expected: Vec<&str> = ["GET", "POST", "DELETE"]
+                let expected: Vec<&str> = ["GET", "POST", "PUT", "DELETE"]
                     .into_iter()
                     .filter(|x| API_ROUTES.contains(&(*x, t)))
                     .collect();
@@ -205,6 +205,98 @@ async fn responses_validate_against_the_document() {
         .session_req(Method::GET, "/api/v1/auth/keys", &s, false)
         .await;
     check(&doc, "GET", "/api/v1/auth/keys", &r);
+
+    // Dashboard webhook settings (issue 10, point 9): every operation, its success and the
+    // refusals a dashboard meets (no session, no CSRF token, bad input, unknown delivery).
+    let dash = |m: Method, path: &str, body: Option<Value>, csrf: bool| {
+        let mut rb = app
+            .http
+            .request(m, app.url(path))
+            .header("cookie", &s.cookie);
+        if csrf {
+            rb = rb.header("x-csrf-token", &s.csrf);
+        }
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        async move { read(rb.send().await.unwrap()).await }
+    };
+    let w = "/dashboard/api/webhook";
+    check(&doc, "GET", w, &dash(Method::GET, w, None, false).await);
+    let anon = read(app.http.get(app.url(w)).send().await.unwrap()).await;
+    assert_eq!(anon.status, 401);
+    check(&doc, "GET", w, &anon);
+    let url = "/dashboard/api/webhook/url";
+    let set = dash(
+        Method::PUT,
+        url,
+        Some(json!({"url": "http://127.0.0.1:9/hooks"})),
+        true,
+    )
+    .await;
+    assert_eq!(set.status, 200, "{:?}", set.body);
+    check(&doc, "PUT", url, &set);
+    let no_csrf = dash(Method::PUT, url, Some(json!({"url": null})), false).await;
+    assert_eq!(no_csrf.status, 403);
+    check(&doc, "PUT", url, &no_csrf);
+    let bad = dash(Method::PUT, url, Some(json!({"url": "ftp://x"})), true).await;
+    assert_eq!(bad.status, 400);
+    check(&doc, "PUT", url, &bad);
+    let secret = "/dashboard/api/webhook/secret";
+    check(
+        &doc,
+        "GET",
+        secret,
+        &dash(Method::GET, secret, None, false).await,
+    );
+    let rotate = "/dashboard/api/webhook/secret/rotate";
+    check(
+        &doc,
+        "POST",
+        rotate,
+        &dash(Method::POST, rotate, None, true).await,
+    );
+    check(
+        &doc,
+        "GET",
+        secret,
+        &dash(Method::GET, secret, None, false).await,
+    );
+    let enable = "/dashboard/api/webhook/enable";
+    check(
+        &doc,
+        "POST",
+        enable,
+        &dash(Method::POST, enable, None, true).await,
+    );
+    let test = "/dashboard/api/webhook/test";
+    let queued = dash(Method::POST, test, None, true).await;
+    assert_eq!(queued.status, 202);
+    check(&doc, "POST", test, &queued);
+    let list = "/dashboard/api/webhook/deliveries";
+    let deliveries = dash(Method::GET, &format!("{list}?limit=5"), None, false).await;
+    assert_eq!(deliveries.body["data"].as_array().unwrap().len(), 1);
+    check(&doc, "GET", list, &deliveries);
+    check(
+        &doc,
+        "GET",
+        list,
+        &dash(Method::GET, &format!("{list}?limit=0"), None, false).await,
+    );
+    let retry = "/dashboard/api/webhook/deliveries/{id}/retry";
+    let id = queued.body["id"].as_str().unwrap();
+    let again = dash(Method::POST, &retry.replace("{id}", id), None, true).await;
+    assert_eq!(again.status, 202, "{:?}", again.body);
+    check(&doc, "POST", retry, &again);
+    let unknown = dash(
+        Method::POST,
+        &retry.replace("{id}", "whd_999999"),
+        None,
+        true,
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    check(&doc, "POST", retry, &unknown);
 
     // Plans and checkouts.
     let body = json!({"name":"Pro","amount":"9.99","currency":"USDC","interval":"month"});
