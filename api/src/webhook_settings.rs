@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chainsub_store::MerchantScope;
-use chainsub_store::webhooks::{self as store, Retry};
+use chainsub_store::outbox::{self, Retry};
+use chainsub_store::webhooks as store;
 use chainsub_webhooks::WebhookSecret;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -132,7 +133,7 @@ pub async fn enqueue_test(
     event_id: &str,
     payload: &Value,
 ) -> Result<i64> {
-    Ok(store::enqueue_test(client, merchant, event_id, payload).await?)
+    Ok(outbox::enqueue_test(client, merchant, event_id, payload).await?)
 }
 
 /// `whd_<n>`: the public id of a delivery (an outbox row).
@@ -153,7 +154,7 @@ pub fn parse_delivery_id(s: &str) -> Option<i64> {
 /// waiting one). A delivery in flight right now is a 409. Unknown or another merchant's
 /// delivery is a 404.
 pub async fn retry(client: &Client, merchant: &MerchantScope, outbox_id: i64) -> Result<()> {
-    match store::retry(client, merchant, outbox_id).await? {
+    match outbox::retry(client, merchant, outbox_id).await? {
         Retry::Queued => Ok(()),
         Retry::InFlight => Err(ApiError::Conflict {
             code: "delivery_in_flight",

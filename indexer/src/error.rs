@@ -42,3 +42,12 @@ pub enum Error {
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<chainsub_store::Error> for Error {
+    fn from(e: chainsub_store::Error) -> Error {
+        match e {
+            chainsub_store::Error::Db(e) => Error::Db(e),
+            chainsub_store::Error::Inconsistent(m) => Error::Inconsistent(m),
+        }
+    }
+}

@@ -20,6 +20,7 @@ pub mod chain;
 pub mod checkouts;
 pub mod events;
 pub mod merchants;
+pub mod outbox;
 pub mod page;
 pub mod pg;
 pub mod plans;

@@ -1,5 +1,5 @@
-//! A merchant's webhook endpoint, signing secrets and deliveries, as the dashboard reads and
-//! changes them. Every function takes the [`MerchantScope`] and every statement — reads,
+//! A merchant's webhook endpoint, signing secrets and delivery history, as the dashboard
+//! reads and changes them (the outbox transitions it triggers are [`crate::outbox`]'s). Every function takes the [`MerchantScope`] and every statement — reads,
 //! UPDATEs and INSERTs alike — is keyed by it, so one merchant can never see or touch
 //! another's endpoint, secrets or deliveries.
 
@@ -10,10 +10,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Client;
 use tokio_postgres::GenericClient;
 
-use crate::{Error, MerchantScope, Result};
-
-/// The NOTIFY channel dispatchers LISTEN on (migration 0004's trigger signals it too).
-pub const OUTBOX_CHANNEL: &str = "chainsub_webhook_outbox";
+use crate::{Error, MerchantScope, Result, outbox};
 
 /// The endpoint settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,17 +58,6 @@ pub struct AttemptRow {
     pub response_excerpt: Option<String>,
 }
 
-/// What [`retry`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
-    /// Queued for an immediate attempt.
-    Queued,
-    /// Being attempted right now (leased by a dispatcher).
-    InFlight,
-    /// Unknown, or another merchant's.
-    NotFound,
-}
-
 /// Sets (or with `None` removes) the endpoint URL. Setting a URL re-enables an endpoint
 /// disabled by a 410 (the merchant has fixed it), creates the first signing secret (text
 /// `new_secret`, used only if there is none) and makes held deliveries due.
@@ -90,7 +76,7 @@ pub async fn set_url(
     .await?;
     ensure_secret(&tx, scope, new_secret).await?;
     if url.is_some() {
-        resume_held(&tx, scope).await?;
+        outbox::resume_held(&tx, scope).await?;
     }
     tx.commit().await?;
     Ok(())
@@ -105,7 +91,7 @@ pub async fn enable(client: &impl GenericClient, scope: &MerchantScope) -> Resul
             &[&scope.id()],
         )
         .await?;
-    resume_held(client, scope).await
+    outbox::resume_held(client, scope).await
 }
 
 /// The endpoint settings.
@@ -122,26 +108,6 @@ pub async fn endpoint(client: &impl GenericClient, scope: &MerchantScope) -> Res
         enabled: row.get(1),
         disabled_reason: row.get(2),
     })
-}
-
-/// Makes the merchant's waiting deliveries due now (a new URL or a re-enabled endpoint
-/// should not sit out backoff earned by the old one) and wakes the dispatchers.
-async fn resume_held(client: &impl GenericClient, scope: &MerchantScope) -> Result<()> {
-    client
-        .execute(
-            "UPDATE webhook_outbox SET next_attempt_at = now() \
-             WHERE merchant_wallet = $1 AND status = 'pending' AND next_attempt_at > now()",
-            &[&scope.wallet_bytes()],
-        )
-        .await?;
-    notify(client).await
-}
-
-async fn notify(client: &impl GenericClient) -> Result<()> {
-    client
-        .execute("SELECT pg_notify($1, '')", &[&OUTBOX_CHANNEL])
-        .await?;
-    Ok(())
 }
 
 /// Creates the current secret (`new_secret`) unless there is one; serialized with rotations
@@ -219,56 +185,6 @@ pub async fn rotate_secret(
     .await?;
     tx.commit().await?;
     Ok(())
-}
-
-/// Queues a dashboard test event whose body is `payload`, sent as is. Returns the outbox id.
-pub async fn enqueue_test(
-    client: &impl GenericClient,
-    scope: &MerchantScope,
-    event_id: &str,
-    payload: &serde_json::Value,
-) -> Result<i64> {
-    let row = client
-        .query_one(
-            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload) \
-             VALUES ($1, $2, $3) RETURNING id",
-            &[&event_id, &scope.wallet_bytes(), payload],
-        )
-        .await?;
-    Ok(row.get(0))
-}
-
-/// Puts one of the merchant's deliveries back in the queue for an immediate attempt (a
-/// failed, delivered or waiting one), unless a dispatcher holds it right now.
-pub async fn retry(
-    client: &impl GenericClient,
-    scope: &MerchantScope,
-    outbox_id: i64,
-) -> Result<Retry> {
-    let queued = client
-        .execute(
-            "UPDATE webhook_outbox SET status = 'pending', next_attempt_at = now(), \
-             locked_until = NULL \
-             WHERE id = $1 AND merchant_wallet = $2 \
-               AND (status <> 'delivering' OR locked_until IS NULL OR locked_until <= now())",
-            &[&outbox_id, &scope.wallet_bytes()],
-        )
-        .await?;
-    if queued == 1 {
-        notify(client).await?;
-        return Ok(Retry::Queued);
-    }
-    let exists = client
-        .query_opt(
-            "SELECT 1 FROM webhook_outbox WHERE id = $1 AND merchant_wallet = $2",
-            &[&outbox_id, &scope.wallet_bytes()],
-        )
-        .await?;
-    Ok(if exists.is_some() {
-        Retry::InFlight
-    } else {
-        Retry::NotFound
-    })
 }
 
 /// The merchant's deliveries, newest first, `limit` of them from before outbox id `before`,

@@ -13,7 +13,7 @@ use url::Url;
 use super::config::WebhookConfig;
 use super::schedule::{apply_retry_after, parse_retry_after};
 use super::signing::{WebhookSecret, signature_header};
-use super::store::{NextState, Outcome};
+use chainsub_store::outbox::{NextState, Outcome};
 
 /// Bytes of a receiver's answer kept for the dashboard.
 pub const EXCERPT_BYTES: usize = 1024;

@@ -22,16 +22,46 @@ use tokio_postgres::AsyncMessage;
 use super::config::WebhookConfig;
 use super::delivery::{Attempt, Deliverer};
 use super::payload;
-use super::store::{self, Claimed, Endpoint, NextState, Outcome};
+use super::signing::WebhookSecret;
 use crate::error::Result;
+use chainsub_store::outbox::{self as store, Claimed, NextState, Outcome};
 use deadpool_postgres::Pool;
 
 /// The NOTIFY channel the 0004 trigger signals on every outbox insert.
-pub const CHANNEL: &str = "chainsub_webhook_outbox";
+pub use chainsub_store::outbox::CHANNEL;
 /// Merchants considered per claim round (the oldest-due first).
 const MERCHANTS_PER_ROUND: i64 = 256;
 /// Attempts persisted per transaction at most.
 const WRITE_BATCH: usize = 512;
+
+/// A merchant's endpoint with its secrets parsed; `None` (skipped, rows wait) when none of
+/// its stored secrets is usable.
+struct Endpoint {
+    wallet: Vec<u8>,
+    url: String,
+    secrets: Vec<WebhookSecret>,
+}
+
+impl Endpoint {
+    fn of(e: store::Endpoint) -> Option<Endpoint> {
+        let secrets: Vec<WebhookSecret> = e
+            .secrets
+            .iter()
+            .filter_map(|s| match WebhookSecret::parse(s) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    tracing::error!("webhook_secrets holds a malformed secret; skipping it");
+                    None
+                }
+            })
+            .collect();
+        (!secrets.is_empty()).then_some(Endpoint {
+            wallet: e.wallet,
+            url: e.url,
+            secrets,
+        })
+    }
+}
 
 struct Shared {
     cfg: WebhookConfig,
@@ -137,7 +167,11 @@ async fn claim_loop(shared: Arc<Shared>) {
 /// rows were claimed.
 async fn claim_round(shared: &Arc<Shared>, spare: usize) -> Result<usize> {
     let conn = shared.pool.get().await?;
-    let endpoints = store::due_endpoints(&conn, MERCHANTS_PER_ROUND).await?;
+    let endpoints: Vec<Endpoint> = store::due_endpoints(&conn, MERCHANTS_PER_ROUND)
+        .await?
+        .into_iter()
+        .filter_map(Endpoint::of)
+        .collect();
     let rooms: Vec<(Endpoint, usize)> = {
         let busy = shared.per_merchant.lock().expect("per-merchant lock");
         endpoints
@@ -281,9 +315,9 @@ async fn write_outcomes(pool: Pool, mut rx: mpsc::UnboundedReceiver<Outcome>, le
         let started = std::time::Instant::now();
         let mut wait = Duration::from_millis(50);
         loop {
-            let res = async {
+            let res: Result<()> = async {
                 let mut conn = pool.get().await?;
-                store::record(&mut conn, &batch).await
+                Ok(store::record(&mut conn, &batch).await?)
             }
             .await;
             match res {

@@ -1,5 +1,5 @@
 //! The webhooks crate's error: what the dispatcher's database work can fail with. Delivery
-//! failures are not errors: they are attempts with an outcome (`store::Outcome`).
+//! failures are not errors: they are attempts with an outcome (`outbox::Outcome`).
 
 /// A dispatcher error.
 #[derive(Debug, thiserror::Error)]

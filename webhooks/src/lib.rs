@@ -21,7 +21,6 @@ pub mod payload;
 pub mod schedule;
 pub mod signing;
 pub mod ssrf;
-pub mod store;
 
 pub use config::WebhookConfig;
 pub use dispatcher::run;

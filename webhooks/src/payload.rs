@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use chainsub_store::events::EventRow;
 use tokio_postgres::Client;
 
-use super::store::Claimed;
 use crate::error::Result;
+use chainsub_store::outbox::Claimed;
 use chainsub_views::EventView;
 
 /// Bodies keyed by outbox id. A row whose event no longer exists is absent.

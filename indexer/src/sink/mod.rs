@@ -188,22 +188,8 @@ impl Sink {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let dropped = tx
-            .execute(
-                "DELETE FROM webhook_outbox o USING chain_events e
-                 WHERE e.chain_id = $1 AND e.block_number > $2 AND o.event_public_id = e.public_id
-                   AND o.test_payload IS NULL AND o.status = 'pending' AND o.attempts = 0",
-                &[&ctx.chain_id, &above],
-            )
-            .await?;
-        let sent: i64 = tx
-            .query_one(
-                "SELECT count(*) FROM webhook_outbox o JOIN chain_events e ON o.event_public_id = e.public_id
-                 WHERE e.chain_id = $1 AND e.block_number > $2 AND o.test_payload IS NULL",
-                &[&ctx.chain_id, &above],
-            )
-            .await?
-            .get(0);
+        let (dropped, sent) =
+            chainsub_store::outbox::retract_above(&tx, ctx.chain_id, above).await?;
         if sent > 0 {
             // Webhooks already attempted for events that are no longer on the chain: the
             // confirmations setting was too low for this chain. Loud, but not fatal.
@@ -366,18 +352,6 @@ impl Ctx {
         let Some(upto) = self.confirmed_upto(tip) else {
             return Ok(0);
         };
-        let n = tx
-            .execute(
-                "WITH due AS (
-                     UPDATE chain_events SET enqueued = TRUE
-                     WHERE chain_id = $1 AND NOT enqueued AND kind IS NOT NULL AND block_number <= $2
-                     RETURNING id, public_id, merchant_wallet)
-                 INSERT INTO webhook_outbox (event_public_id, merchant_wallet)
-                 SELECT public_id, merchant_wallet FROM due ORDER BY id
-                 ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
-                &[&self.chain_id, &(upto as i64)],
-            )
-            .await?;
-        Ok(n)
+        Ok(chainsub_store::outbox::enqueue_confirmed(tx, self.chain_id, upto as i64).await?)
     }
 }

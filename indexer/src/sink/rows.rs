@@ -144,30 +144,23 @@ pub async fn insert_events(
         .collect()
 }
 
-/// Outbox rows for the events of this batch marked `enqueued`, in chain order.
+/// Outbox rows for the events of this batch marked `enqueued`, in chain order
+/// ([`chainsub_store::outbox::enqueue`]).
 pub async fn insert_outbox(
     tx: &Transaction<'_>,
     events: &[MappedEvent],
     enqueued: &[bool],
 ) -> Result<u64> {
-    let (mut ids, mut wallets) = (Vec::new(), Vec::new());
-    for (e, _) in events.iter().zip(enqueued).filter(|(_, q)| **q) {
-        ids.push(e.public_id.as_str());
-        wallets.push(e.merchant.map(|m| m.to_vec()).unwrap_or_default());
-    }
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let n = tx
-        .execute(
-            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet)
-             SELECT u.id, u.w FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, i)
-             ORDER BY u.i
-             ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
-            &[&ids, &wallets],
-        )
-        .await?;
-    Ok(n)
+    let rows: Vec<(&str, Vec<u8>)> = events
+        .iter()
+        .zip(enqueued)
+        .filter(|(_, q)| **q)
+        .map(|(e, _)| {
+            let wallet = e.merchant.map(|m| m.to_vec()).unwrap_or_default();
+            (e.public_id.as_str(), wallet)
+        })
+        .collect();
+    Ok(chainsub_store::outbox::enqueue(tx, &rows).await?)
 }
 
 /// Ledger rows (charges and failed charges) and plans for the events just inserted.

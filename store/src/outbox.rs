@@ -1,16 +1,36 @@
-//! The dispatcher's SQL: discovering due work, claiming it under a lease, and recording
-//! outcomes. Claims are `FOR UPDATE SKIP LOCKED` plus a lease (`locked_until`), so any
-//! number of dispatchers share the outbox without double delivery, and a dispatcher that
-//! dies mid-delivery only delays its rows until the lease runs out.
+//! The webhook outbox's one state machine: every transition of a `webhook_outbox` row, for
+//! all three writers.
+//!
+//! ```text
+//!   indexer: enqueue (confirmed event) ──> pending ──claim──> delivering ──record──> delivered
+//!                                             ^                   │  └──record──> failed
+//!        dashboard: retry, resume ────────────┘<──record (retry)──┘        │
+//!        dispatcher: release (never sent) ────┘                            │
+//!   indexer: retract (reorg, never attempted) ──> row deleted    dashboard: retry ─┘
+//! ```
+//!
+//! - **Indexer** ([`enqueue`], [`enqueue_confirmed`], [`retract_above`]): a row per
+//!   lifecycle event once it has CONFIRMATIONS, in chain order, idempotent per event; a reorg
+//!   deletes the rows of undone events that no dispatcher has attempted yet.
+//! - **Dispatcher** ([`due_endpoints`], [`claim`], [`record`], [`release`]): claims are `FOR
+//!   UPDATE SKIP LOCKED` plus a lease (`locked_until`), so any number of dispatchers share the
+//!   outbox without double delivery, and one that dies mid-delivery only delays its rows
+//!   until the lease runs out. Outcomes are fenced by the attempt number.
+//! - **Dashboard** ([`retry`], [`resume_held`], [`enqueue_test`]): scoped to the
+//!   [`MerchantScope`]; they never take a row a dispatcher holds.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use chainsub_core::OutboxStatus;
 use chrono::{DateTime, Utc};
-use tokio_postgres::Client;
+use tokio_postgres::{Client, GenericClient};
 
-use super::signing::WebhookSecret;
-use crate::error::Result;
+use crate::{MerchantScope, Result};
+
+/// The NOTIFY channel dispatchers LISTEN on (migration 0004's trigger signals it on every
+/// insert; [`retry`] and [`resume_held`] signal it too).
+pub const CHANNEL: &str = "chainsub_webhook_outbox";
 
 /// Condition shared by every "is this row due" query (`o` is webhook_outbox).
 const DUE: &str = "o.status IN ('pending', 'delivering') AND o.next_attempt_at <= now() \
@@ -21,8 +41,8 @@ const DUE: &str = "o.status IN ('pending', 'delivering') AND o.next_attempt_at <
 pub struct Endpoint {
     pub wallet: Vec<u8>,
     pub url: String,
-    /// Live secrets, newest first (two during a rotation overlap).
-    pub secrets: Vec<WebhookSecret>,
+    /// Live secrets (`whsec_…` text), newest first (two during a rotation overlap).
+    pub secrets: Vec<String>,
 }
 
 /// Merchants that have due rows, a URL, an enabled endpoint and a live secret, oldest due
@@ -74,7 +94,7 @@ pub async fn due_endpoints(client: &Client, limit: i64) -> Result<Vec<Endpoint>>
 async fn live_secrets_by_wallet(
     client: &Client,
     wallets: &[Vec<u8>],
-) -> Result<HashMap<Vec<u8>, Vec<WebhookSecret>>> {
+) -> Result<HashMap<Vec<u8>, Vec<String>>> {
     let rows = client
         .query(
             "SELECT m.wallet, s.secret FROM webhook_secrets s JOIN merchants m ON m.id = s.merchant_id
@@ -83,13 +103,9 @@ async fn live_secrets_by_wallet(
             &[&wallets],
         )
         .await?;
-    let mut out: HashMap<Vec<u8>, Vec<WebhookSecret>> = HashMap::new();
+    let mut out: HashMap<Vec<u8>, Vec<String>> = HashMap::new();
     for r in rows {
-        let text: String = r.get(1);
-        match WebhookSecret::parse(&text) {
-            Ok(s) => out.entry(r.get(0)).or_default().push(s),
-            Err(_) => tracing::error!("webhook_secrets holds a malformed secret; skipping it"),
-        }
+        out.entry(r.get(0)).or_default().push(r.get(1));
     }
     Ok(out)
 }
@@ -197,10 +213,13 @@ pub async fn record(client: &mut Client, outcomes: &[Outcome]) -> Result<()> {
     let now = Utc::now();
     let status: Vec<&str> = outcomes
         .iter()
-        .map(|o| match o.next {
-            NextState::Delivered => "delivered",
-            NextState::Retry(_) => "pending",
-            NextState::Failed => "failed",
+        .map(|o| {
+            match o.next {
+                NextState::Delivered => OutboxStatus::Delivered,
+                NextState::Retry(_) => OutboxStatus::Pending,
+                NextState::Failed => OutboxStatus::Failed,
+            }
+            .as_str()
         })
         .collect();
     let next_at: Vec<DateTime<Utc>> = outcomes
@@ -262,4 +281,152 @@ pub async fn queue_depth(client: &Client) -> Result<i64> {
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// Outbox rows for lifecycle events (`(event public id, merchant wallet)`, in chain order),
+/// once each: a row that exists already is left alone. Returns the rows written.
+pub async fn enqueue(client: &impl GenericClient, events: &[(&str, Vec<u8>)]) -> Result<u64> {
+    if events.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<&str> = events.iter().map(|(id, _)| *id).collect();
+    let wallets: Vec<&[u8]> = events.iter().map(|(_, w)| w.as_slice()).collect();
+    Ok(client
+        .execute(
+            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet) \
+             SELECT u.id, u.w FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, i) \
+             ORDER BY u.i \
+             ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
+            &[&ids, &wallets],
+        )
+        .await?)
+}
+
+/// Outbox rows for the stored lifecycle events of `chain_id` up to block `upto` that have
+/// none yet (marking them `enqueued`), in chain order. Returns the rows written.
+pub async fn enqueue_confirmed(
+    client: &impl GenericClient,
+    chain_id: i64,
+    upto: i64,
+) -> Result<u64> {
+    Ok(client
+        .execute(
+            "WITH due AS ( \
+                 UPDATE chain_events SET enqueued = TRUE \
+                 WHERE chain_id = $1 AND NOT enqueued AND kind IS NOT NULL AND block_number <= $2 \
+                 RETURNING id, public_id, merchant_wallet) \
+             INSERT INTO webhook_outbox (event_public_id, merchant_wallet) \
+             SELECT public_id, merchant_wallet FROM due ORDER BY id \
+             ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
+            &[&chain_id, &upto],
+        )
+        .await?)
+}
+
+/// A reorg undid the blocks of `chain_id` above `above`: deletes their events' rows that no
+/// dispatcher has attempted. Returns (rows deleted, rows of undone events already attempted —
+/// webhooks merchants may have received for facts the chain took back).
+pub async fn retract_above(
+    client: &impl GenericClient,
+    chain_id: i64,
+    above: i64,
+) -> Result<(u64, i64)> {
+    let dropped = client
+        .execute(
+            "DELETE FROM webhook_outbox o USING chain_events e \
+             WHERE e.chain_id = $1 AND e.block_number > $2 AND o.event_public_id = e.public_id \
+               AND o.test_payload IS NULL AND o.status = 'pending' AND o.attempts = 0",
+            &[&chain_id, &above],
+        )
+        .await?;
+    let sent: i64 = client
+        .query_one(
+            "SELECT count(*) FROM webhook_outbox o JOIN chain_events e ON o.event_public_id = e.public_id \
+             WHERE e.chain_id = $1 AND e.block_number > $2 AND o.test_payload IS NULL",
+            &[&chain_id, &above],
+        )
+        .await?
+        .get(0);
+    Ok((dropped, sent))
+}
+
+/// Makes the merchant's waiting deliveries due now (a new URL or a re-enabled endpoint
+/// should not sit out backoff earned by the old one) and wakes the dispatchers.
+pub async fn resume_held(client: &impl GenericClient, scope: &MerchantScope) -> Result<()> {
+    client
+        .execute(
+            "UPDATE webhook_outbox SET next_attempt_at = now() \
+             WHERE merchant_wallet = $1 AND status = 'pending' AND next_attempt_at > now()",
+            &[&scope.wallet_bytes()],
+        )
+        .await?;
+    notify(client).await
+}
+
+async fn notify(client: &impl GenericClient) -> Result<()> {
+    client
+        .execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+        .await?;
+    Ok(())
+}
+
+/// Queues a dashboard test event whose body is `payload`, sent as is. Returns the outbox id.
+pub async fn enqueue_test(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    event_id: &str,
+    payload: &serde_json::Value,
+) -> Result<i64> {
+    let row = client
+        .query_one(
+            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload) \
+             VALUES ($1, $2, $3) RETURNING id",
+            &[&event_id, &scope.wallet_bytes(), payload],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// What [`retry`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Queued for an immediate attempt.
+    Queued,
+    /// Being attempted right now (leased by a dispatcher).
+    InFlight,
+    /// Unknown, or another merchant's.
+    NotFound,
+}
+
+/// Puts one of the merchant's deliveries back in the queue for an immediate attempt (a
+/// failed, delivered or waiting one), unless a dispatcher holds it right now.
+pub async fn retry(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    outbox_id: i64,
+) -> Result<Retry> {
+    let queued = client
+        .execute(
+            "UPDATE webhook_outbox SET status = 'pending', next_attempt_at = now(), \
+             locked_until = NULL \
+             WHERE id = $1 AND merchant_wallet = $2 \
+               AND (status <> 'delivering' OR locked_until IS NULL OR locked_until <= now())",
+            &[&outbox_id, &scope.wallet_bytes()],
+        )
+        .await?;
+    if queued == 1 {
+        notify(client).await?;
+        return Ok(Retry::Queued);
+    }
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM webhook_outbox WHERE id = $1 AND merchant_wallet = $2",
+            &[&outbox_id, &scope.wallet_bytes()],
+        )
+        .await?;
+    Ok(if exists.is_some() {
+        Retry::InFlight
+    } else {
+        Retry::NotFound
+    })
 }
