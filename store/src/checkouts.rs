@@ -91,3 +91,39 @@ pub async fn stored_customer_ref(
         .await?
         .map(|r| r.get(0)))
 }
+
+/// A new checkout link of one of the merchant's plans.
+#[derive(Debug, Clone)]
+pub struct NewCheckout<'a> {
+    pub public_id: &'a chainsub_core::CheckoutId,
+    /// The plan's row id (from a scoped plan lookup).
+    pub plan: i64,
+    pub customer_external_id: Option<&'a str>,
+    pub customer_ref: [u8; 32],
+    pub url: &'a str,
+}
+
+/// Records a checkout link of `scope`'s; returns its creation time.
+pub async fn insert(
+    client: &impl GenericClient,
+    scope: &crate::MerchantScope,
+    c: &NewCheckout<'_>,
+) -> Result<chrono::DateTime<chrono::Utc>> {
+    Ok(client
+        .query_one(
+            "INSERT INTO checkouts (public_id, merchant_id, plan_id, customer_external_id, \
+             customer_ref, url) \
+             SELECT $1, $2, p.id, $4, $5, $6 FROM plans p WHERE p.id = $3 AND p.merchant_id = $2 \
+             RETURNING created_at",
+            &[
+                &c.public_id.as_str(),
+                &scope.id(),
+                &c.plan,
+                &c.customer_external_id,
+                &c.customer_ref.as_slice(),
+                &c.url,
+            ],
+        )
+        .await?
+        .get(0))
+}

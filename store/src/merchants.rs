@@ -151,6 +151,82 @@ fn new_code() -> String {
         .collect()
 }
 
+/// The merchant's live API key as the dashboard shows it (never the key itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyStatus {
+    pub prefix: String,
+    pub last4: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The merchant's live key, if any.
+pub async fn api_key_status(
+    client: &impl tokio_postgres::GenericClient,
+    scope: &MerchantScope,
+) -> Result<Option<KeyStatus>> {
+    let row = client
+        .query_opt(
+            "SELECT prefix, last4, created_at, last_used_at FROM api_keys \
+             WHERE merchant_id = $1 AND revoked_at IS NULL",
+            &[&scope.id()],
+        )
+        .await?;
+    Ok(row.map(|r| KeyStatus {
+        prefix: r.get(0),
+        last4: r.get(1),
+        created_at: r.get(2),
+        last_used_at: r.get(3),
+    }))
+}
+
+/// Makes the key with `key_hash` (shown as `prefix…last4`) the merchant's only live key:
+/// the old one is revoked in the same transaction, so it fails from the moment the new one
+/// exists. Returns whether there was an old one.
+pub async fn replace_api_key(
+    client: &mut tokio_postgres::Client,
+    scope: &MerchantScope,
+    key_hash: &[u8],
+    prefix: &str,
+    last4: &str,
+) -> Result<bool> {
+    let tx = client.transaction().await?;
+    // Serializes concurrent rotations of one merchant (the one-live-key index would
+    // otherwise fail the loser).
+    tx.execute(
+        "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
+        &[&scope.id()],
+    )
+    .await?;
+    let revoked = tx
+        .execute(
+            "UPDATE api_keys SET revoked_at = now() WHERE merchant_id = $1 AND revoked_at IS NULL",
+            &[&scope.id()],
+        )
+        .await?;
+    tx.execute(
+        "INSERT INTO api_keys (merchant_id, key_hash, prefix, last4) VALUES ($1, $2, $3, $4)",
+        &[&scope.id(), &key_hash, &prefix, &last4],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(revoked > 0)
+}
+
+/// Revokes the merchant's live key, if any. Returns whether one was revoked.
+pub async fn revoke_api_key(
+    client: &impl tokio_postgres::GenericClient,
+    scope: &MerchantScope,
+) -> Result<bool> {
+    let n = client
+        .execute(
+            "UPDATE api_keys SET revoked_at = now() WHERE merchant_id = $1 AND revoked_at IS NULL",
+            &[&scope.id()],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
 /// The merchant of `wallet`, created if it does not exist yet (safe under concurrency).
 ///
 /// Only for a wallet that has just proved itself (a verified SIWE signature) or for the

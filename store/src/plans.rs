@@ -207,3 +207,103 @@ pub async fn record_provisioning(
 pub fn list_statements() -> Vec<&'static str> {
     LIST.iter().map(String::as_str).collect()
 }
+
+/// The plan a merchant created with an Idempotency-Key (keys older than 24 hours are
+/// released first: the key is free for a new request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedPlan {
+    pub id: i64,
+    pub active: bool,
+    pub name: String,
+    /// Base units, as text.
+    pub amount: String,
+    pub slug: String,
+}
+
+/// `scope`'s plan created with Idempotency-Key `key`, if any (releasing expired keys first).
+pub async fn by_idempotency_key(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    key: &str,
+) -> Result<Option<KeyedPlan>> {
+    client
+        .execute(
+            "UPDATE plans SET idempotency_key = NULL WHERE merchant_id = $1 \
+             AND idempotency_key = $2 AND created_at < now() - interval '24 hours'",
+            &[&scope.id(), &key],
+        )
+        .await?;
+    let row = client
+        .query_opt(
+            "SELECT id, provision_status = 'active', name, amount::TEXT, slug FROM plans \
+             WHERE merchant_id = $1 AND idempotency_key = $2",
+            &[&scope.id(), &key],
+        )
+        .await?;
+    Ok(row.map(|r| KeyedPlan {
+        id: r.get(0),
+        active: r.get(1),
+        name: r.get(2),
+        amount: r.get(3),
+        slug: r.get(4),
+    }))
+}
+
+/// A new plan row (not yet provisioned).
+#[derive(Debug, Clone)]
+pub struct NewPlan<'a> {
+    pub public_id: &'a PlanId,
+    pub name: &'a str,
+    /// Base units.
+    pub amount: u128,
+    pub slug: &'a str,
+    pub plan_ref: [u8; 32],
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// What [`insert`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// The new plan's row id.
+    Plan(i64),
+    /// `scope` already has a plan with this slug.
+    SlugTaken,
+    /// `scope` already has a plan with this Idempotency-Key (a concurrent request won).
+    KeyTaken,
+}
+
+/// Inserts one of `scope`'s plans.
+pub async fn insert(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    plan: &NewPlan<'_>,
+) -> Result<Inserted> {
+    let res = client
+        .query_one(
+            "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, \
+             plan_ref, idempotency_key) \
+             VALUES ($1, $2, $3, $4::TEXT::NUMERIC, 'USDC', 'month', $5, $6, $7) RETURNING id",
+            &[
+                &plan.public_id.as_str(),
+                &scope.id(),
+                &plan.name,
+                &plan.amount.to_string(),
+                &plan.slug,
+                &plan.plan_ref.as_slice(),
+                &plan.idempotency_key,
+            ],
+        )
+        .await;
+    match res {
+        Ok(row) => Ok(Inserted::Plan(row.get(0))),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            let constraint = e.as_db_error().and_then(|d| d.constraint());
+            Ok(if constraint == Some("plans_idempotency_key") {
+                Inserted::KeyTaken
+            } else {
+                Inserted::SlugTaken
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}

@@ -100,23 +100,17 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
 }
 
 /// Key status: prefix, last 4, created and last used; `key: null` when there is none.
-pub async fn status(client: &impl GenericClient, merchant_id: i64) -> Result<Value> {
-    let row = client
-        .query_opt(
-            "SELECT prefix, last4, created_at, last_used_at FROM api_keys \
-             WHERE merchant_id = $1 AND revoked_at IS NULL",
-            &[&merchant_id],
-        )
-        .await?;
-    let key = row.map(|r| {
-        json!({
-            "prefix": r.get::<_, String>("prefix"),
-            "last4": r.get::<_, String>("last4"),
-            "createdAt": crate::render::time(r.get("created_at")),
-            "lastUsedAt": r.get::<_, Option<chrono::DateTime<chrono::Utc>>>("last_used_at")
-                .map(crate::render::time),
-        })
-    });
+pub async fn status(client: &impl GenericClient, merchant: &Merchant) -> Result<Value> {
+    let key = chainsub_store::merchants::api_key_status(client, merchant)
+        .await?
+        .map(|k| {
+            json!({
+                "prefix": k.prefix,
+                "last4": k.last4,
+                "createdAt": crate::render::time(k.created_at),
+                "lastUsedAt": k.last_used_at.map(crate::render::time),
+            })
+        });
     Ok(json!({ "object": "api_key_status", "active": key.is_some(), "key": key }))
 }
 
@@ -124,41 +118,23 @@ pub async fn status(client: &impl GenericClient, merchant_id: i64) -> Result<Val
 /// transaction, so it fails from the moment the new one exists.
 pub async fn create_or_rotate(
     client: &mut tokio_postgres::Client,
-    merchant_id: i64,
+    merchant: &Merchant,
 ) -> Result<(ApiKey, bool)> {
-    let tx = client.transaction().await?;
-    // Serializes concurrent rotations of one merchant (the one-live-key index would
-    // otherwise fail the loser).
-    tx.execute(
-        "SELECT 1 FROM merchants WHERE id = $1 FOR UPDATE",
-        &[&merchant_id],
-    )
-    .await?;
-    let revoked = tx
-        .execute(
-            "UPDATE api_keys SET revoked_at = now() WHERE merchant_id = $1 AND revoked_at IS NULL",
-            &[&merchant_id],
-        )
-        .await?;
     let key = ApiKey::generate();
-    tx.execute(
-        "INSERT INTO api_keys (merchant_id, key_hash, prefix, last4) VALUES ($1, $2, $3, $4)",
-        &[&merchant_id, &key.hash().as_slice(), &PREFIX, &key.last4()],
+    let rotated = chainsub_store::merchants::replace_api_key(
+        client,
+        merchant,
+        key.hash().as_slice(),
+        PREFIX,
+        key.last4(),
     )
     .await?;
-    tx.commit().await?;
-    Ok((key, revoked > 0))
+    Ok((key, rotated))
 }
 
 /// Revokes the live key, if any. Returns whether one was revoked.
-pub async fn revoke(client: &impl GenericClient, merchant_id: i64) -> Result<bool> {
-    let n = client
-        .execute(
-            "UPDATE api_keys SET revoked_at = now() WHERE merchant_id = $1 AND revoked_at IS NULL",
-            &[&merchant_id],
-        )
-        .await?;
-    Ok(n > 0)
+pub async fn revoke(client: &impl GenericClient, merchant: &Merchant) -> Result<bool> {
+    Ok(chainsub_store::merchants::revoke_api_key(client, merchant).await?)
 }
 
 /// `api admin create-key --wallet`: the merchant (created if needed) and a fresh key.
@@ -167,7 +143,7 @@ pub async fn admin_create_key(
     wallet: alloy::primitives::Address,
 ) -> Result<(Merchant, ApiKey)> {
     let merchant = merchants::find_or_create(&*client, wallet).await?;
-    let (key, _) = create_or_rotate(client, merchant.id()).await?;
+    let (key, _) = create_or_rotate(client, &merchant).await?;
     Ok((merchant, key))
 }
 

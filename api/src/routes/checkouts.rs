@@ -8,7 +8,7 @@ use warp::http::StatusCode;
 
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
-use crate::domain::{random_hex, text};
+use crate::domain::text;
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{Caller, caller, method_fallback};
 use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
@@ -95,23 +95,16 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                 crate::checkout::url(&ctx.cfg.base(), secret, merchant.code(), &slug, customer);
             let customer_ref =
                 crate::checkout::customer_ref(secret, merchant.public_id().as_str(), customer);
-            let public_id = format!("chk_{}", random_hex(12));
+            let public_id = chainsub_core::CheckoutId::random(12);
             let conn = ctx.pool.get().await?;
-            let created: chrono::DateTime<chrono::Utc> = conn
-                .query_one(
-                    "INSERT INTO checkouts (public_id, merchant_id, plan_id, customer_external_id, \
-                     customer_ref, url) VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at",
-                    &[
-                        &public_id,
-                        &merchant.id(),
-                        &plan_pk,
-                        &input.customer,
-                        &customer_ref.as_slice(),
-                        &url,
-                    ],
-                )
-                .await?
-                .get(0);
+            let checkout = chainsub_store::checkouts::NewCheckout {
+                public_id: &public_id,
+                plan: plan_pk,
+                customer_external_id: input.customer.as_deref(),
+                customer_ref,
+                url: &url,
+            };
+            let created = chainsub_store::checkouts::insert(&conn, &merchant, &checkout).await?;
             Ok(Resp::with_status(
                 StatusCode::CREATED,
                 json!({

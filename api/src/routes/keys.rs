@@ -48,7 +48,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 
 async fn get_status(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
-    Ok(Resp::json(api_key::status(&**conn, s.merchant.id()).await?))
+    Ok(Resp::json(api_key::status(&**conn, &s.merchant).await?))
 }
 
 /// A replayed key response must not carry the plaintext (it is never stored).
@@ -84,9 +84,9 @@ async fn create(
         redact_key,
         || async {
             let mut conn = ctx.pool.get().await?;
-            let (key, rotated) = api_key::create_or_rotate(&mut conn, s.merchant.id()).await?;
+            let (key, rotated) = api_key::create_or_rotate(&mut conn, &s.merchant).await?;
             tracing::info!(merchant = %s.merchant.public_id(), rotated, "api key issued");
-            let status = api_key::status(&**conn, s.merchant.id()).await?;
+            let status = api_key::status(&**conn, &s.merchant).await?;
             Ok(Resp::with_status(
                 StatusCode::CREATED,
                 json!({
@@ -103,8 +103,8 @@ async fn create(
 
 async fn revoke(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
-    let revoked = api_key::revoke(&**conn, s.merchant.id()).await?;
-    let mut status = api_key::status(&**conn, s.merchant.id()).await?;
+    let revoked = api_key::revoke(&**conn, &s.merchant).await?;
+    let mut status = api_key::status(&**conn, &s.merchant).await?;
     status["revoked"] = json!(revoked);
     Ok(Resp::json(status))
 }

@@ -219,7 +219,7 @@ async fn developers(ctx: &Ctx, cookie: Option<&str>, remote: &ClientAddr) -> Res
         Err(e) => return Err(e),
     };
     let conn = ctx.pool.get().await?;
-    let key = api_key::status(&**conn, s.merchant.id()).await?;
+    let key = api_key::status(&**conn, &s.merchant).await?;
     let webhook = settings::endpoint(&conn, &s.merchant).await?;
     Ok(dashboard::signed_in(&ctx.cfg, &s, &key, &webhook))
 }

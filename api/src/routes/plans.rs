@@ -10,10 +10,9 @@
 use alloy::primitives::{B256, U256};
 use bytes::Bytes;
 use chainsub_core::PlanId;
-use chainsub_store::plans as store;
+use chainsub_store::plans::{self as store, Inserted};
 use serde_json::{Map, Value, json};
 use tokio_postgres::Row;
-use tokio_postgres::error::SqlState;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
@@ -299,27 +298,12 @@ async fn existing_for_key(
 ) -> Result<Option<(i64, bool)>> {
     let Some(key) = key else { return Ok(None) };
     let conn = ctx.pool.get().await?;
-    // An expired key is free for a new request: the old plan lets go of it.
-    conn.execute(
-        "UPDATE plans SET idempotency_key = NULL WHERE merchant_id = $1 \
-         AND idempotency_key = $2 AND created_at < now() - interval '24 hours'",
-        &[&merchant.id(), &key],
-    )
-    .await?;
-    let row = conn
-        .query_opt(
-            "SELECT id, provision_status = 'active', name, amount::TEXT, slug FROM plans \
-             WHERE merchant_id = $1 AND idempotency_key = $2",
-            &[&merchant.id(), &key],
-        )
-        .await?;
-    let Some(row) = row else { return Ok(None) };
-    let same = row.get::<_, String>(2) == input.name
-        && row.get::<_, String>(3) == input.amount.base_units().to_string()
-        && input
-            .slug
-            .as_ref()
-            .is_none_or(|s| row.get::<_, String>(4) == s.as_str());
+    let Some(row) = chainsub_store::plans::by_idempotency_key(&conn, merchant, key).await? else {
+        return Ok(None);
+    };
+    let same = row.name == input.name
+        && row.amount == input.amount.base_units().to_string()
+        && input.slug.as_ref().is_none_or(|s| row.slug == s.as_str());
     if !same {
         return Err(ApiError::Conflict {
             code: "idempotency_key_reused",
@@ -327,7 +311,7 @@ async fn existing_for_key(
             param: None,
         });
     }
-    Ok(Some((row.get(0), row.get(1))))
+    Ok(Some((row.id, row.active)))
 }
 
 async fn insert(
@@ -341,7 +325,6 @@ async fn insert(
         .slug
         .clone()
         .unwrap_or_else(|| Slug::from_name(&input.name));
-    let amount = input.amount.base_units().to_string();
     for attempt in 0..5 {
         // A derived slug that is taken gets a short random suffix; an explicit one is a 409.
         let slug = if attempt == 0 {
@@ -349,44 +332,33 @@ async fn insert(
         } else {
             format!("{}-{}", base.as_str(), random_hex(2))
         };
-        let plan_ref: [u8; 32] = rand::random();
-        let res = conn
-            .query_one(
-                "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, plan_ref, \
-                 idempotency_key) \
-                 VALUES ($1, $2, $3, $4::TEXT::NUMERIC, 'USDC', 'month', $5, $6, $7) RETURNING id",
-                &[
-                    &format!("plan_{}", random_hex(12)),
-                    &merchant.id(),
-                    &input.name,
-                    &amount,
-                    &slug,
-                    &plan_ref.as_slice(),
-                    &idempotency_key,
-                ],
-            )
-            .await;
-        match res {
-            Ok(row) => return Ok(row.get(0)),
-            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-                let constraint = e.as_db_error().and_then(|d| d.constraint());
-                if constraint == Some("plans_idempotency_key") {
-                    // A concurrent retry with the same key won the insert: resume its plan.
-                    if let Some((id, _)) =
-                        existing_for_key(ctx, merchant, idempotency_key, input).await?
-                    {
-                        return Ok(id);
-                    }
-                }
-                if input.slug.is_some() {
-                    return Err(ApiError::Conflict {
-                        code: "slug_taken",
-                        message: format!("you already have a plan with slug `{slug}`"),
-                        param: Some("slug".into()),
-                    });
+        let public_id = PlanId::random(12);
+        let row = chainsub_store::plans::NewPlan {
+            public_id: &public_id,
+            name: &input.name,
+            amount: input.amount.base_units(),
+            slug: &slug,
+            plan_ref: rand::random(),
+            idempotency_key,
+        };
+        match chainsub_store::plans::insert(&conn, merchant, &row).await? {
+            Inserted::Plan(id) => return Ok(id),
+            Inserted::KeyTaken => {
+                // A concurrent retry with the same key won the insert: resume its plan.
+                if let Some((id, _)) =
+                    existing_for_key(ctx, merchant, idempotency_key, input).await?
+                {
+                    return Ok(id);
                 }
             }
-            Err(e) => return Err(e.into()),
+            Inserted::SlugTaken if input.slug.is_some() => {
+                return Err(ApiError::Conflict {
+                    code: "slug_taken",
+                    message: format!("you already have a plan with slug `{slug}`"),
+                    param: Some("slug".into()),
+                });
+            }
+            Inserted::SlugTaken => {}
         }
     }
     Err(ApiError::Conflict {
