@@ -14,9 +14,20 @@ pub type Conn = deadpool_postgres::Object;
 /// The session setting of every pooled connection.
 pub const GENERIC_PLANS: &str = "-c plan_cache_mode=force_generic_plan";
 
-/// Builds a pool. Connections are made lazily, so this succeeds while the database is down;
-/// waits are bounded so an outage turns into prompt 503s instead of hung requests.
+/// The API's pool: its connections use generic plans ([`GENERIC_PLANS`]). Connections are
+/// made lazily, so this succeeds while the database is down; waits are bounded so an outage
+/// turns into prompt 503s instead of hung requests.
 pub fn pool(database_url: &str, size: usize) -> Result<Pool> {
+    build(database_url, size, true)
+}
+
+/// A pool with Postgres's default planning, for the webhook dispatcher: its outbox
+/// statements (claims, the due-merchant skip scan) were never checked under generic plans.
+pub fn dispatcher_pool(database_url: &str, size: usize) -> Result<Pool> {
+    build(database_url, size, false)
+}
+
+fn build(database_url: &str, size: usize, generic_plans: bool) -> Result<Pool> {
     let mut db = database(database_url)?;
     let config = db.config_mut();
     config.connect_timeout(Duration::from_secs(3));
@@ -25,11 +36,13 @@ pub fn pool(database_url: &str, size: usize) -> Result<Pool> {
     // optional filters on every execution (its generic-plan estimate loses to the custom
     // one): ~1 ms of planning for 0.2 ms of execution on a subscriptions page, most of the
     // database's work per request. Generic plans are made once per connection.
-    let options = match config.get_options() {
-        Some(o) if !o.is_empty() => format!("{o} {GENERIC_PLANS}"),
-        _ => GENERIC_PLANS.to_string(),
-    };
-    config.options(&options);
+    if generic_plans {
+        let options = match config.get_options() {
+            Some(o) if !o.is_empty() => format!("{o} {GENERIC_PLANS}"),
+            _ => GENERIC_PLANS.to_string(),
+        };
+        config.options(&options);
+    }
     let mgr = db.manager(ManagerConfig {
         // Verify a connection before reuse so a restarted database heals the pool.
         recycling_method: RecyclingMethod::Fast,

@@ -1,5 +1,5 @@
 //! The webhook dispatcher ([`chainsub_webhooks`]) as the `api` binary runs it: inside
-//! `serve` on the server's pool, or alone as `api dispatch` with its own metrics listener.
+//! `serve` on a pool of its own, or alone as `api dispatch` with its own metrics listener.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -9,10 +9,13 @@ use chainsub_webhooks::{WebhookConfig, dispatcher};
 use crate::ctx::Ctx;
 use crate::http::error::Result;
 
-/// Runs the dispatcher inside `api serve`, on the server's pool, until `shutdown`.
+/// Runs the dispatcher inside `api serve` until `shutdown`, on a pool of its own (default
+/// planning, at most 8 connections) so that deliveries never wait behind API requests.
 pub async fn run_dispatcher(ctx: Ctx, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+    let size = ctx.cfg.database_pool_size.min(8);
+    let pool = crate::db::dispatcher_pool(&ctx.cfg.database_url, size)?;
     Ok(dispatcher::run(
-        ctx.pool.clone(),
+        pool,
         ctx.cfg.database_url.clone(),
         ctx.cfg.webhooks.clone(),
         shutdown,
@@ -47,7 +50,7 @@ pub async fn run_standalone(
     if !args.no_migrate {
         crate::db::migrate(&args.database_url).await?;
     }
-    let pool = crate::db::pool(&args.database_url, args.database_pool_size)?;
+    let pool = crate::db::dispatcher_pool(&args.database_url, args.database_pool_size)?;
     if let Some(addr) = args.metrics_listen {
         let handle = crate::metrics::install();
         let listener = tokio::net::TcpListener::bind(addr)

@@ -1,6 +1,6 @@
 //! JSON helpers for the objects not yet moved to [`crate::views`] (plans, checkouts, keys,
 //! sessions). Chain-derived objects — subscriptions, ledgers, events, webhook bodies — are
-//! typed views.
+//! typed views (`chainsub_views`).
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};

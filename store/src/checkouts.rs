@@ -103,14 +103,15 @@ pub struct NewCheckout<'a> {
     pub url: &'a str,
 }
 
-/// Records a checkout link of `scope`'s; returns its creation time.
+/// Records a checkout link of `scope`'s; returns its creation time (`None` when the plan is
+/// not one of `scope`'s).
 pub async fn insert(
     client: &impl GenericClient,
     scope: &crate::MerchantScope,
     c: &NewCheckout<'_>,
-) -> Result<chrono::DateTime<chrono::Utc>> {
+) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
     Ok(client
-        .query_one(
+        .query_opt(
             "INSERT INTO checkouts (public_id, merchant_id, plan_id, customer_external_id, \
              customer_ref, url) \
              SELECT $1, $2, p.id, $4, $5, $6 FROM plans p WHERE p.id = $3 AND p.merchant_id = $2 \
@@ -125,5 +126,5 @@ pub async fn insert(
             ],
         )
         .await?
-        .get(0))
+        .map(|r| r.get(0)))
 }

@@ -126,12 +126,19 @@ pub async fn by_ids(
 ) -> Result<Vec<EventRow>> {
     static BY_IDS: LazyLock<String> =
         LazyLock::new(|| format!("{SELECT} WHERE ce.public_id = ANY($1)"));
-    client
-        .query(BY_IDS.as_str(), &[&ids])
-        .await?
+    let rows = client.query(BY_IDS.as_str(), &[&ids]).await?;
+    // A row that does not read as an event is left out (logged): its delivery then fails as
+    // "event not found" instead of one bad row stalling every body of the claim round.
+    Ok(rows
         .iter()
-        .map(EventRow::from_row)
-        .collect()
+        .filter_map(|r| match EventRow::from_row(r) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::error!(error = %e, "an event row does not read; its webhook cannot be sent");
+                None
+            }
+        })
+        .collect())
 }
 
 /// A merchant's lifecycle events: `$1` wallet, `$2` chain id.

@@ -109,9 +109,7 @@ impl<'a> From<&'a DeliveryRow> for DeliveryView<'a> {
 }
 
 fn usdc_text(units: Option<&str>) -> Option<String> {
-    units
-        .and_then(|u| u.parse::<u128>().ok())
-        .map(chainsub_core::format_units)
+    super::usdc(units.and_then(|u| u.parse::<u128>().ok()))
 }
 
 impl<'a> SnapshotView<'a> {
@@ -180,7 +178,13 @@ impl<'a> EventView<'a> {
                 next_retry_at,
                 end_reason,
             },
-            chain: ChainView::from(&r.chain),
+            chain: ChainView {
+                // Reconciliation can always re-check the event against the contract, and an
+                // event of a subscription the index has no snapshot of (created before the
+                // indexer's start block) still names it.
+                onchain_subscription_id: r.onchain_subscription_id,
+                ..ChainView::from(&r.chain)
+            },
             delivery: None,
         }
     }

@@ -104,7 +104,9 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                 customer_ref,
                 url: &url,
             };
-            let created = chainsub_store::checkouts::insert(&conn, &merchant, &checkout).await?;
+            let created = chainsub_store::checkouts::insert(&conn, &merchant, &checkout)
+                .await?
+                .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
             Ok(Resp::with_status(
                 StatusCode::CREATED,
                 json!({

@@ -179,6 +179,11 @@ async fn subscription_carries_plan_ledger_and_chain_blocks() {
     assert_eq!(e["data"]["txHash"], e["chain"]["transactionHash"]);
     assert_eq!(e["data"]["subscription"]["id"], sub);
     assert_eq!(e["chain"]["confirmations"], 101);
+    // The contract's number, for reconciliation (the id is opaque).
+    assert_eq!(
+        e["chain"]["onchainSubscriptionId"],
+        s["chain"]["onchainSubscriptionId"]
+    );
 
     let typed = app
         .get("/api/v1/events?type=subscription.created", &a)

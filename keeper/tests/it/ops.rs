@@ -230,12 +230,15 @@ async fn keeper_that_loses_its_lock_session_stops_instead_of_sending_unguarded()
     let mut keeper = spawn(stack.keeper_on(port), &[]);
     wait_health(port, |h| h["lockHeld"] == true && h["status"] == "ok");
 
-    // Terminate the keeper's lock session (and its other connections) on the server.
+    // Terminate the keeper's lock session on the server. Advisory locks are per database and
+    // every test's keeper takes the same key (one chain id), so only this test's database
+    // counts: tests running beside this one hold the key in theirs.
     let lock_key = chainsub_migrations::locks::keeper(stack.chain.anvil.chain_id);
     let killed: i64 = stack
         .pg
         .query_one(
             "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+             JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
              WHERE l.locktype = 'advisory' AND l.granted
                AND ((l.classid::BIGINT << 32) | l.objid::BIGINT) = $1",
             &[&lock_key],
