@@ -11,6 +11,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use warp::http::StatusCode;
 
+use chainsub_store::MerchantScope;
+use chainsub_store::idempotency::{self as store, Claim};
+
 use crate::ctx::Ctx;
 use crate::http::error::{ApiError, Result};
 use crate::http::reply::{Resp, RespBody};
@@ -26,11 +29,11 @@ fn parse_key(k: &str) -> Result<String> {
     Ok(k.to_string())
 }
 
-/// Runs `f` at most once per (`scope`, key). `request` identifies the request (method, path
+/// Runs `f` at most once per (`merchant`, key). `request` identifies the request (method, path
 /// and canonical body). `redact` maps the stored body (e.g. to drop a plaintext secret).
 pub async fn run<F, Fut>(
     ctx: &Ctx,
-    scope: &str,
+    merchant: &MerchantScope,
     key: Option<&str>,
     request: &str,
     redact: fn(Value) -> Value,
@@ -46,53 +49,22 @@ where
     let key = parse_key(key)?;
     let hash = Sha256::digest(request.as_bytes()).to_vec();
     let conn = ctx.pool.get().await?;
-    // Expired keys, and in-flight rows abandoned by a crashed process, make room.
-    conn.execute(
-        "DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND \
-         (created_at < now() - interval '24 hours' \
-          OR (completed_at IS NULL AND created_at < now() - interval '10 minutes'))",
-        &[&scope, &key],
-    )
-    .await?;
-    let inserted = conn
-        .execute(
-            "INSERT INTO idempotency_keys (scope, key, request_hash) VALUES ($1, $2, $3) \
-             ON CONFLICT DO NOTHING",
-            &[&scope, &key, &hash],
-        )
-        .await?;
-    if inserted == 0 {
-        let row = conn
-            .query_opt(
-                "SELECT request_hash, status_code, response_body FROM idempotency_keys \
-                 WHERE scope = $1 AND key = $2",
-                &[&scope, &key],
-            )
-            .await?
-            .ok_or_else(|| ApiError::Conflict {
-                code: "idempotency_key_in_use",
-                message: "a request with this Idempotency-Key is in flight; retry shortly".into(),
-                param: None,
-            })?;
-        let stored: Vec<u8> = row.get(0);
-        if stored != hash {
+    let in_use = || ApiError::Conflict {
+        code: "idempotency_key_in_use",
+        message: "a request with this Idempotency-Key is in flight; retry shortly".into(),
+        param: None,
+    };
+    match store::claim(&**conn, merchant, &key, &hash).await? {
+        Claim::New => {}
+        Claim::Replay { status, body } => return Ok(replay(status, &body)),
+        Claim::InFlight => return Err(in_use()),
+        Claim::Reused => {
             return Err(ApiError::Conflict {
                 code: "idempotency_key_reused",
                 message: "this Idempotency-Key was used with a different request".into(),
                 param: None,
             });
         }
-        let (Some(status), Some(body)) = (
-            row.get::<_, Option<i32>>(1),
-            row.get::<_, Option<String>>(2),
-        ) else {
-            return Err(ApiError::Conflict {
-                code: "idempotency_key_in_use",
-                message: "a request with this Idempotency-Key is in flight; retry shortly".into(),
-                param: None,
-            });
-        };
-        return Ok(replay(status, &body));
     }
     drop(conn);
     let outcome = f().await;
@@ -111,28 +83,15 @@ where
     };
     let conn = ctx.pool.get().await?;
     if resp.status.is_server_error() || refused {
-        conn.execute(
-            "DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2",
-            &[&scope, &key],
-        )
-        .await?;
+        store::release(&**conn, merchant, &key).await?;
     } else {
         let stored = match &resp.body {
             RespBody::Json(v) => serde_json::json!({ "json": redact(v.clone()) }),
             RespBody::Error(e) => serde_json::json!({ "error": e }),
             _ => serde_json::json!({}),
         };
-        conn.execute(
-            "UPDATE idempotency_keys SET status_code = $3, response_body = $4, completed_at = now() \
-             WHERE scope = $1 AND key = $2",
-            &[
-                &scope,
-                &key,
-                &i32::from(resp.status.as_u16()),
-                &stored.to_string(),
-            ],
-        )
-        .await?;
+        let status = i32::from(resp.status.as_u16());
+        store::complete(&**conn, merchant, &key, status, &stored.to_string()).await?;
     }
     Ok(resp)
 }

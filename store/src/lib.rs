@@ -19,6 +19,7 @@
 pub mod chain;
 pub mod checkouts;
 pub mod events;
+pub mod idempotency;
 pub mod merchants;
 pub mod outbox;
 pub mod page;

@@ -68,7 +68,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
     let request = format!("POST /api/v1/checkouts\n{}", Value::Object(body.clone()));
     let resp = crate::idempotency::run(
         ctx,
-        merchant.public_id().as_str(),
+        &merchant,
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,

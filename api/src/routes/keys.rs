@@ -75,10 +75,9 @@ async fn create(
             param: Some(k.clone()),
         });
     }
-    let scope = s.merchant.public_id().to_string();
     crate::idempotency::run(
         ctx,
-        &scope,
+        &s.merchant,
         idem,
         "POST /api/v1/auth/keys",
         redact_key,

@@ -259,7 +259,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
     let request = format!("POST /api/v1/plans\n{}", Value::Object(body.clone()));
     let resp = crate::idempotency::run(
         ctx,
-        merchant.public_id().as_str(),
+        &merchant,
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,
@@ -460,7 +460,7 @@ async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
     let request = format!("POST /api/v1/plans/{id}/provision");
     let resp = crate::idempotency::run(
         ctx,
-        merchant.public_id().as_str(),
+        &merchant,
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,
