@@ -151,6 +151,40 @@ fn new_code() -> String {
         .collect()
 }
 
+/// Opens a dashboard session of `scope` (the cookie hashes to `session_hash`) for `ttl_secs`;
+/// returns its id and expiry.
+pub async fn create_session(
+    client: &impl tokio_postgres::GenericClient,
+    scope: &MerchantScope,
+    session_hash: &[u8],
+    csrf_token: &str,
+    ttl_secs: u64,
+) -> Result<(i64, chrono::DateTime<chrono::Utc>)> {
+    let row = client
+        .query_one(
+            "INSERT INTO dashboard_sessions (session_hash, merchant_id, csrf_token, expires_at) \
+             VALUES ($1, $2, $3, now() + make_interval(secs => $4)) RETURNING id, expires_at",
+            &[&session_hash, &scope.id(), &csrf_token, &(ttl_secs as f64)],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Ends one of `scope`'s dashboard sessions (logout).
+pub async fn revoke_session(
+    client: &impl tokio_postgres::GenericClient,
+    scope: &MerchantScope,
+    session_id: i64,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE dashboard_sessions SET revoked_at = now() WHERE id = $1 AND merchant_id = $2",
+            &[&session_id, &scope.id()],
+        )
+        .await?;
+    Ok(())
+}
+
 /// The merchant's live API key as the dashboard shows it (never the key itself).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyStatus {

@@ -57,7 +57,7 @@ pub fn clear_cookie(cfg: &Config) -> String {
     set_cookie(cfg, "", 0)
 }
 
-/// Creates a session for `merchant_id`; returns (cookie value, session).
+/// Creates a session for `merchant`; returns (cookie value, session).
 pub async fn create(
     client: &impl tokio_postgres::GenericClient,
     merchant: &Merchant,
@@ -65,38 +65,23 @@ pub async fn create(
 ) -> Result<(String, Session)> {
     let cookie = random_token(32);
     let csrf = random_token(32);
-    let row = client
-        .query_one(
-            "INSERT INTO dashboard_sessions (session_hash, merchant_id, csrf_token, expires_at) \
-             VALUES ($1, $2, $3, now() + make_interval(secs => $4)) RETURNING id, expires_at",
-            &[
-                &sha3(cookie.as_bytes()).as_slice(),
-                &merchant.id(),
-                &csrf,
-                &(ttl_secs as f64),
-            ],
-        )
-        .await?;
+    let hash = sha3(cookie.as_bytes());
+    let (id, expires_at) =
+        chainsub_store::merchants::create_session(client, merchant, &hash, &csrf, ttl_secs).await?;
     Ok((
         cookie,
         Session {
-            id: row.get(0),
+            id,
             merchant: merchant.clone(),
             csrf_token: csrf,
-            expires_at: row.get(1),
+            expires_at,
         },
     ))
 }
 
 /// Revokes a session (logout).
 pub async fn revoke(client: &impl tokio_postgres::GenericClient, s: &Session) -> Result<()> {
-    client
-        .execute(
-            "UPDATE dashboard_sessions SET revoked_at = now() WHERE id = $1 AND merchant_id = $2",
-            &[&s.id, &s.merchant.id()],
-        )
-        .await?;
-    Ok(())
+    Ok(chainsub_store::merchants::revoke_session(client, &s.merchant, s.id).await?)
 }
 
 fn cookie_value(header: Option<&str>, name: &str) -> Option<String> {
