@@ -49,15 +49,16 @@ where
     let key = parse_key(key)?;
     let hash = Sha256::digest(request.as_bytes()).to_vec();
     let conn = ctx.pool.get().await?;
-    let in_use = || ApiError::Conflict {
-        code: "idempotency_key_in_use",
-        message: "a request with this Idempotency-Key is in flight; retry shortly".into(),
-        param: None,
-    };
     match store::claim(&**conn, merchant, &key, &hash).await? {
         Claim::New => {}
         Claim::Replay { status, body } => return Ok(replay(status, &body)),
-        Claim::InFlight => return Err(in_use()),
+        Claim::InFlight => {
+            return Err(ApiError::Conflict {
+                code: "idempotency_key_in_use",
+                message: "a request with this Idempotency-Key is in flight; retry shortly".into(),
+                param: None,
+            });
+        }
         Claim::Reused => {
             return Err(ApiError::Conflict {
                 code: "idempotency_key_reused",

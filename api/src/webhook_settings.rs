@@ -213,7 +213,7 @@ pub async fn deliveries(
 }
 
 fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    chainsub_views::rfc3339_millis(&t)
 }
 
 #[cfg(test)]

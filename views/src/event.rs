@@ -7,10 +7,10 @@ use chainsub_core::{
     SubscriptionStatus,
 };
 use chainsub_store::events::{DeliveryRow, EventRow};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{ChainView, rfc3339};
+use super::{ChainView, rfc3339, rfc3339_millis};
 
 /// One lifecycle event. `delivery` is the webhook's state, listed by the API only: a webhook
 /// body is the event alone.
@@ -90,19 +90,14 @@ pub struct DeliveryView<'a> {
     pub last_error: Option<&'a str>,
 }
 
-/// Outbox times carry milliseconds (attempts are seconds apart at first).
-fn millis(t: &DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
 impl<'a> From<&'a DeliveryRow> for DeliveryView<'a> {
     fn from(d: &'a DeliveryRow) -> DeliveryView<'a> {
         let waiting = matches!(d.status, OutboxStatus::Pending | OutboxStatus::Delivering);
         DeliveryView {
             status: d.status,
             attempts: d.attempts,
-            next_attempt_at: waiting.then(|| millis(&d.next_attempt_at)),
-            delivered_at: d.delivered_at.as_ref().map(millis),
+            next_attempt_at: waiting.then(|| rfc3339_millis(&d.next_attempt_at)),
+            delivered_at: d.delivered_at.as_ref().map(rfc3339_millis),
             last_error: d.last_error.as_deref(),
         }
     }

@@ -38,6 +38,12 @@ pub fn rfc3339(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
+/// RFC 3339 UTC with milliseconds: webhook delivery times (attempts are seconds apart at
+/// first), in the events list and the dashboard alike.
+pub fn rfc3339_millis(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
 /// Amount in base units -> `"9.99"`.
 fn usdc(units: Option<u128>) -> Option<String> {
     units.map(chainsub_core::format_units)
