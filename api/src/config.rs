@@ -1,6 +1,6 @@
 //! Configuration from flags and the environment (every knob is in the README table).
 
-use std::net::SocketAddr;
+use chainsub_core::Listen;
 use std::time::Duration;
 
 use alloy::primitives::Address;
@@ -26,9 +26,10 @@ pub struct Config {
     /// USDC (MockUSDC on a dev chain) address.
     #[arg(long, env = "USDC_ADDRESS")]
     pub usdc_address: Address,
-    /// Listen address; port 0 picks a free port (the bound address is printed to stdout).
+    /// Listen address; port 0 picks a free port (the bound address is logged), and `stdin`
+    /// serves a listening socket handed over as standard input (see `chainsub_core::listen`).
     #[arg(long, env = "API_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: SocketAddr,
+    pub listen: Listen,
     /// Public base URL: SIWE domain/URI, checkout URLs, cookie security (https => __Host-/Secure).
     #[arg(long, env = "BASE_URL", default_value = "http://127.0.0.1:8080")]
     pub base_url: url::Url,
@@ -74,7 +75,7 @@ pub struct Config {
     /// Listen address for Prometheus `/metrics` (keep it private: it is never served on the
     /// public API port). Unset: no metrics endpoint.
     #[arg(long, env = "API_METRICS_LISTEN")]
-    pub metrics_listen: Option<SocketAddr>,
+    pub metrics_listen: Option<Listen>,
     /// Webhook dispatcher and endpoint settings (WEBHOOK_*).
     #[command(flatten)]
     pub webhooks: chainsub_webhooks::WebhookConfig,

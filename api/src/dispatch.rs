@@ -1,8 +1,8 @@
 //! The webhook dispatcher ([`chainsub_webhooks`]) as the `api` binary runs it: inside
 //! `serve` on a pool of its own, or alone as `api dispatch` with its own metrics listener.
 
+use chainsub_core::Listen;
 use std::future::Future;
-use std::net::SocketAddr;
 
 use chainsub_webhooks::{WebhookConfig, dispatcher};
 
@@ -37,7 +37,7 @@ pub struct DispatchArgs {
     pub no_migrate: bool,
     /// Listen address for Prometheus `/metrics` of this dispatcher.
     #[arg(long, env = "DISPATCH_METRICS_LISTEN")]
-    pub metrics_listen: Option<SocketAddr>,
+    pub metrics_listen: Option<Listen>,
     #[command(flatten)]
     pub webhooks: WebhookConfig,
 }
@@ -53,9 +53,7 @@ pub async fn run_standalone(
     let pool = crate::db::dispatcher_pool(&args.database_url, args.database_pool_size)?;
     if let Some(addr) = args.metrics_listen {
         let handle = crate::metrics::install();
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| crate::http::error::ApiError::Internal(format!("bind {addr}: {e}")))?;
+        let listener = crate::server::bind(&addr)?;
         use warp::Filter as _;
         let route = warp::path!("metrics").map(move || {
             let text = handle.as_ref().map(|h| h.render()).unwrap_or_default();

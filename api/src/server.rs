@@ -1,5 +1,6 @@
 //! Starting and stopping one API server (used by `main` and by the tests, in-process).
 
+use chainsub_core::Listen;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -43,8 +44,19 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
     }))
 }
 
-/// Migrates (unless `--no-migrate`), binds and serves until [`Running::shutdown`].
+/// Binds `cfg.listen`, migrates (unless `--no-migrate`) and serves until
+/// [`Running::shutdown`].
 pub async fn start(cfg: Config) -> Result<Running> {
+    let listener = cfg
+        .listen
+        .bind()
+        .map_err(|e| ApiError::Internal(format!("listen on {}: {e}", cfg.listen)))?;
+    start_on(cfg, listener).await
+}
+
+/// [`start`] on a socket bound beforehand (a harness that must know the port first; the
+/// `listen` setting is not used).
+pub async fn start_on(cfg: Config, listener: std::net::TcpListener) -> Result<Running> {
     if !cfg.no_migrate {
         let applied = crate::db::migrate(&cfg.database_url).await?;
         if !applied.is_empty() {
@@ -52,22 +64,17 @@ pub async fn start(cfg: Config) -> Result<Running> {
         }
     }
     let ctx = build_ctx(cfg)?;
-    start_with(ctx).await
-}
-
-/// Serves an already built context.
-pub async fn start_with(ctx: Ctx) -> Result<Running> {
-    let listener = tokio::net::TcpListener::bind(ctx.cfg.listen)
-        .await
-        .map_err(|e| ApiError::Internal(format!("bind {}: {e}", ctx.cfg.listen)))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
     let addr = listener
         .local_addr()
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     let mut metrics_bound = None;
     if let Some(metrics_addr) = ctx.cfg.metrics_listen {
-        let l = tokio::net::TcpListener::bind(metrics_addr)
-            .await
-            .map_err(|e| ApiError::Internal(format!("bind {metrics_addr}: {e}")))?;
+        let l = bind(&metrics_addr)?;
         metrics_bound = l.local_addr().ok();
         tokio::spawn(
             warp::serve(
@@ -108,4 +115,12 @@ impl Running {
         }
         let _ = (&mut self.task).await;
     }
+}
+
+/// A tokio listener for a `Listen` setting (an address, or a socket handed over as stdin).
+pub fn bind(listen: &Listen) -> Result<tokio::net::TcpListener> {
+    listen
+        .bind()
+        .and_then(tokio::net::TcpListener::from_std)
+        .map_err(|e| ApiError::Internal(format!("listen on {listen}: {e}")))
 }

@@ -8,6 +8,7 @@
 pub mod address;
 pub mod amount;
 pub mod ids;
+pub mod listen;
 pub mod slug;
 pub mod snapshot;
 pub mod status;
@@ -15,6 +16,7 @@ pub mod status;
 pub use address::{checksum, hex0x};
 pub use amount::{Amount, AmountError, MAX_AMOUNT_BASE_UNITS, format_units};
 pub use ids::{CheckoutId, EventId, MerchantId, PlanId, SubscriptionId};
+pub use listen::Listen;
 pub use slug::Slug;
 pub use snapshot::SubscriptionSnapshot;
 pub use status::{OutboxStatus, ProvisionStatus, SubscriptionStatus, UnknownStatus};

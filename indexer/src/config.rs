@@ -1,6 +1,6 @@
 //! Settings, from flags and the environment (every one is in the README's table).
 
-use std::net::SocketAddr;
+use chainsub_core::Listen;
 use std::time::Duration;
 
 use alloy::primitives::Address;
@@ -64,7 +64,7 @@ pub struct Settings {
         default_value = "127.0.0.1:9101",
         global = true
     )]
-    pub metrics_listen: SocketAddr,
+    pub metrics_listen: Listen,
     /// How often to poll for new blocks at the head, in milliseconds.
     #[arg(
         long,

@@ -1,5 +1,6 @@
 //! Operations: `/health` (indexed block, head, lag) and Prometheus `/metrics`.
 
+use chainsub_core::Listen;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -82,7 +83,7 @@ pub fn install_metrics() -> crate::Result<PrometheusHandle> {
 
 /// Serves `/health` and `/metrics` until the process ends; returns the bound address.
 pub async fn serve(
-    listen: SocketAddr,
+    listen: Listen,
     status: Arc<Status>,
     metrics: PrometheusHandle,
 ) -> crate::Result<SocketAddr> {
@@ -92,8 +93,9 @@ pub async fn serve(
     let prom = warp::path("metrics")
         .and(warp::path::end())
         .map(move || metrics.render());
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
+    let listener = listen
+        .bind()
+        .and_then(tokio::net::TcpListener::from_std)
         .map_err(|e| crate::Error::Config(format!("INDEXER_METRICS_LISTEN {listen}: {e}")))?;
     let addr = listener
         .local_addr()

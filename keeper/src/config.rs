@@ -1,7 +1,7 @@
 //! Keeper configuration: flags and environment (clap), parsed into types at the boundary.
 
+use chainsub_core::Listen;
 use std::fmt;
-use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ pub struct Config {
     pub keeper_private_key: KeeperKey,
     /// Health (`/health`) and Prometheus (`/metrics`) listen address.
     #[arg(long, env = "KEEPER_METRICS_LISTEN", default_value = "127.0.0.1:9102")]
-    pub metrics_listen: SocketAddr,
+    pub metrics_listen: Listen,
     /// Time between passes, in milliseconds.
     #[arg(long, env = "KEEPER_POLL_INTERVAL_MS", default_value_t = 15_000)]
     pub poll_interval_ms: u64,

@@ -1,5 +1,6 @@
 //! Health and Prometheus metrics over HTTP (`/health`, `/metrics`), and the metric names.
 
+use chainsub_core::Listen;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -79,12 +80,12 @@ pub fn install_metrics() -> std::result::Result<PrometheusHandle, String> {
 /// Binds `addr` and serves `/health` and `/metrics` until `shutdown` flips to true. Returns
 /// the bound address (useful with port 0).
 pub async fn serve(
-    addr: SocketAddr,
+    listen: Listen,
     health: SharedHealth,
     prometheus: PrometheusHandle,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = tokio::net::TcpListener::from_std(listen.bind()?)?;
     let bound = listener.local_addr()?;
     let health_route = warp::path("health").and(warp::path::end()).map(move || {
         let h = health.lock().expect("health lock").clone();

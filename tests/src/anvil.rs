@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{ChildGuard, free_port, workspace_root};
+use crate::process::{ChildGuard, listening_port, workspace_root};
 
 /// A running anvil, killed on drop.
 #[derive(Debug)]
@@ -55,36 +55,33 @@ impl Anvil {
         Self::start_with(&[])
     }
 
-    /// Starts anvil with extra arguments (e.g. `["--block-time", "1"]`).
+    /// Starts anvil with extra arguments (e.g. `["--block-time", "1"]`). Anvil binds port 0
+    /// itself and the port is read back from its listening socket (see
+    /// [`listening_port`]), so no other process can take it between choosing and binding.
     pub fn start_with(extra: &[&str]) -> Anvil {
         let chain_id = 31337;
-        for _ in 0..5 {
-            let port = free_port();
-            let child = Command::new(anvil_bin())
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--chain-id",
-                    &chain_id.to_string(),
-                ])
-                .args(["--host", "127.0.0.1", "--silent"])
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn anvil");
-            let mut guard = ChildGuard(child);
-            let url = format!("http://127.0.0.1:{port}");
-            if wait_ready(&url, &mut guard) {
-                return Anvil {
-                    port,
-                    url,
-                    chain_id,
-                    _child: guard,
-                };
-            }
+        let child = Command::new(anvil_bin())
+            .args(["--port", "0", "--chain-id", &chain_id.to_string()])
+            .args(["--host", "127.0.0.1", "--silent"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn anvil");
+        let mut guard = ChildGuard(child);
+        let port = listening_port(&mut guard.0, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("anvil did not start: {e}"));
+        let url = format!("http://127.0.0.1:{port}");
+        assert!(
+            wait_ready(&url, &mut guard),
+            "anvil on {url} did not answer"
+        );
+        Anvil {
+            port,
+            url,
+            chain_id,
+            _child: guard,
         }
-        panic!("anvil did not start after 5 tries");
     }
 }
 
@@ -94,7 +91,7 @@ fn wait_ready(url: &str, child: &mut ChildGuard) -> bool {
     let addr = url.trim_start_matches("http://").to_string();
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.0.try_wait() {
-            return false; // exited: port taken, try another
+            return false;
         }
         if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
             use std::io::{Read, Write};

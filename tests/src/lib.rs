@@ -1,4 +1,4 @@
-//! The end-to-end harness every Chainsub test uses: a fresh anvil on a free port, a fresh
+//! The end-to-end harness every Chainsub test uses: a fresh anvil on a port it bound itself, a fresh
 //! Postgres database (created, migrated, dropped), the contracts deployed from the committed
 //! bytecode, and paths to the workspace's binaries.
 
@@ -13,7 +13,7 @@ pub mod services;
 pub use anvil::Anvil;
 pub use chain::{DevChain, dev_key};
 pub use db::TestDb;
-pub use process::{ChildGuard, bin_path, free_port, workspace_root};
+pub use process::{ChildGuard, Reserved, bin_path, listening_port, scratch_dir, workspace_root};
 
 /// Sends a contract call as `$from`, waits for its receipt and returns it; panics when the
 /// transaction reverts on chain. Tests use it for the setup steps that must succeed.

@@ -1,8 +1,11 @@
 //! Processes, ports and paths.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::process::Child;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// The workspace root (the directory holding the top-level Cargo.toml).
 pub fn workspace_root() -> PathBuf {
@@ -12,12 +15,109 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+/// A listening socket on 127.0.0.1, on a port the OS chose, held open from the moment it is
+/// bound: a service started with [`Reserved::stdin`] as its standard input and
+/// `…_LISTEN=stdin` serves on it (see `chainsub_core::listen`), so the port is known before
+/// the service starts and no other process can take it in between (the race of picking a
+/// "free" port and binding it later). The socket stays open here too, so a service
+/// restarted on the same `Reserved` keeps its port; connections made while it is down wait
+/// in the backlog.
+#[derive(Debug)]
+pub struct Reserved {
+    listener: TcpListener,
+    pub addr: SocketAddr,
+    pub port: u16,
+}
+
+impl Reserved {
+    /// A socket on 127.0.0.1 and a port the OS chose.
+    pub fn new() -> Reserved {
+        Reserved::bind("127.0.0.1:0").expect("bind 127.0.0.1:0")
+    }
+
+    /// A socket on `addr` (`host:port`; port 0 lets the OS choose).
+    pub fn bind(addr: &str) -> std::io::Result<Reserved> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        Ok(Reserved {
+            listener,
+            addr,
+            port: addr.port(),
+        })
+    }
+
+    /// `http://<addr>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The socket as a child's standard input (pair it with `…_LISTEN=stdin`).
+    pub fn stdin(&self) -> Stdio {
+        let fd = OwnedFd::from(self.listener.try_clone().expect("dup the listening socket"));
+        Stdio::from(fd)
+    }
+}
+
+impl Default for Reserved {
+    fn default() -> Reserved {
+        Reserved::new()
+    }
+}
+
+/// The TCP port a child listens on once it has bound one (a service started on port 0):
+/// found by matching the socket inodes among `/proc/<pid>/fd` with the listening sockets in
+/// `/proc/net/tcp{,6}`. Errors when the child exits or `within` passes first.
+pub fn listening_port(child: &mut Child, within: Duration) -> Result<u16, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited ({status}) before listening"));
+        }
+        if let Some(port) = port_of_pid(child.id()) {
+            return Ok(port);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no listening socket after {within:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn port_of_pid(pid: u32) -> Option<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|t| {
+            let t = t.to_string_lossy();
+            Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() > 9 && cols[3] == "0A" && inodes.iter().any(|i| i == cols[9]) {
+                let port_hex = cols[1].rsplit(':').next()?;
+                return u16::from_str_radix(port_hex, 16).ok();
+            }
+        }
+    }
+    None
+}
+
+/// A fresh directory under the system's temporary directory, unique to this process and
+/// call: `<tmp>/<prefix>-<pid>-<n>`.
+pub fn scratch_dir(prefix: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
 }
 
 /// Path of a workspace binary (`indexer`, `keeper`, `api`) built in the same profile as the

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use crate::chain::accounts::{KEEPER, OPERATOR};
 use crate::chain::{DEV_KEYS, DevChain};
-use crate::{ChildGuard, TestDb, bin_path, free_port};
+use crate::{ChildGuard, Reserved, TestDb, bin_path, scratch_dir};
 
 /// `bin args…` with a clean environment plus `env` (PATH and HOME are kept so the process
 /// can find its tools; RUST_LOG defaults to `info`).
@@ -29,15 +29,10 @@ pub fn service_command(bin: &Path, args: &[&str], env: &[(String, String)]) -> C
     cmd
 }
 
-/// The settings a test stack runs with: the DESIGN §9 names for `chain` and `db`, the API on
-/// `api_port`, metrics on free ports, and millisecond polling and retries so a whole
-/// lifecycle takes seconds; webhooks may go to local `http://` receivers.
-pub fn test_env(
-    chain: &DevChain,
-    db: &TestDb,
-    api_port: u16,
-    confirmations: u64,
-) -> Vec<(String, String)> {
+/// The settings a test stack runs with: the DESIGN §9 names for `chain` and `db`, and
+/// millisecond polling and retries so a whole lifecycle takes seconds; webhooks may go to
+/// local `http://` receivers. [`Services::start`] adds where each service listens.
+pub fn test_env(chain: &DevChain, db: &TestDb, confirmations: u64) -> Vec<(String, String)> {
     [
         ("DATABASE_URL", db.url.clone()),
         ("RPC_URL", chain.anvil.url.clone()),
@@ -46,19 +41,9 @@ pub fn test_env(
         ("USDC_ADDRESS", chain.usdc.to_string()),
         ("START_BLOCK", chain.deploy_block.to_string()),
         ("CONFIRMATIONS", confirmations.to_string()),
-        ("API_LISTEN", format!("127.0.0.1:{api_port}")),
-        ("BASE_URL", format!("http://127.0.0.1:{api_port}")),
         ("RELAYER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[OPERATOR])),
         ("KEEPER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[KEEPER])),
         ("CHECKOUT_SIGNING_SECRET", "test-checkout-secret".into()),
-        (
-            "INDEXER_METRICS_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ),
-        (
-            "KEEPER_METRICS_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ),
         ("INDEXER_POLL_INTERVAL_MS", "50".into()),
         ("INDEXER_NO_FINALIZED_TAG", "true".into()),
         ("KEEPER_POLL_INTERVAL_MS", "200".into()),
@@ -75,31 +60,51 @@ pub fn test_env(
 }
 
 /// `indexer`, `api` and `keeper` started from the workspace binaries (see [`bin_path`]),
-/// each logging to `<logs>/<name>.log`; killed on drop.
+/// each serving on a socket bound here first ([`Reserved`]: the API's port and base URL are
+/// known before it starts, with no race for the port) and logging to
+/// `<logs>/<name>.log`; killed on drop.
 pub struct Services {
     pub env: Vec<(String, String)>,
     pub logs: PathBuf,
     pub children: Vec<(&'static str, ChildGuard)>,
+    /// The API's listening socket (`API_LISTEN=stdin`), then the indexer's and the keeper's
+    /// health and metrics sockets.
+    pub api: Reserved,
+    pub indexer: Reserved,
+    pub keeper: Reserved,
 }
 
 impl Services {
-    /// Starts the three with `env`; logs go to a fresh temporary directory.
-    pub fn start(env: Vec<(String, String)>) -> Services {
-        let logs = std::env::temp_dir().join(format!(
-            "chainsub-services-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&logs).expect("log directory");
+    /// Starts the three with `env` plus where each listens; logs go to a fresh temporary
+    /// directory.
+    pub fn start(mut env: Vec<(String, String)>) -> Services {
+        let (api, indexer, keeper) = (Reserved::new(), Reserved::new(), Reserved::new());
+        for (k, v) in [
+            ("API_LISTEN", "stdin".to_string()),
+            ("BASE_URL", api.url()),
+            ("INDEXER_METRICS_LISTEN", "stdin".into()),
+            ("KEEPER_METRICS_LISTEN", "stdin".into()),
+        ] {
+            env.retain(|(key, _)| key != k);
+            env.push((k.into(), v));
+        }
         let mut s = Services {
             env,
-            logs,
+            logs: scratch_dir("chainsub-services"),
             children: Vec::new(),
+            api,
+            indexer,
+            keeper,
         };
         for name in ["indexer", "api", "keeper"] {
             let log = std::fs::File::create(s.logs.join(format!("{name}.log"))).expect("log");
+            let socket = match name {
+                "indexer" => &s.indexer,
+                "api" => &s.api,
+                _ => &s.keeper,
+            };
             let child = service_command(&bin_path(name), &[], &s.env)
-                .stdin(Stdio::null())
+                .stdin(socket.stdin())
                 .stdout(Stdio::from(log.try_clone().expect("log")))
                 .stderr(Stdio::from(log))
                 .spawn()

@@ -13,7 +13,7 @@ use alloy::signers::local::PrivateKeySigner;
 use chainsub_api::auth::siwe::SiweMessage;
 use chainsub_api::config::Config;
 use chainsub_api::server::Running;
-use chainsub_tests::{DevChain, TestDb, free_port};
+use chainsub_tests::{DevChain, TestDb};
 use clap::Parser;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
@@ -87,7 +87,10 @@ pub async fn spawn(opts: Opts) -> App {
 }
 
 pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App {
-    let port = free_port();
+    // Bound first, so the base URL (the SIWE domain, checkout links) names a port that is
+    // already ours.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let port = listener.local_addr().expect("local_addr").port();
     let base = format!("http://127.0.0.1:{port}");
     let (contract, usdc) = chain.as_ref().map_or(
         (Address::repeat_byte(0xcc), Address::repeat_byte(0xdd)),
@@ -97,8 +100,6 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
         "api".into(),
         "--database-url".into(),
         opts.database_url.clone().unwrap_or_else(|| db.url.clone()),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
         "--base-url".into(),
         base.clone(),
         "--chain-id".into(),
@@ -143,7 +144,9 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
         args.push(chainsub_tests::chain::DEV_KEYS[0].into());
     }
     let cfg = Wrap::parse_from(args).cfg;
-    let running = chainsub_api::server::start(cfg).await.expect("api starts");
+    let running = chainsub_api::server::start_on(cfg, listener)
+        .await
+        .expect("api starts");
     App {
         base: format!("http://{}", running.addr),
         running,

@@ -298,7 +298,7 @@ pub async fn anvil_reorg(chain: &DevChain, depth: u64, txs: &[(Address, Address,
 pub fn spawn_indexer(
     chain: &DevChain,
     db: &TestDb,
-    metrics_port: u16,
+    metrics: &chainsub_tests::Reserved,
     extra_env: &[(&str, &str)],
 ) -> chainsub_tests::ChildGuard {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_indexer"));
@@ -308,10 +308,8 @@ pub fn spawn_indexer(
         .env("CONTRACT_ADDRESS", chain.manager.to_string())
         .env("START_BLOCK", chain.deploy_block.to_string())
         .env("CONFIRMATIONS", "0")
-        .env(
-            "INDEXER_METRICS_LISTEN",
-            format!("127.0.0.1:{metrics_port}"),
-        )
+        .env("INDEXER_METRICS_LISTEN", "stdin")
+        .stdin(metrics.stdin())
         .env("INDEXER_POLL_INTERVAL_MS", "20")
         .env("INDEXER_MIN_BACKOFF_MS", "5")
         .env("INDEXER_MAX_BACKOFF_MS", "100")

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::common::*;
 use alloy::primitives::B256;
 use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, MERCHANT_B};
-use chainsub_tests::{DevChain, TestDb, free_port};
+use chainsub_tests::{DevChain, Reserved, TestDb};
 use rand::{Rng, SeedableRng};
 
 /// `plans` plans with every customer subscribed to each, then `empty` empty blocks.
@@ -54,7 +54,7 @@ async fn kill_9_during_backfill_then_restart_gives_the_uninterrupted_state() {
             .await
             .map_or(chain.deploy_block as i64, |c| c.0);
         let target = at + rng.random_range(1..=((head - at) / 4).max(1));
-        let mut child = spawn_indexer(&chain, &db, free_port(), &env);
+        let mut child = spawn_indexer(&chain, &db, &Reserved::new(), &env);
         wait_until("cursor passes the kill target", || {
             let client = &client;
             async move { cursor(client).await.is_some_and(|c| c.0 >= target) }
@@ -70,7 +70,7 @@ async fn kill_9_during_backfill_then_restart_gives_the_uninterrupted_state() {
         progress.iter().all(|p| p.is_some_and(|n| n < head)),
         "every kill must land mid-backfill: {progress:?}"
     );
-    let _final_run = spawn_indexer(&chain, &db, free_port(), &env);
+    let _final_run = spawn_indexer(&chain, &db, &Reserved::new(), &env);
     wait_for_head(&client, &chain).await;
     drop(_final_run);
     let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
@@ -87,13 +87,14 @@ async fn second_indexer_waits_as_standby_and_takes_over_when_the_writer_dies() {
     } = Scene::start().await;
     fund(&chain, DevChain::address(CUSTOMER_B), 10 * USDC).await;
 
-    let (port_a, port_b) = (free_port(), free_port());
-    let mut a = spawn_indexer(&chain, &db, port_a, &[]);
+    let (socket_a, socket_b) = (Reserved::new(), Reserved::new());
+    let (port_a, port_b) = (socket_a.port, socket_b.port);
+    let mut a = spawn_indexer(&chain, &db, &socket_a, &[]);
     wait_until("A becomes the writer", || async {
         health(port_a).await["writer"] == true
     })
     .await;
-    let _b = spawn_indexer(&chain, &db, port_b, &[]);
+    let _b = spawn_indexer(&chain, &db, &socket_b, &[]);
     assert_eq!(health(port_b).await["writer"], false, "B waits");
 
     subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
@@ -131,8 +132,9 @@ async fn sigterm_stops_cleanly_and_health_and_metrics_are_served() {
         plan,
     } = Scene::start().await;
     subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
-    let port = free_port();
-    let mut child = spawn_indexer(&chain, &db, port, &[]);
+    let socket = Reserved::new();
+    let port = socket.port;
+    let mut child = spawn_indexer(&chain, &db, &socket, &[]);
     wait_for_head(&client, &chain).await;
     let head = chain_head(&chain).await.0;
     let h = health(port).await;

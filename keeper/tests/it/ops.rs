@@ -3,8 +3,8 @@
 
 use crate::support::{DAY, Stack, Step, http_get, spawn, wait_exit, wait_health};
 use chainsub_abi::EndReason;
+use chainsub_tests::Reserved;
 use chainsub_tests::chain::accounts;
-use chainsub_tests::free_port;
 
 async fn due_subscription(paid_periods: u64) -> (Stack, u64) {
     let stack = Stack::start().await;
@@ -44,8 +44,9 @@ async fn spent_gas_budget_stops_sends_and_once_exits_with_status_2() {
 #[tokio::test(flavor = "multi_thread")]
 async fn budget_exhaustion_is_reported_on_health_and_metrics() {
     let (stack, sub) = due_subscription(3).await;
-    let port = free_port();
-    let mut keeper = spawn(stack.keeper_on(port), &["--gas-budget-wei", "1000"]);
+    let socket = Reserved::new();
+    let port = socket.port;
+    let mut keeper = spawn(stack.keeper_on(&socket), &["--gas-budget-wei", "1000"]);
 
     let health = wait_health(port, |h| h["status"] == "budget_exhausted");
     assert_eq!(health["budgetExhausted"], true);
@@ -68,8 +69,9 @@ async fn budget_exhaustion_is_reported_on_health_and_metrics() {
 #[tokio::test(flavor = "multi_thread")]
 async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
     let (stack, sub) = due_subscription(3).await;
-    let port = free_port();
-    let mut keeper = spawn(stack.keeper_on(port), &[]);
+    let socket = Reserved::new();
+    let port = socket.port;
+    let mut keeper = spawn(stack.keeper_on(&socket), &[]);
     stack
         .wait_count(
             "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
@@ -105,14 +107,16 @@ async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
 #[tokio::test(flavor = "multi_thread")]
 async fn second_keeper_on_the_same_chain_stands_by_until_the_first_is_gone() {
     let stack = Stack::start().await;
-    let port = free_port();
-    let mut first = spawn(stack.keeper_on(port), &[]);
+    let socket = Reserved::new();
+    let port = socket.port;
+    let mut first = spawn(stack.keeper_on(&socket), &[]);
     wait_health(port, |h| h["lockHeld"] == true);
 
     // --once gives up at once with status 3; a long-running one waits as a standby.
     assert_eq!(stack.keeper_once(&[]).code(), Some(3));
-    let standby_port = free_port();
-    let _standby = spawn(stack.keeper_on(standby_port), &[]);
+    let standby_socket = Reserved::new();
+    let standby_port = standby_socket.port;
+    let _standby = spawn(stack.keeper_on(&standby_socket), &[]);
     wait_health(standby_port, |h| {
         h["status"] == "standby" && h["lockHeld"] == false
     });
@@ -226,8 +230,9 @@ async fn keeper_refuses_a_chain_id_that_the_rpc_does_not_serve() {
 #[tokio::test(flavor = "multi_thread")]
 async fn keeper_that_loses_its_lock_session_stops_instead_of_sending_unguarded() {
     let stack = Stack::start().await;
-    let port = free_port();
-    let mut keeper = spawn(stack.keeper_on(port), &[]);
+    let socket = Reserved::new();
+    let port = socket.port;
+    let mut keeper = spawn(stack.keeper_on(&socket), &[]);
     wait_health(port, |h| h["lockHeld"] == true && h["status"] == "ok");
 
     // Terminate the keeper's lock session on the server. Advisory locks are per database and

@@ -11,7 +11,7 @@ use alloy::providers::Provider;
 use alloy::rpc::types::Filter;
 use chainsub_abi::{ContractEvent, EndReason};
 use chainsub_tests::chain::{DEV_KEYS, accounts};
-use chainsub_tests::{ChildGuard, DevChain, TestDb, free_port};
+use chainsub_tests::{ChildGuard, DevChain, Reserved, TestDb};
 
 /// 9.99 USDC in base units.
 pub const PRICE: u64 = 9_990_000;
@@ -54,10 +54,7 @@ impl Stack {
             .envs(self.common_env())
             .env("START_BLOCK", self.chain.deploy_block.to_string())
             .env("CONFIRMATIONS", "0")
-            .env(
-                "INDEXER_METRICS_LISTEN",
-                format!("127.0.0.1:{}", free_port()),
-            )
+            .env("INDEXER_METRICS_LISTEN", "127.0.0.1:0")
             .env("INDEXER_POLL_INTERVAL_MS", "50")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -153,19 +150,28 @@ impl Stack {
             .to::<u64>()
     }
 
-    /// The keeper binary with this stack's configuration and a fast poll interval.
+    /// The keeper binary with this stack's configuration and a fast poll interval (its
+    /// health/metrics endpoint on a port nobody asks for).
     pub fn keeper(&self) -> Command {
-        self.keeper_on(free_port())
+        let mut cmd = self.keeper_command();
+        cmd.env("KEEPER_METRICS_LISTEN", "127.0.0.1:0");
+        cmd
     }
 
-    /// The keeper binary with its health/metrics endpoint on `port`.
-    pub fn keeper_on(&self, port: u16) -> Command {
+    /// The keeper binary with its health/metrics endpoint on `socket`.
+    pub fn keeper_on(&self, socket: &Reserved) -> Command {
+        let mut cmd = self.keeper_command();
+        cmd.env("KEEPER_METRICS_LISTEN", "stdin")
+            .stdin(socket.stdin());
+        cmd
+    }
+
+    fn keeper_command(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_keeper"));
         // Only what the test sets: a stray KEEPER_* in the developer's shell cannot leak in.
         cmd.env_clear()
             .envs(self.common_env())
             .env("KEEPER_PRIVATE_KEY", DEV_KEYS[accounts::KEEPER])
-            .env("KEEPER_METRICS_LISTEN", format!("127.0.0.1:{port}"))
             .env("KEEPER_POLL_INTERVAL_MS", "100")
             .env("RUST_LOG", "info")
             .stdout(if std::env::var_os("KEEPER_TEST_LOGS").is_some() {

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use chainsub_tests::chain::{DEV_KEYS, accounts};
-use chainsub_tests::{ChildGuard, DevChain, TestDb, bin_path, free_port, workspace_root};
+use chainsub_tests::{ChildGuard, DevChain, Reserved, TestDb, bin_path, workspace_root};
 use serde_json::Value;
 
 pub const SECRET: &str = "browser-test-checkout-secret";
@@ -31,15 +31,15 @@ fn log_file(name: &str) -> Stdio {
 pub async fn start(test: &str, with_indexer: bool) -> Stack {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
+    let socket = Reserved::new();
+    let base = socket.url();
     let api = Command::new(bin_path("api"))
         .env("DATABASE_URL", &db.url)
         .env("RPC_URL", &chain.anvil.url)
         .env("CHAIN_ID", chain.anvil.chain_id.to_string())
         .env("CONTRACT_ADDRESS", chain.manager.to_string())
         .env("USDC_ADDRESS", chain.usdc.to_string())
-        .env("API_LISTEN", format!("127.0.0.1:{port}"))
+        .env("API_LISTEN", "stdin")
         .env("BASE_URL", &base)
         .env("RELAYER_PRIVATE_KEY", DEV_KEYS[accounts::OPERATOR])
         .env("CHECKOUT_SIGNING_SECRET", SECRET)
@@ -52,6 +52,7 @@ pub async fn start(test: &str, with_indexer: bool) -> Stack {
         .env("WEBHOOK_ALLOW_LOOPBACK", "true")
         .env("WEBHOOK_RETRY_SCHEDULE", "0s,1h,1h")
         .env("RUST_LOG", "info")
+        .stdin(socket.stdin())
         .stdout(Stdio::null())
         .stderr(log_file(&format!("{test}-api.log")))
         .spawn()
@@ -65,10 +66,7 @@ pub async fn start(test: &str, with_indexer: bool) -> Stack {
             .env("CONTRACT_ADDRESS", chain.manager.to_string())
             .env("START_BLOCK", chain.deploy_block.to_string())
             .env("CONFIRMATIONS", "0")
-            .env(
-                "INDEXER_METRICS_LISTEN",
-                format!("127.0.0.1:{}", free_port()),
-            )
+            .env("INDEXER_METRICS_LISTEN", "127.0.0.1:0")
             .env("INDEXER_POLL_INTERVAL_MS", "100")
             .env("INDEXER_NO_FINALIZED_TAG", "true")
             .env("RUST_LOG", "info")

@@ -10,7 +10,7 @@ use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
 use chainsub_abi::{MockUSDC, SubscriptionManager};
 use chainsub_tests::chain::{DEV_KEYS, accounts, signing_provider};
-use chainsub_tests::{ChildGuard, DevChain, TestDb, free_port};
+use chainsub_tests::{ChildGuard, DevChain, TestDb};
 
 const DEV: &str = env!("CARGO_BIN_EXE_chainsub-dev");
 
@@ -34,13 +34,7 @@ fn dev(dir: &Path) -> Command {
 }
 
 fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "chainsub-dev-test-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    chainsub_tests::scratch_dir("chainsub-dev-test")
 }
 
 fn parse_env(text: &str) -> HashMap<String, String> {
@@ -57,12 +51,12 @@ fn parse_env(text: &str) -> HashMap<String, String> {
 async fn dev_up_deploys_funds_migrates_writes_stack_env_and_stops_on_sigterm() {
     let db = TestDb::create_empty().await;
     let dir = scratch_dir();
-    let port = free_port();
     let log = std::fs::File::create(dir.join("up.out")).unwrap();
     let mut up = ChildGuard(
         dev(&dir)
             // Chain and database only: the services and demo are covered by e2e_dev_demo.rs.
-            .args(["up", "--no-services", "--anvil-port", &port.to_string()])
+            // Anvil on port 0: the port it binds is the one stack.env names.
+            .args(["up", "--no-services", "--anvil-port", "0"])
             .args(["--database-url", &db.url])
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
@@ -82,7 +76,12 @@ async fn dev_up_deploys_funds_migrates_writes_stack_env_and_stops_on_sigterm() {
     }
 
     let env = parse_env(&std::fs::read_to_string(dir.join("stack.env")).unwrap());
-    let rpc_url = format!("http://127.0.0.1:{port}");
+    let rpc_url = env["RPC_URL"].clone();
+    let port: u16 = rpc_url
+        .strip_prefix("http://127.0.0.1:")
+        .and_then(|p| p.parse().ok())
+        .filter(|p| *p != 0)
+        .unwrap_or_else(|| panic!("RPC_URL names anvil's bound port: {rpc_url}"));
     let expected_fixed = [
         ("DATABASE_URL", db.url.clone()),
         ("RPC_URL", rpc_url.clone()),
@@ -157,12 +156,7 @@ async fn dev_up_deploys_funds_migrates_writes_stack_env_and_stops_on_sigterm() {
     assert!(status_out.contains("chain: answering"), "{status_out}");
     assert!(status_out.contains("database: answering"), "{status_out}");
     let second = dev(&dir)
-        .args([
-            "up",
-            "--no-services",
-            "--anvil-port",
-            &free_port().to_string(),
-        ])
+        .args(["up", "--no-services", "--anvil-port", "0"])
         .args(["--database-url", &db.url])
         .output()
         .unwrap();

@@ -8,18 +8,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chainsub_tests::merchant::ApiClient;
-use chainsub_tests::{ChildGuard, TestDb, free_port};
+use chainsub_tests::{ChildGuard, TestDb};
 
 const DEV: &str = env!("CARGO_BIN_EXE_chainsub-dev");
 
 fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "chainsub-dev-demo-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    chainsub_tests::scratch_dir("chainsub-dev-demo")
 }
 
 /// Pids of the children `up` reported (`started NAME (pid N)`).
@@ -47,7 +41,6 @@ fn read(path: &Path) -> String {
 async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_all() {
     let db = TestDb::create_empty().await;
     let dir = scratch_dir();
-    let (anvil, api_port) = (free_port(), free_port());
     let out_path = dir.join("up.out");
     let log = std::fs::File::create(&out_path).unwrap();
     let mut cmd = Command::new(DEV);
@@ -63,16 +56,12 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
     let mut up = ChildGuard(
         cmd.arg("--dev-dir")
             .arg(&dir)
-            .args(["up", "--anvil-port", &anvil.to_string()])
-            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
-            .args([
-                "--indexer-metrics-listen",
-                &format!("127.0.0.1:{}", free_port()),
-            ])
-            .args([
-                "--keeper-metrics-listen",
-                &format!("127.0.0.1:{}", free_port()),
-            ])
+            // Every port 0: `up` binds each socket before its service starts and prints
+            // the addresses it got.
+            .args(["up", "--anvil-port", "0"])
+            .args(["--api-listen", "127.0.0.1:0"])
+            .args(["--indexer-metrics-listen", "127.0.0.1:0"])
+            .args(["--keeper-metrics-listen", "127.0.0.1:0"])
             .args(["--database-url", &db.url])
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
@@ -110,7 +99,13 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
     assert!(out.contains("period 2 9.99 USDC  tx 0x"), "{out}");
 
     // The printed URLs answer.
-    let base = format!("http://127.0.0.1:{api_port}");
+    let base = out
+        .lines()
+        .find_map(|l| l.strip_prefix("api answering at "))
+        .expect("the API's address printed")
+        .to_string();
+    let api_addr = base.trim_start_matches("http://").to_string();
+    assert!(!api_addr.ends_with(":0"), "{base}");
     assert!(
         out.contains(&format!("{base}/dashboard/developers")),
         "{out}"
@@ -133,6 +128,6 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
         assert!(!alive(*pid), "{name} (pid {pid}) still running");
         assert!(out.contains(&format!("stopped {name}")), "{name}: {out}");
     }
-    assert!(std::net::TcpStream::connect(("127.0.0.1", api_port)).is_err());
+    assert!(std::net::TcpStream::connect(&api_addr).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }

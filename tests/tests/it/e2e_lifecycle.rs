@@ -21,7 +21,7 @@ use chainsub_tests::chain::dev_key;
 use chainsub_tests::merchant::{ApiClient, wait_for};
 use chainsub_tests::receiver::WebhookReceiver;
 use chainsub_tests::services::{Services, test_env};
-use chainsub_tests::{DevChain, TestDb, free_port};
+use chainsub_tests::{DevChain, TestDb};
 use serde_json::Value;
 
 const CONFIRMATIONS: u64 = 3;
@@ -146,9 +146,8 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
     let receiver = WebhookReceiver::start("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let api_port = free_port();
-    let mut services = Services::start(test_env(&chain, &db, api_port, CONFIRMATIONS));
-    let api = ApiClient::new(&format!("http://127.0.0.1:{api_port}"));
+    let mut services = Services::start(test_env(&chain, &db, CONFIRMATIONS));
+    let api = ApiClient::new(&services.api.url());
     wait_for("the API", 60, || async {
         Ok(api.healthy().await.then_some(()))
     })
@@ -410,8 +409,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
 async fn every_service_talks_to_postgres_over_verified_tls() {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
-    let api_port = free_port();
-    let mut env = test_env(&chain, &db, api_port, 0);
+    let mut env = test_env(&chain, &db, 0);
     let mut url = url::Url::parse(&db.url).unwrap();
     url.set_host(Some("localhost")).unwrap();
     url.set_query(Some(
@@ -425,7 +423,7 @@ async fn every_service_talks_to_postgres_over_verified_tls() {
     let mut services = Services::start(env);
     let probe = db.connect().await;
     let http = reqwest::Client::new();
-    let health = format!("http://127.0.0.1:{api_port}/api/v1/health");
+    let health = format!("{}/api/v1/health", services.api.url());
     wait_for("the api to answer from the database", 30, || async {
         let ok = http
             .get(&health)

@@ -24,7 +24,8 @@ pub struct Deployed {
     pub deploy_block: u64,
 }
 
-/// Starts anvil on 127.0.0.1:`port` as a child of the stack; returns its URL.
+/// Starts anvil on 127.0.0.1:`port` as a child of the stack (port 0: a port anvil binds
+/// itself, read back from its socket); returns its URL.
 pub fn start_anvil(stack: &mut Stack, port: u16) -> Result<String> {
     // Fail with a useful message rather than letting anvil exit on a taken port.
     TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
@@ -40,6 +41,10 @@ pub fn start_anvil(stack: &mut Stack, port: u16) -> Result<String> {
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log));
     stack.spawn("anvil", cmd)?;
+    let port = match port {
+        0 => stack.listening_port("anvil")?,
+        p => p,
+    };
     Ok(format!("http://127.0.0.1:{port}"))
 }
 

@@ -19,7 +19,7 @@ mod demo;
 mod services;
 mod stack;
 
-use chainsub_tests::workspace_root;
+use chainsub_tests::{Reserved, workspace_root};
 use stack::{Stack, StackEnv};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -50,7 +50,7 @@ struct UpArgs {
     /// Use this chain instead of starting anvil (it must know anvil's dev accounts).
     #[arg(long, env = "RPC_URL")]
     rpc_url: Option<String>,
-    /// Port for the anvil this command starts.
+    /// Port for the anvil this command starts (0: any free port).
     #[arg(long, env = "ANVIL_PORT", default_value_t = 8545)]
     anvil_port: u16,
     /// The dev database; created if missing.
@@ -63,7 +63,8 @@ struct UpArgs {
     /// Confirmations the stack's processes wait for (0 on a dev chain).
     #[arg(long, env = "CONFIRMATIONS", default_value_t = 0)]
     confirmations: u64,
-    /// Listen address written for the API.
+    /// The API's listen address (port 0: any free port). Bound here and handed to the
+    /// API as its standard input, so the address is known and held before it starts.
     #[arg(long, env = "API_LISTEN", default_value = "127.0.0.1:8080")]
     api_listen: String,
     /// USDC (whole units) minted to each of dev accounts 2..=9.
@@ -146,28 +147,54 @@ async fn boot(args: &UpArgs, dev_dir: &Path, stack: &mut Stack) -> Result<Summar
 
     db::prepare(&args.database_url, fresh_chain && !args.keep_db).await?;
 
+    // Each service's socket, bound here first (port 0 becomes a real port) and handed over
+    // as its stdin; stack.env names the bound addresses. Without services, stack.env names
+    // the addresses as given, for services started by hand.
+    let bind = |what: &str, addr: &str| {
+        Reserved::bind(addr).with_context(|| {
+            format!("{what} {addr} is taken: another `scripts/dev up`? Run `scripts/dev down`, or pass another address")
+        })
+    };
+    let sockets = if args.no_services {
+        None
+    } else {
+        Some(services::Sockets {
+            api: bind("--api-listen", &args.api_listen)?,
+            indexer: bind("--indexer-metrics-listen", &args.indexer_metrics_listen)?,
+            keeper: bind("--keeper-metrics-listen", &args.keeper_metrics_listen)?,
+        })
+    };
+    let bound = |pick: fn(&services::Sockets) -> &Reserved, given: &str| {
+        sockets
+            .as_ref()
+            .map_or_else(|| given.to_string(), |s| pick(s).addr.to_string())
+    };
+    let api_listen = bound(|s| &s.api, &args.api_listen);
     let mut env = StackEnv::dev(
         &args.database_url,
         &rpc_url,
         &deployed,
         args.confirmations,
-        &args.api_listen,
+        &api_listen,
     );
     env.push(
         "INDEXER_METRICS_LISTEN",
-        args.indexer_metrics_listen.clone(),
+        bound(|s| &s.indexer, &args.indexer_metrics_listen),
     );
-    env.push("KEEPER_METRICS_LISTEN", args.keeper_metrics_listen.clone());
+    env.push(
+        "KEEPER_METRICS_LISTEN",
+        bound(|s| &s.keeper, &args.keeper_metrics_listen),
+    );
     for (k, v) in services::DEV_EXTRAS {
         env.push(k, v.to_string());
     }
     let env_file = env.write(dev_dir)?;
     println!("wrote {}", env_file.display());
 
-    let api_base = format!("http://{}", args.api_listen);
+    let api_base = format!("http://{api_listen}");
     let mut demo = None;
-    if !args.no_services {
-        services::start(stack, &env, &api_base).await?;
+    if let Some(sockets) = &sockets {
+        services::start(stack, &env, sockets).await?;
         if !args.no_demo {
             demo = Some(demo::run(&api_base, &rpc_url).await?);
         }

@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
+use chainsub_tests::Reserved;
 use chainsub_tests::merchant::ApiClient;
 use chainsub_tests::services::service_command;
 
@@ -40,21 +41,37 @@ fn bin(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Starts indexer, api and keeper with `env` (stack.env's settings) and waits until the API answers.
-pub async fn start(stack: &mut Stack, env: &StackEnv, api_base: &str) -> Result<()> {
-    let vars: Vec<(String, String)> = env
-        .vars()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    for name in ["indexer", "api", "keeper"] {
+/// The services' listening sockets, bound before they start.
+pub struct Sockets {
+    pub api: Reserved,
+    pub indexer: Reserved,
+    pub keeper: Reserved,
+}
+
+/// Starts indexer, api and keeper with `env` (stack.env's settings), each serving on its
+/// socket from `sockets` (handed over as stdin), and waits until the API answers.
+pub async fn start(stack: &mut Stack, env: &StackEnv, sockets: &Sockets) -> Result<()> {
+    let api_base = sockets.api.url();
+    for (name, socket, listen_var) in [
+        ("indexer", &sockets.indexer, "INDEXER_METRICS_LISTEN"),
+        ("api", &sockets.api, "API_LISTEN"),
+        ("keeper", &sockets.keeper, "KEEPER_METRICS_LISTEN"),
+    ] {
+        let vars: Vec<(String, String)> = env
+            .vars()
+            .map(|(k, v)| {
+                let v = if k == listen_var { "stdin" } else { v };
+                (k.to_string(), v.to_string())
+            })
+            .collect();
         let log = stack.log_file(name)?;
         let mut cmd = service_command(&bin(name)?, &[], &vars);
-        cmd.stdin(Stdio::null())
+        cmd.stdin(socket.stdin())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));
         stack.spawn(name, cmd)?;
     }
-    let api = ApiClient::new(api_base);
+    let api = ApiClient::new(&api_base);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !api.healthy().await {
         if let Some(dead) = stack.exited() {

@@ -56,6 +56,17 @@ impl Stack {
         Ok(())
     }
 
+    /// The TCP port the child `name` listens on (one started on port 0).
+    pub fn listening_port(&mut self, name: &str) -> Result<u16> {
+        let (_, child) = self
+            .children
+            .iter_mut()
+            .find(|(n, _)| *n == name)
+            .with_context(|| format!("{name} was not started"))?;
+        chainsub_tests::listening_port(&mut child.0, Duration::from_secs(30))
+            .map_err(|e| anyhow::anyhow!("{name}: {e}"))
+    }
+
     /// The name of a child that has exited, if any.
     pub fn exited(&mut self) -> Option<&'static str> {
         self.children
