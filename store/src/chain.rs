@@ -63,3 +63,29 @@ pub(crate) fn b256(bytes: &[u8]) -> Result<B256> {
 pub(crate) fn units(text: &str) -> Option<u128> {
     text.parse().ok()
 }
+
+/// How far the indexer has followed a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// The last block it indexed.
+    pub indexed_block: i64,
+    /// The chain head it last saw.
+    pub head_block: Option<i64>,
+}
+
+/// The indexer's cursor on `chain_id` (`None` before its first batch).
+pub async fn cursor(
+    client: &impl deadpool_postgres::GenericClient,
+    chain_id: i64,
+) -> Result<Option<Cursor>> {
+    let stmt = client
+        .prepare_cached("SELECT block_number, head_number FROM indexer_cursor WHERE chain_id = $1")
+        .await?;
+    Ok(client
+        .query_opt(&stmt, &[&chain_id])
+        .await?
+        .map(|r| Cursor {
+            indexed_block: r.get(0),
+            head_block: r.get(1),
+        }))
+}

@@ -25,6 +25,7 @@ pub mod outbox;
 pub mod page;
 pub mod pg;
 pub mod plans;
+pub mod siwe;
 pub mod subscriptions;
 pub mod webhooks;
 

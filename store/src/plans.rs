@@ -2,12 +2,119 @@
 
 use std::sync::LazyLock;
 
+use alloy::primitives::{Address, B256};
 use chainsub_core::{PlanId, ProvisionStatus};
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
+use crate::chain::{address, b256, units};
 use crate::page::{self, keyset};
-use crate::{MerchantScope, Page, Result};
+use crate::{Error, MerchantScope, Page, Result};
+
+/// A plan as the API serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanRow {
+    /// The row id (checkouts and provisioning refer to it).
+    pub row_id: i64,
+    pub id: PlanId,
+    pub name: String,
+    /// Base units per period.
+    pub amount: u128,
+    pub currency: String,
+    pub interval: String,
+    pub slug: String,
+    pub plan_ref: B256,
+    pub provision_status: ProvisionStatus,
+    pub provision_error: Option<String>,
+    pub provision_tx_hash: Option<B256>,
+    pub created_at: DateTime<Utc>,
+    /// Where `createPlan` landed: the indexed event when the index has it, else the receipt
+    /// the relayer saw; `None` before either.
+    pub created_on_chain: Option<PlanCreation>,
+    /// The indexer's tip (for confirmations).
+    pub indexed_block: Option<i64>,
+}
+
+/// The block facts of a plan's `createPlan`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanCreation {
+    pub onchain_id: i64,
+    /// The emitting contract when indexed; `None` when only the relayer's receipt (sent to
+    /// the configured contract) vouches for it.
+    pub contract: Option<Address>,
+    pub block_number: i64,
+    pub block_hash: B256,
+    pub transaction_hash: B256,
+    pub log_index: i64,
+}
+
+impl PlanRow {
+    /// Active once indexed, or once the relayer saw it mined.
+    pub fn is_active(&self) -> bool {
+        self.created_on_chain
+            .as_ref()
+            .is_some_and(|c| c.contract.is_some())
+            || self.provision_status == ProvisionStatus::Active
+    }
+
+    fn from_row(r: &Row) -> Result<PlanRow> {
+        let id: &str = r.try_get("public_id")?;
+        let amount: &str = r.try_get("amount")?;
+        let indexed = match r.try_get::<_, Option<i64>>("cp_onchain_id")? {
+            Some(onchain_id) => Some(PlanCreation {
+                onchain_id,
+                contract: Some(address(r.try_get("ce_contract")?)?),
+                block_number: r.try_get("ce_block_number")?,
+                block_hash: b256(r.try_get("ce_block_hash")?)?,
+                transaction_hash: b256(r.try_get("ce_tx")?)?,
+                log_index: i64::from(r.try_get::<_, i32>("ce_log_index")?),
+            }),
+            None => None,
+        };
+        let receipt = match (
+            r.try_get::<_, Option<i64>>("onchain_plan_id")?,
+            r.try_get::<_, Option<i64>>("provision_block_number")?,
+            r.try_get::<_, Option<&[u8]>>("provision_block_hash")?,
+            r.try_get::<_, Option<&[u8]>>("provision_tx_hash")?,
+            r.try_get::<_, Option<i32>>("provision_log_index")?,
+        ) {
+            (Some(onchain_id), Some(block_number), Some(bh), Some(tx), Some(li)) => {
+                Some(PlanCreation {
+                    onchain_id,
+                    contract: None,
+                    block_number,
+                    block_hash: b256(bh)?,
+                    transaction_hash: b256(tx)?,
+                    log_index: i64::from(li),
+                })
+            }
+            _ => None,
+        };
+        Ok(PlanRow {
+            row_id: r.try_get("id")?,
+            id: PlanId::parse(id).ok_or_else(|| Error::Inconsistent(format!("plan id {id:?}")))?,
+            name: r.try_get("name")?,
+            amount: units(amount)
+                .ok_or_else(|| Error::Inconsistent(format!("plan amount {amount:?}")))?,
+            currency: r.try_get("currency")?,
+            interval: r.try_get("interval")?,
+            slug: r.try_get("slug")?,
+            plan_ref: b256(r.try_get("plan_ref")?)?,
+            provision_status: ProvisionStatus::parse(r.try_get("provision_status")?)
+                .map_err(|e| Error::Inconsistent(e.to_string()))?,
+            provision_error: r.try_get("provision_error")?,
+            provision_tx_hash: r
+                .try_get::<_, Option<&[u8]>>("provision_tx_hash")?
+                .map(b256)
+                .transpose()?,
+            created_at: r.try_get("created_at")?,
+            // The index wins when it has the plan; until then the receipt is the evidence.
+            created_on_chain: indexed.or(receipt),
+            indexed_block: r.try_get("indexed_block")?,
+        })
+    }
+}
 
 /// Columns and joins; `$1` merchant id, `$2` chain id.
 const SELECT: &str = "SELECT p.id, p.public_id, p.name, p.amount::TEXT AS amount, p.currency, \
@@ -34,13 +141,13 @@ pub async fn list(
     scope: &MerchantScope,
     chain_id: i64,
     page: Page,
-) -> Result<(Vec<Row>, bool)> {
+) -> Result<(Vec<PlanRow>, bool)> {
     page::fetch(
         client,
         &LIST[page.direction.index()],
         &[&scope.id(), &chain_id, &page.key, &page.fetch()],
         page,
-        Ok,
+        |r| PlanRow::from_row(&r),
     )
     .await
 }
@@ -51,12 +158,15 @@ pub async fn get(
     scope: &MerchantScope,
     chain_id: i64,
     public_id: &PlanId,
-) -> Result<Option<Row>> {
+) -> Result<Option<PlanRow>> {
     static ONE: LazyLock<String> = LazyLock::new(|| format!("{SELECT} AND p.public_id = $3::text"));
     let stmt = client.prepare_cached(&ONE).await?;
-    Ok(client
+    client
         .query_opt(&stmt, &[&scope.id(), &chain_id, &public_id.as_str()])
-        .await?)
+        .await?
+        .as_ref()
+        .map(PlanRow::from_row)
+        .transpose()
 }
 
 /// One of `scope`'s plans by row id.
@@ -65,12 +175,15 @@ pub async fn get_by_row_id(
     scope: &MerchantScope,
     chain_id: i64,
     row_id: i64,
-) -> Result<Option<Row>> {
+) -> Result<Option<PlanRow>> {
     static ONE: LazyLock<String> = LazyLock::new(|| format!("{SELECT} AND p.id = $3::bigint"));
     let stmt = client.prepare_cached(&ONE).await?;
-    Ok(client
+    client
         .query_opt(&stmt, &[&scope.id(), &chain_id, &row_id])
-        .await?)
+        .await?
+        .as_ref()
+        .map(PlanRow::from_row)
+        .transpose()
 }
 
 /// The cursor key of one of `scope`'s plans (`None` for an unknown or other merchant's).

@@ -3,12 +3,19 @@
 //! intermediate JSON tree). A webhook body and `GET /api/v1/events` share [`EventView`], so
 //! they agree byte for byte.
 
+mod account;
 mod chain;
 mod event;
+mod plan;
 mod subscription;
 
+pub use account::{
+    CheckoutView, DeletedView, HealthChainView, HealthView, IssuedKeyView, KeyStatusView, KeyView,
+    MerchantView, NonceView, SessionView,
+};
 pub use chain::ChainView;
 pub use event::{DeliveryView, EventView};
+pub use plan::{PlanView, ProvisioningView};
 pub use subscription::{LedgerEntryView, SubscriptionView, SubscriptionWithLedger};
 
 use chrono::{DateTime, SecondsFormat, Utc};

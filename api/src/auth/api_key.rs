@@ -1,7 +1,8 @@
 //! API keys: `sk_live_` + 32 random bytes (hex). Only the SHA3-256 hash is stored; the
 //! plaintext exists in memory only while it is returned once.
 
-use serde_json::{Value, json};
+use chainsub_views::KeyStatusView;
+use serde_json::Value;
 use tokio_postgres::GenericClient;
 
 use super::{ct_eq, sha3};
@@ -101,17 +102,9 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
 
 /// Key status: prefix, last 4, created and last used; `key: null` when there is none.
 pub async fn status(client: &impl GenericClient, merchant: &Merchant) -> Result<Value> {
-    let key = chainsub_store::merchants::api_key_status(client, merchant)
-        .await?
-        .map(|k| {
-            json!({
-                "prefix": k.prefix,
-                "last4": k.last4,
-                "createdAt": crate::render::time(k.created_at),
-                "lastUsedAt": k.last_used_at.map(crate::render::time),
-            })
-        });
-    Ok(json!({ "object": "api_key_status", "active": key.is_some(), "key": key }))
+    let key = chainsub_store::merchants::api_key_status(client, merchant).await?;
+    serde_json::to_value(KeyStatusView::from(key.as_ref()))
+        .map_err(|e| ApiError::Internal(format!("serializing a key status: {e}")))
 }
 
 /// Creates the merchant's key, or rotates it: the old key is revoked in the same

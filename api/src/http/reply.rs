@@ -52,6 +52,14 @@ impl Resp {
         }
     }
 
+    /// A typed view with a status, kept as a JSON value (the idempotency store replays it).
+    pub fn json_view(status: StatusCode, view: &impl serde::Serialize) -> Resp {
+        match serde_json::to_value(view) {
+            Ok(value) => Resp::with_status(status, value),
+            Err(e) => ApiError::Internal(format!("serializing a view: {e}")).into_resp(),
+        }
+    }
+
     /// A JSON body with a status.
     pub fn with_status(status: StatusCode, value: Value) -> Resp {
         Resp {

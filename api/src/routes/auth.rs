@@ -6,7 +6,7 @@
 use crate::http::client_ip::{ClientAddr, client_addr};
 
 use bytes::Bytes;
-use serde_json::json;
+use chainsub_views::{DeletedView, NonceView, SessionView};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
@@ -42,7 +42,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         );
     let current = warp::get()
         .and(require_session(ctx.clone()))
-        .map(|s: Session| Resp::json(session_json(&s)));
+        .map(|s: Session| Resp::view(&session_view(&s)));
     let logout = warp::delete()
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx))
@@ -59,45 +59,29 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     nonce.or(session).unify().boxed()
 }
 
-fn session_json(s: &Session) -> serde_json::Value {
-    json!({
-        "object": "session",
-        "merchant": crate::merchants::merchant_json(&s.merchant),
-        "csrfToken": s.csrf_token,
-        "expiresAt": crate::render::time(s.expires_at),
-    })
+fn session_view(s: &Session) -> SessionView<'_> {
+    SessionView::new(&s.merchant, &s.csrf_token, s.expires_at)
 }
 
 async fn new_nonce(ctx: &Ctx, client: &ClientAddr) -> Result<Resp> {
     ctx.limits.check_client(client)?;
     let nonce = crate::auth::random_token(16);
     let conn = ctx.pool.get().await?;
-    let expires: chrono::DateTime<chrono::Utc> = conn
-        .query_one(
-            "INSERT INTO siwe_nonces (nonce, expires_at) \
-             VALUES ($1, now() + make_interval(secs => $2)) RETURNING expires_at",
-            &[&nonce, &(ctx.cfg.siwe_nonce_ttl_secs as f64)],
-        )
-        .await?
-        .get(0);
-    // Old nonces are useless; trim them here rather than in a separate job.
-    conn.execute(
-        "DELETE FROM siwe_nonces WHERE expires_at < now() - interval '1 day'",
-        &[],
-    )
-    .await?;
-    Ok(Resp::with_status(
+    let expires =
+        chainsub_store::siwe::issue_nonce(&**conn, &nonce, ctx.cfg.siwe_nonce_ttl_secs).await?;
+    let (domain, uri) = (ctx.cfg.siwe_domain(), ctx.cfg.base());
+    Ok(Resp::json_view(
         warp::http::StatusCode::CREATED,
-        json!({
-            "object": "siwe_nonce",
-            "nonce": nonce,
-            "expiresAt": crate::render::time(expires),
-            "domain": ctx.cfg.siwe_domain(),
-            "uri": ctx.cfg.base(),
-            "chainId": ctx.cfg.chain_id,
-            "version": "1",
-            "statement": "Sign in to the Chainsub dashboard",
-        }),
+        &NonceView {
+            object: "siwe_nonce",
+            nonce: &nonce,
+            expires_at: expires,
+            domain: &domain,
+            uri: &uri,
+            chain_id: ctx.cfg.chain_id,
+            version: "1",
+            statement: "Sign in to the Chainsub dashboard",
+        },
     ))
 }
 
@@ -119,15 +103,7 @@ async fn sign_in(ctx: &Ctx, client: &ClientAddr, ct: Option<&str>, body: &[u8]) 
     verify_signature(text, signature, msg.address)?;
     let mut conn = ctx.pool.get().await?;
     let tx = conn.transaction().await?;
-    // Single use: the nonce is consumed by the statement that checks it.
-    let fresh = tx
-        .execute(
-            "UPDATE siwe_nonces SET used_at = now() \
-             WHERE nonce = $1 AND used_at IS NULL AND expires_at > now()",
-            &[&msg.nonce],
-        )
-        .await?;
-    if fresh != 1 {
+    if !chainsub_store::siwe::consume_nonce(&*tx, &msg.nonce).await? {
         return Err(ApiError::Unauthorized {
             code: "siwe_nonce_invalid",
             message: "the nonce is unknown, expired or already used; request a new one".into(),
@@ -137,7 +113,7 @@ async fn sign_in(ctx: &Ctx, client: &ClientAddr, ct: Option<&str>, body: &[u8]) 
     let (cookie, s) = session::create(&*tx, &merchant, ctx.cfg.session_ttl_secs).await?;
     tx.commit().await?;
     tracing::info!(merchant = %merchant.public_id(), "dashboard sign-in");
-    Ok(Resp::json(session_json(&s)).header(
+    Ok(Resp::view(&session_view(&s)).header(
         "set-cookie",
         &session::set_cookie(&ctx.cfg, &cookie, ctx.cfg.session_ttl_secs),
     ))
@@ -146,6 +122,9 @@ async fn sign_in(ctx: &Ctx, client: &ClientAddr, ct: Option<&str>, body: &[u8]) 
 async fn logout(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
     session::revoke(&**conn, s).await?;
-    Ok(Resp::json(json!({ "object": "session", "deleted": true }))
-        .header("set-cookie", &session::clear_cookie(&ctx.cfg)))
+    Ok(Resp::view(&DeletedView {
+        object: "session",
+        deleted: true,
+    })
+    .header("set-cookie", &session::clear_cookie(&ctx.cfg)))
 }

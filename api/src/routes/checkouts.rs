@@ -1,7 +1,8 @@
 //! `POST /api/v1/checkouts`: a signed checkout URL for one of the merchant's active plans.
 
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use chainsub_views::CheckoutView;
+use serde_json::{Map, Value};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
@@ -77,9 +78,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
             let plan = find(ctx, &merchant, &input.plan_id)
                 .await?
                 .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
-            let active = plan.get::<_, Option<i64>>("cp_onchain_id").is_some()
-                || plan.get::<_, String>("provision_status") == "active";
-            if !active {
+            if !plan.is_active() {
                 return Err(ApiError::Conflict {
                     code: "plan_not_active",
                     message: "the plan is not provisioned on chain yet (status must be `active`)"
@@ -87,19 +86,22 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                     param: Some("planId".into()),
                 });
             }
-            let slug: String = plan.get("slug");
-            let plan_pk: i64 = plan.get("id");
             let secret = ctx.cfg.checkout_signing_secret.expose();
             let customer = input.customer.as_deref();
-            let url =
-                crate::checkout::url(&ctx.cfg.base(), secret, merchant.code(), &slug, customer);
+            let url = crate::checkout::url(
+                &ctx.cfg.base(),
+                secret,
+                merchant.code(),
+                &plan.slug,
+                customer,
+            );
             let customer_ref =
                 crate::checkout::customer_ref(secret, merchant.public_id().as_str(), customer);
             let public_id = chainsub_core::CheckoutId::random(12);
             let conn = ctx.pool.get().await?;
             let checkout = chainsub_store::checkouts::NewCheckout {
                 public_id: &public_id,
-                plan: plan_pk,
+                plan: plan.row_id,
                 customer_external_id: input.customer.as_deref(),
                 customer_ref,
                 url: &url,
@@ -107,17 +109,17 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
             let created = chainsub_store::checkouts::insert(&conn, &merchant, &checkout)
                 .await?
                 .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
-            Ok(Resp::with_status(
+            Ok(Resp::json_view(
                 StatusCode::CREATED,
-                json!({
-                    "id": public_id,
-                    "object": "checkout",
-                    "url": url,
-                    "planId": input.plan_id,
-                    "customerExternalId": input.customer,
-                    "customerRef": crate::render::hex0x(&customer_ref),
-                    "createdAt": crate::render::time(created),
-                }),
+                &CheckoutView {
+                    id: &public_id,
+                    object: "checkout",
+                    url: &url,
+                    plan_id: &plan.id,
+                    customer_external_id: input.customer.as_deref(),
+                    customer_ref: customer_ref.into(),
+                    created_at: created,
+                },
             ))
         },
     )

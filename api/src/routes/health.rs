@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use chainsub_views::{HealthChainView, HealthView};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
@@ -23,58 +23,49 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 }
 
 async fn health(ctx: &Ctx) -> Result<Resp, ApiError> {
-    let base = json!({
-        "object": "health",
-        "version": env!("CARGO_PKG_VERSION"),
-        "docs": format!("{}/api/v1/openapi.json", ctx.cfg.base()),
-    });
     // Bounded: a hung database must not hang the health check.
     let probe = tokio::time::timeout(Duration::from_secs(3), async {
         let conn = ctx.pool.get().await?;
-        let row = conn
-            .query_opt(
-                "SELECT block_number, head_number FROM indexer_cursor WHERE chain_id = $1",
-                &[&(ctx.cfg.chain_id as i64)],
-            )
-            .await?;
-        Ok::<_, ApiError>(row.map(|r| (r.get::<_, i64>(0), r.get::<_, Option<i64>>(1))))
+        Ok::<_, ApiError>(chainsub_store::chain::cursor(&conn, ctx.cfg.chain_id as i64).await?)
     })
     .await;
-    let mut body = base;
-    match probe {
+    let why = match probe {
         Ok(Ok(cursor)) => {
-            let (indexed, head) = match cursor {
-                Some((i, h)) => (Some(i), h),
-                None => (None, None),
-            };
-            let lag = match (indexed, head) {
-                (Some(i), Some(h)) => Some((h - i).max(0)),
-                _ => None,
-            };
-            body["status"] = json!("ok");
-            body["database"] = json!("ok");
-            body["chain"] = json!({
-                "chainId": ctx.cfg.chain_id,
-                "contract": ctx.cfg.contract_address.to_checksum(None),
-                "indexedBlock": indexed,
-                "headBlock": head,
-                "lagBlocks": lag,
-            });
-            Ok(Resp::json(body))
+            let indexed = cursor.map(|c| c.indexed_block);
+            let head = cursor.and_then(|c| c.head_block);
+            let lag = indexed.zip(head).map(|(i, h)| (h - i).max(0));
+            return Ok(Resp::view(&view(ctx, "ok", "ok", indexed, head, lag)));
         }
-        Ok(Err(e)) => Ok(unavailable(body, ctx, &e.to_string())),
-        Err(_) => Ok(unavailable(body, ctx, "database probe timed out")),
-    }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "database probe timed out".to_string(),
+    };
+    tracing::warn!(error = %why, "health: database unreachable");
+    Ok(Resp::json_view(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &view(ctx, "unavailable", "unreachable", None, None, None),
+    ))
 }
 
-fn unavailable(mut body: serde_json::Value, ctx: &Ctx, why: &str) -> Resp {
-    tracing::warn!(error = %why, "health: database unreachable");
-    body["status"] = json!("unavailable");
-    body["database"] = json!("unreachable");
-    body["chain"] = json!({
-        "chainId": ctx.cfg.chain_id,
-        "contract": ctx.cfg.contract_address.to_checksum(None),
-        "indexedBlock": null, "headBlock": null, "lagBlocks": null,
-    });
-    Resp::with_status(StatusCode::SERVICE_UNAVAILABLE, body)
+fn view(
+    ctx: &Ctx,
+    status: &'static str,
+    database: &'static str,
+    indexed_block: Option<i64>,
+    head_block: Option<i64>,
+    lag_blocks: Option<i64>,
+) -> HealthView {
+    HealthView {
+        object: "health",
+        version: env!("CARGO_PKG_VERSION"),
+        docs: format!("{}/api/v1/openapi.json", ctx.cfg.base()),
+        status,
+        database,
+        chain: HealthChainView {
+            chain_id: ctx.cfg.chain_id,
+            contract: ctx.cfg.contract_address,
+            indexed_block,
+            head_block,
+            lag_blocks,
+        },
+    }
 }

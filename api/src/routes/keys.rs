@@ -1,6 +1,8 @@
 //! `GET|POST|DELETE /api/v1/auth/keys`: the merchant's API key, dashboard session only.
 
 use bytes::Bytes;
+use chainsub_store::merchants::api_key_status;
+use chainsub_views::{IssuedKeyView, KeyStatusView};
 use serde_json::{Value, json};
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -85,15 +87,15 @@ async fn create(
             let mut conn = ctx.pool.get().await?;
             let (key, rotated) = api_key::create_or_rotate(&mut conn, &s.merchant).await?;
             tracing::info!(merchant = %s.merchant.public_id(), rotated, "api key issued");
-            let status = api_key::status(&**conn, &s.merchant).await?;
-            Ok(Resp::with_status(
+            let status = api_key_status(&**conn, &s.merchant).await?;
+            Ok(Resp::json_view(
                 StatusCode::CREATED,
-                json!({
-                    "object": "api_key",
-                    "key": key.expose(),
-                    "rotated": rotated,
-                    "status": status,
-                }),
+                &IssuedKeyView {
+                    object: "api_key",
+                    key: key.expose(),
+                    rotated,
+                    status: KeyStatusView::from(status.as_ref()),
+                },
             ))
         },
     )
@@ -103,7 +105,9 @@ async fn create(
 async fn revoke(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
     let revoked = api_key::revoke(&**conn, &s.merchant).await?;
-    let mut status = api_key::status(&**conn, &s.merchant).await?;
-    status["revoked"] = json!(revoked);
-    Ok(Resp::json(status))
+    let status = api_key_status(&**conn, &s.merchant).await?;
+    Ok(Resp::view(&KeyStatusView {
+        revoked: Some(revoked),
+        ..KeyStatusView::from(status.as_ref())
+    }))
 }

@@ -10,9 +10,9 @@
 use alloy::primitives::{B256, U256};
 use bytes::Bytes;
 use chainsub_core::PlanId;
-use chainsub_store::plans::{self as store, Inserted};
-use serde_json::{Map, Value, json};
-use tokio_postgres::Row;
+use chainsub_store::plans::{self as store, Inserted, PlanRow};
+use chainsub_views::{ListView, PlanView};
+use serde_json::{Map, Value};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
@@ -20,13 +20,12 @@ use warp::http::StatusCode;
 use crate::auth::api_key::{Authed, authenticate};
 use crate::chain::Outcome;
 use crate::ctx::{Ctx, with_ctx};
-use crate::domain::{Amount, Slug, format_units, random_hex, text};
+use crate::domain::{Amount, Slug, random_hex, text};
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{Caller, caller, check_params, method_fallback, query_pairs};
 use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::merchants::Merchant;
-use crate::pagination::{Page, cursor_key, list_json};
-use crate::render::{ChainRef, time};
+use crate::pagination::{Page, cursor_key};
 
 /// The plans router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
@@ -80,81 +79,18 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 }
 
 /// The plan object of DESIGN §4.
-fn plan_json(ctx: &Ctx, r: &Row) -> Value {
-    let amount: String = r.get("amount");
-    let indexed: Option<i64> = r.get("indexed_block");
-    let state: String = r.get("provision_status");
-    let cp_onchain: Option<i64> = r.get("cp_onchain_id");
-    let contract = ctx.cfg.contract_address.as_slice().to_vec();
-    // The index wins when it has the plan; until then the receipt we saw is the evidence.
-    let chain = if let Some(onchain) = cp_onchain {
-        let ce_contract: Vec<u8> = r.get("ce_contract");
-        let bh: Vec<u8> = r.get("ce_block_hash");
-        let tx: Vec<u8> = r.get("ce_tx");
-        let mut c = ChainRef {
-            chain_id: ctx.cfg.chain_id as i64,
-            contract: &ce_contract,
-            block_number: r.get("ce_block_number"),
-            block_hash: &bh,
-            transaction_hash: &tx,
-            log_index: i64::from(r.get::<_, i32>("ce_log_index")),
-            indexed_block: indexed,
-        }
-        .to_json();
-        c["onchainPlanId"] = json!(onchain);
-        c
-    } else if let (Some(bn), Some(bh), Some(tx), Some(li), Some(onchain)) = (
-        r.get::<_, Option<i64>>("provision_block_number"),
-        r.get::<_, Option<Vec<u8>>>("provision_block_hash"),
-        r.get::<_, Option<Vec<u8>>>("provision_tx_hash"),
-        r.get::<_, Option<i32>>("provision_log_index"),
-        r.get::<_, Option<i64>>("onchain_plan_id"),
-    ) {
-        let mut c = ChainRef {
-            chain_id: ctx.cfg.chain_id as i64,
-            contract: &contract,
-            block_number: bn,
-            block_hash: &bh,
-            transaction_hash: &tx,
-            log_index: i64::from(li),
-            indexed_block: indexed,
-        }
-        .to_json();
-        c["onchainPlanId"] = json!(onchain);
-        c
-    } else {
-        Value::Null
-    };
-    let status = if cp_onchain.is_some() || state == "active" {
-        "active"
-    } else if state == "failed" {
-        "failed"
-    } else {
-        "pending"
-    };
-    let units: u128 = amount.parse().unwrap_or(0);
-    json!({
-        "id": r.get::<_, String>("public_id"),
-        "object": "plan",
-        "name": r.get::<_, String>("name"),
-        "amount": format_units(units),
-        "currency": r.get::<_, String>("currency"),
-        "interval": r.get::<_, String>("interval"),
-        "slug": r.get::<_, String>("slug"),
-        "status": status,
-        "createdAt": time(r.get("created_at")),
-        "provisioning": {
-            "state": if status == "active" { "active" } else { state.as_str() },
-            "error": if status == "active" { None } else { r.get::<_, Option<String>>("provision_error") },
-            "transactionHash": r.get::<_, Option<Vec<u8>>>("provision_tx_hash").map(|t| crate::render::hex0x(&t)),
-            "planRef": crate::render::hex0x(&r.get::<_, Vec<u8>>("plan_ref")),
-        },
-        "chain": chain,
-    })
+fn plan_view<'a>(ctx: &Ctx, r: &'a PlanRow) -> PlanView<'a> {
+    PlanView::new(r, ctx.cfg.chain_id as i64, ctx.cfg.contract_address)
+}
+
+/// The plan object as a JSON value, for the responses the idempotency store keeps.
+fn plan_value(ctx: &Ctx, r: &PlanRow) -> Result<Value> {
+    serde_json::to_value(plan_view(ctx, r))
+        .map_err(|e| ApiError::Internal(format!("serializing a plan: {e}")))
 }
 
 /// One plan of `merchant` by public id (404 for unknown or another merchant's).
-pub async fn find(ctx: &Ctx, merchant: &Merchant, public_id: &str) -> Result<Option<Row>> {
+pub async fn find(ctx: &Ctx, merchant: &Merchant, public_id: &str) -> Result<Option<PlanRow>> {
     let Some(id) = PlanId::parse(public_id) else {
         return Ok(None);
     };
@@ -179,8 +115,8 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         page.store_page(key),
     )
     .await?;
-    let data = rows.iter().map(|r| plan_json(ctx, r)).collect();
-    Ok(with_rate(Resp::json(list_json(data, more)), &rate))
+    let data = rows.iter().map(|r| plan_view(ctx, r)).collect();
+    Ok(with_rate(Resp::view(&ListView::new(data, more)), &rate))
 }
 
 /// Adds the key's RateLimit headers to a successful response.
@@ -196,7 +132,7 @@ async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
     let row = find(ctx, &merchant, id)
         .await?
         .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
-    Ok(with_rate(Resp::json(plan_json(ctx, &row)), &rate))
+    Ok(with_rate(Resp::view(&plan_view(ctx, &row)), &rate))
 }
 
 /// Validated input of POST /plans.
@@ -277,7 +213,10 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
             let row = store::get_by_row_id(&conn, &merchant, ctx.cfg.chain_id as i64, id)
                 .await?
                 .ok_or_else(|| ApiError::Internal(format!("plan row {id} vanished")))?;
-            Ok(Resp::with_status(StatusCode::CREATED, plan_json(ctx, &row)))
+            Ok(Resp::with_status(
+                StatusCode::CREATED,
+                plan_value(ctx, &row)?,
+            ))
         },
     )
     .await?;
@@ -468,17 +407,14 @@ async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
             let row = find(ctx, &merchant, id)
                 .await?
                 .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
-            let active = row.get::<_, Option<i64>>("cp_onchain_id").is_some()
-                || row.get::<_, String>("provision_status") == "active";
-            if active {
-                return Ok(Resp::json(plan_json(ctx, &row)));
+            if row.is_active() {
+                return Ok(Resp::json(plan_value(ctx, &row)?));
             }
-            let pk: i64 = row.get("id");
-            provision(ctx, &merchant, pk).await?;
+            provision(ctx, &merchant, row.row_id).await?;
             let row = find(ctx, &merchant, id)
                 .await?
                 .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
-            Ok(Resp::json(plan_json(ctx, &row)))
+            Ok(Resp::json(plan_value(ctx, &row)?))
         },
     )
     .await?;
