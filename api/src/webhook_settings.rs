@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use chainsub_store::MerchantScope;
 use chainsub_store::outbox::{self, Retry};
-use chainsub_store::webhooks as store;
+use chainsub_store::webhooks::{self as store, AttemptRow, DeliveryRow};
+use chainsub_views::{AttemptView, ListView, WebhookDeliveryView, WebhookEndpointView};
 use chainsub_webhooks::WebhookSecret;
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_postgres::Client;
 use url::Url;
 
@@ -113,12 +114,8 @@ pub async fn rotate_secret(
 /// The endpoint as the dashboard shows it.
 pub async fn endpoint(client: &Client, merchant: &MerchantScope) -> Result<Value> {
     let e = store::endpoint(client, merchant).await?;
-    Ok(json!({
-        "object": "webhook_endpoint",
-        "url": e.url,
-        "enabled": e.enabled,
-        "disabledReason": e.disabled_reason,
-    }))
+    serde_json::to_value(WebhookEndpointView::from(&e))
+        .map_err(|e| ApiError::Internal(format!("serializing the endpoint: {e}")))
 }
 
 /// Re-enables an endpoint disabled after a 410; held deliveries resume.
@@ -165,55 +162,35 @@ pub async fn retry(client: &Client, merchant: &MerchantScope, outbox_id: i64) ->
     }
 }
 
-/// Recent deliveries, newest first, each with its attempts (newest first). `before` is a
-/// delivery id to page from.
+/// Recent deliveries, newest first, each with its attempts (newest first), and whether
+/// there are more. `before` is a delivery id to page from.
 pub async fn deliveries(
     client: &Client,
     merchant: &MerchantScope,
     limit: i64,
     before: Option<i64>,
-) -> Result<(Vec<Value>, bool)> {
-    let (rows, attempt_rows, has_more) = store::deliveries(client, merchant, limit, before).await?;
-    let mut attempts: HashMap<i64, Vec<Value>> = HashMap::new();
-    for a in attempt_rows {
-        attempts.entry(a.outbox_id).or_default().push(json!({
-            "attempt": a.attempt,
-            "attemptedAt": rfc3339(a.attempted_at),
-            "url": a.url,
-            "statusCode": a.status_code,
-            "latencyMs": a.latency_ms,
-            "error": a.error,
-            "responseExcerpt": a.response_excerpt,
-        }));
-    }
-    let data = rows
-        .into_iter()
-        .map(|r| {
-            let waiting = matches!(
-                r.status,
-                chainsub_core::OutboxStatus::Pending | chainsub_core::OutboxStatus::Delivering
-            );
-            json!({
-                "id": delivery_public_id(r.id),
-                "object": "webhook_delivery",
-                "eventId": r.event_id,
-                "eventType": r.event_type,
-                "test": r.test,
-                "status": r.status,
-                "attemptCount": r.attempts,
-                "nextAttemptAt": waiting.then(|| rfc3339(r.next_attempt_at)),
-                "lastError": r.last_error,
-                "createdAt": rfc3339(r.created_at),
-                "deliveredAt": r.delivered_at.map(rfc3339),
-                "attempts": attempts.remove(&r.id).unwrap_or_default(),
-            })
-        })
-        .collect();
-    Ok((data, has_more))
+) -> Result<(Vec<DeliveryRow>, Vec<AttemptRow>, bool)> {
+    Ok(store::deliveries(client, merchant, limit, before).await?)
 }
 
-fn rfc3339(t: DateTime<Utc>) -> String {
-    chainsub_views::rfc3339_millis(&t)
+/// The deliveries list: each delivery with its own attempts.
+pub fn deliveries_view<'a>(
+    rows: &'a [DeliveryRow],
+    attempt_rows: &'a [AttemptRow],
+    has_more: bool,
+) -> ListView<WebhookDeliveryView<'a>> {
+    let mut attempts: HashMap<i64, Vec<AttemptView<'a>>> = HashMap::new();
+    for a in attempt_rows {
+        attempts.entry(a.outbox_id).or_default().push(a.into());
+    }
+    let data = rows
+        .iter()
+        .map(|r| {
+            let mine = attempts.remove(&r.id).unwrap_or_default();
+            WebhookDeliveryView::new(delivery_public_id(r.id), r, mine)
+        })
+        .collect();
+    ListView::new(data, has_more)
 }
 
 #[cfg(test)]

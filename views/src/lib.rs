@@ -8,6 +8,7 @@ mod chain;
 mod event;
 mod plan;
 mod subscription;
+mod webhook;
 
 pub use account::{
     CheckoutView, DeletedView, HealthChainView, HealthView, IssuedKeyView, KeyStatusView, KeyView,
@@ -17,6 +18,10 @@ pub use chain::ChainView;
 pub use event::{DeliveryView, EventView};
 pub use plan::{PlanView, ProvisioningView};
 pub use subscription::{LedgerEntryView, SubscriptionView, SubscriptionWithLedger};
+pub use webhook::{
+    AttemptView, PreviousSecretView, QueuedDeliveryView, RotatedSecretView, WebhookDeliveryView,
+    WebhookEndpointView, WebhookSecretsView,
+};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;

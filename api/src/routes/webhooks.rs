@@ -14,6 +14,10 @@
 //! | POST | /dashboard/api/webhook/deliveries/{id}/retry | attempt again now |
 
 use bytes::Bytes;
+use chainsub_core::OutboxStatus;
+use chainsub_views::{
+    PreviousSecretView, QueuedDeliveryView, RotatedSecretView, WebhookSecretsView,
+};
 use serde_json::{Value, json};
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -176,17 +180,20 @@ async fn reveal(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let mut conn = ctx.pool.get().await?;
     let live = settings::reveal_secrets(&mut conn, &s.merchant).await?;
     let current = live.iter().find(|l| l.expires_at.is_none());
-    let previous: Vec<Value> = live
+    let previous = live
         .iter()
         .filter(|l| l.expires_at.is_some())
-        .map(|l| json!({"secret": l.secret.expose(), "expiresAt": l.expires_at.map(|t| t.to_rfc3339())}))
+        .map(|l| PreviousSecretView {
+            secret: l.secret.expose(),
+            expires_at: l.expires_at,
+        })
         .collect();
-    Ok(Resp::json(json!({
-        "object": "webhook_secret",
-        "secret": current.map(|c| c.secret.expose()),
-        "createdAt": current.map(|c| c.created_at.to_rfc3339()),
-        "previous": previous,
-    })))
+    Ok(Resp::view(&WebhookSecretsView {
+        object: "webhook_secret",
+        secret: current.map(|c| c.secret.expose()),
+        created_at: current.map(|c| c.created_at),
+        previous,
+    }))
 }
 
 async fn rotate(ctx: &Ctx, s: &Session) -> Result<Resp> {
@@ -195,11 +202,11 @@ async fn rotate(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let secret = settings::rotate_secret(&mut conn, &s.merchant, overlap).await?;
     tracing::info!(merchant = %s.merchant.public_id(), "webhook secret rotated");
     let until = chrono::Utc::now() + chrono::Duration::from_std(overlap).unwrap_or_default();
-    Ok(Resp::json(json!({
-        "object": "webhook_secret",
-        "secret": secret.expose(),
-        "previousExpiresAt": until.to_rfc3339(),
-    })))
+    Ok(Resp::view(&RotatedSecretView {
+        object: "webhook_secret",
+        secret: secret.expose(),
+        previous_expires_at: until,
+    }))
 }
 
 async fn enable(ctx: &Ctx, s: &Session) -> Result<Resp> {
@@ -220,9 +227,14 @@ async fn send_test(ctx: &Ctx, s: &Session) -> Result<Resp> {
         "chain": null,
     });
     let delivery = settings::enqueue_test(&conn, &s.merchant, &id, &payload).await?;
-    Ok(Resp::with_status(
+    Ok(Resp::json_view(
         StatusCode::ACCEPTED,
-        json!({"id": settings::delivery_public_id(delivery), "object": "webhook_delivery", "eventId": id, "status": "pending"}),
+        &QueuedDeliveryView {
+            id: &settings::delivery_public_id(delivery),
+            object: "webhook_delivery",
+            event_id: Some(&id),
+            status: OutboxStatus::Pending,
+        },
     ))
 }
 
@@ -245,10 +257,11 @@ async fn deliveries(ctx: &Ctx, s: &Session, q: &[(String, String)]) -> Result<Re
         })
         .transpose()?;
     let conn = ctx.pool.get().await?;
-    let (data, has_more) = settings::deliveries(&conn, &s.merchant, limit, before).await?;
-    Ok(Resp::json(
-        json!({"object": "list", "data": data, "hasMore": has_more}),
-    ))
+    let (rows, attempts, has_more) =
+        settings::deliveries(&conn, &s.merchant, limit, before).await?;
+    Ok(Resp::view(&settings::deliveries_view(
+        &rows, &attempts, has_more,
+    )))
 }
 
 async fn retry(ctx: &Ctx, s: &Session, id: &str) -> Result<Resp> {
@@ -256,8 +269,13 @@ async fn retry(ctx: &Ctx, s: &Session, id: &str) -> Result<Resp> {
         .ok_or_else(|| ApiError::not_found("webhook delivery", Some("id")))?;
     let conn = ctx.pool.get().await?;
     settings::retry(&conn, &s.merchant, outbox_id).await?;
-    Ok(Resp::with_status(
+    Ok(Resp::json_view(
         StatusCode::ACCEPTED,
-        json!({"id": id, "object": "webhook_delivery", "status": "pending"}),
+        &QueuedDeliveryView {
+            id,
+            object: "webhook_delivery",
+            event_id: None,
+            status: OutboxStatus::Pending,
+        },
     ))
 }

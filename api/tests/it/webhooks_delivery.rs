@@ -172,7 +172,7 @@ async fn exhausted_delivery_is_failed_and_a_dashboard_retry_delivers_it() {
     assert_eq!(rx.count(), 3);
 
     healthy.store(true, std::sync::atomic::Ordering::SeqCst);
-    let (list, _) = settings::deliveries(&client, &m, 10, None).await.unwrap();
+    let list = delivery_list(&client, &m, 10).await;
     let id = settings::parse_delivery_id(list[0]["id"].as_str().unwrap()).unwrap();
     assert_eq!(list[0]["status"], "failed");
     assert_eq!(list[0]["attempts"].as_array().unwrap().len(), 3);
@@ -393,9 +393,19 @@ async fn a_url_resolving_to_a_private_address_is_refused_unless_allowed() {
 
     // Allowed explicitly, the same URL is delivered to.
     let (_stop, _task) = spawn_dispatcher(&db.url, fast_config("0s"));
-    let (list, _) = settings::deliveries(&client, &m, 1, None).await.unwrap();
+    let list = delivery_list(&client, &m, 1).await;
     let id = settings::parse_delivery_id(list[0]["id"].as_str().unwrap()).unwrap();
     settings::retry(&client, &m, id).await.unwrap();
     wait_status(&client, &ids[0], "delivered").await;
     assert_eq!(rx.count(), 1);
+}
+
+/// The dashboard's deliveries list (`data`) as JSON.
+async fn delivery_list(
+    client: &tokio_postgres::Client,
+    m: &chainsub_store::MerchantScope,
+    limit: i64,
+) -> serde_json::Value {
+    let (rows, attempts, more) = settings::deliveries(client, m, limit, None).await.unwrap();
+    serde_json::to_value(settings::deliveries_view(&rows, &attempts, more)).unwrap()["data"].clone()
 }
