@@ -62,7 +62,15 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse_from(args);
     init_tracing();
-    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let threads = match &cli.cmd {
+        Cmd::Serve(cfg) => cfg.worker_threads.max(1),
+        _ => 1,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

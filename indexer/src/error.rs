@@ -48,6 +48,7 @@ impl From<chainsub_store::Error> for Error {
         match e {
             chainsub_store::Error::Db(e) => Error::Db(e),
             chainsub_store::Error::Inconsistent(m) => Error::Inconsistent(m),
+            e @ chainsub_store::Error::Pool(_) => Error::Inconsistent(e.to_string()),
         }
     }
 }

@@ -15,7 +15,7 @@ use chainsub_abi::MockUSDC;
 use chainsub_abi::SubscriptionManager::{self, SubscriptionManagerErrors};
 
 use super::error::{Error, Result};
-use super::store::{Outcome, SignedTx};
+use chainsub_store::keeper::{Outcome, SignedTx};
 
 /// Why a due step was not sent after the preflight.
 #[derive(Debug, Clone, PartialEq, Eq)]

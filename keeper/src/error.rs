@@ -5,6 +5,8 @@
 pub enum Error {
     #[error("database error: {}", pg_detail(.0))]
     Db(#[from] tokio_postgres::Error),
+    #[error("store: {0}")]
+    Store(#[from] chainsub_store::Error),
     #[error("database pool error: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("database pool setup: {0}")]

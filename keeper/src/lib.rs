@@ -43,7 +43,6 @@ pub mod config;
 pub mod error;
 mod reconcile;
 mod send;
-pub mod store;
 pub mod telemetry;
 
 use std::sync::{Arc, Mutex};
@@ -55,7 +54,7 @@ pub use config::Config;
 pub use error::{Error, Result};
 
 use chain::Chain;
-use store::Store;
+use chainsub_store::keeper::Store;
 use telemetry::{Health, SharedHealth, names};
 
 /// How a keeper run ended.

@@ -4,8 +4,8 @@
 use super::Keeper;
 use super::chain::Broadcast;
 use super::error::Result;
-use super::store::{OpenStep, TxRow};
 use super::telemetry::names;
+use chainsub_store::keeper::{OpenStep, TxRow};
 
 /// `fee` raised by `percent`, rounded up (nodes compare with >=).
 fn bump(fee: u128, percent: u32) -> u128 {
@@ -93,7 +93,8 @@ impl Keeper {
                     step.id,
                     "nonce used by a transaction the keeper did not journal",
                 )
-                .await;
+                .await
+                .map_err(Into::into);
         }
         let Some(latest) = step
             .txs
@@ -105,7 +106,8 @@ impl Keeper {
             return self
                 .store
                 .fail_step(step.id, "no transaction of this step is in a pool")
-                .await;
+                .await
+                .map_err(Into::into);
         };
         if latest.status == "pending" {
             return self.rebroadcast(step, latest).await;
@@ -146,7 +148,7 @@ impl Keeper {
                 if tx.status == "pending" {
                     tracing::info!(subscription = step.subscription_id, period = step.period, tx = %tx.tx.hash, "resumed a journaled send");
                 }
-                self.store.mark_sent(step.id, tx.id).await
+                Ok(self.store.mark_sent(step.id, tx.id).await?)
             }
             // Mined meanwhile (the next pass sees the receipt) or a higher-fee twin of ours
             // is in the pool: nothing to do.
@@ -157,7 +159,7 @@ impl Keeper {
                     .iter()
                     .any(|t| t.id != tx.id && (t.status == "pending" || t.status == "sent"));
                 if others {
-                    self.store.mark_tx_rejected(tx.id, &why).await
+                    Ok(self.store.mark_tx_rejected(tx.id, &why).await?)
                 } else {
                     *self.nonce.lock().await = None;
                     self.reject(step.id, tx.id, &why).await
@@ -202,20 +204,18 @@ impl Keeper {
                 );
                 Ok(())
             }
-            Broadcast::NonceTooLow => {
-                self.store
-                    .mark_tx_rejected(
-                        tx_id,
-                        "nonce too low: an earlier transaction of this step was mined",
-                    )
-                    .await
-            }
-            Broadcast::Underpriced => {
-                self.store
-                    .mark_tx_rejected(tx_id, "replacement underpriced")
-                    .await
-            }
-            Broadcast::Rejected(why) => self.store.mark_tx_rejected(tx_id, &why).await,
+            Broadcast::NonceTooLow => Ok(self
+                .store
+                .mark_tx_rejected(
+                    tx_id,
+                    "nonce too low: an earlier transaction of this step was mined",
+                )
+                .await?),
+            Broadcast::Underpriced => Ok(self
+                .store
+                .mark_tx_rejected(tx_id, "replacement underpriced")
+                .await?),
+            Broadcast::Rejected(why) => Ok(self.store.mark_tx_rejected(tx_id, &why).await?),
         }
     }
 }

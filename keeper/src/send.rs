@@ -5,9 +5,9 @@ use futures::StreamExt;
 
 use super::chain::Broadcast;
 use super::error::Result;
-use super::store::{Action, DueSubscription, SignedTx};
 use super::telemetry::names;
 use super::{Keeper, PassReport, chain_datetime};
+use chainsub_store::keeper::{Action, DueSubscription, SignedTx};
 
 /// What happened to one due subscription in a pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,7 +162,7 @@ impl Keeper {
             Err(e) => {
                 // The commit may have landed anyway: re-sync from the journal next time.
                 *next = None;
-                return Err(e);
+                return Err(e.into());
             }
         };
         let Some((step_id, tx_id)) = inserted else {
@@ -232,9 +232,10 @@ impl Keeper {
             "the node refused a keeper transaction; step closed as failed"
         );
         self.store.mark_tx_rejected(tx_id, why).await?;
-        self.store
+        Ok(self
+            .store
             .fail_step(step_id, &format!("rejected by the node: {why}"))
-            .await
+            .await?)
     }
 
     /// The next free nonce: the node's pending nonce, never below an open journal row.

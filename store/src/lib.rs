@@ -20,6 +20,7 @@ pub mod chain;
 pub mod checkouts;
 pub mod events;
 pub mod idempotency;
+pub mod keeper;
 pub mod merchants;
 pub mod outbox;
 pub mod page;
@@ -43,6 +44,9 @@ pub const STATEMENT_BUDGET: usize = 32;
 pub enum Error {
     #[error(transparent)]
     Db(#[from] tokio_postgres::Error),
+    /// No connection from a pool the store holds (the keeper's journal).
+    #[error("database pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
     #[error("inconsistent row: {0}")]
     Inconsistent(String),
 }

@@ -238,6 +238,7 @@ impl From<chainsub_store::Error> for ApiError {
     fn from(e: chainsub_store::Error) -> ApiError {
         match e {
             chainsub_store::Error::Db(e) => e.into(),
+            chainsub_store::Error::Pool(e) => e.into(),
             e @ chainsub_store::Error::Inconsistent(_) => ApiError::Internal(e.to_string()),
         }
     }

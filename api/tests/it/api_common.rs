@@ -314,13 +314,8 @@ impl App {
     }
 }
 
-/// A dashboard session.
-#[derive(Debug, Clone)]
-pub struct Session {
-    pub cookie: String,
-    pub csrf: String,
-    pub body: Value,
-}
+/// A dashboard session (the kit's, shared with the end-to-end tests).
+pub use chainsub_tests::merchant::Session;
 
 /// EIP-191 personal_sign as a 0x hex string.
 pub async fn sign(signer: &PrivateKeySigner, text: &str) -> String {

@@ -1,135 +1,16 @@
-// Shared by the webhook tests: a real HTTP receiver on port 0 that records every request
-// and answers as the test scripts it, plus seeding helpers shaped like the indexer's rows.
+// Shared by the webhook tests: the kit's webhook receiver, and seeding helpers shaped like
+// the indexer's rows.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use chainsub_api::webhook_settings::{self as settings, WebhookUrl};
 use chainsub_store::MerchantScope;
 use chainsub_webhooks::WebhookConfig;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tokio_postgres::{Client, NoTls};
-use warp::Filter;
-use warp::http::{HeaderMap, StatusCode};
 
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-pub struct Received {
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-impl Received {
-    pub fn webhook_id(&self) -> String {
-        self.headers["webhook-id"].to_str().unwrap().to_string()
-    }
-}
-
-/// How the receiver answers request number `n` (0-based, counted per receiver): a status
-/// and optional extra headers.
-pub type Script = Arc<dyn Fn(usize, &Received) -> (u16, Vec<(&'static str, String)>) + Send + Sync>;
-
-/// A recording webhook receiver.
-pub struct Receiver {
-    pub addr: SocketAddr,
-    pub got: Arc<Mutex<Vec<Received>>>,
-    /// Notified on every request.
-    pub arrived: Arc<Notify>,
-    /// While `Some`, every request waits here before answering (a hung endpoint).
-    pub gate: Arc<Mutex<Option<Arc<Notify>>>>,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Receiver {
-    /// Answers 200 to everything.
-    pub async fn ok() -> Receiver {
-        Receiver::start(Arc::new(|_, _| (200, vec![]))).await
-    }
-
-    /// Answers by `script`.
-    pub async fn start(script: Script) -> Receiver {
-        let got: Arc<Mutex<Vec<Received>>> = Arc::default();
-        let arrived = Arc::new(Notify::new());
-        let gate: Arc<Mutex<Option<Arc<Notify>>>> = Arc::default();
-        let (g, a, gt) = (got.clone(), arrived.clone(), gate.clone());
-        let route = warp::post()
-            .and(warp::header::headers_cloned())
-            .and(warp::body::bytes())
-            .then(move |headers: HeaderMap, body: Bytes| {
-                let (got, arrived, gate, script) =
-                    (g.clone(), a.clone(), gt.clone(), script.clone());
-                async move {
-                    let r = Received { headers, body };
-                    let n = {
-                        let mut got = got.lock().unwrap();
-                        got.push(r.clone());
-                        got.len() - 1
-                    };
-                    arrived.notify_waiters();
-                    let wait = gate.lock().unwrap().clone();
-                    if let Some(w) = wait {
-                        w.notified().await;
-                    }
-                    let (status, headers) = script(n, &r);
-                    let mut resp = warp::http::Response::builder()
-                        .status(StatusCode::from_u16(status).unwrap());
-                    for (k, v) in headers {
-                        resp = resp.header(k, v);
-                    }
-                    Ok::<_, Infallible>(resp.body(format!("answer {n}")).unwrap())
-                }
-            });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(
-            warp::serve(route)
-                .incoming(listener)
-                .graceful(async move {
-                    let _ = stopped.await;
-                })
-                .run(),
-        );
-        Receiver {
-            addr,
-            got,
-            arrived,
-            gate,
-            _stop: stop,
-        }
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/hook", self.addr.port())
-    }
-
-    pub fn received(&self) -> Vec<Received> {
-        self.got.lock().unwrap().clone()
-    }
-
-    pub fn count(&self) -> usize {
-        self.got.lock().unwrap().len()
-    }
-
-    /// Waits (bounded, generously) until `pred` holds on what was received.
-    pub async fn wait_until(&self, what: &str, pred: impl Fn(&[Received]) -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let notified = self.arrived.notified();
-            if pred(&self.got.lock().unwrap()) {
-                return;
-            }
-            if tokio::time::Instant::now() > deadline {
-                panic!("timed out waiting for: {what} (received {})", self.count());
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
-        }
-    }
-}
+pub use chainsub_tests::receiver::WebhookReceiver;
 
 /// A pool on the test database.
 pub fn pool(url: &str) -> Pool {

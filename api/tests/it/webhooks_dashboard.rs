@@ -185,7 +185,7 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
             let _ = stopped.await;
         },
     ));
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let (_m, cookie, csrf) = sign_in(&running, &db, 0x22).await;
     let dash = Dash {
         base: running.url(),
@@ -404,7 +404,7 @@ async fn an_indexed_event_is_delivered_as_the_same_event_object_the_api_lists() 
             let _ = stopped.await;
         },
     ));
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let wallet = Address::repeat_byte(0x44);
     let (m, _, _) = sign_in(&running, &db, 0x44).await;
     let mut pg = db.connect().await;

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 async fn signature_verifies_with_standardwebhooks_and_tampering_or_old_timestamps_fail() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let ids = enqueue(&client, 1, "sig", 1).await;
@@ -57,7 +57,7 @@ async fn signature_verifies_with_standardwebhooks_and_tampering_or_old_timestamp
 async fn during_rotation_both_secrets_verify_and_after_overlap_only_the_new_one_signs() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let old = settings::reveal_secrets(&mut client, &m).await.unwrap()[0]
@@ -116,7 +116,8 @@ async fn during_rotation_both_secrets_verify_and_after_overlap_only_the_new_one_
 async fn receiver_failing_twice_then_200_records_three_attempts_under_one_webhook_id() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::start(Arc::new(|n, _| (if n < 2 { 500 } else { 200 }, vec![]))).await;
+    let rx =
+        WebhookReceiver::scripted(Arc::new(|n, _| (if n < 2 { 500 } else { 200 }, vec![]))).await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let ids = enqueue(&client, 1, "flaky", 1).await;
@@ -152,7 +153,7 @@ async fn exhausted_delivery_is_failed_and_a_dashboard_retry_delivers_it() {
     let mut client = db.connect().await;
     let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let h = healthy.clone();
-    let rx = Receiver::start(Arc::new(move |_, _| {
+    let rx = WebhookReceiver::scripted(Arc::new(move |_, _| {
         (
             if h.load(std::sync::atomic::Ordering::SeqCst) {
                 204
@@ -197,7 +198,8 @@ async fn exhausted_delivery_is_failed_and_a_dashboard_retry_delivers_it() {
 async fn gone_410_disables_the_endpoint_and_holds_deliveries_until_re_enabled() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::start(Arc::new(|n, _| (if n == 0 { 410 } else { 200 }, vec![]))).await;
+    let rx =
+        WebhookReceiver::scripted(Arc::new(|n, _| (if n == 0 { 410 } else { 200 }, vec![]))).await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let first = enqueue(&client, 1, "gone", 1).await;
@@ -238,9 +240,11 @@ async fn gone_410_disables_the_endpoint_and_holds_deliveries_until_re_enabled() 
 async fn redirects_are_not_followed_and_count_as_failures() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let target = Receiver::ok().await;
+    let target = WebhookReceiver::ok().await;
     let loc = target.url();
-    let rx = Receiver::start(Arc::new(move |_, _| (302, vec![("location", loc.clone())]))).await;
+    let rx =
+        WebhookReceiver::scripted(Arc::new(move |_, _| (302, vec![("location", loc.clone())])))
+            .await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let ids = enqueue(&client, 1, "redir", 1).await;
@@ -260,7 +264,7 @@ async fn redirects_are_not_followed_and_count_as_failures() {
 async fn retry_after_pushes_the_next_attempt_back_within_the_cap() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::start(Arc::new(|_, _| {
+    let rx = WebhookReceiver::scripted(Arc::new(|_, _| {
         (429, vec![("retry-after", "120".to_string())])
     }))
     .await;
@@ -300,10 +304,10 @@ async fn retry_after_pushes_the_next_attempt_back_within_the_cap() {
 async fn a_hung_endpoint_does_not_starve_other_merchants() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let slow = Receiver::ok().await;
+    let slow = WebhookReceiver::ok().await;
     let gate = Arc::new(Notify::new());
     *slow.gate.lock().unwrap() = Some(gate.clone());
-    let fast = Receiver::ok().await;
+    let fast = WebhookReceiver::ok().await;
     let (a, b) = (merchant(&client, 1).await, merchant(&client, 2).await);
     set_url(&mut client, &a, &slow.url()).await;
     set_url(&mut client, &b, &fast.url()).await;
@@ -334,7 +338,7 @@ async fn a_hung_endpoint_does_not_starve_other_merchants() {
 async fn a_timeout_is_a_failed_attempt() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let gate = Arc::new(Notify::new());
     *rx.gate.lock().unwrap() = Some(gate.clone());
     let m = merchant(&client, 1).await;
@@ -355,7 +359,7 @@ async fn a_timeout_is_a_failed_attempt() {
 async fn events_of_a_merchant_without_url_are_held_until_one_is_set() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let m = merchant(&client, 1).await;
     let ids = enqueue(&client, 1, "nourl", 3).await;
     let (_stop, _task) = spawn_dispatcher(&db.url, fast_config("0s"));
@@ -375,7 +379,7 @@ async fn events_of_a_merchant_without_url_are_held_until_one_is_set() {
 async fn a_url_resolving_to_a_private_address_is_refused_unless_allowed() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let m = merchant(&client, 1).await;
     // `localhost` resolves to loopback: refused by the default policy.
     let url = format!("http://localhost:{}/hook", rx.addr.port());

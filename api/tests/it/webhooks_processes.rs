@@ -54,7 +54,7 @@ async fn wait_all_delivered(client: &tokio_postgres::Client, n: i64) {
 async fn three_dispatcher_processes_deliver_1000_events_exactly_once() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let mut procs: Vec<ChildGuard> = (0..3).map(|_| dispatcher_process(&db.url, &[])).collect();
@@ -92,7 +92,7 @@ async fn three_dispatcher_processes_deliver_1000_events_exactly_once() {
 async fn killing_a_dispatcher_mid_delivery_loses_nothing() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let gate = Arc::new(Notify::new());
     *rx.gate.lock().unwrap() = Some(gate.clone());
     let m = merchant(&client, 1).await;

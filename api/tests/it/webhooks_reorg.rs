@@ -69,7 +69,7 @@ async fn a_reorg_that_removes_an_unconfirmed_event_never_produces_a_webhook() {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
     let mut client = db.connect().await;
-    let rx = Receiver::ok().await;
+    let rx = WebhookReceiver::ok().await;
     let merchant = chainsub_api::merchants::find_or_create(&client, DevChain::address(MERCHANT))
         .await
         .unwrap();

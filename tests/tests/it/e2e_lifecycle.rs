@@ -361,7 +361,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
             d.id,
             d.kind
         );
-        assert_eq!(d.body["id"], d.id.as_str(), "payload id = webhook-id");
+        assert_eq!(d.json["id"], d.id.as_str(), "payload id = webhook-id");
     }
     assert!(
         received.iter().all(|d| d.id != doomed_id),

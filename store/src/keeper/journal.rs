@@ -4,7 +4,7 @@
 use alloy::primitives::B256;
 
 use super::{OpenStep, Outcome, SignedTx, Step, Store, TxRow, parse_u128, to_i64};
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 impl Store {
     /// Journals a step and its first transaction in one transaction. Returns the step and tx
@@ -196,7 +196,7 @@ impl Store {
                     r.get(0),
                     r.get(1),
                     B256::try_from(hash.as_slice())
-                        .map_err(|_| Error::Config("keeper_txs: bad hash".into()))?,
+                        .map_err(|_| Error::Inconsistent("keeper_txs: bad hash".into()))?,
                     r.get::<_, i64>(3) as u64,
                 ))
             })
@@ -272,8 +272,9 @@ impl Store {
                     id: t.get(1),
                     tx: SignedTx {
                         nonce: t.get::<_, i64>(2) as u64,
-                        hash: B256::try_from(hash.as_slice())
-                            .map_err(|_| Error::Config(format!("keeper_txs {id}: bad hash")))?,
+                        hash: B256::try_from(hash.as_slice()).map_err(|_| {
+                            Error::Inconsistent(format!("keeper_txs {id}: bad hash"))
+                        })?,
                         raw: t.get(4),
                         gas_limit: t.get::<_, i64>(5) as u64,
                         max_fee_per_gas: parse_u128(&fee)?,

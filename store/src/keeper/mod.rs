@@ -6,7 +6,7 @@ use alloy::primitives::{Address, B256, U256};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 
-use super::error::{Error, Result};
+use crate::{Error, Result};
 
 mod journal;
 
@@ -125,12 +125,12 @@ pub struct Store {
 }
 
 fn to_i64(v: u64, what: &str) -> Result<i64> {
-    i64::try_from(v).map_err(|_| Error::Config(format!("{what} {v} does not fit in BIGINT")))
+    i64::try_from(v).map_err(|_| Error::Inconsistent(format!("{what} {v} does not fit in BIGINT")))
 }
 
 fn parse_u128(s: &str) -> Result<u128> {
     s.parse()
-        .map_err(|_| Error::Config(format!("numeric {s} does not fit in u128")))
+        .map_err(|_| Error::Inconsistent(format!("numeric {s} does not fit in u128")))
 }
 
 impl Store {
@@ -189,11 +189,12 @@ impl Store {
                     period: r.get(1),
                     failed_attempts: r.get(2),
                     cancel_at_period_end: r.get(3),
-                    subscriber: Address::try_from(subscriber.as_slice())
-                        .map_err(|_| Error::Config(format!("subscription {id}: bad subscriber")))?,
-                    amount: amount
-                        .parse()
-                        .map_err(|_| Error::Config(format!("subscription {id}: bad amount")))?,
+                    subscriber: Address::try_from(subscriber.as_slice()).map_err(|_| {
+                        Error::Inconsistent(format!("subscription {id}: bad subscriber"))
+                    })?,
+                    amount: amount.parse().map_err(|_| {
+                        Error::Inconsistent(format!("subscription {id}: bad amount"))
+                    })?,
                     due_at: r.get(6),
                 })
             })
