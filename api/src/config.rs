@@ -70,12 +70,13 @@ pub struct Config {
     #[arg(long, env = "NO_MIGRATE")]
     pub no_migrate: bool,
     /// Threads of the async runtime that serves requests (and the dispatcher inside
-    /// `serve`). One by default: a request mostly waits on Postgres, and with one thread
-    /// no wake-up crosses threads — `bench/api/run`'s list request costs ~82 µs of API CPU
-    /// on one thread against ~103 µs on two (perf, 2 cores shared with Postgres). Scale
-    /// with more processes, or raise this on a host with cores to spare.
-    #[arg(long, env = "API_WORKER_THREADS", default_value_t = 1)]
-    pub worker_threads: usize,
+    /// `serve`); unset: one per core. Measured on 2 cores shared with Postgres
+    /// (`bench/api/run`'s data): one thread costs less API CPU per light request (no
+    /// wake-up crosses threads: ~82 against ~103 µs for `/subscriptions?limit=20`, +5 %
+    /// req/s) but serves heavy pages slower (`/events?limit=100`: −13 % req/s, a page's
+    /// serialization queues the others). Set 1 when the API shares a small host.
+    #[arg(long, env = "API_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
     /// Do not run the webhook dispatcher inside `serve` (run `api dispatch` apart instead).
     #[arg(long, env = "NO_DISPATCHER")]
     pub no_dispatcher: bool,

@@ -62,15 +62,13 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse_from(args);
     init_tracing();
-    let threads = match &cli.cmd {
-        Cmd::Serve(cfg) => cfg.worker_threads.max(1),
-        _ => 1,
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Cmd::Serve(cfg) = &cli.cmd
+        && let Some(n) = cfg.worker_threads
+    {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = rt.enable_all().build().expect("tokio runtime");
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
