@@ -113,18 +113,11 @@ pub async fn outbox_state(client: &Client, event_id: &str) -> (String, i32) {
 
 /// Waits (bounded) until the event's outbox row has `status`.
 pub async fn wait_status(client: &Client, event_id: &str, status: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (s, a) = outbox_state(client, event_id).await;
-        if s == status {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{event_id} stuck in {s} after {a} attempts, wanted {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("{event_id} to reach {status}");
+    chainsub_tests::wait_until(&what, || async {
+        outbox_state(client, event_id).await.0 == status
+    })
+    .await
 }
 
 /// Attempts of an event: (attempt, status_code, error).

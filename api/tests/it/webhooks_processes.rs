@@ -29,8 +29,8 @@ fn dispatcher_process(db_url: &str, extra: &[(&str, &str)]) -> ChildGuard {
 }
 
 async fn wait_all_delivered(client: &tokio_postgres::Client, n: i64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
+    let what = format!("all {n} events delivered");
+    chainsub_tests::wait_until(&what, || async {
         let done: i64 = client
             .query_one(
                 "SELECT count(*) FROM webhook_outbox WHERE status = 'delivered'",
@@ -39,15 +39,9 @@ async fn wait_all_delivered(client: &tokio_postgres::Client, n: i64) {
             .await
             .unwrap()
             .get(0);
-        if done == n {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "only {done} of {n} delivered"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        done == n
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -33,22 +33,16 @@ async fn head(chain: &DevChain) -> u64 {
 
 async fn wait_indexed(client: &Client, chain: &DevChain) {
     let target = head(chain).await as i64;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    let what = format!("the indexer at head {target}");
+    chainsub_tests::wait_until(&what, || async {
         let at: Option<i64> = client
             .query_opt("SELECT block_number FROM indexer_cursor", &[])
             .await
             .unwrap()
             .map(|r| r.get(0));
-        if at.is_some_and(|b| b >= target) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "indexer stuck at {at:?}, head {target}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        at.is_some_and(|b| b >= target)
+    })
+    .await;
 }
 
 async fn event_ids(client: &Client, sub: u64) -> Vec<String> {

@@ -140,18 +140,7 @@ pub async fn wait_for_head(client: &Client, chain: &DevChain) {
     }
 }
 
-/// Waits until `cond` holds for the database (deadline 60 s).
-pub async fn wait_until<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use chainsub_tests::wait_until;
 
 /// Every chain-owned table as sorted text rows, with surrogate ids replaced by public ids,
 /// so two databases that indexed the same chain compare equal row by row.

@@ -293,18 +293,12 @@ impl Stack {
 
     /// Polls `sql` (one BIGINT column) until it returns at least `want`.
     pub async fn wait_count(&self, sql: &str, want: i64) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let what = format!("{sql} >= {want}");
+        chainsub_tests::wait_until(&what, || async {
             let n: i64 = self.pg.query_one(sql, &[]).await.unwrap().get(0);
-            if n >= want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {sql} >= {want} (is {n})"
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+            n >= want
+        })
+        .await
     }
 }
 

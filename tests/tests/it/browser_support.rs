@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use chainsub_tests::chain::{DEV_KEYS, accounts};
 use chainsub_tests::{ChildGuard, DevChain, Reserved, TestDb, bin_path, workspace_root};
@@ -92,21 +91,7 @@ pub async fn start(test: &str, with_indexer: bool) -> Stack {
     }
 }
 
-/// Polls `f` every 200 ms until it yields, for at most 90 s (a bound against hangs, not a
-/// timing assertion).
-pub async fn poll<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    for _ in 0..450 {
-        if let Some(v) = f().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("gave up waiting for {what}");
-}
+pub use chainsub_tests::wait_for_some as poll;
 
 pub fn screenshot_dir() -> PathBuf {
     workspace_root().join("target/browser-screenshots")
