@@ -144,6 +144,16 @@ pub struct Settings {
         global = true
     )]
     pub reorg_policy: ReorgPolicy,
+    /// How long the node's head may stay below the index's cursor, on the same chain, before
+    /// the blocks above it are undone (a lagging replica catches up within it; a chain that
+    /// lost its tip does not). A head on another branch is undone at once.
+    #[arg(
+        long,
+        env = "INDEXER_SHORTER_CHAIN_GRACE_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
+    pub shorter_chain_grace_ms: u64,
     /// Do not apply migrations at start.
     #[arg(long, env = "INDEXER_NO_MIGRATE", global = true)]
     pub no_migrate: bool,
@@ -161,6 +171,7 @@ pub struct IndexerConfig {
     pub finality_depth: u64,
     pub use_finalized_tag: bool,
     pub reorg_policy: ReorgPolicy,
+    pub shorter_chain_grace: Duration,
 }
 
 impl IndexerConfig {
@@ -176,6 +187,7 @@ impl IndexerConfig {
             finality_depth: 64,
             use_finalized_tag: true,
             reorg_policy: ReorgPolicy::Halt,
+            shorter_chain_grace: Duration::from_secs(30),
         }
     }
 }
@@ -216,6 +228,7 @@ impl Settings {
             finality_depth: self.finality_depth,
             use_finalized_tag: !self.no_finalized_tag,
             reorg_policy: self.reorg_policy,
+            shorter_chain_grace: Duration::from_millis(self.shorter_chain_grace_ms),
         })
     }
 }

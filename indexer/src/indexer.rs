@@ -60,6 +60,7 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
                 use_finalized_tag: cfg.use_finalized_tag,
                 reorg_policy: cfg.reorg_policy,
                 genesis,
+                shorter_chain_grace: cfg.shorter_chain_grace,
             },
             cursor,
             window,

@@ -5,6 +5,7 @@
 //! poll), which is why the hand-off has no gap and no duplicate: there is no hand-off.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use alloy::primitives::B256;
 
@@ -31,6 +32,11 @@ pub struct StreamConfig {
     pub reorg_policy: ReorgPolicy,
     /// The position before START_BLOCK (where a `Resync` goes back to).
     pub genesis: Cursor,
+    /// How long a head below the cursor, on the same chain as ours up to that head, counts
+    /// as a lagging node before the index believes the chain really lost its tip (e.g.
+    /// `anvil_rollback`, or a reorg to a shorter branch that is not extended yet) and
+    /// undoes the blocks above the head.
+    pub shorter_chain_grace: Duration,
 }
 
 /// One item of the stream.
@@ -57,6 +63,8 @@ pub struct Stream<S: ?Sized> {
     /// Hashes of the blocks we applied inside the unfinalized window (mirrors
     /// `block_checkpoints`); always holds the cursor.
     window: BTreeMap<u64, B256>,
+    /// Since when the node's head has been below the cursor on our own chain.
+    behind_since: Option<Instant>,
 }
 
 impl<S: BlockSource + ?Sized> Stream<S> {
@@ -73,6 +81,7 @@ impl<S: BlockSource + ?Sized> Stream<S> {
             cfg,
             cursor,
             window,
+            behind_since: None,
         }
     }
 
@@ -100,9 +109,9 @@ impl<S: BlockSource + ?Sized> Stream<S> {
     pub async fn next(&mut self) -> Result<Item> {
         let head = self.fetcher.head().await;
         if head < self.cursor.number {
-            // A lagging node (or a load balancer's stale replica) is not a reorg by itself.
-            return Ok(Item::Idle { head });
+            return self.below(head).await;
         }
+        self.behind_since = None;
         if head == self.cursor.number {
             let tip = self.fetcher.header(head).await;
             if tip.hash == self.cursor.hash {
@@ -134,6 +143,36 @@ impl<S: BlockSource + ?Sized> Stream<S> {
             head,
             finalized,
         })
+    }
+
+    /// The node's head is below the cursor. Its block at that height tells a dead branch
+    /// from a lagging node: a different hash than ours means the blocks we indexed above
+    /// it are gone (undo at once); the same hash is what a lagging replica of our chain
+    /// returns, so we wait — but a chain that stays shorter than the index for
+    /// `shorter_chain_grace` has lost its tip (a rollback with no new blocks yet), and the
+    /// blocks above its head are undone. A head below our window cannot be compared; after
+    /// the grace it is handled as a reorg deeper than the window (`INDEXER_REORG_POLICY`).
+    async fn below(&mut self, head: u64) -> Result<Item> {
+        let ours = self.window.get(&head).copied();
+        if let Some(ours) = ours
+            && self.fetcher.header(head).await.hash != ours
+        {
+            self.behind_since = None;
+            return self.undo(head).await;
+        }
+        let since = *self.behind_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < self.cfg.shorter_chain_grace {
+            // A lagging node (or a load balancer's stale replica) is not a reorg by itself.
+            return Ok(Item::Idle { head });
+        }
+        tracing::warn!(
+            head,
+            cursor = self.cursor.number,
+            grace = ?self.cfg.shorter_chain_grace,
+            "the chain stayed shorter than the index: its tip was taken back"
+        );
+        self.behind_since = None;
+        self.undo(head).await
     }
 
     /// Walks back from the cursor to the newest block that is still on the chain.
@@ -273,6 +312,7 @@ mod tests {
             use_finalized_tag: false,
             reorg_policy: policy,
             genesis,
+            shorter_chain_grace: Duration::from_secs(3600),
         };
         Stream::new(fetcher, cfg, genesis, BTreeMap::new())
     }
@@ -316,6 +356,65 @@ mod tests {
         let chain = Chain::new(20);
         let mut s = stream(&chain, 64, ReorgPolicy::Halt);
         drain(&mut s).await;
+        *chain.head_override.lock().unwrap() = Some(15);
+        assert_eq!(s.next().await.unwrap(), Item::Idle { head: 15 });
+        assert_eq!(s.cursor().number, 19);
+    }
+
+    #[tokio::test]
+    async fn head_below_the_cursor_on_another_branch_is_undone_at_once() {
+        let chain = Chain::new(20);
+        let mut s = stream(&chain, 64, ReorgPolicy::Halt);
+        drain(&mut s).await;
+        // The node switched to a branch forking after 12 that is only 15 long.
+        chain.reorg(7, 1);
+        *chain.head_override.lock().unwrap() = Some(15);
+        let back_to = Cursor {
+            number: 12,
+            hash: chain.hash(12),
+        };
+        assert_eq!(s.next().await.unwrap(), Item::Undo { back_to, depth: 7 });
+        let Item::Blocks { blocks, .. } = s.next().await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(blocks.last().unwrap().hash, chain.hash(15));
+    }
+
+    #[tokio::test]
+    async fn a_chain_that_stays_shorter_than_the_index_is_undone_after_the_grace() {
+        let chain = Chain::new(20);
+        let mut s = stream(&chain, 64, ReorgPolicy::Halt);
+        s.cfg.shorter_chain_grace = Duration::from_millis(50);
+        drain(&mut s).await;
+        // A rollback: blocks 17..=19 are gone, 16 is unchanged, nothing new yet.
+        chain.headers.lock().unwrap().truncate(17);
+        assert_eq!(s.next().await.unwrap(), Item::Idle { head: 16 });
+        assert_eq!(
+            s.cursor().number,
+            19,
+            "within the grace it may be a lagging node"
+        );
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let back_to = Cursor {
+            number: 16,
+            hash: chain.hash(16),
+        };
+        assert_eq!(s.next().await.unwrap(), Item::Undo { back_to, depth: 3 });
+        assert_eq!(s.next().await.unwrap(), Item::Idle { head: 16 });
+    }
+
+    #[tokio::test]
+    async fn a_lagging_node_that_catches_up_within_the_grace_changes_nothing() {
+        let chain = Chain::new(20);
+        let mut s = stream(&chain, 64, ReorgPolicy::Halt);
+        s.cfg.shorter_chain_grace = Duration::from_millis(50);
+        drain(&mut s).await;
+        *chain.head_override.lock().unwrap() = Some(15);
+        assert_eq!(s.next().await.unwrap(), Item::Idle { head: 15 });
+        *chain.head_override.lock().unwrap() = None;
+        assert_eq!(s.next().await.unwrap(), Item::Idle { head: 19 });
+        // Behind again later: the grace starts over.
+        tokio::time::sleep(Duration::from_millis(60)).await;
         *chain.head_override.lock().unwrap() = Some(15);
         assert_eq!(s.next().await.unwrap(), Item::Idle { head: 15 });
         assert_eq!(s.cursor().number, 19);

@@ -197,3 +197,52 @@ async fn reorg_removing_a_subscription_creation_removes_the_subscription() {
     let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
     assert_same_index(&dump(&client).await, &fresh);
 }
+
+/// Issue 12, point 1: `anvil_rollback` with no new blocks leaves the node's head below the
+/// cursor, on the same chain up to that head. Once the chain has stayed shorter than the
+/// index for the grace, the index undoes the blocks that no longer exist (it served their
+/// subscriptions and events before) and equals a fresh index of the chain.
+#[tokio::test]
+async fn rollback_without_new_blocks_undoes_the_blocks_that_are_gone() {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let plan = setup(&chain).await;
+    let mut cfg = chain_config(&chain);
+    cfg.shorter_chain_grace = std::time::Duration::from_millis(300);
+    let ix = start(cfg, &db, &chain);
+    for (i, c) in CUSTOMERS.iter().enumerate() {
+        subscribe(
+            &chain,
+            DevChain::address(*c),
+            plan,
+            B256::repeat_byte(i as u8 + 1),
+        )
+        .await;
+    }
+    wait_for_head(&client, &chain).await;
+    let count = |sql: &'static str| {
+        let client = &client;
+        async move { client.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    let subs_before = count("SELECT count(*) FROM subscriptions").await;
+    assert_eq!(subs_before, CUSTOMERS.len() as i64);
+    {
+        use alloy::providers::Provider;
+        let _: serde_json::Value = chain
+            .provider
+            .raw_request("anvil_rollback".into(), (3u64,))
+            .await
+            .expect("anvil_rollback");
+    }
+    // Waits until the cursor is the (lower) head block again: without the undo it stays on
+    // the dead tip.
+    wait_for_head(&client, &chain).await;
+    assert!(
+        count("SELECT count(*) FROM subscriptions").await < subs_before,
+        "the subscriptions of the blocks that are gone are gone"
+    );
+    ix.stop().await.unwrap();
+    let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
+    assert_same_index(&dump(&client).await, &fresh);
+}
