@@ -66,6 +66,11 @@ pub struct Config {
     /// Lifetime of a SIWE nonce, in seconds (also the oldest accepted `Issued At`).
     #[arg(long, env = "SIWE_NONCE_TTL_SECS", default_value_t = 600)]
     pub siwe_nonce_ttl_secs: u64,
+    /// How long start-up keeps retrying a database or node that does not answer yet
+    /// (connect, migrations, the node's chain id), with backoff; a wrong setting fails at
+    /// once.
+    #[arg(long, env = "STARTUP_DEADLINE_SECS", default_value_t = 60)]
+    pub startup_deadline_secs: u64,
     /// Do not apply pending migrations at start.
     #[arg(long, env = "NO_MIGRATE")]
     pub no_migrate: bool,

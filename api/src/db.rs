@@ -70,10 +70,10 @@ pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
     Ok(database(database_url)?.connect().await?)
 }
 
-/// Applies pending migrations (serialized across processes by the migrations crate).
-pub async fn migrate(database_url: &str) -> Result<Vec<i32>> {
-    let mut client = connect(database_url).await?;
-    chainsub_migrations::migrate(&mut client)
+/// Applies pending migrations (serialized across processes by the migrations crate),
+/// retrying a database that does not answer yet for up to `deadline`.
+pub async fn migrate(database_url: &str, deadline: std::time::Duration) -> Result<Vec<i32>> {
+    chainsub_store::startup::migrate(&database(database_url)?, deadline)
         .await
         .map_err(|e| ApiError::Internal(format!("migrate: {e}")))
 }

@@ -48,7 +48,11 @@ pub async fn run_standalone(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     if !args.no_migrate {
-        crate::db::migrate(&args.database_url).await?;
+        crate::db::migrate(
+            &args.database_url,
+            chainsub_store::startup::DEFAULT_DEADLINE,
+        )
+        .await?;
     }
     let pool = crate::db::dispatcher_pool(&args.database_url, args.database_pool_size)?;
     if let Some(addr) = args.metrics_listen {

@@ -97,7 +97,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Serve(cfg) => serve(*cfg).await,
         Cmd::Migrate { database_url } => {
-            let applied = chainsub_api::db::migrate(&database_url).await?;
+            let deadline = chainsub_store::startup::DEFAULT_DEADLINE;
+            let applied = chainsub_api::db::migrate(&database_url, deadline).await?;
             println!("applied migrations: {applied:?}");
             Ok(())
         }

@@ -58,7 +58,8 @@ pub async fn start(cfg: Config) -> Result<Running> {
 /// `listen` setting is not used).
 pub async fn start_on(cfg: Config, listener: std::net::TcpListener) -> Result<Running> {
     if !cfg.no_migrate {
-        let applied = crate::db::migrate(&cfg.database_url).await?;
+        let deadline = std::time::Duration::from_secs(cfg.startup_deadline_secs);
+        let applied = crate::db::migrate(&cfg.database_url, deadline).await?;
         if !applied.is_empty() {
             tracing::info!(?applied, "applied migrations");
         }

@@ -154,6 +154,16 @@ pub struct Settings {
         global = true
     )]
     pub shorter_chain_grace_ms: u64,
+    /// How long start-up keeps retrying a database or node that does not answer yet
+    /// (connect, migrations, the node's chain id), with backoff; a wrong setting fails at
+    /// once.
+    #[arg(
+        long,
+        env = "STARTUP_DEADLINE_SECS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub startup_deadline_secs: u64,
     /// Do not apply migrations at start.
     #[arg(long, env = "INDEXER_NO_MIGRATE", global = true)]
     pub no_migrate: bool,

@@ -2,11 +2,13 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use chainsub_indexer::config::{Cli, Command, Settings};
 use chainsub_indexer::source::RpcSource;
 use chainsub_indexer::{ops, run, verify, writer};
+use chainsub_store::startup;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -39,8 +41,9 @@ async fn main() -> ExitCode {
 }
 
 async fn migrate(s: &Settings) -> anyhow::Result<ExitCode> {
-    let mut client = writer::connect(&s.database_url()?).await?;
-    let applied = chainsub_migrations::migrate(&mut client).await?;
+    let db = chainsub_store::pg::Database::from_url(&s.database_url()?)?;
+    let deadline = Duration::from_secs(s.startup_deadline_secs);
+    let applied = startup::migrate(&db, deadline).await?;
     tracing::info!(?applied, "migrations up to date");
     Ok(ExitCode::SUCCESS)
 }
@@ -51,15 +54,16 @@ async fn run_indexer(s: &Settings) -> anyhow::Result<ExitCode> {
     let metrics = ops::install_metrics()?;
     let status = ops::Status::new(cfg.chain_id);
     ops::serve(s.metrics_listen, status.clone(), metrics).await?;
+    let deadline = Duration::from_secs(s.startup_deadline_secs);
     if !s.no_migrate {
-        let mut client = writer::connect(&url)
+        let db = chainsub_store::pg::Database::from_url(&url)?;
+        startup::migrate(&db, deadline)
             .await
-            .context("connect for migrations")?;
-        chainsub_migrations::migrate(&mut client).await?;
+            .context("migrations")?;
     }
     let source = Arc::new(RpcSource::new(&s.rpc_url()?, cfg.contract)?);
-    let node_chain = source
-        .chain_id()
+    // Any RPC failure here can pass (the node starting, a restart, a load balancer).
+    let node_chain = startup::retry("eth_chainId", deadline, |_| true, || source.chain_id())
         .await
         .map_err(|e| anyhow::anyhow!("eth_chainId: {e}"))?;
     anyhow::ensure!(

@@ -113,6 +113,11 @@ pub struct Config {
     /// Exit status 2: the gas budget stopped sends; 3: another keeper holds the lock.
     #[arg(long)]
     pub once: bool,
+    /// How long start-up keeps retrying a database or node that does not answer yet
+    /// (connect, migrations, the node's chain id), with backoff; a wrong setting fails at
+    /// once.
+    #[arg(long, env = "STARTUP_DEADLINE_SECS", default_value_t = 60)]
+    pub startup_deadline_secs: u64,
     /// Do not apply pending migrations at start.
     #[arg(long, env = "KEEPER_NO_MIGRATE", default_value_t = false)]
     pub no_migrate: bool,

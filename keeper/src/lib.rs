@@ -55,6 +55,7 @@ pub use error::{Error, Result};
 
 use chain::Chain;
 use chainsub_store::keeper::Store;
+use chainsub_store::startup;
 use telemetry::{Health, SharedHealth, names};
 
 /// How a keeper run ended.
@@ -120,9 +121,9 @@ pub async fn run(
     // TLS as DATABASE_URL's sslmode says (the one connector of every binary).
     let db = chainsub_store::pg::Database::from_url(&cfg.database_url)
         .map_err(|e| Error::Config(e.to_string()))?;
+    let deadline = std::time::Duration::from_secs(cfg.startup_deadline_secs);
     if !cfg.no_migrate {
-        let mut client = db.connect().await?;
-        let applied = chainsub_migrations::migrate(&mut client).await?;
+        let applied = startup::migrate(&db, deadline).await?;
         tracing::info!(?applied, "migrations checked");
     }
     let manager = db.manager(deadpool_postgres::ManagerConfig {
@@ -132,16 +133,25 @@ pub async fn run(
         .max_size(cfg.concurrency + 2)
         .build()?;
 
-    let chain = Chain::connect(
-        &cfg.rpc_url,
-        cfg.chain_id,
-        cfg.contract_address,
-        cfg.keeper_private_key.0.clone(),
+    // An RPC failure can pass (the node starting or restarting); a wrong chain or contract
+    // cannot.
+    let chain = startup::retry(
+        "connect to the node",
+        deadline,
+        |e: &Error| matches!(e, Error::Rpc(_)),
+        || {
+            Chain::connect(
+                &cfg.rpc_url,
+                cfg.chain_id,
+                cfg.contract_address,
+                cfg.keeper_private_key.0.clone(),
+            )
+        },
     )
     .await?;
     let store = Store::new(pool, cfg.chain_id, cfg.contract_address, chain.keeper)?;
 
-    let lock_client = db.connect().await?;
+    let lock_client = startup::connect(&db, deadline).await?;
     let key = chainsub_migrations::locks::keeper(cfg.chain_id);
     let mut stop = stop_rx.clone();
     loop {

@@ -27,6 +27,7 @@ pub mod page;
 pub mod pg;
 pub mod plans;
 pub mod siwe;
+pub mod startup;
 pub mod subscriptions;
 pub mod webhooks;
 

@@ -7,6 +7,7 @@ pub mod chain;
 pub mod db;
 pub mod merchant;
 pub mod process;
+pub mod proxy;
 pub mod receiver;
 pub mod services;
 pub mod wait;

@@ -3,10 +3,6 @@
 // sign-in with a local alloy signer, index rows shaped exactly like the indexer's, and a
 // TCP proxy that can cut a dependency off and restore it.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use alloy::primitives::{Address, B256};
 use alloy::signers::Signer;
 use alloy::signers::local::PrivateKeySigner;
@@ -16,7 +12,6 @@ use chainsub_api::server::Running;
 use chainsub_tests::{DevChain, TestDb};
 use clap::Parser;
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
 use tokio_postgres::Client;
 
 pub const CHAIN_ID: i64 = 31337;
@@ -541,82 +536,4 @@ pub async fn seed_cursor(c: &Client, block: i64) {
     .unwrap();
 }
 
-// ------------------------------------------------------------------ a switchable TCP proxy
-
-/// Forwards 127.0.0.1:port to `target` while enabled; when disabled it refuses new
-/// connections and cuts the open ones (an outage of the dependency behind it).
-pub struct Proxy {
-    pub addr: SocketAddr,
-    enabled: Arc<AtomicBool>,
-    epoch: tokio::sync::watch::Sender<u64>,
-}
-
-impl Proxy {
-    pub async fn start(target: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let enabled = Arc::new(AtomicBool::new(true));
-        let (epoch, _) = tokio::sync::watch::channel(0u64);
-        let (en, ep) = (enabled.clone(), epoch.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((inbound, _)) = listener.accept().await else {
-                    break;
-                };
-                if !en.load(Ordering::SeqCst) {
-                    drop(inbound);
-                    continue;
-                }
-                let mut cut = ep.subscribe();
-                tokio::spawn(async move {
-                    let Ok(outbound) = TcpStream::connect(target).await else {
-                        return;
-                    };
-                    let (mut ri, mut wi) = inbound.into_split();
-                    let (mut ro, mut wo) = outbound.into_split();
-                    tokio::select! {
-                        _ = tokio::io::copy(&mut ri, &mut wo) => {}
-                        _ = tokio::io::copy(&mut ro, &mut wi) => {}
-                        _ = cut.changed() => {}
-                    }
-                });
-            }
-        });
-        Proxy {
-            addr,
-            enabled,
-            epoch,
-        }
-    }
-
-    pub fn disable(&self) {
-        self.enabled.store(false, Ordering::SeqCst);
-        self.epoch.send_modify(|e| *e += 1);
-    }
-
-    pub fn enable(&self) {
-        self.enabled.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Host:port of a postgres/http URL.
-pub fn target_of(url: &str) -> SocketAddr {
-    let u = url::Url::parse(url).unwrap();
-    let host = u.host_str().unwrap();
-    let host = if host == "localhost" {
-        "127.0.0.1"
-    } else {
-        host
-    };
-    format!("{host}:{}", u.port().unwrap_or(5432))
-        .parse()
-        .unwrap()
-}
-
-/// `url` with its host:port replaced by `addr`.
-pub fn via(url: &str, addr: SocketAddr) -> String {
-    let mut u = url::Url::parse(url).unwrap();
-    u.set_host(Some(&addr.ip().to_string())).unwrap();
-    u.set_port(Some(addr.port())).unwrap();
-    u.to_string()
-}
+pub use chainsub_tests::proxy::{Proxy, target_of, via};

@@ -154,3 +154,33 @@ async fn sigterm_stops_cleanly_and_health_and_metrics_are_served() {
     let status = child.terminate(10).expect("exits after SIGTERM");
     assert!(status.success(), "clean exit: {status:?}");
 }
+
+/// Issue 12, point 5: the database and the node both down when the indexer starts (a
+/// proxy in front of each refuses connections), the database back after 2 s and the node
+/// after 4 s: the indexer waits for them (migrations, then the node's chain id) instead
+/// of exiting 1, and indexes to the head.
+#[tokio::test]
+async fn a_database_and_a_node_down_at_start_up_are_waited_for() {
+    use chainsub_tests::proxy::{Proxy, target_of, via};
+    let Scene {
+        chain, db, client, ..
+    } = Scene::start().await;
+    let pg = Proxy::start_disabled(target_of(&db.url)).await;
+    let rpc = Proxy::start_disabled(target_of(&chain.anvil.url)).await;
+    let (db_url, rpc_url) = (via(&db.url, pg.addr), via(&chain.anvil.url, rpc.addr));
+    let env = [
+        ("DATABASE_URL", db_url.as_str()),
+        ("RPC_URL", rpc_url.as_str()),
+    ];
+    let mut child = spawn_indexer(&chain, &db, &Reserved::new(), &env);
+    for (down, up) in [(&pg, "the database"), (&rpc, "the node")] {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            child.0.try_wait().unwrap().is_none(),
+            "the indexer gave up while {up} was down"
+        );
+        down.enable();
+    }
+    wait_for_head(&client, &chain).await;
+    assert!(child.0.try_wait().unwrap().is_none());
+}

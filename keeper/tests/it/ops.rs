@@ -315,3 +315,34 @@ async fn unfunded_keeper_is_refused_by_the_node_then_charges_once_topped_up() {
     );
     assert_eq!(stack.keeper_tx_count().await, 1);
 }
+
+/// Issue 12, point 5: the database and the node both down when the keeper starts, back
+/// after 2 and 4 s: the keeper waits for them (migrations, the node's chain id and the
+/// contract's token, its lock session) instead of exiting 1, then takes its lock.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_and_a_node_down_at_start_up_are_waited_for() {
+    use chainsub_tests::proxy::{Proxy, target_of, via};
+    let stack = Stack::start().await;
+    let pg = Proxy::start_disabled(target_of(&stack.db.url)).await;
+    let rpc = Proxy::start_disabled(target_of(&stack.chain.anvil.url)).await;
+    let socket = Reserved::new();
+    let mut cmd = stack.keeper_on(&socket);
+    cmd.env("DATABASE_URL", via(&stack.db.url, pg.addr))
+        .env("RPC_URL", via(&stack.chain.anvil.url, rpc.addr));
+    let mut keeper = spawn(cmd, &[]);
+    for (down, what) in [(&pg, "the database"), (&rpc, "the node")] {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        assert!(
+            keeper.0.try_wait().unwrap().is_none(),
+            "the keeper gave up while {what} was down"
+        );
+        down.enable();
+    }
+    let port = socket.port;
+    tokio::task::spawn_blocking(move || {
+        wait_health(port, |h| h["lockHeld"] == true && h["status"] == "ok")
+    })
+    .await
+    .unwrap();
+    assert!(keeper.0.try_wait().unwrap().is_none());
+}
