@@ -154,6 +154,15 @@ pub struct Settings {
         global = true
     )]
     pub shorter_chain_grace_ms: u64,
+    /// Readiness (`/health`) fails while the writer lags the head by more than this many
+    /// blocks (0: never).
+    #[arg(
+        long,
+        env = "INDEXER_MAX_LAG_BLOCKS",
+        default_value_t = 64,
+        global = true
+    )]
+    pub max_lag_blocks: u64,
     /// How long start-up keeps retrying a database or node that does not answer yet
     /// (connect, migrations, the node's chain id), with backoff; a wrong setting fails at
     /// once.

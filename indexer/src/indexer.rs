@@ -15,6 +15,9 @@ use crate::{Result, writer};
 /// Live batches up to this many blocks are committed block by block.
 const LIVE_PER_BLOCK_MAX: usize = 16;
 
+/// How often an idle writer checks that its database is still there.
+const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What a step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
@@ -28,6 +31,8 @@ pub struct Indexer<S: ?Sized> {
     stream: Stream<S>,
     sink: Sink,
     status: Arc<Status>,
+    /// When the idle writer last checked its database connection.
+    last_ping: std::time::Instant,
 }
 
 impl<S: BlockSource + ?Sized> Indexer<S> {
@@ -69,6 +74,7 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
             stream,
             sink,
             status,
+            last_ping: std::time::Instant::now(),
         })
     }
 
@@ -84,6 +90,11 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
             Item::Idle { head } => {
                 if self.status.head() != head {
                     self.sink.record_head(head).await?;
+                } else if self.last_ping.elapsed() >= PING_EVERY {
+                    // Idle at the head: make sure the database is still there, so that
+                    // readiness fails while it is not.
+                    self.sink.ping().await?;
+                    self.last_ping = std::time::Instant::now();
                 }
                 self.status.set_head(head);
                 Progress::Idle { head }

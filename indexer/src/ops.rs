@@ -1,30 +1,63 @@
-//! Operations: `/health` (indexed block, head, lag) and Prometheus `/metrics`.
+//! Operations: readiness (`/health`, `/ready`), liveness (`/live`) and Prometheus
+//! `/metrics`.
+//!
+//! Readiness is honest: 503 with the reasons while the last session failed (database or
+//! node unreachable, until a step succeeds again), while the writer lags the head by more
+//! than `INDEXER_MAX_LAG_BLOCKS`, and while the node's head is below the index (a node
+//! behind or on another chain). A hot standby is ready (200, `standby`). Liveness fails
+//! only when the writer's loop has not moved for [`STALL`] (a wedged process); a standby
+//! blocked on the writer lock is waiting by design.
 
 use chainsub_core::Listen;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 use warp::Filter;
+use warp::http::StatusCode;
 
-/// Live figures shared by the pipeline and the health endpoint.
+/// How long the writer's loop may go without a beat before liveness fails. Every step is
+/// bounded by RPC and database timeouts far below it.
+pub const STALL: Duration = Duration::from_secs(120);
+
+/// Live figures shared by the pipeline and the health endpoints.
 #[derive(Debug, Default)]
 pub struct Status {
     chain_id: u64,
     indexed: AtomicU64,
     head: AtomicU64,
     writer: AtomicBool,
+    /// Readiness bound on the writer's lag in blocks (0: none).
+    max_lag: AtomicU64,
+    /// Why the last session failed, until a step succeeds again.
+    fault: Mutex<Option<String>>,
+    /// Unix milliseconds of the writer loop's last beat.
+    beat: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Status {
     /// Fresh status for `chain_id`.
     pub fn new(chain_id: u64) -> Arc<Status> {
-        Arc::new(Status {
+        let s = Arc::new(Status {
             chain_id,
             ..Default::default()
-        })
+        });
+        s.beat();
+        s
+    }
+
+    /// Readiness fails while the writer lags by more than `blocks` (0: never).
+    pub fn set_max_lag(&self, blocks: u64) {
+        self.max_lag.store(blocks, Ordering::Relaxed);
     }
 
     /// Records the last committed block.
@@ -50,6 +83,17 @@ impl Status {
         metrics::gauge!("indexer_is_writer").set(if w { 1.0 } else { 0.0 });
     }
 
+    /// A session failed (`Some`, with why) or a step succeeded again (`None`).
+    pub fn set_fault(&self, why: Option<String>) {
+        metrics::gauge!("indexer_session_failing").set(if why.is_some() { 1.0 } else { 0.0 });
+        *self.fault.lock().expect("fault lock") = why;
+    }
+
+    /// The writer's loop moved (a step ended).
+    pub fn beat(&self) {
+        self.beat.store(now_ms(), Ordering::Relaxed);
+    }
+
     fn lag(&self) -> u64 {
         self.head()
             .saturating_sub(self.indexed.load(Ordering::Relaxed))
@@ -61,16 +105,63 @@ impl Status {
         metrics::gauge!("indexer_lag_blocks").set(self.lag() as f64);
     }
 
-    /// The `/health` body.
-    pub fn health(&self) -> serde_json::Value {
-        json!({
-            "status": "ok",
+    /// Why this process is not ready (empty: ready).
+    pub fn reasons(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if let Some(fault) = self.fault.lock().expect("fault lock").clone() {
+            why.push(fault);
+        }
+        if self.writer.load(Ordering::Relaxed) {
+            let (indexed, head) = (self.indexed.load(Ordering::Relaxed), self.head());
+            let max = self.max_lag.load(Ordering::Relaxed);
+            if max > 0 && self.lag() > max {
+                why.push(format!(
+                    "lag {} blocks exceeds INDEXER_MAX_LAG_BLOCKS={max}",
+                    self.lag()
+                ));
+            }
+            if head > 0 && head < indexed {
+                why.push(format!(
+                    "the node's head {head} is below the indexed block {indexed} (a node behind, or not on our chain)"
+                ));
+            }
+        }
+        why
+    }
+
+    /// Readiness: the status code and the `/health` body.
+    pub fn health(&self) -> (StatusCode, serde_json::Value) {
+        let reasons = self.reasons();
+        let writer = self.writer.load(Ordering::Relaxed);
+        let (code, status) = match (reasons.is_empty(), writer) {
+            (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            (true, true) => (StatusCode::OK, "ok"),
+            (true, false) => (StatusCode::OK, "standby"),
+        };
+        let body = json!({
+            "status": status,
+            "reasons": reasons,
             "chainId": self.chain_id,
-            "writer": self.writer.load(Ordering::Relaxed),
+            "writer": writer,
             "indexedBlock": self.indexed.load(Ordering::Relaxed),
             "headBlock": self.head(),
             "lagBlocks": self.lag(),
-        })
+        });
+        (code, body)
+    }
+
+    /// Liveness: 503 when the writer's loop has not moved for `stall`.
+    pub fn liveness(&self, stall: Duration) -> (StatusCode, serde_json::Value) {
+        let since = now_ms().saturating_sub(self.beat.load(Ordering::Relaxed));
+        let writer = self.writer.load(Ordering::Relaxed);
+        if writer && since > stall.as_millis() as u64 {
+            let body = json!({ "status": "stalled", "lastBeatMsAgo": since });
+            return (StatusCode::SERVICE_UNAVAILABLE, body);
+        }
+        (
+            StatusCode::OK,
+            json!({ "status": "alive", "lastBeatMsAgo": since }),
+        )
     }
 }
 
@@ -81,15 +172,25 @@ pub fn install_metrics() -> crate::Result<PrometheusHandle> {
         .map_err(|e| crate::Error::Config(format!("metrics recorder: {e}")))
 }
 
-/// Serves `/health` and `/metrics` until the process ends; returns the bound address.
+/// Serves `/health` (= `/ready`), `/live` and `/metrics` until the process ends; returns the
+/// bound address.
 pub async fn serve(
     listen: Listen,
     status: Arc<Status>,
     metrics: PrometheusHandle,
 ) -> crate::Result<SocketAddr> {
-    let health = warp::path("health")
+    let reply = |(code, body): (StatusCode, serde_json::Value)| {
+        warp::reply::with_status(warp::reply::json(&body), code)
+    };
+    let st = status.clone();
+    let ready = warp::path("health")
+        .or(warp::path("ready"))
+        .unify()
         .and(warp::path::end())
-        .map(move || warp::reply::json(&status.health()));
+        .map(move || reply(st.health()));
+    let live = warp::path("live")
+        .and(warp::path::end())
+        .map(move || reply(status.liveness(STALL)));
     let prom = warp::path("metrics")
         .and(warp::path::end())
         .map(move || metrics.render());
@@ -100,7 +201,69 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .map_err(|e| crate::Error::Config(e.to_string()))?;
-    tokio::spawn(warp::serve(health.or(prom)).incoming(listener).run());
+    tokio::spawn(
+        warp::serve(ready.or(live).or(prom))
+            .incoming(listener)
+            .run(),
+    );
     tracing::info!(%addr, "health and metrics listening");
     Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_is_ready_until_it_lags_or_its_session_fails() {
+        let s = Status::new(1);
+        s.set_max_lag(10);
+        assert_eq!(s.health().1["status"], "standby", "not the writer yet");
+        s.set_writer(true);
+        s.set_head(100);
+        s.set_indexed(95);
+        assert_eq!(s.health().0, StatusCode::OK);
+        s.set_indexed(80);
+        let (code, body) = s.health();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body["reasons"][0]
+                .as_str()
+                .unwrap()
+                .contains("lag 20 blocks"),
+            "{body}"
+        );
+        s.set_indexed(100);
+        s.set_fault(Some("database: connection refused".into()));
+        let (code, body) = s.health();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["reasons"][0], "database: connection refused");
+        s.set_fault(None);
+        s.set_head(90);
+        let (code, body) = s.health();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body["reasons"][0]
+                .as_str()
+                .unwrap()
+                .contains("below the indexed block")
+        );
+    }
+
+    #[test]
+    fn liveness_fails_only_for_a_writer_whose_loop_stopped() {
+        let s = Status::new(1);
+        assert_eq!(
+            s.liveness(Duration::ZERO).0,
+            StatusCode::OK,
+            "a standby waits by design"
+        );
+        s.set_writer(true);
+        s.beat.store(now_ms() - 5_000, Ordering::Relaxed);
+        assert_eq!(s.liveness(Duration::from_secs(60)).0, StatusCode::OK);
+        assert_eq!(
+            s.liveness(Duration::from_secs(1)).0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
 }

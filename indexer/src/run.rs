@@ -37,6 +37,7 @@ pub async fn run<S: BlockSource + ?Sized>(
             Err(e @ (Error::DeepReorg { .. } | Error::Config(_))) => return Err(e),
             Err(e) => {
                 status.set_writer(false);
+                status.set_fault(Some(fault(&e)));
                 metrics::counter!("indexer_session_restarts_total").increment(1);
                 failures += 1;
                 let wait = cfg
@@ -91,6 +92,8 @@ async fn session<S: BlockSource + ?Sized>(
             }
             }
         };
+        status.set_fault(None);
+        status.beat();
         match progress {
             Progress::Idle { .. } => {
                 tokio::select! {
@@ -108,6 +111,15 @@ async fn session<S: BlockSource + ?Sized>(
             }
             Progress::Undone { depth } => tracing::info!(depth, "reorg undone"),
         }
+    }
+}
+
+/// What readiness says about a failed session.
+fn fault(e: &Error) -> String {
+    match e {
+        Error::Db(_) => format!("database unreachable or failing: {e}"),
+        Error::Rpc(_) => format!("node unreachable or failing: {e}"),
+        _ => format!("indexer session failed: {e}"),
     }
 }
 

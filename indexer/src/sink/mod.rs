@@ -89,6 +89,13 @@ impl Sink {
     }
 
     /// Records the chain head seen while idle (for the API's lag), fenced like every write.
+    /// Checks the writer's connection with a round trip (an idle writer otherwise never
+    /// notices that its database went away).
+    pub async fn ping(&self) -> Result<()> {
+        self.client.simple_query("").await?;
+        Ok(())
+    }
+
     pub async fn record_head(&self, head: u64) -> Result<()> {
         self.client
             .execute(

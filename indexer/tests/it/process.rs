@@ -184,3 +184,54 @@ async fn a_database_and_a_node_down_at_start_up_are_waited_for() {
     wait_for_head(&client, &chain).await;
     assert!(child.0.try_wait().unwrap().is_none());
 }
+
+/// Issue 12, point 3: readiness tells the truth. Caught up: 200 `ok`. The database goes
+/// away (a proxy cuts it): 503 `unavailable`, with the database named among the reasons
+/// (it used to answer 200 "ok" with its database down). Back: 200 again. Liveness stays
+/// 200 throughout: the loop is retrying, not wedged.
+#[tokio::test]
+async fn readiness_fails_with_the_reason_while_the_database_is_down() {
+    use chainsub_tests::proxy::{Proxy, target_of, via};
+    let Scene {
+        chain, db, client, ..
+    } = Scene::start().await;
+    let pg = Proxy::start(target_of(&db.url)).await;
+    let db_url = via(&db.url, pg.addr);
+    let socket = Reserved::new();
+    let port = socket.port;
+    let _child = spawn_indexer(&chain, &db, &socket, &[("DATABASE_URL", db_url.as_str())]);
+    wait_for_head(&client, &chain).await;
+    let ready = |body: &serde_json::Value| body["status"] == "ok";
+    wait_until("ready", || async move { ready(&health(port).await) }).await;
+    assert_eq!(http_status(port, "/health"), Some(200));
+
+    pg.disable();
+    wait_until("readiness to fail", || async move {
+        http_status(port, "/health") == Some(503)
+    })
+    .await;
+    let h = health(port).await;
+    assert_eq!(h["status"], "unavailable", "{h}");
+    assert!(
+        h["reasons"][0].as_str().unwrap().contains("database"),
+        "{h}"
+    );
+    assert_eq!(http_status(port, "/live"), Some(200), "retrying is alive");
+
+    pg.enable();
+    wait_until("readiness to come back", || async move {
+        http_status(port, "/health") == Some(200)
+    })
+    .await;
+}
+
+/// The HTTP status of GET `path` on 127.0.0.1:`port`, `None` when nothing answers.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_whitespace().nth(1)?.parse().ok()
+}
