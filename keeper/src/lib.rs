@@ -222,6 +222,7 @@ impl Keeper {
         metrics::histogram!(names::PASS_SECONDS).record(started.elapsed().as_secs_f64());
         let mut h = self.health.lock().expect("health lock");
         h.last_pass_at = Some(chrono::Utc::now().to_rfc3339());
+        h.last_pass = Some(std::time::Instant::now());
         match &result {
             Ok(report) => {
                 h.status = if report.budget_stopped {

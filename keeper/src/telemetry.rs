@@ -65,6 +65,33 @@ pub struct Health {
     pub budget_wei: String,
     pub spent_in_window_wei: String,
     pub budget_exhausted: bool,
+    /// When the last pass ended (liveness).
+    #[serde(skip)]
+    pub last_pass: Option<std::time::Instant>,
+}
+
+/// How long the lock holder's pass loop may go without finishing a pass before `/live`
+/// fails (a wedged process; passes are bounded by RPC and database timeouts).
+pub const STALL: std::time::Duration = std::time::Duration::from_secs(120);
+
+impl Health {
+    /// Readiness: 503 while starting or while the last pass failed (its database or node
+    /// unreachable, reads failing); a standby waiting on the lock is ready.
+    pub fn readiness(&self) -> StatusCode {
+        match self.status {
+            "degraded" | "starting" => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::OK,
+        }
+    }
+
+    /// Liveness: 503 when the lock holder has not finished a pass for `stall` (a standby
+    /// blocked on the lock, or a keeper still starting, is alive).
+    pub fn liveness(&self, stall: std::time::Duration) -> StatusCode {
+        match self.last_pass {
+            Some(at) if self.lock_held && at.elapsed() > stall => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::OK,
+        }
+    }
 }
 
 /// Shared, updated by the keeper loop, read by `/health`.
@@ -77,7 +104,7 @@ pub fn install_metrics() -> std::result::Result<PrometheusHandle, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Binds `addr` and serves `/health` and `/metrics` until `shutdown` flips to true. Returns
+/// Binds `addr` and serves `/health` (= `/ready`), `/live` and `/metrics` until `shutdown` flips to true. Returns
 /// the bound address (useful with port 0).
 pub async fn serve(
     listen: Listen,
@@ -87,19 +114,31 @@ pub async fn serve(
 ) -> Result<SocketAddr> {
     let listener = tokio::net::TcpListener::from_std(listen.bind()?)?;
     let bound = listener.local_addr()?;
-    let health_route = warp::path("health").and(warp::path::end()).map(move || {
-        let h = health.lock().expect("health lock").clone();
-        // A standby is healthy (it is waiting on purpose); a failing pass is not.
-        let code = match h.status {
-            "degraded" | "starting" => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::OK,
+    let ready_health = health.clone();
+    let health_route = warp::path("health")
+        .or(warp::path("ready"))
+        .unify()
+        .and(warp::path::end())
+        .map(move || {
+            let h = ready_health.lock().expect("health lock").clone();
+            warp::reply::with_status(warp::reply::json(&h), h.readiness())
+        });
+    let live_route = warp::path("live").and(warp::path::end()).map(move || {
+        let code = health.lock().expect("health lock").liveness(STALL);
+        let status = if code == StatusCode::OK {
+            "alive"
+        } else {
+            "stalled"
         };
-        warp::reply::with_status(warp::reply::json(&h), code)
+        warp::reply::with_status(
+            warp::reply::json(&serde_json::json!({ "status": status })),
+            code,
+        )
     });
     let metrics_route = warp::path("metrics")
         .and(warp::path::end())
         .map(move || prometheus.render());
-    let routes = warp::get().and(health_route.or(metrics_route));
+    let routes = warp::get().and(health_route.or(live_route).or(metrics_route));
     let server = warp::serve(routes).incoming(listener).graceful(async move {
         while !*shutdown.borrow_and_update() {
             if shutdown.changed().await.is_err() {
@@ -109,4 +148,46 @@ pub async fn serve(
     });
     tokio::spawn(server.run());
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn readiness_fails_while_starting_or_after_a_failed_pass() {
+        let mut h = Health {
+            status: "starting",
+            ..Health::default()
+        };
+        assert_eq!(h.readiness(), StatusCode::SERVICE_UNAVAILABLE);
+        for (status, code) in [
+            ("standby", StatusCode::OK),
+            ("ok", StatusCode::OK),
+            ("budget_exhausted", StatusCode::OK),
+            ("degraded", StatusCode::SERVICE_UNAVAILABLE),
+        ] {
+            h.status = status;
+            assert_eq!(h.readiness(), code, "{status}");
+        }
+    }
+
+    #[test]
+    fn liveness_fails_only_for_a_lock_holder_whose_passes_stopped() {
+        let mut h = Health::default();
+        assert_eq!(h.liveness(Duration::ZERO), StatusCode::OK, "no pass yet");
+        h.last_pass = Instant::now().checked_sub(Duration::from_secs(5));
+        assert_eq!(
+            h.liveness(Duration::ZERO),
+            StatusCode::OK,
+            "a standby waits"
+        );
+        h.lock_held = true;
+        assert_eq!(h.liveness(Duration::from_secs(60)), StatusCode::OK);
+        assert_eq!(
+            h.liveness(Duration::from_secs(1)),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
 }

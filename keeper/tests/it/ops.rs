@@ -83,6 +83,9 @@ async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
         health["keeperAddress"].as_str().unwrap().to_lowercase(),
         crate::support::keeper_address().to_string().to_lowercase()
     );
+    assert_eq!(http_get(port, "/ready").0, 200);
+    let (code, live) = http_get(port, "/live");
+    assert_eq!((code, live.as_str()), (200, r#"{"status":"alive"}"#));
     let (code, metrics) = http_get(port, "/metrics");
     assert_eq!(code, 200);
     assert!(
