@@ -154,6 +154,16 @@ pub struct Settings {
         global = true
     )]
     pub shorter_chain_grace_ms: u64,
+    /// The writer's database session ends after this long without a statement (or inside
+    /// an idle transaction), so a frozen or partitioned writer loses the lock and a standby
+    /// takes over within about this bound.
+    #[arg(
+        long,
+        env = "INDEXER_WRITER_IDLE_TIMEOUT_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub writer_idle_timeout_ms: u64,
     /// Readiness (`/health`) fails while the writer lags the head by more than this many
     /// blocks (0: never).
     #[arg(
@@ -191,6 +201,7 @@ pub struct IndexerConfig {
     pub use_finalized_tag: bool,
     pub reorg_policy: ReorgPolicy,
     pub shorter_chain_grace: Duration,
+    pub writer_idle_timeout: Duration,
 }
 
 impl IndexerConfig {
@@ -207,6 +218,7 @@ impl IndexerConfig {
             use_finalized_tag: true,
             reorg_policy: ReorgPolicy::Halt,
             shorter_chain_grace: Duration::from_secs(30),
+            writer_idle_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -248,6 +260,7 @@ impl Settings {
             use_finalized_tag: !self.no_finalized_tag,
             reorg_policy: self.reorg_policy,
             shorter_chain_grace: Duration::from_millis(self.shorter_chain_grace_ms),
+            writer_idle_timeout: Duration::from_millis(self.writer_idle_timeout_ms),
         })
     }
 }

@@ -235,3 +235,55 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
     s.read_to_string(&mut out).ok()?;
     out.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// Issue 12, point 4: a frozen writer (SIGSTOP: its TCP connection stays open and its kernel
+/// still answers) is replaced in bounded time: its Postgres session ends after
+/// INDEXER_WRITER_IDLE_TIMEOUT_MS without a statement, the standby takes the lock and
+/// indexes new blocks; woken up (SIGCONT), the old writer finds its session gone and writes
+/// nothing. The index equals a fresh one. Before, the standby never took over.
+#[tokio::test]
+async fn a_frozen_writer_is_replaced_and_cannot_write_when_it_wakes() {
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
+    fund(&chain, DevChain::address(CUSTOMER_B), 10 * USDC).await;
+    let env = [("INDEXER_WRITER_IDLE_TIMEOUT_MS", "2000")];
+    let (socket_a, socket_b) = (Reserved::new(), Reserved::new());
+    let (port_a, port_b) = (socket_a.port, socket_b.port);
+    let a = spawn_indexer(&chain, &db, &socket_a, &env);
+    wait_until("A becomes the writer", || async {
+        health(port_a).await["writer"] == true
+    })
+    .await;
+    let _b = spawn_indexer(&chain, &db, &socket_b, &env);
+    assert_eq!(health(port_b).await["writer"], false, "B waits");
+    wait_for_head(&client, &chain).await;
+
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &a.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    wait_for_head(&client, &chain).await;
+    assert_eq!(health(port_b).await["writer"], true, "B took over");
+    assert_eq!(epoch(&client).await, 2);
+
+    signal("-CONT");
+    subscribe(&chain, DevChain::address(CUSTOMER_B), plan, B256::ZERO).await;
+    wait_for_head(&client, &chain).await;
+    wait_until("A notices it lost its session", || async {
+        health(port_a).await["writer"] == false
+    })
+    .await;
+    assert_eq!(epoch(&client).await, 2, "A never claimed the cursor again");
+    let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
+    assert_same_index(&dump(&client).await, &fresh);
+}
