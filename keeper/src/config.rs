@@ -63,6 +63,11 @@ pub struct Config {
     /// Health (`/health`) and Prometheus (`/metrics`) listen address.
     #[arg(long, env = "KEEPER_METRICS_LISTEN", default_value = "127.0.0.1:9102")]
     pub metrics_listen: Listen,
+    /// The lock session ends on the server after this long without a statement (a
+    /// heartbeat keeps a running keeper's busy), so a frozen or partitioned keeper loses the
+    /// lock and a standby takes over within about this plus one poll interval.
+    #[arg(long, env = "KEEPER_LOCK_IDLE_TIMEOUT_MS", default_value_t = 10_000)]
+    pub lock_idle_timeout_ms: u64,
     /// Time between passes, in milliseconds.
     #[arg(long, env = "KEEPER_POLL_INTERVAL_MS", default_value_t = 15_000)]
     pub poll_interval_ms: u64,
@@ -134,6 +139,11 @@ impl Config {
     /// Time between passes.
     pub fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.poll_interval_ms)
+    }
+
+    /// [`Config::lock_idle_timeout_ms`] as a duration.
+    pub fn lock_idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.lock_idle_timeout_ms)
     }
 
     /// Rejects settings that cannot work.

@@ -85,7 +85,7 @@ pub struct Keeper {
     store: Store,
     /// The next nonce to hand out; None = read it from the node before the next send.
     nonce: tokio::sync::Mutex<Option<u64>>,
-    lock_client: tokio_postgres::Client,
+    lock_client: std::sync::Arc<tokio_postgres::Client>,
     health: SharedHealth,
 }
 
@@ -173,6 +173,11 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => return Ok(Exit::Done),
         }
     }
+    // A keeper that stops talking without dying (frozen, partitioned) must lose the lock in
+    // bounded time, or no standby ever takes over: bound the lock session on the server and
+    // keep it busy from a heartbeat while this process runs (see `bound_lock_session`).
+    let lock_client = std::sync::Arc::new(lock_client);
+    bound_lock_session(&lock_client, cfg.lock_idle_timeout()).await?;
     metrics::gauge!(names::LOCK_HELD).set(1.0);
     health.lock().expect("health lock").lock_held = true;
     tracing::info!(keeper = %chain.keeper, chain_id = cfg.chain_id, contract = %cfg.contract_address, "keeper lock taken");
@@ -282,6 +287,33 @@ impl Keeper {
         }
         Ok(())
     }
+}
+
+/// Server-side bounds on the lock session — `idle_session_timeout` and
+/// `idle_in_transaction_session_timeout` of `idle`, TCP keepalives (5 s, 2 s x 3) — and a
+/// heartbeat task that sends an empty query every second while the process runs. A frozen
+/// keeper (SIGSTOP, a stuck VM: its connection stays open and its kernel answers keepalives)
+/// stops the heartbeat, the server ends the session after `idle`, the lock is free for a
+/// standby, and the woken keeper finds its lock session closed and stops (`LockLost`).
+async fn bound_lock_session(
+    client: &std::sync::Arc<tokio_postgres::Client>,
+    idle: std::time::Duration,
+) -> Result<()> {
+    let ms = idle.as_millis().max(1);
+    client
+        .batch_execute(&format!(
+            "SET idle_session_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; \
+             SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
+             SET tcp_keepalives_count = 3"
+        ))
+        .await?;
+    let heartbeat = client.clone();
+    tokio::spawn(async move {
+        while heartbeat.simple_query("").await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+    Ok(())
 }
 
 fn set_status(health: &SharedHealth, status: &'static str) {

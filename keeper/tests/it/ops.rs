@@ -349,3 +349,38 @@ async fn a_database_and_a_node_down_at_start_up_are_waited_for() {
     .unwrap();
     assert!(keeper.0.try_wait().unwrap().is_none());
 }
+
+/// Issue 12, point 4 (keeper): a frozen keeper (SIGSTOP) keeps its lock session open, so no
+/// standby used to take over and renewals stopped. Its lock session now ends on the server
+/// after KEEPER_LOCK_IDLE_TIMEOUT_MS without the heartbeat; the standby takes the lock;
+/// woken (SIGCONT), the old keeper finds its lock session gone and stops.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_keeper_is_replaced_and_stops_when_it_wakes() {
+    let stack = Stack::start().await;
+    let socket = Reserved::new();
+    let port = socket.port;
+    let mut cmd = stack.keeper_on(&socket);
+    cmd.env("KEEPER_LOCK_IDLE_TIMEOUT_MS", "2000");
+    let mut first = spawn(cmd, &[]);
+    wait_health(port, |h| h["lockHeld"] == true);
+    let standby_socket = Reserved::new();
+    let standby_port = standby_socket.port;
+    let _standby = spawn(stack.keeper_on(&standby_socket), &[]);
+    wait_health(standby_port, |h| h["status"] == "standby");
+
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &first.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    wait_health(standby_port, |h| {
+        h["lockHeld"] == true && h["status"] == "ok"
+    });
+    signal("-CONT");
+    let status = wait_exit(&mut first);
+    assert!(!status.success(), "the woken keeper stops: {status}");
+}
