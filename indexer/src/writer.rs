@@ -18,25 +18,12 @@ pub async fn connect(url: &str) -> Result<Client> {
     Ok(db.connect().await?)
 }
 
-/// Bounds the writer's session on the server, so a writer that stops talking loses the lock
-/// in bounded time and a standby takes over: a frozen process (SIGSTOP, a stuck VM) keeps
-/// its TCP connection open and its kernel answers keepalives, so only Postgres-side
-/// timeouts end it — `idle_session_timeout` when frozen between statements,
-/// `idle_in_transaction_session_timeout` when frozen inside a step's transaction (which then
-/// rolls back). TCP keepalives (idle 5 s, every 2 s, 3 probes) end the session of a writer
-/// whose host or network is gone. A healthy writer is never idle that long: it pings its
-/// database every second at the head, and a resumed stale writer finds its session gone
-/// (and its epoch fenced) before it can write.
+/// Bounds the writer's session on the server (`store::pg::bound_lock_session`), so a
+/// frozen or partitioned writer loses the lock and a standby takes over. A healthy writer is
+/// never idle that long: it pings its database every second at the head, and a resumed
+/// stale writer finds its session gone (and its epoch fenced) before it can write.
 pub async fn bound_session(client: &Client, idle: std::time::Duration) -> Result<()> {
-    let ms = idle.as_millis().max(1);
-    client
-        .batch_execute(&format!(
-            "SET idle_session_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; \
-             SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
-             SET tcp_keepalives_count = 3"
-        ))
-        .await?;
-    Ok(())
+    Ok(chainsub_store::pg::bound_lock_session(client, idle).await?)
 }
 
 /// Blocks until this session holds the writer lock for `chain_id` (a hot standby waits here).

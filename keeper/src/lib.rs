@@ -289,24 +289,15 @@ impl Keeper {
     }
 }
 
-/// Server-side bounds on the lock session — `idle_session_timeout` and
-/// `idle_in_transaction_session_timeout` of `idle`, TCP keepalives (5 s, 2 s x 3) — and a
-/// heartbeat task that sends an empty query every second while the process runs. A frozen
-/// keeper (SIGSTOP, a stuck VM: its connection stays open and its kernel answers keepalives)
+/// Server-side bounds on the lock session (`store::pg::bound_lock_session`) and a heartbeat
+/// task that sends an empty query every second while the process runs. A frozen keeper
 /// stops the heartbeat, the server ends the session after `idle`, the lock is free for a
 /// standby, and the woken keeper finds its lock session closed and stops (`LockLost`).
 async fn bound_lock_session(
     client: &std::sync::Arc<tokio_postgres::Client>,
     idle: std::time::Duration,
 ) -> Result<()> {
-    let ms = idle.as_millis().max(1);
-    client
-        .batch_execute(&format!(
-            "SET idle_session_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; \
-             SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
-             SET tcp_keepalives_count = 3"
-        ))
-        .await?;
+    chainsub_store::pg::bound_lock_session(client, idle).await?;
     let heartbeat = client.clone();
     tokio::spawn(async move {
         while heartbeat.simple_query("").await.is_ok() {

@@ -232,6 +232,27 @@ impl ServerCertVerifier for EncryptOnly {
     }
 }
 
+/// Bounds a session that holds a lock on the server, so a holder that stops talking
+/// without dying loses the lock in bounded time: a frozen process (SIGSTOP, a stuck VM)
+/// keeps its TCP connection open and its kernel answers keepalives, so only Postgres-side
+/// timeouts end its session — `idle_session_timeout` when frozen between statements,
+/// `idle_in_transaction_session_timeout` when frozen inside a transaction (which then rolls
+/// back). TCP keepalives (idle 5 s, every 2 s, 3 probes) end the session of a holder whose
+/// host or network is gone. The holder must then use the session more often than `idle`.
+pub async fn bound_lock_session(
+    client: &tokio_postgres::Client,
+    idle: std::time::Duration,
+) -> Result<(), tokio_postgres::Error> {
+    let ms = idle.as_millis().max(1);
+    client
+        .batch_execute(&format!(
+            "SET idle_session_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; \
+             SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; \
+             SET tcp_keepalives_count = 3"
+        ))
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,6 +145,15 @@ impl ChildGuard {
         self.0.id()
     }
 
+    /// Sends `signal` (e.g. `-STOP`, `-CONT`) with kill(1); panics if it cannot be sent.
+    pub fn signal(&self, signal: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([signal, &self.0.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "kill {signal} {}", self.0.id());
+    }
+
     /// Sends SIGTERM and waits up to `secs` for a clean exit; returns whether it exited.
     pub fn terminate(&mut self, secs: u64) -> Option<std::process::ExitStatus> {
         let _ = std::process::Command::new("kill")

@@ -262,21 +262,13 @@ async fn a_frozen_writer_is_replaced_and_cannot_write_when_it_wakes() {
     assert_eq!(health(port_b).await["writer"], false, "B waits");
     wait_for_head(&client, &chain).await;
 
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &a.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    };
-    signal("-STOP");
+    a.signal("-STOP");
     subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
     wait_for_head(&client, &chain).await;
     assert_eq!(health(port_b).await["writer"], true, "B took over");
     assert_eq!(epoch(&client).await, 2);
 
-    signal("-CONT");
+    a.signal("-CONT");
     subscribe(&chain, DevChain::address(CUSTOMER_B), plan, B256::ZERO).await;
     wait_for_head(&client, &chain).await;
     wait_until("A notices it lost its session", || async {

@@ -25,6 +25,19 @@ async fn setup(chain: &DevChain) -> u64 {
     plan
 }
 
+/// Subscribes every customer to `plan` (one block each), each with its own reference.
+async fn subscribe_all(chain: &DevChain, plan: u64) {
+    for (i, c) in CUSTOMERS.iter().enumerate() {
+        subscribe(
+            chain,
+            DevChain::address(*c),
+            plan,
+            B256::repeat_byte(i as u8 + 1),
+        )
+        .await;
+    }
+}
+
 /// Calldata of a merchant creating its own plan: a transaction to re-include in a new branch.
 fn create_plan_tx(ref_byte: u8) -> (Address, Address, Vec<u8>) {
     let merchant = DevChain::address(MERCHANT);
@@ -52,15 +65,7 @@ async fn reorg_replays_new_branch(depth: u64) {
     let client = db.connect().await;
     let plan = setup(&chain).await;
     let ix = start(chain_config(&chain), &db, &chain);
-    for (i, c) in CUSTOMERS.iter().enumerate() {
-        subscribe(
-            &chain,
-            DevChain::address(*c),
-            plan,
-            B256::repeat_byte(i as u8 + 1),
-        )
-        .await;
-    }
+    subscribe_all(&chain, plan).await;
     chain.mine(3).await;
     wait_for_head(&client, &chain).await;
     let before = events(&client).await;
@@ -104,15 +109,7 @@ async fn two_consecutive_reorgs_leave_a_fresh_index() {
     let client = db.connect().await;
     let plan = setup(&chain).await;
     let ix = start(chain_config(&chain), &db, &chain);
-    for (i, c) in CUSTOMERS.iter().enumerate() {
-        subscribe(
-            &chain,
-            DevChain::address(*c),
-            plan,
-            B256::repeat_byte(i as u8 + 1),
-        )
-        .await;
-    }
+    subscribe_all(&chain, plan).await;
     wait_for_head(&client, &chain).await;
     let (from, _, data) = create_plan_tx(0x81);
     anvil_reorg(&chain, 4, &[(from, chain.manager, data, 1)]).await;
@@ -211,15 +208,7 @@ async fn rollback_without_new_blocks_undoes_the_blocks_that_are_gone() {
     let mut cfg = chain_config(&chain);
     cfg.shorter_chain_grace = std::time::Duration::from_millis(300);
     let ix = start(cfg, &db, &chain);
-    for (i, c) in CUSTOMERS.iter().enumerate() {
-        subscribe(
-            &chain,
-            DevChain::address(*c),
-            plan,
-            B256::repeat_byte(i as u8 + 1),
-        )
-        .await;
-    }
+    subscribe_all(&chain, plan).await;
     wait_for_head(&client, &chain).await;
     let count = |sql: &'static str| {
         let client = &client;

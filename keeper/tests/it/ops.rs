@@ -368,19 +368,11 @@ async fn a_frozen_keeper_is_replaced_and_stops_when_it_wakes() {
     let _standby = spawn(stack.keeper_on(&standby_socket), &[]);
     wait_health(standby_port, |h| h["status"] == "standby");
 
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &first.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    };
-    signal("-STOP");
+    first.signal("-STOP");
     wait_health(standby_port, |h| {
         h["lockHeld"] == true && h["status"] == "ok"
     });
-    signal("-CONT");
+    first.signal("-CONT");
     let status = wait_exit(&mut first);
     assert!(!status.success(), "the woken keeper stops: {status}");
 }
