@@ -73,9 +73,25 @@ async fn run_indexer(s: &Settings) -> anyhow::Result<ExitCode> {
         cfg.chain_id
     );
     let shutdown = run::signal_shutdown();
-    run::run(&cfg, &url, source, status, shutdown).await?;
-    tracing::info!("stopped");
-    Ok(ExitCode::SUCCESS)
+    match run::run(&cfg, &url, source, status.clone(), shutdown.clone()).await {
+        Ok(()) => {
+            tracing::info!("stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ chainsub_indexer::Error::DeepReorg { .. }) => {
+            // Halted on purpose (INDEXER_REORG_POLICY=halt): stay up and say so on
+            // /health (503, with the reason) instead of exiting into a restart loop that
+            // halts again at the same block and answers nothing. Liveness stays 200: the
+            // process is waiting for an operator, not wedged.
+            tracing::error!(error = %e, "halted; waiting for an operator (SIGTERM to stop)");
+            status.set_writer(false);
+            status.set_fault(Some(format!("halted: {e}")));
+            let mut stop = shutdown;
+            let _ = stop.wait_for(|s| *s).await;
+            Ok(ExitCode::from(3))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn verify_range(s: &Settings, from: u64, to: u64) -> anyhow::Result<ExitCode> {

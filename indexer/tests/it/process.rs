@@ -279,3 +279,33 @@ async fn a_frozen_writer_is_replaced_and_cannot_write_when_it_wakes() {
     let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
     assert_same_index(&dump(&client).await, &fresh);
 }
+
+/// Issue 12, point 3: a reorg deeper than the finality window under the `halt` policy. The
+/// indexer used to exit 1 (and, restarted, halt again at the same block, answering
+/// nothing); it now stays up, /health answers 503 with the halt as its reason while /live
+/// stays 200 (waiting for an operator, not wedged), and SIGTERM ends it with status 3.
+#[tokio::test]
+async fn a_halt_on_a_deep_reorg_is_reported_on_health_and_the_process_stays_up() {
+    let Scene {
+        chain, db, client, ..
+    } = Scene::start().await;
+    chain.mine(10).await;
+    let socket = Reserved::new();
+    let port = socket.port;
+    let env = [("INDEXER_FINALITY_DEPTH", "2")];
+    let mut child = spawn_indexer(&chain, &db, &socket, &env);
+    wait_for_head(&client, &chain).await;
+    anvil_reorg(&chain, 6, &[]).await;
+    wait_until("readiness to report the halt", || async move {
+        let h = health(port).await;
+        h["status"] == "unavailable"
+            && h["reasons"][0]
+                .as_str()
+                .is_some_and(|r| r.starts_with("halted: reorg deeper than the finality window"))
+    })
+    .await;
+    assert_eq!(http_status(port, "/live"), Some(200));
+    assert!(child.0.try_wait().unwrap().is_none(), "still up");
+    let status = child.terminate(10).expect("exits after SIGTERM");
+    assert_eq!(status.code(), Some(3), "{status:?}");
+}
