@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "opaque_subscription_ids",
         sql: include_str!("../sql/0007_opaque_subscription_ids.sql"),
     },
+    Migration {
+        version: 8,
+        name: "outbox_subscription_order",
+        sql: include_str!("../sql/0008_outbox_subscription_order.sql"),
+    },
 ];
 
 /// Migration failures.

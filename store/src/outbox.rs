@@ -36,6 +36,14 @@ pub const CHANNEL: &str = "chainsub_webhook_outbox";
 const DUE: &str = "o.status IN ('pending', 'delivering') AND o.next_attempt_at <= now() \
                    AND (o.locked_until IS NULL OR o.locked_until <= now())";
 
+/// A subscription's webhooks go out in chain order: a row waits while an earlier row of the
+/// same subscription is pending or being delivered (a failed one no longer holds it back).
+/// Rows are enqueued in chain order, so the outbox id is the order.
+const IN_ORDER: &str = "(o.subscription_id IS NULL OR NOT EXISTS ( \
+    SELECT 1 FROM webhook_outbox p WHERE p.chain_id = o.chain_id \
+    AND p.subscription_id = o.subscription_id AND p.id < o.id \
+    AND p.status IN ('pending', 'delivering')))";
+
 /// A merchant with due deliveries and a usable endpoint.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
@@ -135,6 +143,7 @@ pub async fn claim(
                 "WITH c AS (SELECT x.id FROM unnest($1::bytea[]) AS w(wallet)
                             CROSS JOIN LATERAL (
                                 SELECT o.id FROM webhook_outbox o WHERE o.merchant_wallet = w.wallet AND {DUE}
+                                AND {IN_ORDER}
                                 ORDER BY o.next_attempt_at, o.id LIMIT $2 FOR UPDATE SKIP LOCKED) x)
                  UPDATE webhook_outbox o SET status = 'delivering', attempts = o.attempts + 1,
                         locked_until = clock_timestamp() + make_interval(secs => $3)
@@ -293,8 +302,10 @@ pub async fn enqueue(client: &impl GenericClient, events: &[(&str, Vec<u8>)]) ->
     let wallets: Vec<&[u8]> = events.iter().map(|(_, w)| w.as_slice()).collect();
     Ok(client
         .execute(
-            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet) \
-             SELECT u.id, u.w FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, i) \
+            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id) \
+             SELECT u.id, u.w, e.chain_id, e.subscription_id \
+             FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, i) \
+             LEFT JOIN chain_events e ON e.public_id = u.id \
              ORDER BY u.i \
              ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
             &[&ids, &wallets],
@@ -314,9 +325,9 @@ pub async fn enqueue_confirmed(
             "WITH due AS ( \
                  UPDATE chain_events SET enqueued = TRUE \
                  WHERE chain_id = $1 AND NOT enqueued AND kind IS NOT NULL AND block_number <= $2 \
-                 RETURNING id, public_id, merchant_wallet) \
-             INSERT INTO webhook_outbox (event_public_id, merchant_wallet) \
-             SELECT public_id, merchant_wallet FROM due ORDER BY id \
+                 RETURNING id, public_id, merchant_wallet, chain_id, subscription_id) \
+             INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id) \
+             SELECT public_id, merchant_wallet, chain_id, subscription_id FROM due ORDER BY id \
              ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
             &[&chain_id, &upto],
         )

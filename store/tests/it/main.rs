@@ -179,3 +179,74 @@ async fn database_urls_connect_with_the_tls_their_sslmode_asks_for() {
         .get(0);
     assert!(ssl);
 }
+
+/// Issue 12, point 7: one subscription's webhooks go out in chain order. Of two events of
+/// subscription 7 and one of subscription 8, a claim takes the first of 7 and the one of 8,
+/// not the second of 7; while the first is pending again (a failed attempt waiting for its
+/// retry) the second still waits; once the first is delivered, the second is claimed.
+/// Before, all three were claimed at once and a receiver could get `charged` before
+/// `created`.
+#[tokio::test]
+async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
+    use chainsub_store::outbox;
+    use std::time::Duration;
+    let db = TestDb::create().await;
+    let c = db.connect().await;
+    let wallet = vec![0x11u8; 20];
+    for (i, sub) in [(1i32, 7i64), (2, 7), (3, 8)] {
+        c.execute(
+            "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
+             block_time, transaction_hash, transaction_index, log_index, name, kind, \
+             merchant_wallet, subscription_id, topics, data, decoded) \
+             VALUES ($4, 1, '\\x00', $1::int, '\\x01', now(), '\\x02', 0, $1::int, \
+                     'Charged', 'subscription.charged', $2, $3, '{}', '\\x', '{}')",
+            &[&i, &wallet, &sub, &format!("evt_{i}")],
+        )
+        .await
+        .unwrap();
+    }
+    let events: Vec<(String, Vec<u8>)> = (1..=3)
+        .map(|i| (format!("evt_{i}"), wallet.clone()))
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = events
+        .iter()
+        .map(|(id, w)| (id.as_str(), w.clone()))
+        .collect();
+    assert_eq!(outbox::enqueue(&c, &refs).await.unwrap(), 3);
+
+    let lease = Duration::from_secs(30);
+    let claimed = |rows: Vec<(Vec<u8>, outbox::Claimed)>| {
+        let mut ids: Vec<String> = rows.into_iter().map(|(_, r)| r.event_public_id).collect();
+        ids.sort();
+        ids
+    };
+    let first = outbox::claim(&c, std::slice::from_ref(&wallet), 10, lease)
+        .await
+        .unwrap();
+    assert_eq!(claimed(first), ["evt_1", "evt_3"], "evt_2 waits for evt_1");
+
+    // evt_1 failed and waits for its retry (pending, due later): evt_2 still waits.
+    c.execute(
+        "UPDATE webhook_outbox SET status = 'pending', locked_until = NULL, \
+         next_attempt_at = now() + interval '1 hour' WHERE event_public_id = 'evt_1'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let second = outbox::claim(&c, std::slice::from_ref(&wallet), 10, lease)
+        .await
+        .unwrap();
+    assert!(claimed(second).is_empty(), "nothing else is due");
+
+    c.execute(
+        "UPDATE webhook_outbox SET status = 'delivered', delivered_at = now() \
+         WHERE event_public_id = 'evt_1'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let third = outbox::claim(&c, std::slice::from_ref(&wallet), 10, lease)
+        .await
+        .unwrap();
+    assert_eq!(claimed(third), ["evt_2"]);
+}
