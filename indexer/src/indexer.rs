@@ -44,7 +44,8 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
         client: Client,
         status: Arc<Status>,
     ) -> Result<Self> {
-        let fetcher = Fetcher::new(source, cfg.contract, cfg.fetch.clone());
+        let fetcher = Fetcher::new(source, cfg.contract, cfg.fetch.clone())
+            .with_trouble(status.node_trouble());
         // The cursor starts on the block before START_BLOCK, so the first block's parent
         // hash is checked like any other. Block 0 has no logs, so START_BLOCK 0 means 1.
         let start = cfg.start_block.max(1);

@@ -36,6 +36,8 @@ pub struct Status {
     fault: Mutex<Option<String>>,
     /// Unix milliseconds of the writer loop's last beat.
     beat: AtomicU64,
+    /// The node's failures while the fetcher retries (inside a step).
+    node: Arc<crate::source::NodeTrouble>,
 }
 
 fn now_ms() -> u64 {
@@ -89,9 +91,15 @@ impl Status {
         *self.fault.lock().expect("fault lock") = why;
     }
 
-    /// The writer's loop moved (a step ended).
+    /// The writer's loop moved (a step ended): the node answered.
     pub fn beat(&self) {
         self.beat.store(now_ms(), Ordering::Relaxed);
+        self.node.clear();
+    }
+
+    /// Where the fetcher reports a failing node.
+    pub fn node_trouble(&self) -> Arc<crate::source::NodeTrouble> {
+        self.node.clone()
     }
 
     fn lag(&self) -> u64 {
@@ -110,6 +118,11 @@ impl Status {
         let mut why = Vec::new();
         if let Some(fault) = self.fault.lock().expect("fault lock").clone() {
             why.push(fault);
+        }
+        if let Some(node) = self.node.failing() {
+            why.push(format!(
+                "node unreachable or inconsistent, retrying: {node}"
+            ));
         }
         if self.writer.load(Ordering::Relaxed) {
             let (indexed, head) = (self.indexed.load(Ordering::Relaxed), self.head());
@@ -152,7 +165,13 @@ impl Status {
 
     /// Liveness: 503 when the writer's loop has not moved for `stall`.
     pub fn liveness(&self, stall: Duration) -> (StatusCode, serde_json::Value) {
-        let since = now_ms().saturating_sub(self.beat.load(Ordering::Relaxed));
+        // A retry inside a step is activity too: the loop waits for the node, it is not
+        // wedged.
+        let last = self
+            .beat
+            .load(Ordering::Relaxed)
+            .max(self.node.last_activity_ms());
+        let since = now_ms().saturating_sub(last);
         let writer = self.writer.load(Ordering::Relaxed);
         if writer && since > stall.as_millis() as u64 {
             let body = json!({ "status": "stalled", "lastBeatMsAgo": since });

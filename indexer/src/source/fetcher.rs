@@ -1,8 +1,9 @@
 //! Retries, backoff, the adaptive log range, and the distrust checks.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use alloy::primitives::{Address, BloomInput};
 
@@ -43,6 +44,47 @@ impl Default for FetchConfig {
     }
 }
 
+/// What the fetcher reports while the node keeps failing: the fetcher retries forever (it
+/// never skips a block), so without this an indexer whose node is down or inconsistent
+/// would look healthy while it waits. Readiness reads [`NodeTrouble::failing`]; liveness
+/// counts a retry as activity (a loop that retries is not wedged).
+#[derive(Debug, Default)]
+pub struct NodeTrouble {
+    failing: Mutex<Option<String>>,
+    activity_ms: AtomicU64,
+}
+
+/// Consecutive failures of one call before the node counts as failing.
+const FAILING_AFTER: u32 = 3;
+
+impl NodeTrouble {
+    /// What keeps failing, once a call has failed [`FAILING_AFTER`] times in a row.
+    pub fn failing(&self) -> Option<String> {
+        self.failing.lock().expect("trouble lock").clone()
+    }
+
+    /// The node answered consistently again (a step succeeded).
+    pub fn clear(&self) {
+        *self.failing.lock().expect("trouble lock") = None;
+    }
+
+    /// Unix milliseconds of the last retry (0: none).
+    pub fn last_activity_ms(&self) -> u64 {
+        self.activity_ms.load(Ordering::Relaxed)
+    }
+
+    fn report(&self, what: &str, attempt: u32, err: &str) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.activity_ms.store(now, Ordering::Relaxed);
+        if attempt + 1 >= FAILING_AFTER {
+            *self.failing.lock().expect("trouble lock") =
+                Some(format!("{what}: {err} ({} attempts in a row)", attempt + 1));
+        }
+    }
+}
+
 /// Why one attempt at a range failed.
 enum Attempt {
     TooLarge(Option<u64>),
@@ -58,6 +100,7 @@ pub struct Fetcher<S: ?Sized> {
     contract: Address,
     cfg: FetchConfig,
     range: u64,
+    trouble: Arc<NodeTrouble>,
 }
 
 impl<S: BlockSource + ?Sized> Fetcher<S> {
@@ -69,7 +112,14 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
             contract,
             cfg,
             range,
+            trouble: Arc::default(),
         }
+    }
+
+    /// Reports retries to `trouble` (shared with the health endpoints).
+    pub fn with_trouble(mut self, trouble: Arc<NodeTrouble>) -> Self {
+        self.trouble = trouble;
+        self
     }
 
     /// The current adaptive range (blocks per `eth_getLogs`).
@@ -88,6 +138,7 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
     async fn retry_wait(&self, what: &'static str, attempt: u32, err: &str) {
         metrics::counter!("indexer_rpc_errors_total", "call" => what).increment(1);
         metrics::counter!("indexer_rpc_retries_total").increment(1);
+        self.trouble.report(what, attempt, err);
         if attempt >= 3 {
             tracing::warn!(
                 call = what,

@@ -6,7 +6,7 @@
 mod fetcher;
 mod rpc;
 
-pub use fetcher::{FetchConfig, Fetcher};
+pub use fetcher::{FetchConfig, Fetcher, NodeTrouble};
 pub use rpc::RpcSource;
 
 use alloy::primitives::B256;

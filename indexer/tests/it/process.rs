@@ -309,3 +309,46 @@ async fn a_halt_on_a_deep_reorg_is_reported_on_health_and_the_process_stays_up()
     let status = child.terminate(10).expect("exits after SIGTERM");
     assert_eq!(status.code(), Some(3), "{status:?}");
 }
+
+/// Issue 12, point 3: the node goes away (a proxy refuses it) while the indexer follows the
+/// head. The fetcher retries forever by design (it never skips a block), and readiness used
+/// to stay 200 "ok" all along; it now turns 503 naming the node, while /live stays 200 (the
+/// loop is retrying, not wedged), and comes back when the node does.
+#[tokio::test]
+async fn readiness_fails_with_the_reason_while_the_node_is_down() {
+    use chainsub_tests::proxy::{Proxy, target_of, via};
+    let Scene {
+        chain, db, client, ..
+    } = Scene::start().await;
+    let rpc = Proxy::start(target_of(&chain.anvil.url)).await;
+    let rpc_url = via(&chain.anvil.url, rpc.addr);
+    let socket = Reserved::new();
+    let port = socket.port;
+    let _child = spawn_indexer(&chain, &db, &socket, &[("RPC_URL", rpc_url.as_str())]);
+    wait_for_head(&client, &chain).await;
+    wait_until("ready", || async move {
+        http_status(port, "/health") == Some(200)
+    })
+    .await;
+
+    rpc.disable();
+    wait_until("readiness to fail", || async move {
+        http_status(port, "/health") == Some(503)
+    })
+    .await;
+    let h = health(port).await;
+    assert!(
+        h["reasons"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("node unreachable"),
+        "{h}"
+    );
+    assert_eq!(http_status(port, "/live"), Some(200), "retrying is alive");
+
+    rpc.enable();
+    wait_until("readiness to come back", || async move {
+        http_status(port, "/health") == Some(200)
+    })
+    .await;
+}
