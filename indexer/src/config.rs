@@ -241,6 +241,13 @@ impl Settings {
 
     /// The library configuration.
     pub fn indexer_config(&self) -> crate::Result<IndexerConfig> {
+        if self.writer_idle_timeout_ms < 2_000 {
+            return Err(crate::Error::Config(
+                "INDEXER_WRITER_IDLE_TIMEOUT_MS must be at least 2000 (the writer pings its \
+                 database every second)"
+                    .into(),
+            ));
+        }
         Ok(IndexerConfig {
             chain_id: required(&self.chain_id, "CHAIN_ID")?,
             contract: required(&self.contract_address, "CONTRACT_ADDRESS")?,

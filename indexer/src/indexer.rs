@@ -86,7 +86,21 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
 
     /// Pulls one item and commits it.
     pub async fn step(&mut self) -> Result<Progress> {
-        let item = self.stream.next().await?;
+        // The writer's session ends on the server after INDEXER_WRITER_IDLE_TIMEOUT_MS
+        // without a statement (so a frozen writer is replaced): while the stream waits on the
+        // node — a slow range, or a node that is down and retried — keep the session busy.
+        let item = {
+            let next = self.stream.next();
+            tokio::pin!(next);
+            let mut tick =
+                tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+            loop {
+                tokio::select! {
+                    item = &mut next => break item?,
+                    _ = tick.tick() => self.sink.ping().await?,
+                }
+            }
+        };
         let progress = match item {
             Item::Idle { head } => {
                 if self.status.head() != head {

@@ -157,6 +157,12 @@ impl Config {
         if self.batch_size < 1 {
             return Err("KEEPER_BATCH_SIZE must be at least 1".into());
         }
+        if self.lock_idle_timeout_ms < 2_000 {
+            return Err(
+                "KEEPER_LOCK_IDLE_TIMEOUT_MS must be at least 2000 (the heartbeat runs every second)"
+                    .into(),
+            );
+        }
         Ok(())
     }
 }
@@ -200,6 +206,20 @@ mod tests {
         assert_eq!(cfg.metrics_listen.to_string(), "127.0.0.1:9102");
         assert!(!cfg.once && !cfg.precheck_funds);
         cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn a_lock_idle_timeout_the_heartbeat_cannot_keep_is_refused() {
+        let cfg = parse(&["--lock-idle-timeout-ms", "1000"]).unwrap();
+        assert!(
+            cfg.validate()
+                .unwrap_err()
+                .contains("KEEPER_LOCK_IDLE_TIMEOUT_MS")
+        );
+        parse(&["--lock-idle-timeout-ms", "2000"])
+            .unwrap()
+            .validate()
+            .unwrap();
     }
 
     #[test]

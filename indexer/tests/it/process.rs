@@ -352,3 +352,34 @@ async fn readiness_fails_with_the_reason_while_the_node_is_down() {
     })
     .await;
 }
+
+/// The writer's session is bounded on the server (INDEXER_WRITER_IDLE_TIMEOUT_MS) so that a
+/// frozen writer is replaced; a healthy writer waiting on its node must not lose it. With
+/// the node down for 4 s and a 2.5 s bound, the writer keeps its session (it pings while the
+/// stream waits) and goes on with the same epoch; without the pings the server ended the
+/// session and the indexer reclaimed the cursor under a new epoch.
+#[tokio::test]
+async fn a_writer_waiting_on_its_node_keeps_its_bounded_session() {
+    use chainsub_tests::proxy::{Proxy, target_of, via};
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
+    let rpc = Proxy::start(target_of(&chain.anvil.url)).await;
+    let rpc_url = via(&chain.anvil.url, rpc.addr);
+    let env = [
+        ("RPC_URL", rpc_url.as_str()),
+        ("INDEXER_WRITER_IDLE_TIMEOUT_MS", "2500"),
+    ];
+    let _child = spawn_indexer(&chain, &db, &Reserved::new(), &env);
+    wait_for_head(&client, &chain).await;
+    assert_eq!(epoch(&client).await, 1);
+    rpc.disable();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    rpc.enable();
+    subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    wait_for_head(&client, &chain).await;
+    assert_eq!(epoch(&client).await, 1, "the writer kept its session");
+}
