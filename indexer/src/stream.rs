@@ -113,7 +113,10 @@ impl<S: BlockSource + ?Sized> Stream<S> {
         }
         self.behind_since = None;
         if head == self.cursor.number {
-            let tip = self.fetcher.header(head).await;
+            let Some(tip) = self.fetcher.header_if_exists(head).await else {
+                // Gone since we read the head: look again.
+                return Ok(Item::Idle { head });
+            };
             if tip.hash == self.cursor.hash {
                 return Ok(Item::Idle { head });
             }
@@ -121,7 +124,11 @@ impl<S: BlockSource + ?Sized> Stream<S> {
             return self.undo(head).await;
         }
         let blocks = self.fetcher.fetch(self.cursor.number + 1, head).await;
-        if blocks[0].parent_hash != self.cursor.hash {
+        let Some(first) = blocks.first() else {
+            // The chain got shorter than the range while we read it: look at the head again.
+            return Ok(Item::Idle { head });
+        };
+        if first.parent_hash != self.cursor.hash {
             return self.undo(head).await;
         }
         let finalized = self.finalized(head).await;
@@ -154,8 +161,12 @@ impl<S: BlockSource + ?Sized> Stream<S> {
     /// the grace it is handled as a reorg deeper than the window (`INDEXER_REORG_POLICY`).
     async fn below(&mut self, head: u64) -> Result<Item> {
         let ours = self.window.get(&head).copied();
+        let Some(theirs) = self.fetcher.header_if_exists(head).await else {
+            // Shorter still: look at the head again.
+            return Ok(Item::Idle { head });
+        };
         if let Some(ours) = ours
-            && self.fetcher.header(head).await.hash != ours
+            && theirs.hash != ours
         {
             self.behind_since = None;
             return self.undo(head).await;
@@ -182,7 +193,13 @@ impl<S: BlockSource + ?Sized> Stream<S> {
         let back_to = loop {
             let ours = self.window.get(&k).copied();
             match ours {
-                Some(ours) if self.fetcher.header(k).await.hash == ours => {
+                Some(ours)
+                    if self
+                        .fetcher
+                        .header_if_exists(k)
+                        .await
+                        .is_some_and(|h| h.hash == ours) =>
+                {
                     break Cursor {
                         number: k,
                         hash: ours,
@@ -237,6 +254,8 @@ mod tests {
     struct Chain {
         headers: Mutex<Vec<Header>>,
         head_override: Mutex<Option<u64>>,
+        /// A head answered once, then forgotten (the head read just before a rollback).
+        stale_head_once: Mutex<Option<u64>>,
     }
 
     impl Chain {
@@ -244,6 +263,7 @@ mod tests {
             let c = Arc::new(Chain {
                 headers: Mutex::new(vec![]),
                 head_override: Mutex::new(None),
+                stale_head_once: Mutex::new(None),
             });
             c.extend(len, 0);
             c
@@ -283,6 +303,9 @@ mod tests {
     #[async_trait]
     impl BlockSource for Chain {
         async fn head(&self) -> Result<u64, SourceError> {
+            if let Some(stale) = self.stale_head_once.lock().unwrap().take() {
+                return Ok(stale);
+            }
             let real = self.headers.lock().unwrap().len() as u64 - 1;
             Ok(self.head_override.lock().unwrap().unwrap_or(real))
         }
@@ -291,6 +314,9 @@ mod tests {
         }
         async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
             let hs = self.headers.lock().unwrap();
+            if to as usize >= hs.len() {
+                return Err(SourceError::Transient(format!("block {to} not found")));
+            }
             Ok(hs[from as usize..=to as usize].to_vec())
         }
         async fn logs(&self, _: u64, _: u64) -> Result<Vec<RawLog>, SourceError> {
@@ -401,6 +427,28 @@ mod tests {
         };
         assert_eq!(s.next().await.unwrap(), Item::Undo { back_to, depth: 3 });
         assert_eq!(s.next().await.unwrap(), Item::Idle { head: 16 });
+    }
+
+    #[tokio::test]
+    async fn a_block_that_vanishes_after_the_head_was_read_is_not_waited_for() {
+        let chain = Chain::new(20);
+        let mut s = stream(&chain, 64, ReorgPolicy::Halt);
+        s.cfg.shorter_chain_grace = Duration::ZERO;
+        drain(&mut s).await;
+        // The head is read as 19, then the chain loses 17..=19 before the header is asked
+        // for: the stream looks at the head again instead of retrying block 19 forever.
+        *chain.stale_head_once.lock().unwrap() = Some(19);
+        chain.headers.lock().unwrap().truncate(17);
+        let item = tokio::time::timeout(Duration::from_secs(10), s.next())
+            .await
+            .expect("no wait for a block that is gone")
+            .unwrap();
+        assert_eq!(item, Item::Idle { head: 19 });
+        let back_to = Cursor {
+            number: 16,
+            hash: chain.hash(16),
+        };
+        assert_eq!(s.next().await.unwrap(), Item::Undo { back_to, depth: 3 });
     }
 
     #[tokio::test]

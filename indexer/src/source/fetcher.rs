@@ -208,7 +208,34 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
         }
     }
 
-    /// Consecutive, verified blocks `from..=to` for some `to <= to_limit` (at least one block).
+    /// One header, or `None` once the node's head is below `number` (the chain got shorter
+    /// since the caller read the head: a rollback, or a reorg to a shorter branch). The
+    /// stream asks this for blocks it compares, so a vanished block makes it look at the
+    /// head again instead of waiting forever for a block that may never come back.
+    pub async fn header_if_exists(&self, number: u64) -> Option<Header> {
+        let mut attempt = 0;
+        loop {
+            let timeout = SourceError::Transient("timeout".into());
+            match self.timed(self.src.headers(number, number), timeout).await {
+                Ok(mut h) if h.len() == 1 && h[0].number == number => return Some(h.remove(0)),
+                Ok(_) => self.retry_wait("header", attempt, "wrong header").await,
+                Err(e) => self.retry_wait("header", attempt, &e.to_string()).await,
+            }
+            if self.below_head(number).await {
+                return None;
+            }
+            attempt += 1;
+        }
+    }
+
+    /// Whether the node's head is now below `number` (an error reading it says no).
+    async fn below_head(&self, number: u64) -> bool {
+        let timeout = SourceError::Transient("timeout".into());
+        matches!(self.timed(self.src.head(), timeout).await, Ok(h) if h < number)
+    }
+
+    /// Consecutive, verified blocks `from..=to` for some `to <= to_limit` (at least one block,
+    /// or none when the chain got shorter than `from` meanwhile: look at the head again).
     /// The range adapts: it grows after a success and shrinks when the node refuses, down to
     /// a single block, which is then read through receipts if it is still too large.
     pub async fn fetch(&mut self, from: u64, to_limit: u64) -> Vec<Block> {
@@ -268,6 +295,11 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
                 Err(Attempt::Retry(msg)) => {
                     self.retry_wait("logs", attempt, &msg).await;
                     attempt += 1;
+                    // Blocks of the range may have vanished (the chain got shorter since
+                    // the caller read the head): never wait for them.
+                    if self.below_head(from).await {
+                        return Vec::new();
+                    }
                 }
             }
         }
