@@ -24,7 +24,9 @@ const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.cha
     ce.decoded->>'nextRetryAt' AS log_next_retry_at, ce.snapshot, p.public_id AS plan_public_id, \
     cur.block_number AS indexed_block, o.status AS delivery_status, \
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
-    o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error \
+    o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
+    (SELECT count(*) FROM chain_events sq WHERE sq.chain_id = ce.chain_id \
+     AND sq.subscription_id = ce.subscription_id AND sq.id <= ce.id) AS subscription_sequence \
     FROM chain_events ce \
     LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id \
     LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet \
@@ -51,6 +53,9 @@ pub struct EventRow {
     pub chain: ChainRow,
     /// The webhook for this event; `None` until it is confirmed and queued.
     pub delivery: Option<DeliveryRow>,
+    /// 1-based position of the event among its subscription's events in chain order (rows
+    /// are written in chain order, so by row id); `None` for an event of no subscription.
+    pub sequence: Option<i64>,
 }
 
 /// The fields of a log's `decoded` JSON that events serve (uints are decimal text there),
@@ -114,6 +119,7 @@ impl EventRow {
                 .and_then(PlanId::parse),
             chain: ChainRow::from_row(r)?,
             delivery,
+            sequence: Some(r.try_get::<_, i64>("subscription_sequence")?).filter(|n| *n > 0),
         })
     }
 }

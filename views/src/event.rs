@@ -23,6 +23,9 @@ pub struct EventView<'a> {
     pub kind: Option<&'a str>,
     #[serde(serialize_with = "super::time")]
     pub created_at: DateTime<Utc>,
+    /// 1-based position among the subscription's events in chain order: a receiver sees
+    /// a gap or a repeat at once.
+    pub sequence: Option<i64>,
     pub data: EventData<'a>,
     pub chain: ChainView,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -152,6 +155,7 @@ impl<'a> EventView<'a> {
             object: "event",
             kind: r.kind.as_deref(),
             created_at: r.created_at,
+            sequence: r.sequence,
             data: EventData {
                 subscription_id: snapshot.map(|s| &s.id),
                 plan_id: r.plan_id.as_ref(),

@@ -537,3 +537,36 @@ async fn every_address_the_api_serves_is_eip55_checksummed() {
     );
     assert!(seen >= 6, "addresses were checked ({seen})");
 }
+
+/// Issue 12, point 7: every event carries `sequence`, its 1-based position among its
+/// subscription's events in chain order (each seeded subscription has `created` then
+/// `charged`), so a receiver sees a gap or a repeat at once; the webhook body is the same
+/// object.
+#[tokio::test]
+async fn events_carry_their_position_in_their_subscriptions_sequence() {
+    let (app, a, _) = app_with_two_merchants().await;
+    let db = app.db().await;
+    seed_cursor(&db, 300).await;
+    for id in [5, 6] {
+        seed_subscription(&db, wallet(MERCHANT), id, 7, None).await;
+    }
+    let list = app.get("/api/v1/events?limit=100", &a).await;
+    assert_eq!(list.status, 200, "{:?}", list.body);
+    let events = list.body["data"].as_array().unwrap();
+    assert_eq!(events.len(), 4, "{:?}", list.body);
+    for sub in [sub_id(5), sub_id(6)] {
+        let mut mine: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["data"]["subscriptionId"] == sub.as_str())
+            .collect();
+        mine.sort_by_key(|e| {
+            (
+                e["chain"]["blockNumber"].as_i64(),
+                e["chain"]["logIndex"].as_i64(),
+            )
+        });
+        let seq: Vec<_> = mine.iter().map(|e| e["sequence"].as_i64()).collect();
+        assert_eq!(seq, [Some(1), Some(2)], "{sub}: {mine:?}");
+        assert_eq!(mine[0]["type"], "subscription.created");
+    }
+}
