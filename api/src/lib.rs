@@ -17,7 +17,6 @@ pub mod merchants;
 pub mod metrics;
 pub mod pages;
 pub mod pagination;
-pub mod render;
 pub mod routes;
 pub mod server;
 pub mod webhook_settings;

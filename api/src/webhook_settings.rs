@@ -162,17 +162,6 @@ pub async fn retry(client: &Client, merchant: &MerchantScope, outbox_id: i64) ->
     }
 }
 
-/// Recent deliveries, newest first, each with its attempts (newest first), and whether
-/// there are more. `before` is a delivery id to page from.
-pub async fn deliveries(
-    client: &Client,
-    merchant: &MerchantScope,
-    limit: i64,
-    before: Option<i64>,
-) -> Result<(Vec<DeliveryRow>, Vec<AttemptRow>, bool)> {
-    Ok(store::deliveries(client, merchant, limit, before).await?)
-}
-
 /// The deliveries list: each delivery with its own attempts.
 pub fn deliveries_view<'a>(
     rows: &'a [DeliveryRow],

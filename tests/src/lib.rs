@@ -15,7 +15,9 @@ pub mod wait;
 pub use anvil::Anvil;
 pub use chain::{DevChain, dev_key};
 pub use db::TestDb;
-pub use process::{ChildGuard, Reserved, bin_path, listening_port, scratch_dir, workspace_root};
+pub use process::{
+    ChildGuard, Reserved, bin_path, http_get, listening_port, scratch_dir, workspace_root,
+};
 pub use wait::{wait_for_some, wait_until};
 
 /// Sends a contract call as `$from`, waits for its receipt and returns it; panics when the

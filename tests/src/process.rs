@@ -106,6 +106,23 @@ fn port_of_pid(pid: u32) -> Option<u16> {
     None
 }
 
+/// One plain `GET path` on 127.0.0.1:`port`: the status and the body, `None` when nothing
+/// answers (health and metrics endpoints of spawned services).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    Some((code, body))
+}
+
 /// A fresh directory under the system's temporary directory, unique to this process and
 /// call: `<tmp>/<prefix>-<pid>-<n>`.
 pub fn scratch_dir(prefix: &str) -> PathBuf {

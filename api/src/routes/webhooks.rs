@@ -258,7 +258,7 @@ async fn deliveries(ctx: &Ctx, s: &Session, q: &[(String, String)]) -> Result<Re
         .transpose()?;
     let conn = ctx.pool.get().await?;
     let (rows, attempts, has_more) =
-        settings::deliveries(&conn, &s.merchant, limit, before).await?;
+        chainsub_store::webhooks::deliveries(&**conn, &s.merchant, limit, before).await?;
     Ok(Resp::view(&settings::deliveries_view(
         &rows, &attempts, has_more,
     )))

@@ -186,7 +186,7 @@ async fn exhausted_delivery_is_failed_and_a_dashboard_retry_delivers_it() {
     let other = merchant(&client, 2).await;
     assert!(settings::retry(&client, &other, id).await.is_err());
     assert!(
-        settings::deliveries(&client, &other, 10, None)
+        chainsub_store::webhooks::deliveries(&client, &other, 10, None)
             .await
             .unwrap()
             .0
@@ -410,6 +410,8 @@ async fn delivery_list(
     m: &chainsub_store::MerchantScope,
     limit: i64,
 ) -> serde_json::Value {
-    let (rows, attempts, more) = settings::deliveries(client, m, limit, None).await.unwrap();
+    let (rows, attempts, more) = chainsub_store::webhooks::deliveries(client, m, limit, None)
+        .await
+        .unwrap();
     serde_json::to_value(settings::deliveries_view(&rows, &attempts, more)).unwrap()["data"].clone()
 }

@@ -313,13 +313,7 @@ pub fn spawn_indexer(
 
 /// GET `path` on 127.0.0.1:`port`; the body, or `None` when nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
+    chainsub_tests::http_get(port, path).map(|(_, body)| body)
 }
 
 /// The `/health` JSON of an indexer process, once it answers.

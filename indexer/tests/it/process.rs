@@ -241,13 +241,7 @@ async fn readiness_fails_with_the_reason_while_the_node_is_down() {
 
 /// The HTTP status of GET `path` on 127.0.0.1:`port`, `None` when nothing answers.
 fn http_status(port: u16, path: &str) -> Option<u16> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_whitespace().nth(1)?.parse().ok()
+    chainsub_tests::http_get(port, path).map(|(code, _)| code)
 }
 
 /// Issue 12, point 4: a frozen writer (SIGSTOP: its TCP connection stays open and its kernel

@@ -321,26 +321,10 @@ pub fn wait_exit(child: &mut ChildGuard) -> ExitStatus {
 
 /// `GET http://127.0.0.1:{port}{path}`: (status code, body). Retries while the port is closed.
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            let req =
-                format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-            let mut out = String::new();
-            if s.write_all(req.as_bytes()).is_ok() && s.read_to_string(&mut out).is_ok() {
-                let code = out
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(0);
-                let body = out
-                    .split_once("\r\n\r\n")
-                    .map(|x| x.1)
-                    .unwrap_or("")
-                    .to_string();
-                return (code, body);
-            }
+        if let Some(answer) = chainsub_tests::http_get(port, path) {
+            return answer;
         }
         assert!(
             Instant::now() < deadline,
