@@ -97,7 +97,10 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
             loop {
                 tokio::select! {
                     item = &mut next => break item?,
-                    _ = tick.tick() => self.sink.ping().await?,
+                    _ = tick.tick() => {
+                        self.sink.ping().await?;
+                        self.last_ping = std::time::Instant::now();
+                    }
                 }
             }
         };
