@@ -25,7 +25,52 @@ pub struct Session {
     pub body: Value,
 }
 
-/// HTTP client for one API base URL.
+/// A response read whole: status, headers, and the body as JSON (`Null` when empty, a JSON
+/// string when it is not JSON).
+#[derive(Debug)]
+pub struct Res {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Res {
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    }
+    /// `error.param` of an error body.
+    pub fn error_param(&self) -> Option<&str> {
+        self.body["error"]["param"].as_str()
+    }
+    /// `error.code` of an error body.
+    pub fn error_code(&self) -> Option<&str> {
+        self.body["error"]["code"].as_str()
+    }
+}
+
+/// Reads a whole response into a [`Res`].
+pub async fn read(resp: reqwest::Response) -> Result<Res> {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await?;
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    };
+    Ok(Res {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// HTTP client for one API base URL: the one API client of the tests (the API crate's
+/// in-process tests and the whole-stack tests both talk through it).
 #[derive(Debug, Clone)]
 pub struct ApiClient {
     pub base: String,
@@ -73,7 +118,8 @@ impl ApiClient {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    /// `path` on this API (a full `http…` URL is taken as is).
+    pub fn url(&self, path: &str) -> String {
         if path.starts_with("http") {
             path.to_string()
         } else {
@@ -81,16 +127,69 @@ impl ApiClient {
         }
     }
 
+    /// The underlying HTTP client, for requests the helpers below do not build (odd
+    /// methods, raw headers, malformed bodies).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// A request to `path` on this API.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, self.url(path))
+    }
+
+    /// Sends `rb` and reads the whole response.
+    pub async fn send(&self, rb: reqwest::RequestBuilder) -> Result<Res> {
+        read(rb.send().await?).await
+    }
+
+    /// `GET` with the API key (bearer); the whole response.
+    pub async fn get_res(&self, path: &str, key: &str) -> Result<Res> {
+        self.send(self.request(reqwest::Method::GET, path).bearer_auth(key))
+            .await
+    }
+
+    /// `POST` of a JSON body with the API key and, when given, an `Idempotency-Key`.
+    pub async fn post_res(
+        &self,
+        path: &str,
+        key: &str,
+        body: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<Res> {
+        let mut rb = self
+            .request(reqwest::Method::POST, path)
+            .bearer_auth(key)
+            .json(body);
+        if let Some(k) = idempotency_key {
+            rb = rb.header("idempotency-key", k);
+        }
+        self.send(rb).await
+    }
+
+    /// A dashboard-session request (the session cookie; the CSRF header when `csrf`).
+    pub async fn session_res(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        s: &Session,
+        csrf: bool,
+        body: Option<&Value>,
+    ) -> Result<Res> {
+        let mut rb = self.request(method, path).header("cookie", &s.cookie);
+        if csrf {
+            rb = rb.header("x-csrf-token", &s.csrf);
+        }
+        if let Some(b) = body {
+            rb = rb.json(b);
+        }
+        self.send(rb).await
+    }
+
     /// Status and JSON body (Null when empty).
     async fn read(resp: reqwest::Response) -> Result<(u16, Value)> {
-        let status = resp.status().as_u16();
-        let text = resp.text().await?;
-        let body = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
-        Ok((status, body))
+        let r = read(resp).await?;
+        Ok((r.status, r.body))
     }
 
     /// `GET /api/v1/health` answers 200.
@@ -153,15 +252,8 @@ impl ApiClient {
         s: &Session,
         body: Option<&Value>,
     ) -> Result<(u16, Value)> {
-        let mut rb = self
-            .http
-            .request(method, self.url(path))
-            .header("cookie", &s.cookie)
-            .header("x-csrf-token", &s.csrf);
-        if let Some(b) = body {
-            rb = rb.json(b);
-        }
-        Self::read(rb.send().await?).await
+        let r = self.session_res(method, path, s, true, body).await?;
+        Ok((r.status, r.body))
     }
 
     /// `POST /api/v1/auth/keys` in the session: the new plaintext key.
@@ -209,14 +301,8 @@ impl ApiClient {
 
     /// `GET` with the API key; status and body.
     pub async fn get(&self, path: &str, key: &str) -> Result<(u16, Value)> {
-        Self::read(
-            self.http
-                .get(self.url(path))
-                .bearer_auth(key)
-                .send()
-                .await?,
-        )
-        .await
+        let r = self.get_res(path, key).await?;
+        Ok((r.status, r.body))
     }
 
     /// `GET` with the API key that must answer 200.
@@ -229,16 +315,8 @@ impl ApiClient {
     /// `POST` with the API key and an `Idempotency-Key`; status and body.
     pub async fn post(&self, path: &str, key: &str, body: &Value) -> Result<(u16, Value)> {
         let idem = format!("{}-{}", path.replace('/', "_"), rand_suffix());
-        Self::read(
-            self.http
-                .post(self.url(path))
-                .bearer_auth(key)
-                .header("idempotency-key", idem)
-                .json(body)
-                .send()
-                .await?,
-        )
-        .await
+        let r = self.post_res(path, key, body, Some(&idem)).await?;
+        Ok((r.status, r.body))
     }
 
     /// `POST /api/v1/plans`, then waits until the plan is `active` (provisioned on chain).

@@ -9,6 +9,7 @@ use alloy::signers::local::PrivateKeySigner;
 use chainsub_api::auth::siwe::SiweMessage;
 use chainsub_api::config::Config;
 use chainsub_api::server::Running;
+use chainsub_tests::merchant::ApiClient;
 use chainsub_tests::{DevChain, TestDb};
 use clap::Parser;
 use serde_json::{Value, json};
@@ -66,6 +67,9 @@ impl Default for Opts {
 pub struct App {
     pub running: Running,
     pub base: String,
+    /// The kit's API client, pointed at this server.
+    pub api: ApiClient,
+    /// Its HTTP client, for requests built by hand.
     pub http: reqwest::Client,
     pub chain: Option<DevChain>,
     pub db: TestDb,
@@ -142,51 +146,26 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
     let running = chainsub_api::server::start_on(cfg, listener)
         .await
         .expect("api starts");
+    let base = format!("http://{}", running.addr);
+    let api = ApiClient::new(&base);
     App {
-        base: format!("http://{}", running.addr),
+        http: api.http().clone(),
+        api,
+        base,
         running,
-        http: reqwest::Client::builder().build().unwrap(),
         chain,
         db,
     }
 }
 
-/// A response, read whole.
-#[derive(Debug)]
-pub struct Res {
-    pub status: u16,
-    pub headers: reqwest::header::HeaderMap,
-    pub body: Value,
-}
+/// A response read whole (the kit's).
+pub use chainsub_tests::merchant::Res;
 
-impl Res {
-    pub fn header(&self, name: &str) -> Option<String> {
-        self.headers
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_string())
-    }
-    pub fn error_param(&self) -> Option<&str> {
-        self.body["error"]["param"].as_str()
-    }
-    pub fn error_code(&self) -> Option<&str> {
-        self.body["error"]["code"].as_str()
-    }
-}
-
+/// Reads a whole response (the kit's reader; panics on a broken connection).
 pub async fn read(r: reqwest::Response) -> Res {
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    let text = r.text().await.unwrap();
-    let body = if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
-    Res {
-        status,
-        headers,
-        body,
-    }
+    chainsub_tests::merchant::read(r)
+        .await
+        .expect("read response")
 }
 
 impl App {
@@ -195,23 +174,14 @@ impl App {
     }
 
     pub async fn get(&self, path: &str, key: &str) -> Res {
-        read(
-            self.http
-                .get(self.url(path))
-                .bearer_auth(key)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
+        self.api.get_res(path, key).await.expect("GET")
     }
 
     pub async fn post(&self, path: &str, key: &str, body: &Value, idem: Option<&str>) -> Res {
-        let mut rb = self.http.post(self.url(path)).bearer_auth(key).json(body);
-        if let Some(k) = idem {
-            rb = rb.header("Idempotency-Key", k);
-        }
-        read(rb.send().await.unwrap()).await
+        self.api
+            .post_res(path, key, body, idem)
+            .await
+            .expect("POST")
     }
 
     pub async fn db(&self) -> Client {
@@ -248,29 +218,28 @@ impl App {
     }
 
     pub async fn nonce(&self) -> String {
-        let r = read(
-            self.http
-                .post(self.url("/api/v1/auth/nonce"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let r = self
+            .api
+            .send(
+                self.api
+                    .request(reqwest::Method::POST, "/api/v1/auth/nonce"),
+            )
+            .await
+            .expect("POST /auth/nonce");
         assert_eq!(r.status, 201, "{:?}", r.body);
         r.body["nonce"].as_str().unwrap().to_string()
     }
 
     /// Posts a signed SIWE message.
     pub async fn verify(&self, text: &str, signature: &str) -> Res {
-        read(
-            self.http
-                .post(self.url("/api/v1/auth/session"))
-                .json(&json!({ "message": text, "signature": signature }))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
+        self.api
+            .send(
+                self.api
+                    .request(reqwest::Method::POST, "/api/v1/auth/session")
+                    .json(&json!({ "message": text, "signature": signature })),
+            )
+            .await
+            .expect("POST /auth/session")
     }
 
     /// Full sign-in with a local signer.
@@ -298,14 +267,10 @@ impl App {
         s: &Session,
         csrf: bool,
     ) -> Res {
-        let mut rb = self
-            .http
-            .request(method, self.url(path))
-            .header("cookie", &s.cookie);
-        if csrf {
-            rb = rb.header("x-csrf-token", &s.csrf);
-        }
-        read(rb.send().await.unwrap()).await
+        self.api
+            .session_res(method, path, s, csrf, None)
+            .await
+            .expect("session request")
     }
 }
 
