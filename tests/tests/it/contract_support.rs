@@ -121,6 +121,11 @@ impl Fixture {
 
     /// CUSTOMER subscribes to the plan (first period charged at once).
     pub async fn subscribe(&self) -> Sub {
+        self.subscribe_with_gas().await.0
+    }
+
+    /// [`Fixture::subscribe`], with the gas the transaction used.
+    pub async fn subscribe_with_gas(&self) -> (Sub, u64) {
         let receipt = send_as!(
             self.customer,
             self.chain
@@ -132,7 +137,7 @@ impl Fixture {
             Some(ContractEvent::SubscriptionCreated(e)) => e.subscriptionId,
             other => panic!("subscribe emitted {other:?} first"),
         };
-        Sub { id, anchor }
+        (Sub { id, anchor }, receipt.gas_used)
     }
 
     /// The keeper calls `charge`; returns the receipt (the call must not revert).

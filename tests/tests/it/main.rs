@@ -20,6 +20,7 @@ mod contract_calendar;
 mod contract_cancel;
 mod contract_charges;
 mod contract_failures;
+mod contract_gas;
 mod contract_guards;
 mod contract_operator;
 mod contract_plans;
