@@ -8,8 +8,14 @@ interface IERC20 {
     function allowance(address owner, address spender) external view returns (uint256);
 }
 
-/// @title SubscriptionManager
+/// @title SubscriptionManager (v2)
 /// @notice Recurring USDC subscriptions paid from the subscriber's own allowance.
+///
+/// v2 (issue 11): `subscribe` carries the terms the customer was shown (merchant and amount
+/// per period) and reverts when the plan differs; plan references are scoped per merchant,
+/// so nobody can take another merchant's reference; a failed pull that is not the
+/// subscriber's fault does not count toward the grace attempts; plans can be deactivated;
+/// the operator is handed over in two steps.
 ///
 /// Lifecycle (DESIGN §3):
 ///   subscribe            -> Active (first period charged at once)
@@ -21,12 +27,20 @@ interface IERC20 {
 ///   cancel               -> Cancelled
 /// Cancelled and Ended are terminal.
 ///
-/// Grace rules: a due period gets at most MAX_PAYMENT_ATTEMPTS (3) pull attempts. The first
-/// may happen as soon as the period is due; each retry waits at least RETRY_INTERVAL (1 day)
-/// after the previous failure. The third failure ends the subscription, so a customer who
-/// never pays is ended about two days after the period fell due. A successful retry charges
-/// the same period (periods stay anchored on the start day) and returns the subscription to
-/// Active.
+/// Grace rules: a due period gets at most MAX_PAYMENT_ATTEMPTS (3) counted failures. The first
+/// attempt may happen as soon as the period is due; each retry waits at least RETRY_INTERVAL
+/// (1 day) after the previous failure. The third counted failure ends the subscription, so a
+/// customer who never pays is ended about two days after the period fell due. A successful
+/// retry charges the same period (periods stay anchored on the start day) and returns the
+/// subscription to Active.
+///
+/// Only the subscriber's own shortfalls count: InsufficientAllowance and InsufficientBalance.
+/// A pull that fails while allowance and balance both suffice (TransferFailed: the token is
+/// paused, the merchant is blocked by the token, the token returned false) makes the
+/// subscription PastDue and waits RETRY_INTERVAL like any failure, but never counts toward
+/// the attempts, so nobody can end subscriptions by calling `charge` while the token is
+/// down. PaymentFailed.attempt is the number of counted failures of the period after the
+/// event (unchanged by a TransferFailed).
 ///
 /// Billing periods are calendar months anchored on the start time, with the day clamped to
 /// the month's end (Jan 31 -> Feb 28/29 -> Mar 31), as Stripe does: period k ends at
@@ -57,6 +71,9 @@ contract SubscriptionManager {
 
     struct Plan {
         address merchant;
+        /// False once deactivated: no new subscriptions; existing ones continue. (Next to
+        /// `merchant`, in the same storage slot: `subscribe` reads both with one SLOAD.)
+        bool active;
         uint256 amount;
         bytes32 planRef;
     }
@@ -82,12 +99,16 @@ contract SubscriptionManager {
 
     IERC20 public immutable token;
     address public operator;
+    /// The operator-to-be of a started hand-over (zero when none).
+    address public pendingOperator;
 
     uint256 public planCount;
     uint256 public subscriptionCount;
 
     mapping(uint256 => Plan) private _plans;
-    mapping(bytes32 => uint256) public planIdByRef;
+    /// merchant => planRef => plan id (0 when none). References are scoped per merchant: a
+    /// plan for one merchant can never take another merchant's reference.
+    mapping(address => mapping(bytes32 => uint256)) public planIdByRef;
     mapping(uint256 => Subscription) private _subscriptions;
     /// planId => subscriber => live subscription id (0 when none).
     mapping(uint256 => mapping(address => uint256)) public liveSubscriptionOf;
@@ -95,10 +116,13 @@ contract SubscriptionManager {
     uint256 private _lock = 1;
 
     event OperatorChanged(address indexed previousOperator, address indexed newOperator);
+    event OperatorTransferStarted(address indexed currentOperator, address indexed pendingOperator);
 
     event PlanCreated(
         uint256 indexed planId, address indexed merchant, bytes32 indexed planRef, uint256 amount, address createdBy
     );
+
+    event PlanDeactivated(uint256 indexed planId, address indexed merchant, address by);
 
     event SubscriptionCreated(
         uint256 indexed subscriptionId,
@@ -157,6 +181,9 @@ contract SubscriptionManager {
     );
 
     error NotAuthorized();
+    error InvalidOperator();
+    error PlanInactive(uint256 planId);
+    error TermsMismatch(uint256 planId, address merchant, uint256 amount);
     error InvalidAmount();
     error InvalidReference();
     error DuplicatePlanRef(uint256 existingPlanId);
@@ -182,28 +209,40 @@ contract SubscriptionManager {
         emit OperatorChanged(address(0), operator_);
     }
 
-    function setOperator(address newOperator) external {
+    /// Starts handing the operator role to `newOperator`, who must accept it. Calling it
+    /// again replaces the pending operator. The zero address is refused.
+    function transferOperator(address newOperator) external {
         if (msg.sender != operator) revert NotAuthorized();
-        emit OperatorChanged(operator, newOperator);
-        operator = newOperator;
+        if (newOperator == address(0)) revert InvalidOperator();
+        pendingOperator = newOperator;
+        emit OperatorTransferStarted(operator, newOperator);
+    }
+
+    /// Completes a hand-over: only the pending operator can call it.
+    function acceptOperator() external {
+        if (msg.sender != pendingOperator || msg.sender == address(0)) revert NotAuthorized();
+        emit OperatorChanged(operator, msg.sender);
+        operator = msg.sender;
+        pendingOperator = address(0);
     }
 
     // ---------------------------------------------------------------- plans
 
     /// Creates a monthly plan for `merchant`. Callable by the operator (relayer) on the
     /// merchant's behalf, or by the merchant itself. `planRef` ties the plan to the API's plan
-    /// row and is unique, so a retried provisioning can never create a second plan.
+    /// row and is unique per merchant, so a retried provisioning can never create a second
+    /// plan, and nobody but the merchant or the operator can occupy a merchant's reference.
     function createPlan(address merchant, uint256 amount, bytes32 planRef) external returns (uint256 planId) {
         if (msg.sender != operator && msg.sender != merchant) revert NotAuthorized();
         if (merchant == address(0)) revert NotAuthorized();
         if (amount == 0) revert InvalidAmount();
         if (planRef == bytes32(0)) revert InvalidReference();
-        uint256 existing = planIdByRef[planRef];
+        uint256 existing = planIdByRef[merchant][planRef];
         if (existing != 0) revert DuplicatePlanRef(existing);
 
         planId = ++planCount;
-        _plans[planId] = Plan({merchant: merchant, amount: amount, planRef: planRef});
-        planIdByRef[planRef] = planId;
+        _plans[planId] = Plan({merchant: merchant, active: true, amount: amount, planRef: planRef});
+        planIdByRef[merchant][planRef] = planId;
         emit PlanCreated(planId, merchant, planRef, amount, msg.sender);
     }
 
@@ -211,14 +250,34 @@ contract SubscriptionManager {
         return _plans[planId];
     }
 
+    /// Stops new subscriptions to `planId`; existing subscriptions continue and renew. The
+    /// plan's merchant or the operator. Final: a plan cannot be reactivated.
+    function deactivatePlan(uint256 planId) external {
+        Plan storage plan = _plans[planId];
+        if (plan.merchant == address(0)) revert UnknownPlan(planId);
+        if (msg.sender != plan.merchant && msg.sender != operator) revert NotAuthorized();
+        if (!plan.active) revert PlanInactive(planId);
+        plan.active = false;
+        emit PlanDeactivated(planId, plan.merchant, msg.sender);
+    }
+
     // -------------------------------------------------------- subscriptions
 
-    /// Subscribes the caller to `planId` and charges the first period at once. The call
-    /// reverts when the first payment cannot be pulled. `customerRef` ties the subscription
-    /// to the checkout that produced it (never a raw merchant user id).
-    function subscribe(uint256 planId, bytes32 customerRef) external nonReentrant returns (uint256 subscriptionId) {
+    /// Subscribes the caller to `planId` and charges the first period at once. `merchant`
+    /// and `amount` are the terms the customer was shown (a wallet displays them): the call
+    /// reverts with TermsMismatch when the plan pays someone else or another amount, and
+    /// with PlanInactive when the plan was deactivated. It also reverts when the first
+    /// payment cannot be pulled. `customerRef` ties the subscription to the checkout that
+    /// produced it (never a raw merchant user id).
+    function subscribe(uint256 planId, address merchant, uint256 amount, bytes32 customerRef)
+        external
+        nonReentrant
+        returns (uint256 subscriptionId)
+    {
         Plan memory plan = _plans[planId];
         if (plan.merchant == address(0)) revert UnknownPlan(planId);
+        if (plan.merchant != merchant || plan.amount != amount) revert TermsMismatch(planId, merchant, amount);
+        if (!plan.active) revert PlanInactive(planId);
         uint256 live = liveSubscriptionOf[planId][msg.sender];
         if (live != 0) revert AlreadySubscribed(live);
 
@@ -282,10 +341,13 @@ contract SubscriptionManager {
             return;
         }
 
+        // Not the subscriber's fault (allowance and balance sufficed): wait, but do not count.
+        bool counted = reason != FailureReason.TransferFailed;
+        if (!counted) attempt = s.failedAttempts;
         s.failedAttempts = attempt;
         s.lastFailureAt = uint64(block.timestamp);
         s.status = Status.PastDue;
-        bool exhausted = attempt >= MAX_PAYMENT_ATTEMPTS;
+        bool exhausted = counted && attempt >= MAX_PAYMENT_ATTEMPTS;
         uint64 nextRetryAt = exhausted ? 0 : uint64(block.timestamp) + RETRY_INTERVAL;
         emit PaymentFailed(
             subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, s.period + 1, attempt, reason, nextRetryAt

@@ -11,7 +11,9 @@ use crate::SubscriptionManager as SM;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContractEvent {
     OperatorChanged(SM::OperatorChanged),
+    OperatorTransferStarted(SM::OperatorTransferStarted),
     PlanCreated(SM::PlanCreated),
+    PlanDeactivated(SM::PlanDeactivated),
     SubscriptionCreated(SM::SubscriptionCreated),
     SubscriptionCharged(SM::SubscriptionCharged),
     PaymentFailed(SM::PaymentFailed),
@@ -147,7 +149,11 @@ impl ContractEvent {
         let topic0 = *log.topics().first().ok_or(DecodeError::NoTopics)?;
         Ok(match topic0 {
             SM::OperatorChanged::SIGNATURE_HASH => Self::OperatorChanged(decode(log)?),
+            SM::OperatorTransferStarted::SIGNATURE_HASH => {
+                Self::OperatorTransferStarted(decode(log)?)
+            }
             SM::PlanCreated::SIGNATURE_HASH => Self::PlanCreated(decode(log)?),
+            SM::PlanDeactivated::SIGNATURE_HASH => Self::PlanDeactivated(decode(log)?),
             SM::SubscriptionCreated::SIGNATURE_HASH => Self::SubscriptionCreated(decode(log)?),
             SM::SubscriptionCharged::SIGNATURE_HASH => Self::SubscriptionCharged(decode(log)?),
             SM::PaymentFailed::SIGNATURE_HASH => Self::PaymentFailed(decode(log)?),
@@ -161,7 +167,10 @@ impl ContractEvent {
     /// The API event kind, for the six subscription lifecycle events.
     pub fn kind(&self) -> Option<EventKind> {
         match self {
-            Self::OperatorChanged(_) | Self::PlanCreated(_) => None,
+            Self::OperatorChanged(_)
+            | Self::OperatorTransferStarted(_)
+            | Self::PlanCreated(_)
+            | Self::PlanDeactivated(_) => None,
             Self::SubscriptionCreated(_) => Some(EventKind::Created),
             Self::SubscriptionCharged(_) => Some(EventKind::Charged),
             Self::PaymentFailed(_) => Some(EventKind::PaymentFailed),
@@ -174,7 +183,10 @@ impl ContractEvent {
     /// The on-chain subscription id, for subscription events.
     pub fn subscription_id(&self) -> Option<U256> {
         Some(match self {
-            Self::OperatorChanged(_) | Self::PlanCreated(_) => return None,
+            Self::OperatorChanged(_)
+            | Self::OperatorTransferStarted(_)
+            | Self::PlanCreated(_)
+            | Self::PlanDeactivated(_) => return None,
             Self::SubscriptionCreated(e) => e.subscriptionId,
             Self::SubscriptionCharged(e) => e.subscriptionId,
             Self::PaymentFailed(e) => e.subscriptionId,
@@ -187,8 +199,9 @@ impl ContractEvent {
     /// The merchant wallet the event belongs to, where there is one.
     pub fn merchant(&self) -> Option<Address> {
         Some(match self {
-            Self::OperatorChanged(_) => return None,
+            Self::OperatorChanged(_) | Self::OperatorTransferStarted(_) => return None,
             Self::PlanCreated(e) => e.merchant,
+            Self::PlanDeactivated(e) => e.merchant,
             Self::SubscriptionCreated(e) => e.merchant,
             Self::SubscriptionCharged(e) => e.merchant,
             Self::PaymentFailed(e) => e.merchant,
@@ -202,7 +215,9 @@ impl ContractEvent {
     pub fn name(&self) -> &'static str {
         match self {
             Self::OperatorChanged(_) => "OperatorChanged",
+            Self::OperatorTransferStarted(_) => "OperatorTransferStarted",
             Self::PlanCreated(_) => "PlanCreated",
+            Self::PlanDeactivated(_) => "PlanDeactivated",
             Self::SubscriptionCreated(_) => "SubscriptionCreated",
             Self::SubscriptionCharged(_) => "SubscriptionCharged",
             Self::PaymentFailed(_) => "PaymentFailed",

@@ -1,8 +1,10 @@
 //! The relayer: provisions plans on chain with `createPlan(merchant, amount, planRef)`.
 //!
-//! Retry safety comes from the contract: `planRef` is unique on chain (a second createPlan
-//! with the same ref reverts with `DuplicatePlanRef`), and every attempt first asks
-//! `planIdByRef`, so one API plan can never become two on-chain plans.
+//! Retry safety comes from the contract: `planRef` is unique per merchant on chain (a second
+//! createPlan with the same merchant and ref reverts with `DuplicatePlanRef`), and every
+//! attempt first asks `planIdByRef(merchant, ref)`, so one API plan can never become two
+//! on-chain plans. Only the merchant and the operator can write a merchant's references, so
+//! nobody else can occupy (front-run) one.
 
 use std::time::Duration;
 
@@ -76,11 +78,15 @@ impl Relayer {
         }))
     }
 
-    /// The on-chain plan id registered for `plan_ref`, if any.
-    pub async fn plan_by_ref(&self, plan_ref: B256) -> Result<Option<u64>, String> {
+    /// The on-chain plan id registered for `merchant`'s `plan_ref`, if any.
+    pub async fn plan_by_ref(
+        &self,
+        merchant: Address,
+        plan_ref: B256,
+    ) -> Result<Option<u64>, String> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let id: U256 = c
-            .planIdByRef(plan_ref)
+            .planIdByRef(merchant, plan_ref)
             .call()
             .await
             .map_err(|e| format!("planIdByRef: {e}"))?;
@@ -120,7 +126,7 @@ impl Relayer {
         plan_ref: B256,
         sent: &std::sync::Mutex<Option<B256>>,
     ) -> Outcome {
-        match self.plan_by_ref(plan_ref).await {
+        match self.plan_by_ref(merchant, plan_ref).await {
             Ok(Some(onchain_id)) => return Outcome::AlreadyExists { onchain_id },
             Ok(None) => {}
             Err(detail) => {
@@ -139,7 +145,7 @@ impl Relayer {
             Ok(p) => p,
             Err(e) => {
                 return self
-                    .after_failure(plan_ref, format!("createPlan: {e}"))
+                    .after_failure(merchant, plan_ref, format!("createPlan: {e}"))
                     .await;
             }
         };
@@ -153,12 +159,17 @@ impl Relayer {
         };
         if !receipt.status() {
             return self
-                .after_failure(plan_ref, format!("createPlan reverted in {tx_hash}"))
+                .after_failure(
+                    merchant,
+                    plan_ref,
+                    format!("createPlan reverted in {tx_hash}"),
+                )
                 .await;
         }
         for log in receipt.inner.logs() {
             if let Ok(ev) = SubscriptionManager::PlanCreated::decode_log(&log.inner)
                 && ev.planRef == plan_ref
+                && ev.merchant == merchant
             {
                 let (Some(block_number), Some(block_hash), Some(log_index)) =
                     (log.block_number, log.block_hash, log.log_index)
@@ -197,8 +208,8 @@ impl Relayer {
     }
 
     /// A failed send may mean a concurrent attempt won (DuplicatePlanRef): ask the chain.
-    async fn after_failure(&self, plan_ref: B256, error: String) -> Outcome {
-        match self.plan_by_ref(plan_ref).await {
+    async fn after_failure(&self, merchant: Address, plan_ref: B256, error: String) -> Outcome {
+        match self.plan_by_ref(merchant, plan_ref).await {
             Ok(Some(onchain_id)) => Outcome::AlreadyExists { onchain_id },
             _ => Outcome::Failed { error },
         }

@@ -183,6 +183,8 @@ async fn build_chain(shape: &str, accounts: u64, plans: u64) -> Built {
         for a in subscribers {
             let call = SM::subscribeCall {
                 planId: U256::from(p + 1),
+                merchant: addrs[(p % 2) as usize + 2],
+                amount: U256::from(1_000_000u64),
                 customerRef: B256::ZERO,
             };
             subs.push((*a, chain.manager, call.abi_encode(), 1 + p));

@@ -117,7 +117,9 @@ pub fn apply(
         }
         ContractEvent::SubscriptionCreated(_)
         | ContractEvent::PlanCreated(_)
-        | ContractEvent::OperatorChanged(_) => return Ok(Some(s)),
+        | ContractEvent::PlanDeactivated(_)
+        | ContractEvent::OperatorChanged(_)
+        | ContractEvent::OperatorTransferStarted(_) => return Ok(Some(s)),
     }
     s.last_event = ctx.event_ref;
     s.updated_at = ctx.block_time;

@@ -98,8 +98,11 @@ pub fn map_block(chain_id: u64, block: &Block) -> Result<Vec<MappedEvent>> {
 /// The on-chain plan id an event refers to.
 pub fn plan_id(ev: &ContractEvent) -> Option<U256> {
     Some(match ev {
-        ContractEvent::OperatorChanged(_) => return None,
+        ContractEvent::OperatorChanged(_) | ContractEvent::OperatorTransferStarted(_) => {
+            return None;
+        }
         ContractEvent::PlanCreated(e) => e.planId,
+        ContractEvent::PlanDeactivated(e) => e.planId,
         ContractEvent::SubscriptionCreated(e) => e.planId,
         ContractEvent::SubscriptionCharged(e) => e.planId,
         ContractEvent::PaymentFailed(e) => e.planId,
@@ -123,6 +126,12 @@ pub fn decoded_json(ev: &ContractEvent) -> Value {
     match ev {
         ContractEvent::OperatorChanged(e) => json!({
             "previousOperator": addr(e.previousOperator), "newOperator": addr(e.newOperator),
+        }),
+        ContractEvent::OperatorTransferStarted(e) => json!({
+            "currentOperator": addr(e.currentOperator), "pendingOperator": addr(e.pendingOperator),
+        }),
+        ContractEvent::PlanDeactivated(e) => json!({
+            "planId": uint(e.planId), "merchant": addr(e.merchant), "by": addr(e.by),
         }),
         ContractEvent::PlanCreated(e) => json!({
             "planId": uint(e.planId), "merchant": addr(e.merchant),

@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "outbox_subscription_order",
         sql: include_str!("../sql/0008_outbox_subscription_order.sql"),
     },
+    Migration {
+        version: 9,
+        name: "contract_v2",
+        sql: include_str!("../sql/0009_contract_v2.sql"),
+    },
 ];
 
 /// Migration failures.

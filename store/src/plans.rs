@@ -215,6 +215,33 @@ pub async fn provisioning_input(
         .map(|r| (r.get(0), r.get(1))))
 }
 
+/// Gives `scope`'s plan `row_id` a new on-chain reference, if it still has `old` and is not
+/// active. Only for a reference that can never be provisioned any more (the merchant's own
+/// namespace on chain holds a different plan under it), so the old one can never become a
+/// second on-chain plan of this API plan. Returns whether the row changed.
+pub async fn replace_plan_ref(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+    old: &[u8; 32],
+    new: &[u8; 32],
+) -> Result<bool> {
+    let n = client
+        .execute(
+            "UPDATE plans SET plan_ref = $4 \
+             WHERE id = $1 AND merchant_id = $2 AND plan_ref = $3 AND provision_status <> $5",
+            &[
+                &row_id,
+                &scope.id(),
+                &old.as_slice(),
+                &new.as_slice(),
+                &ProvisionStatus::Active.as_str(),
+            ],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
 /// What one provisioning attempt of a plan ended in.
 #[derive(Debug, Clone, Copy)]
 pub enum Provisioned<'a> {

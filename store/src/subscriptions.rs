@@ -123,10 +123,12 @@ const SELECT: &str = "SELECT s.onchain_id, s.public_id, s.status, s.cancel_at_pe
 
 /// The plan filter: the subscriptions of the merchant's plan with public id `$5`. An
 /// equality with a scalar subquery (the contract refuses a second plan with the same
-/// reference), so `(merchant_wallet, plan_onchain_id, onchain_id)` serves it as an index
+/// reference for one merchant; another merchant's plan may carry the same reference, hence
+/// the wallet), so `(merchant_wallet, plan_onchain_id, onchain_id)` serves it as an index
 /// condition; `IN (…)` read every subscription of the plan and sorted them.
 const PLAN_IN: &str = "s.plan_onchain_id = (SELECT cp2.onchain_id FROM plans p2 \
     JOIN chain_plans cp2 ON cp2.plan_ref = p2.plan_ref AND cp2.chain_id = $3 \
+    AND cp2.merchant_wallet = $2 \
     WHERE p2.public_id = $5 AND p2.merchant_id = $1 ORDER BY cp2.onchain_id LIMIT 1)";
 
 /// The list filters. Each list statement makes one of them its *leading* filter (a plain

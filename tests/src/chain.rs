@@ -93,6 +93,13 @@ impl DevChain {
         SubscriptionManager::new(self.manager, self.provider.clone())
     }
 
+    /// The terms `subscribe` must carry for plan `plan` (its merchant and amount), as the
+    /// chain has them.
+    pub async fn plan_terms(&self, plan: U256) -> (Address, U256) {
+        let p = self.manager().getPlan(plan).call().await.expect("getPlan");
+        (p.merchant, p.amount)
+    }
+
     /// MockUSDC bound to the signing provider.
     pub fn usdc(&self) -> MockUSDC::MockUSDCInstance<DynProvider> {
         MockUSDC::new(self.usdc, self.provider.clone())

@@ -211,8 +211,12 @@ pub fn plan_transactions(
             "tx": tx(from, usdc, data),
         }));
     }
+    // The terms the page shows travel with the call: the contract reverts if the plan pays
+    // another merchant or another amount (SubscriptionManager v2).
     let data = SubscriptionManager::subscribeCall {
         planId: U256::from(plan_onchain_id),
+        merchant: link.merchant.wallet,
+        amount,
         customerRef: link.customer_ref,
     }
     .abi_encode();
@@ -310,6 +314,8 @@ mod tests {
         assert_eq!(approve.amount, U256::from(9_990_000u64 * 12));
         let sub = SubscriptionManager::subscribeCall::abi_decode(&data_of(&steps[1])).unwrap();
         assert_eq!(sub.planId, U256::from(7));
+        assert_eq!(sub.merchant, Address::repeat_byte(0x22));
+        assert_eq!(sub.amount, U256::from(9_990_000u64));
         assert_eq!(sub.customerRef, B256::repeat_byte(0xab));
         assert_eq!(steps[1]["tx"]["to"], MGR.to_checksum(None));
         assert_eq!(v["requestedAllowance"], "119.88");

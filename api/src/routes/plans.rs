@@ -329,30 +329,58 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
         .await?;
         return Ok(());
     };
-    let mut outcome = relayer
-        .provision(
-            merchant.wallet(),
-            amount,
-            plan_ref,
-            ctx.cfg.provision_timeout(),
-        )
-        .await;
-    if let Outcome::AlreadyExists { onchain_id } = outcome {
+    let mut plan_ref = plan_ref;
+    let mut outcome;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        outcome = relayer
+            .provision(
+                merchant.wallet(),
+                amount,
+                plan_ref,
+                ctx.cfg.provision_timeout(),
+            )
+            .await;
+        let Outcome::AlreadyExists { onchain_id } = outcome else {
+            break;
+        };
         match relayer
             .plan_matches(onchain_id, merchant.wallet(), amount)
             .await
         {
-            Ok(true) => {}
+            Ok(true) => break,
+            Ok(false) if tries < 3 => {
+                // The merchant's namespace on chain holds another plan under this reference
+                // (only the merchant or we can write there; we never reuse a reference), so
+                // our createPlan can never succeed with it, and it can never become a second
+                // on-chain plan of this one: continue under a fresh reference.
+                let fresh: [u8; 32] = rand::random();
+                let conn = ctx.pool.get().await?;
+                if !store::replace_plan_ref(&conn, merchant, id, &plan_ref.0, &fresh).await? {
+                    break;
+                }
+                tracing::warn!(
+                    plan = id,
+                    taken = %plan_ref,
+                    "provisioning: planRef taken on chain by another plan of this merchant; \
+                     continuing under a fresh reference"
+                );
+                metrics::counter!("api_plan_ref_replaced_total").increment(1);
+                plan_ref = B256::from(fresh);
+            }
             Ok(false) => {
                 outcome = Outcome::Failed {
                     error: "this plan's planRef is registered on chain for a different plan".into(),
-                }
+                };
+                break;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "provisioning: getPlan failed");
                 outcome = Outcome::Failed {
                     error: "the chain RPC could not be reached".into(),
-                }
+                };
+                break;
             }
         }
     }

@@ -1,9 +1,12 @@
 //! Plans provisioned on a real anvil by the relayer, provisioning failures and retries, and
 //! checkouts — with every validation error naming its field.
 
-use crate::api_common::{App, Opts, Proxy, spawn, spawn_with, target_of, via};
+use crate::api_common::{
+    App, Opts, Proxy, seed_chain_plan, seed_cursor, seed_subscription, spawn, spawn_with,
+    target_of, via,
+};
 use alloy::primitives::{B256, U256};
-use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B};
+use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B, STRANGER};
 use chainsub_tests::{DevChain, TestDb};
 use serde_json::{Value, json};
 
@@ -193,6 +196,135 @@ async fn retry_after_an_unrecorded_landing_adopts_the_existing_onchain_plan() {
         U256::from(1),
         "no second on-chain plan"
     );
+}
+
+/// A failed plan's reference is public (the merchant's API shows it; a pending transaction
+/// shows it to everyone). v1 kept one global namespace, so an outsider who registered it
+/// for himself made every provisioning of the merchant's plan revert.
+async fn failed_plan(app: &App, key: &str) -> (String, B256) {
+    let r = app
+        .post("/api/v1/plans", key, &plan_body("Basic"), None)
+        .await;
+    assert_eq!(r.body["status"], "failed", "{:?}", r.body);
+    let plan_ref: B256 = r.body["provisioning"]["planRef"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (r.body["id"].as_str().unwrap().to_string(), plan_ref)
+}
+
+async fn proxied_chain_app() -> (App, String, Proxy) {
+    let db = TestDb::create().await;
+    let chain = DevChain::start().await;
+    let proxy = Proxy::start(target_of(&chain.anvil.url)).await;
+    let rpc = via(&chain.anvil.url, proxy.addr);
+    let app = spawn_with(
+        db,
+        Some(chain),
+        Opts {
+            rpc_url: Some(rpc),
+            provision_timeout_ms: 5_000,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    (app, key, proxy)
+}
+
+#[tokio::test]
+async fn an_outsider_who_copies_a_plan_ref_neither_blocks_provisioning_nor_becomes_the_plan() {
+    let (app, key, proxy) = proxied_chain_app().await;
+    proxy.disable();
+    let (id, plan_ref) = failed_plan(&app, &key).await;
+
+    // The outsider registers the same reference, for himself, first.
+    let outsider = DevChain::address(STRANGER);
+    let dev = app.chain.as_ref().unwrap();
+    chainsub_tests::send_as!(
+        outsider,
+        dev.manager()
+            .createPlan(outsider, U256::from(1u64), plan_ref)
+    );
+    proxy.enable();
+    let r = app
+        .post(
+            &format!("/api/v1/plans/{id}/provision"),
+            &key,
+            &json!({}),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["status"], "active");
+    assert_eq!(r.body["chain"]["onchainPlanId"], 2, "{:?}", r.body);
+
+    // Once both plans are indexed, the API still names the merchant's (the reference is
+    // joined with the merchant's wallet), and so does the subscriptions' plan filter.
+    let c = app.db().await;
+    seed_cursor(&c, 200).await;
+    seed_chain_plan(&c, outsider, 1, plan_ref.as_slice(), 10).await;
+    seed_chain_plan(&c, DevChain::address(MERCHANT), 2, plan_ref.as_slice(), 11).await;
+    let (sub, _) = seed_subscription(&c, DevChain::address(MERCHANT), 1, 2, None).await;
+    let got = app.get(&format!("/api/v1/plans/{id}"), &key).await;
+    assert_eq!(got.body["chain"]["onchainPlanId"], 2, "{:?}", got.body);
+    let subs = app
+        .get(&format!("/api/v1/subscriptions?planId={id}"), &key)
+        .await;
+    assert_eq!(subs.status, 200, "{:?}", subs.body);
+    assert_eq!(subs.body["data"][0]["id"], sub.as_str(), "{:?}", subs.body);
+}
+
+#[tokio::test]
+async fn a_reference_the_merchant_took_for_another_plan_is_replaced_and_provisioning_goes_on() {
+    let (app, key, proxy) = proxied_chain_app().await;
+    proxy.disable();
+    let (id, plan_ref) = failed_plan(&app, &key).await;
+
+    // The merchant's own namespace now holds a different plan (another amount) under the
+    // reference: createPlan can never succeed with it again.
+    let merchant = DevChain::address(MERCHANT);
+    let dev = app.chain.as_ref().unwrap();
+    chainsub_tests::send_as!(
+        merchant,
+        dev.manager()
+            .createPlan(merchant, U256::from(1u64), plan_ref)
+    );
+    proxy.enable();
+    let r = app
+        .post(
+            &format!("/api/v1/plans/{id}/provision"),
+            &key,
+            &json!({}),
+            None,
+        )
+        .await;
+
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["status"], "active", "{:?}", r.body);
+    let new_ref: B256 = r.body["provisioning"]["planRef"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(new_ref, plan_ref);
+    let onchain = dev.manager().getPlan(U256::from(2)).call().await.unwrap();
+    assert_eq!(
+        (onchain.merchant, onchain.amount, onchain.planRef),
+        (merchant, U256::from(9_990_000u64), new_ref)
+    );
+    // One on-chain plan of ours, whatever the retries.
+    let again = app
+        .post(
+            &format!("/api/v1/plans/{id}/provision"),
+            &key,
+            &json!({}),
+            None,
+        )
+        .await;
+    assert_eq!(again.body["status"], "active");
+    assert_eq!(plan_count(&app).await, U256::from(2));
 }
 
 #[tokio::test]

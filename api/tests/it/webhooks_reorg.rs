@@ -11,19 +11,6 @@ use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, OPERATOR};
 use chainsub_tests::{ChildGuard, DevChain, TestDb, bin_path};
 use tokio_postgres::Client;
 
-macro_rules! send {
-    ($call:expr, $from:expr) => {
-        $call
-            .from($from)
-            .send()
-            .await
-            .expect("send")
-            .get_receipt()
-            .await
-            .expect("receipt")
-    };
-}
-
 const USDC: u64 = 1_000_000;
 
 async fn head(chain: &DevChain) -> u64 {
@@ -86,29 +73,34 @@ async fn a_reorg_that_removes_an_unconfirmed_event_never_produces_a_webhook() {
     );
 
     let op = DevChain::address(OPERATOR);
-    send!(
+    chainsub_tests::send_as!(
+        op,
         chain.manager().createPlan(
             DevChain::address(MERCHANT),
             U256::from(5 * USDC),
             B256::repeat_byte(7)
-        ),
-        op
+        )
     );
     let plan = U256::from(1u64);
+    let (merchant, amount) = chain.plan_terms(plan).await;
     for who in [CUSTOMER, CUSTOMER_B] {
         let who: Address = DevChain::address(who);
         chain.mint(who, 100 * USDC).await;
-        send!(chain.usdc().approve(chain.manager, U256::MAX), who);
+        chainsub_tests::send_as!(who, chain.usdc().approve(chain.manager, U256::MAX));
     }
-    send!(
-        chain.manager().subscribe(plan, B256::ZERO),
-        DevChain::address(CUSTOMER)
+    chainsub_tests::send_as!(
+        DevChain::address(CUSTOMER),
+        chain
+            .manager()
+            .subscribe(plan, merchant, amount, B256::ZERO)
     );
     chain.mine(3).await;
     // The doomed subscription, alone in the newest block.
-    send!(
-        chain.manager().subscribe(plan, B256::ZERO),
-        DevChain::address(CUSTOMER_B)
+    chainsub_tests::send_as!(
+        DevChain::address(CUSTOMER_B),
+        chain
+            .manager()
+            .subscribe(plan, merchant, amount, B256::ZERO)
     );
     wait_indexed(&client, &chain).await;
     let kept = event_ids(&client, 1).await;

@@ -163,7 +163,8 @@ pub async fn insert_outbox(
     Ok(chainsub_store::outbox::enqueue(tx, &rows).await?)
 }
 
-/// Ledger rows (charges and failed charges) and plans for the events just inserted.
+/// Ledger rows (charges and failed charges), plans and plan deactivations for the events
+/// just inserted.
 pub async fn insert_projections(
     tx: &Transaction<'_>,
     chain_id: i64,
@@ -176,6 +177,7 @@ pub async fn insert_projections(
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut p_id, mut p_m, mut p_ref, mut p_amount, mut p_by, mut p_eid) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut d_id, mut d_eid) = (vec![], vec![]);
     for (e, id) in events.iter().zip(ids) {
         match &e.event {
             Some(ContractEvent::SubscriptionCharged(c)) => {
@@ -210,6 +212,10 @@ pub async fn insert_projections(
                 p_by.push(p.createdBy.to_vec());
                 p_eid.push(*id);
             }
+            Some(ContractEvent::PlanDeactivated(d)) => {
+                d_id.push(id_to_i64(d.planId)?);
+                d_eid.push(*id);
+            }
             _ => {}
         }
     }
@@ -237,6 +243,16 @@ pub async fn insert_projections(
              FROM unnest($2::int8[], $3::bytea[], $4::bytea[], $5::text[], $6::bytea[], $7::int8[])
                AS u(id, m, r, a, c, e)",
             &[&chain_id, &p_id, &p_m, &p_ref, &p_amount, &p_by, &p_eid],
+        )
+        .await?;
+    }
+    if !d_id.is_empty() {
+        // After the plans: a plan created and deactivated in one batch exists by now.
+        tx.execute(
+            "UPDATE chain_plans cp SET deactivated_event_id = u.e
+             FROM unnest($2::int8[], $3::int8[]) AS u(id, e)
+             WHERE cp.chain_id = $1 AND cp.onchain_id = u.id",
+            &[&chain_id, &d_id, &d_eid],
         )
         .await?;
     }

@@ -18,21 +18,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-/// Sends a contract call from an account and waits for its receipt.
-#[macro_export]
-macro_rules! send {
-    ($call:expr, $from:expr) => {
-        $call
-            .from($from)
-            .send()
-            .await
-            .expect("send")
-            .get_receipt()
-            .await
-            .expect("receipt")
-    };
-}
-
 /// Fast settings for tests: millisecond polls and backoffs, outbox at once.
 pub fn test_config(chain_id: u64, contract: Address, start_block: u64) -> IndexerConfig {
     let mut cfg = IndexerConfig::new(chain_id, contract, start_block);
@@ -220,11 +205,11 @@ pub const USDC: u64 = 1_000_000;
 /// Creates a plan for `merchant` (sent by the operator) and returns its on-chain id.
 pub async fn create_plan(chain: &DevChain, merchant: Address, amount: u64, plan_ref: B256) -> u64 {
     let op = DevChain::address(chainsub_tests::chain::accounts::OPERATOR);
-    send!(
+    chainsub_tests::send_as!(
+        op,
         chain
             .manager()
-            .createPlan(merchant, U256::from(amount), plan_ref),
-        op
+            .createPlan(merchant, U256::from(amount), plan_ref)
     );
     chain
         .manager()
@@ -238,14 +223,17 @@ pub async fn create_plan(chain: &DevChain, merchant: Address, amount: u64, plan_
 /// Mints `amount` to `who` and approves the manager for everything.
 pub async fn fund(chain: &DevChain, who: Address, amount: u64) {
     chain.mint(who, amount).await;
-    send!(chain.usdc().approve(chain.manager, U256::MAX), who);
+    chainsub_tests::send_as!(who, chain.usdc().approve(chain.manager, U256::MAX));
 }
 
 /// Subscribes `who` to `plan` and returns the subscription id.
 pub async fn subscribe(chain: &DevChain, who: Address, plan: u64, customer_ref: B256) -> u64 {
-    send!(
-        chain.manager().subscribe(U256::from(plan), customer_ref),
-        who
+    let (merchant, amount) = chain.plan_terms(U256::from(plan)).await;
+    chainsub_tests::send_as!(
+        who,
+        chain
+            .manager()
+            .subscribe(U256::from(plan), merchant, amount, customer_ref)
     );
     chain
         .manager()
@@ -259,7 +247,7 @@ pub async fn subscribe(chain: &DevChain, who: Address, plan: u64, customer_ref: 
 /// Charges a subscription (as the keeper).
 pub async fn charge(chain: &DevChain, sub: u64) {
     let keeper = DevChain::address(chainsub_tests::chain::accounts::KEEPER);
-    send!(chain.manager().charge(U256::from(sub)), keeper);
+    chainsub_tests::send_as!(keeper, chain.manager().charge(U256::from(sub)));
 }
 
 /// `anvil_reorg`: replaces the last `depth` blocks with new ones holding `txs`

@@ -58,8 +58,8 @@ async fn backfill_then_live_indexes_every_event_exactly_once() {
     chain.increase_time(32 * 86_400).await;
     charge(&chain, sub_a).await; // period 2 charged
     charge(&chain, sub_b).await; // fails: balance
-    send!(chain.manager().cancelAtPeriodEnd(U256::from(sub_a)), alice);
-    send!(chain.manager().cancel(U256::from(sub_b)), merchant);
+    chainsub_tests::send_as!(alice, chain.manager().cancelAtPeriodEnd(U256::from(sub_a)));
+    chainsub_tests::send_as!(merchant, chain.manager().cancel(U256::from(sub_b)));
     chain.increase_time(32 * 86_400).await;
     charge(&chain, sub_a).await; // ends (cancel at period end)
     wait_for_head(&client, &chain).await;

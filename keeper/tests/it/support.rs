@@ -135,11 +135,12 @@ impl Stack {
                 .usdc()
                 .approve(self.chain.manager, left + U256::from(PRICE * paid_periods))
         );
+        let (merchant, amount) = self.chain.plan_terms(U256::from(plan)).await;
         send_as!(
             who,
             self.chain
                 .manager()
-                .subscribe(U256::from(plan), unique_ref())
+                .subscribe(U256::from(plan), merchant, amount, unique_ref())
         );
         self.chain
             .manager()

@@ -163,7 +163,9 @@ async fn nothing_acts_on_a_cancelled_subscription() {
     // The plan slot is free again: the customer may start a new subscription.
     let again = send_as!(
         fx.customer,
-        fx.chain.manager().subscribe(fx.plan_id, B256::ZERO)
+        fx.chain
+            .manager()
+            .subscribe(fx.plan_id, fx.merchant, fx.amount, B256::ZERO)
     );
     match manager_events(&fx.chain, &again).first() {
         Some(ContractEvent::SubscriptionCreated(e)) => {

@@ -15,7 +15,9 @@ async fn subscribe_moves_usdc_to_merchant_and_emits_created_then_charged_period_
 
     let receipt = send_as!(
         fx.customer,
-        fx.chain.manager().subscribe(fx.plan_id, customer_ref)
+        fx.chain
+            .manager()
+            .subscribe(fx.plan_id, fx.merchant, fx.amount, customer_ref)
     );
 
     let start = block_time(&fx.chain, &receipt).await;
@@ -65,7 +67,9 @@ async fn subscribe_without_allowance_reverts_and_creates_nothing() {
 
     let err = revert_as!(
         fx.customer,
-        fx.chain.manager().subscribe(fx.plan_id, B256::ZERO)
+        fx.chain
+            .manager()
+            .subscribe(fx.plan_id, fx.merchant, fx.amount, B256::ZERO)
     );
 
     // FailureReason.InsufficientAllowance = 1
@@ -86,7 +90,9 @@ async fn second_live_subscription_to_the_same_plan_is_refused() {
 
     let err = revert_as!(
         fx.customer,
-        fx.chain.manager().subscribe(fx.plan_id, B256::ZERO)
+        fx.chain
+            .manager()
+            .subscribe(fx.plan_id, fx.merchant, fx.amount, B256::ZERO)
     );
 
     assert_eq!(
@@ -227,4 +233,46 @@ async fn periods_follow_the_calendar_over_a_year_of_renewals() {
     }
     assert_eq!(fx.balance(fx.customer).await, U256::ZERO);
     assert_eq!(fx.balance(fx.merchant).await, U256::from(13 * PRICE));
+}
+
+/// v1's `subscribe(planId, ref)` carried nothing the wallet could show or the contract could
+/// check: a wrong plan id (a stale page, a swapped link, a reorg) paid whoever owned it. v2
+/// carries the terms the customer saw and reverts when the plan differs; nothing moves.
+#[tokio::test]
+async fn subscribe_reverts_when_the_plan_differs_from_the_terms_the_customer_saw() {
+    let fx = Fixture::new().await;
+    let other_merchant =
+        chainsub_tests::DevChain::address(chainsub_tests::chain::accounts::MERCHANT_B);
+    let before = fx.balance(fx.customer).await;
+
+    let wrong_merchant = revert_as!(
+        fx.customer,
+        fx.chain
+            .manager()
+            .subscribe(fx.plan_id, other_merchant, fx.amount, B256::ZERO)
+    );
+    let wrong_amount = revert_as!(
+        fx.customer,
+        fx.chain.manager().subscribe(
+            fx.plan_id,
+            fx.merchant,
+            fx.amount - U256::from(1),
+            B256::ZERO
+        )
+    );
+
+    assert_eq!(
+        wrong_merchant,
+        E::TermsMismatch(SM::TermsMismatch {
+            planId: fx.plan_id,
+            merchant: other_merchant,
+            amount: fx.amount,
+        })
+    );
+    assert!(matches!(wrong_amount, E::TermsMismatch(_)));
+    assert_eq!(fx.balance(fx.customer).await, before, "nothing moved");
+    assert_eq!(
+        fx.chain.manager().subscriptionCount().call().await.unwrap(),
+        U256::ZERO
+    );
 }

@@ -1,6 +1,6 @@
 //! SubscriptionManager's guards against a token that misbehaves (contracts/HostileToken.sol,
 //! test only): a transferFrom that returns false is a recorded TransferFailed, not a revert,
-//! and a token that re-enters `charge` during the pull is refused by the reentrancy guard, so
+//! and never counts toward the subscriber's grace attempts (v2), and a token that re-enters `charge` during the pull is refused by the reentrancy guard, so
 //! one period is still charged exactly once.
 
 use alloy::primitives::{Address, B256, U256};
@@ -23,7 +23,7 @@ const PRICE: u64 = 5_000_000;
 
 struct Setup {
     /// Keeps anvil alive for the test.
-    _chain: DevChain,
+    chain: DevChain,
     token: HostileToken::HostileTokenInstance<DynProvider>,
     manager: SubscriptionManagerInstance<DynProvider>,
     customer: Address,
@@ -73,14 +73,14 @@ async fn setup() -> Setup {
     .await;
     mined(send(
         manager
-            .subscribe(U256::from(1), B256::ZERO)
+            .subscribe(U256::from(1), merchant, U256::from(PRICE), B256::ZERO)
             .from(customer)
             .clear_decoder(),
     ))
     .await;
     chain.increase_time(32 * 86_400).await;
     Setup {
-        _chain: chain,
+        chain,
         token,
         manager,
         customer,
@@ -132,7 +132,8 @@ async fn transfer_returning_false_is_a_recorded_transfer_failed_not_a_revert() {
         FailureReason::from_u8(e.reason),
         Some(FailureReason::TransferFailed)
     );
-    assert_eq!((e.period, e.attempt), (2, 1));
+    // Allowance and balance sufficed: not the subscriber's fault, so it does not count.
+    assert_eq!((e.period, e.attempt), (2, 0));
     let sub = s
         .manager
         .getSubscription(U256::from(1))
@@ -140,6 +141,82 @@ async fn transfer_returning_false_is_a_recorded_transfer_failed_not_a_revert() {
         .await
         .unwrap();
     assert_eq!(sub.status, 2, "past_due");
+    assert_eq!(sub.failedAttempts, 0);
+}
+
+async fn set_mode(s: &Setup, mode: u8) {
+    let tx = s.token.setMode(mode, Address::ZERO, Default::default());
+    mined(async { tx.send().await.unwrap().get_receipt().await.unwrap() }).await;
+}
+
+/// v1 ended every due subscription after three failed pulls whoever was at fault, so a
+/// token pause (or a token returning false) let anyone end them all in about two days.
+#[tokio::test]
+async fn failures_that_are_not_the_subscribers_fault_never_end_the_subscription() {
+    let s = setup().await;
+    set_mode(&s, 1).await; // ReturnFalse: allowance and balance suffice, the token says no.
+
+    for round in 0..5u64 {
+        let receipt = charge(&s).await;
+        assert!(
+            receipt.status(),
+            "round {round}: a failed pull must not revert"
+        );
+        let evs = events(&receipt, *s.manager.address());
+        assert!(
+            matches!(evs.as_slice(), [ContractEvent::PaymentFailed(e)]
+                if e.attempt == 0 && e.nextRetryAt > 0),
+            "round {round}: {evs:?}"
+        );
+        // The retry waits RETRY_INTERVAL like any failure.
+        s.chain.increase_time(86_400 + 1).await;
+    }
+    let sub = s
+        .manager
+        .getSubscription(U256::from(1))
+        .call()
+        .await
+        .unwrap();
+    assert_eq!(
+        (sub.status, sub.failedAttempts),
+        (2, 0),
+        "still past_due, nothing counted"
+    );
+
+    // The token works again: the same period is charged and the subscription is active.
+    set_mode(&s, 0).await;
+    let receipt = charge(&s).await;
+    let evs = events(&receipt, *s.manager.address());
+    assert!(
+        matches!(evs.as_slice(), [ContractEvent::SubscriptionCharged(e)] if e.period == 2 && e.attempt == 1),
+        "{evs:?}"
+    );
+}
+
+/// The subscriber's own shortfall still counts: three failures for want of allowance end it,
+/// even when transfer failures came in between.
+#[tokio::test]
+async fn the_subscribers_own_shortfalls_still_end_the_subscription_after_three() {
+    let s = setup().await;
+    set_mode(&s, 1).await;
+    charge(&s).await; // not counted
+    s.chain.increase_time(86_400 + 1).await;
+    set_mode(&s, 0).await;
+    let tx = s
+        .token
+        .approve(*s.manager.address(), U256::ZERO)
+        .from(s.customer);
+    mined(async { tx.send().await.unwrap().get_receipt().await.unwrap() }).await;
+    let mut last = Vec::new();
+    for _ in 0..3 {
+        last = events(&charge(&s).await, *s.manager.address());
+        s.chain.increase_time(86_400 + 1).await;
+    }
+    assert!(
+        matches!(last.as_slice(), [ContractEvent::PaymentFailed(f), ContractEvent::SubscriptionEnded(_)]
+            if f.attempt == 3 && FailureReason::from_u8(f.reason) == Some(FailureReason::InsufficientAllowance)),
+        "{last:?}"
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
-//! Plans on a real anvil: who may create them, and that a planRef is used once.
+//! Plans on a real anvil: who may create them, that a planRef is used once per merchant and
+//! cannot be taken by anybody else, and deactivation.
 
-use crate::contract_support::{PRICE, manager_events};
+use crate::contract_support::{Fixture, PRICE, manager_events, months_after};
 use alloy::primitives::{B256, U256};
 use chainsub_abi::ContractEvent;
 use chainsub_abi::SubscriptionManager::{self as SM, SubscriptionManagerErrors as E};
@@ -36,7 +37,13 @@ async fn operator_creates_plan_on_behalf_of_merchant() {
         (plan.merchant, plan.amount, plan.planRef),
         (merchant, U256::from(PRICE), plan_ref)
     );
-    let by_ref = chain.manager().planIdByRef(plan_ref).call().await.unwrap();
+    assert!(plan.active);
+    let by_ref = chain
+        .manager()
+        .planIdByRef(merchant, plan_ref)
+        .call()
+        .await
+        .unwrap();
     assert_eq!(by_ref, U256::from(1));
 }
 
@@ -86,46 +93,146 @@ async fn stranger_cannot_create_a_plan_for_a_merchant() {
 }
 
 #[tokio::test]
-async fn duplicate_plan_ref_reverts_even_for_another_merchant() {
+async fn duplicate_plan_ref_reverts_for_the_same_merchant() {
     let chain = DevChain::start().await;
     let operator = DevChain::address(accounts::OPERATOR);
+    let merchant = DevChain::address(accounts::MERCHANT);
     let plan_ref = B256::repeat_byte(0x77);
     send_as!(
         operator,
-        chain.manager().createPlan(
-            DevChain::address(accounts::MERCHANT),
-            U256::from(PRICE),
-            plan_ref
-        )
+        chain
+            .manager()
+            .createPlan(merchant, U256::from(PRICE), plan_ref)
     );
 
     // A retried provisioning (same ref) must not create a second plan, whoever sends it.
     let again = revert_as!(
         operator,
-        chain.manager().createPlan(
-            DevChain::address(accounts::MERCHANT),
-            U256::from(PRICE),
-            plan_ref
-        )
+        chain
+            .manager()
+            .createPlan(merchant, U256::from(PRICE), plan_ref)
     );
-    let other = revert_as!(
-        DevChain::address(accounts::MERCHANT_B),
-        chain.manager().createPlan(
-            DevChain::address(accounts::MERCHANT_B),
-            U256::from(PRICE),
-            plan_ref
-        )
+    let by_merchant = revert_as!(
+        merchant,
+        chain
+            .manager()
+            .createPlan(merchant, U256::from(1u64), plan_ref)
     );
 
     let dup = E::DuplicatePlanRef(SM::DuplicatePlanRef {
         existingPlanId: U256::from(1),
     });
     assert_eq!(again, dup);
-    assert_eq!(other, dup);
+    assert_eq!(by_merchant, dup);
     assert_eq!(
         chain.manager().planCount().call().await.unwrap(),
         U256::from(1)
     );
+}
+
+/// v1 kept one global namespace: anyone who copied the relayer's pending planRef into a
+/// plan for themselves made the relayer's createPlan, and every retry, revert.
+#[tokio::test]
+async fn another_merchant_cannot_take_a_merchants_plan_ref() {
+    let chain = DevChain::start().await;
+    let operator = DevChain::address(accounts::OPERATOR);
+    let merchant = DevChain::address(accounts::MERCHANT);
+    let attacker = DevChain::address(accounts::STRANGER);
+    let plan_ref = B256::repeat_byte(0x77);
+
+    // The attacker front-runs with the same reference, for itself.
+    send_as!(
+        attacker,
+        chain
+            .manager()
+            .createPlan(attacker, U256::from(1u64), plan_ref)
+    );
+    let receipt = send_as!(
+        operator,
+        chain
+            .manager()
+            .createPlan(merchant, U256::from(PRICE), plan_ref)
+    );
+
+    let ours = match manager_events(&chain, &receipt).as_slice() {
+        [ContractEvent::PlanCreated(p)] => p.planId,
+        other => panic!("{other:?}"),
+    };
+    let m = chain.manager();
+    assert_eq!(ours, U256::from(2));
+    assert_eq!(
+        m.planIdByRef(merchant, plan_ref).call().await.unwrap(),
+        ours
+    );
+    assert_eq!(
+        m.planIdByRef(attacker, plan_ref).call().await.unwrap(),
+        U256::from(1)
+    );
+}
+
+#[tokio::test]
+async fn a_deactivated_plan_takes_no_new_subscriptions_and_existing_ones_renew() {
+    let fx = Fixture::new().await;
+    let sub = fx.subscribe().await;
+    let stranger = revert_as!(fx.stranger, fx.chain.manager().deactivatePlan(fx.plan_id));
+    assert_eq!(stranger, E::NotAuthorized(SM::NotAuthorized {}));
+
+    let receipt = send_as!(fx.merchant, fx.chain.manager().deactivatePlan(fx.plan_id));
+
+    assert_eq!(
+        manager_events(&fx.chain, &receipt),
+        vec![ContractEvent::PlanDeactivated(SM::PlanDeactivated {
+            planId: fx.plan_id,
+            merchant: fx.merchant,
+            by: fx.merchant,
+        })]
+    );
+    assert!(
+        !fx.chain
+            .manager()
+            .getPlan(fx.plan_id)
+            .call()
+            .await
+            .unwrap()
+            .active
+    );
+    let again = revert_as!(fx.merchant, fx.chain.manager().deactivatePlan(fx.plan_id));
+    assert_eq!(
+        again,
+        E::PlanInactive(SM::PlanInactive { planId: fx.plan_id })
+    );
+    // A new customer is refused.
+    let other = DevChain::address(accounts::CUSTOMER_B);
+    fx.chain.mint(other, 10 * PRICE).await;
+    send_as!(other, fx.chain.usdc().approve(fx.chain.manager, U256::MAX));
+    let refused = revert_as!(
+        other,
+        fx.chain
+            .manager()
+            .subscribe(fx.plan_id, fx.merchant, fx.amount, B256::ZERO)
+    );
+    assert_eq!(
+        refused,
+        E::PlanInactive(SM::PlanInactive { planId: fx.plan_id })
+    );
+    // The existing subscription renews.
+    fx.advance_to(months_after(sub.anchor, 1)).await;
+    let charged = fx.charge(sub.id).await;
+    assert!(matches!(
+        manager_events(&fx.chain, &charged).as_slice(),
+        [ContractEvent::SubscriptionCharged(c)] if c.period == 2
+    ));
+}
+
+#[tokio::test]
+async fn the_operator_can_deactivate_a_plan_it_acts_for() {
+    let fx = Fixture::new().await;
+    let operator = DevChain::address(accounts::OPERATOR);
+    let receipt = send_as!(operator, fx.chain.manager().deactivatePlan(fx.plan_id));
+    assert!(matches!(
+        manager_events(&fx.chain, &receipt).as_slice(),
+        [ContractEvent::PlanDeactivated(d)] if d.by == operator
+    ));
 }
 
 #[tokio::test]

@@ -128,9 +128,12 @@ impl Fixture {
     pub async fn subscribe_with_gas(&self) -> (Sub, u64) {
         let receipt = send_as!(
             self.customer,
-            self.chain
-                .manager()
-                .subscribe(self.plan_id, B256::repeat_byte(0xcc))
+            self.chain.manager().subscribe(
+                self.plan_id,
+                self.merchant,
+                self.amount,
+                B256::repeat_byte(0xcc)
+            )
         );
         let anchor = block_time(&self.chain, &receipt).await;
         let id = match manager_events(&self.chain, &receipt).first() {
