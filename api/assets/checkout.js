@@ -113,6 +113,10 @@
       show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
       return;
     }
+    if (settings.inactive) {
+      show("inactive", "This plan no longer accepts new subscriptions.", []);
+      return;
+    }
     if (!settings.available) {
       show("unavailable", "This plan is not available on chain yet. Try again in a few minutes.", ["refresh"]);
       return;
@@ -128,7 +132,14 @@
     }
     if (!res.ok) {
       const msg = plan && plan.error ? plan.error.message : "HTTP " + res.status;
+      const code = plan && plan.error ? plan.error.code : "";
       plan = null;
+      if (code === "plan_mismatch" || code === "plan_inactive") {
+        // The server refused to prepare a transaction: nothing to send, nothing to retry.
+        stepsEl.textContent = "";
+        show("refused", "No transaction was prepared: " + msg, []);
+        return;
+      }
       show("error", "The service could not prepare the subscription: " + msg, ["refresh"]);
       return;
     }

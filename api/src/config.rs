@@ -20,6 +20,10 @@ pub struct Config {
     /// The one chain this deployment serves.
     #[arg(long, env = "CHAIN_ID", default_value_t = 31337)]
     pub chain_id: u64,
+    /// Confirmations an indexed plan needs before the checkout hands out a transaction to
+    /// subscribe to it (the indexer's setting of the same name; 0 or 1: once indexed).
+    #[arg(long, env = "CONFIRMATIONS", default_value_t = 12)]
+    pub confirmations: u64,
     /// SubscriptionManager address.
     #[arg(long, env = "CONTRACT_ADDRESS")]
     pub contract_address: Address,

@@ -2,7 +2,7 @@
 //! [`Link`] names its merchant (public facts only) but is no [`crate::MerchantScope`]: it
 //! cannot be passed to anything that reads or changes a merchant's data.
 
-use alloy::primitives::Address;
+use alloy::primitives::{Address, B256};
 use chainsub_core::MerchantId;
 use deadpool_postgres::GenericClient;
 
@@ -28,29 +28,44 @@ pub struct Link {
     pub amount: String,
     pub interval: String,
     pub slug: String,
-    /// The on-chain plan id, once known.
+    /// The plan's on-chain reference (scoped to the merchant's wallet on chain).
+    pub plan_ref: B256,
+    /// The on-chain plan id, only from the index and only once the plan's block has the
+    /// required confirmations (never from the relayer's receipt: a reorg can give that id
+    /// to another merchant's plan).
     pub plan_onchain_id: Option<i64>,
+    /// The indexed plan was deactivated on chain (no new subscriptions).
+    pub deactivated: bool,
 }
 
-/// The link `/checkout/{code}/{slug}` (call only after its signature checked out).
+/// The link `/checkout/{code}/{slug}` (call only after its signature checked out); the
+/// on-chain plan only with `confirmations` (blocks from the plan's to the indexer's tip, both
+/// counted; 0 and 1 mean once indexed).
 pub async fn resolve(
     client: &impl GenericClient,
     code: &str,
     slug: &str,
     chain_id: i64,
+    confirmations: i64,
 ) -> Result<Option<Link>> {
+    let confirmations = confirmations.max(1);
     let row = client
         .query_opt(
             "SELECT m.id AS merchant_id, m.public_id AS merchant_public_id, \
              m.wallet AS merchant_wallet, m.code AS merchant_code, \
              p.id AS plan_id, p.public_id AS plan_public_id, p.name, \
              p.amount::TEXT AS amount, p.interval, p.slug, \
-             COALESCE(p.onchain_plan_id, (SELECT cp.onchain_id FROM chain_plans cp \
-               WHERE cp.plan_ref = p.plan_ref AND cp.chain_id = $3 \
-               AND cp.merchant_wallet = m.wallet)) AS onchain_id \
+             p.plan_ref, cp.onchain_id, cp.deactivated_event_id IS NOT NULL AS deactivated \
              FROM merchants m JOIN plans p ON p.merchant_id = m.id \
+             LEFT JOIN LATERAL (SELECT cp.onchain_id, cp.deactivated_event_id \
+               FROM chain_plans cp JOIN chain_events ce ON ce.id = cp.event_id \
+               JOIN indexer_cursor cur ON cur.chain_id = cp.chain_id \
+               WHERE cp.plan_ref = p.plan_ref AND cp.chain_id = $3 \
+               AND cp.merchant_wallet = m.wallet \
+               AND cur.block_number - ce.block_number + 1 >= $4 \
+               ORDER BY cp.onchain_id LIMIT 1) cp ON true \
              WHERE m.code = $1 AND p.slug = $2",
-            &[&code, &slug, &chain_id],
+            &[&code, &slug, &chain_id, &confirmations],
         )
         .await?;
     let Some(row) = row else { return Ok(None) };
@@ -71,7 +86,9 @@ pub async fn resolve(
         amount: row.get("amount"),
         interval: row.get("interval"),
         slug: row.get("slug"),
+        plan_ref: crate::chain::b256(row.get("plan_ref"))?,
         plan_onchain_id: row.get("onchain_id"),
+        deactivated: row.get::<_, Option<bool>>("deactivated").unwrap_or(false),
     }))
 }
 

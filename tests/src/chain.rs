@@ -127,6 +127,26 @@ impl DevChain {
         self.mine(1).await;
     }
 
+    /// `anvil_reorg`: replaces the last `depth` blocks with new ones holding `txs`
+    /// (`(from, to, calldata, block offset)`; unsigned, anvil signs for its dev accounts),
+    /// keeping the height.
+    pub async fn reorg(&self, depth: u64, txs: &[(Address, Address, Vec<u8>, u64)]) {
+        let txs: Vec<serde_json::Value> = txs
+            .iter()
+            .map(|(from, to, data, offset)| {
+                serde_json::json!([
+                    { "from": from, "to": to, "input": alloy::hex::encode_prefixed(data), "gas": "0x100000" },
+                    offset
+                ])
+            })
+            .collect();
+        let _: serde_json::Value = self
+            .provider
+            .raw_request("anvil_reorg".into(), (depth, txs))
+            .await
+            .expect("anvil_reorg");
+    }
+
     /// Mines `n` empty blocks.
     pub async fn mine(&self, n: u64) {
         let _: serde_json::Value = self

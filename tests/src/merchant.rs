@@ -366,16 +366,28 @@ impl ApiClient {
     }
 
     /// The transactions the checkout page would ask `from`'s wallet to send, from its
-    /// `/tx` endpoint (`{steps: [{step, label, tx}]}`).
+    /// `/tx` endpoint (`{steps: [{step, label, tx}]}`). While the plan is not indexed with
+    /// `CONFIRMATIONS` yet (409 `plan_not_active`) it asks again for up to a minute, as a
+    /// customer pressing the page's "Check again" would.
     pub async fn checkout_transactions(&self, checkout_url: &str, from: Address) -> Result<Value> {
         let mut url = url::Url::parse(checkout_url).context("checkout url")?;
         let path = format!("{}/tx", url.path());
         url.set_path(&path);
         url.query_pairs_mut()
             .append_pair("from", &from.to_checksum(None));
-        let (status, body) = Self::read(self.http.get(url).send().await?).await?;
-        ensure!(status == 200, "GET checkout tx: {status} {body}");
-        Ok(body)
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = Self::read(self.http.get(url.clone()).send().await?).await?;
+            if status == 409
+                && body["error"]["code"] == "plan_not_active"
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            ensure!(status == 200, "GET checkout tx: {status} {body}");
+            return Ok(body);
+        }
     }
 
     /// Subscribes `from` through the checkout link: sends every step the page's `/tx`

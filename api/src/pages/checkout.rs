@@ -24,8 +24,12 @@ pub struct Link {
     pub amount: u128,
     pub interval: String,
     pub slug: String,
-    /// `None` while the plan is not (yet) on chain.
+    /// The plan's reference on chain.
+    pub plan_ref: B256,
+    /// `None` while the plan is not (yet) indexed with `CONFIRMATIONS`.
     pub plan_onchain_id: Option<u64>,
+    /// Deactivated on chain: no new subscriptions.
+    pub deactivated: bool,
     pub customer: Option<String>,
     /// The bytes32 passed to `subscribe`: exactly what the API stored for this link.
     pub customer_ref: B256,
@@ -70,10 +74,15 @@ pub async fn resolve(
 ) -> Result<Link> {
     verify_link(ctx, code, slug, customer, sig)?;
     let conn = ctx.pool.get().await?;
-    let stored_link =
-        chainsub_store::checkouts::resolve(&conn, code, slug, ctx.cfg.chain_id as i64)
-            .await?
-            .ok_or_else(|| ApiError::not_found("checkout link", None))?;
+    let stored_link = chainsub_store::checkouts::resolve(
+        &conn,
+        code,
+        slug,
+        ctx.cfg.chain_id as i64,
+        ctx.cfg.confirmations as i64,
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("checkout link", None))?;
     let amount: u128 = stored_link.amount.parse().map_err(|_| {
         ApiError::Internal(format!(
             "plan amount {} is not an integer",
@@ -100,7 +109,9 @@ pub async fn resolve(
         plan_name,
         interval,
         slug,
+        plan_ref,
         plan_onchain_id,
+        deactivated,
         ..
     } = stored_link;
     Ok(Link {
@@ -110,7 +121,9 @@ pub async fn resolve(
         amount,
         interval,
         slug,
+        plan_ref,
         plan_onchain_id: plan_onchain_id.and_then(|id| u64::try_from(id).ok()),
+        deactivated,
         customer: customer.map(str::to_string),
         customer_ref,
     })
@@ -161,6 +174,59 @@ pub async fn wallet_state(
         allowance,
         live_subscription: live,
     })
+}
+
+/// Reads plan `plan_onchain_id` on chain (`getPlan`, at the latest block) and refuses, with
+/// no transaction, unless it is the link's: the merchant's wallet, the amount, the reference
+/// and still active. The index should never disagree; this check is what makes a wrong
+/// index (or a reorg the index has not caught up with) unable to send a customer's payment
+/// elsewhere.
+pub async fn check_plan_on_chain(
+    provider: &DynProvider,
+    manager: Address,
+    link: &Link,
+    plan_onchain_id: u64,
+) -> Result<()> {
+    let plan = SubscriptionManager::new(manager, provider.clone())
+        .getPlan(U256::from(plan_onchain_id))
+        .call()
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "checkout: getPlan failed");
+            ApiError::Unavailable("the chain RPC could not be reached".into())
+        })?;
+    if plan.merchant != link.merchant.wallet
+        || plan.amount != U256::from(link.amount)
+        || plan.planRef != link.plan_ref
+    {
+        tracing::error!(
+            plan = plan_onchain_id,
+            expected_merchant = %link.merchant.wallet,
+            chain_merchant = %plan.merchant,
+            "checkout: the on-chain plan differs from the link's plan; refused"
+        );
+        metrics::counter!("api_checkout_plan_mismatch_total").increment(1);
+        return Err(ApiError::Conflict {
+            code: "plan_mismatch",
+            message: "the plan on chain does not match this checkout (merchant, amount or \
+                      reference); the service will not prepare a payment to it"
+                .into(),
+            param: None,
+        });
+    }
+    if !plan.active {
+        return Err(plan_inactive());
+    }
+    Ok(())
+}
+
+/// The 409 for a plan deactivated on chain.
+pub fn plan_inactive() -> ApiError {
+    ApiError::Conflict {
+        code: "plan_inactive",
+        message: "this plan no longer accepts new subscriptions".into(),
+        param: None,
+    }
 }
 
 /// The chain id the wallet must be on, as `0x…` for EIP-1193 calls.
@@ -265,7 +331,9 @@ mod tests {
             amount: 9_990_000,
             interval: "month".into(),
             slug: "pro".into(),
+            plan_ref: B256::repeat_byte(0x5e),
             plan_onchain_id: Some(7),
+            deactivated: false,
             customer: Some("cust_1".into()),
             customer_ref: B256::repeat_byte(0xab),
         }

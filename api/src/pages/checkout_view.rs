@@ -41,9 +41,12 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
         "chainIdHex": chain_id_hex(cfg.chain_id),
         "txUrl": tx_url,
         "explorerTxUrl": cfg.pages.explorer_tx_url,
-        "available": link.plan_onchain_id.is_some(),
+        "available": link.plan_onchain_id.is_some() && !link.deactivated,
+        "inactive": link.deactivated,
     });
-    let unavailable = if link.plan_onchain_id.is_none() {
+    let unavailable = if link.deactivated {
+        "<p class=\"notice\" role=\"alert\">This plan no longer accepts new subscriptions.</p>"
+    } else if link.plan_onchain_id.is_none() {
         "<p class=\"notice\" role=\"alert\">This plan is not available on chain yet. \
          Please try again in a few minutes.</p>"
     } else {

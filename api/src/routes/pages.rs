@@ -184,22 +184,28 @@ async fn transactions(
     let from = Address::from_str(from)
         .map_err(|_| ApiError::invalid("from", "`from` must be a 0x wallet address"))?;
     let link = checkout::resolve(ctx, code, slug, param(q, "customer"), param(q, "sig")).await?;
+    if link.deactivated {
+        return Err(checkout::plan_inactive());
+    }
     let plan_onchain_id = link.plan_onchain_id.ok_or_else(|| ApiError::Conflict {
         code: "plan_not_active",
-        message: "this plan is not on chain yet; try again in a few minutes".into(),
+        message: "this plan is not on chain yet (or not confirmed); try again in a few minutes"
+            .into(),
         param: None,
     })?;
     let provider = provider
         .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
     let cfg = &ctx.cfg;
-    let state = checkout::wallet_state(
-        provider,
-        cfg.usdc_address,
-        cfg.contract_address,
-        plan_onchain_id,
-        from,
-    )
-    .await?;
+    let (_, state) = tokio::try_join!(
+        checkout::check_plan_on_chain(provider, cfg.contract_address, &link, plan_onchain_id),
+        checkout::wallet_state(
+            provider,
+            cfg.usdc_address,
+            cfg.contract_address,
+            plan_onchain_id,
+            from,
+        )
+    )?;
     Ok(Resp::json(checkout::plan_transactions(
         cfg.chain_id,
         cfg.usdc_address,

@@ -43,6 +43,8 @@ pub struct Opts {
     pub trusted_proxies: Option<String>,
     /// Serve `/metrics` on its own listener (API_METRICS_LISTEN=127.0.0.1:0).
     pub metrics: bool,
+    /// CONFIRMATIONS (default: the server's).
+    pub confirmations: Option<u64>,
 }
 
 impl Default for Opts {
@@ -59,6 +61,7 @@ impl Default for Opts {
             pool_size: None,
             trusted_proxies: None,
             metrics: false,
+            confirmations: None,
         }
     }
 }
@@ -131,6 +134,10 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
     if let Some(t) = &opts.trusted_proxies {
         args.push("--trusted-proxies".into());
         args.push(t.clone());
+    }
+    if let Some(n) = opts.confirmations {
+        args.push("--confirmations".into());
+        args.push(n.to_string());
     }
     if let Some(n) = opts.pool_size {
         args.push("--database-pool-size".into());
@@ -272,6 +279,27 @@ impl App {
             .await
             .expect("session request")
     }
+}
+
+/// Spawns the `indexer` binary for this app's chain and database (CONFIRMATIONS as given).
+pub fn spawn_indexer(app: &App, confirmations: u64) -> chainsub_tests::ChildGuard {
+    let chain = app.chain.as_ref().expect("an app with a chain");
+    chainsub_tests::ChildGuard(
+        std::process::Command::new(chainsub_tests::bin_path("indexer"))
+            .env("DATABASE_URL", &app.db.url)
+            .env("RPC_URL", &chain.anvil.url)
+            .env("CHAIN_ID", chain.anvil.chain_id.to_string())
+            .env("CONTRACT_ADDRESS", chain.manager.to_string())
+            .env("START_BLOCK", chain.deploy_block.to_string())
+            .env("CONFIRMATIONS", confirmations.to_string())
+            .env("INDEXER_POLL_INTERVAL_MS", "20")
+            .env("INDEXER_NO_FINALIZED_TAG", "true")
+            .env("INDEXER_METRICS_LISTEN", "127.0.0.1:0")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn indexer"),
+    )
 }
 
 /// A dashboard session (the kit's, shared with the end-to-end tests).

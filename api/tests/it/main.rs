@@ -10,6 +10,7 @@ mod api_common;
 mod webhooks_common;
 
 mod auth;
+mod checkout_chain;
 mod http;
 mod openapi;
 mod plans;

@@ -135,8 +135,10 @@ pub async fn dump(client: &Client) -> Vec<String> {
         "SELECT 'checkpoint ' || block_number || ' ' || encode(block_hash, 'hex') || ' ' ||
              encode(parent_hash, 'hex') || ' ' || block_time FROM block_checkpoints",
         "SELECT 'event ' || (to_jsonb(e) - 'id')::text FROM chain_events e",
-        "SELECT 'plan ' || (to_jsonb(p) - 'event_id' || jsonb_build_object('event', e.public_id))::text
-         FROM chain_plans p JOIN chain_events e ON e.id = p.event_id",
+        "SELECT 'plan ' || (to_jsonb(p) - 'event_id' - 'deactivated_event_id'
+             || jsonb_build_object('event', e.public_id, 'deactivated', d.public_id))::text
+         FROM chain_plans p JOIN chain_events e ON e.id = p.event_id
+             LEFT JOIN chain_events d ON d.id = p.deactivated_event_id",
         "SELECT 'sub ' || (to_jsonb(s) - 'created_event_id' - 'last_event_id'
              || jsonb_build_object('created', c.public_id, 'last', l.public_id))::text
          FROM subscriptions s JOIN chain_events c ON c.id = s.created_event_id
@@ -248,25 +250,6 @@ pub async fn subscribe(chain: &DevChain, who: Address, plan: u64, customer_ref: 
 pub async fn charge(chain: &DevChain, sub: u64) {
     let keeper = DevChain::address(chainsub_tests::chain::accounts::KEEPER);
     chainsub_tests::send_as!(keeper, chain.manager().charge(U256::from(sub)));
-}
-
-/// `anvil_reorg`: replaces the last `depth` blocks with new ones holding `txs`
-/// (`(from, to, calldata, block offset)`), keeping the height.
-pub async fn anvil_reorg(chain: &DevChain, depth: u64, txs: &[(Address, Address, Vec<u8>, u64)]) {
-    let txs: Vec<serde_json::Value> = txs
-        .iter()
-        .map(|(from, to, data, offset)| {
-            serde_json::json!([
-                { "from": from, "to": to, "input": alloy::hex::encode_prefixed(data), "gas": "0x100000" },
-                offset
-            ])
-        })
-        .collect();
-    let _: serde_json::Value = chain
-        .provider
-        .raw_request("anvil_reorg".into(), (depth, txs))
-        .await
-        .expect("anvil_reorg");
 }
 
 // ------------------------------------------------------------------ the indexer as a process

@@ -84,7 +84,7 @@ async fn reorg_inside_the_window_never_enqueues_the_removed_event() {
         2,
         "the doomed events were indexed, unconfirmed"
     );
-    anvil_reorg(&chain, 1, &[]).await;
+    chain.reorg(1, &[]).await;
     wait_for_head(&client, &chain).await;
     chain.mine(5).await;
     wait_for_head(&client, &chain).await;

@@ -303,7 +303,7 @@ async fn a_halt_on_a_deep_reorg_is_reported_on_health_and_the_process_stays_up()
     let env = [("INDEXER_FINALITY_DEPTH", "2")];
     let mut child = spawn_indexer(&chain, &db, &socket, &env);
     wait_for_head(&client, &chain).await;
-    anvil_reorg(&chain, 6, &[]).await;
+    chain.reorg(6, &[]).await;
     wait_until("readiness to report the halt", || async move {
         let h = health(port).await;
         h["status"] == "unavailable"

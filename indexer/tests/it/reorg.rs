@@ -70,7 +70,7 @@ async fn reorg_replays_new_branch(depth: u64) {
     wait_for_head(&client, &chain).await;
     let before = events(&client).await;
     let (from, _, data) = create_plan_tx(0x77);
-    anvil_reorg(&chain, depth, &[(from, chain.manager, data, 0)]).await;
+    chain.reorg(depth, &[(from, chain.manager, data, 0)]).await;
     wait_for_head(&client, &chain).await;
     let plans: i64 = client
         .query_one(
@@ -112,10 +112,10 @@ async fn two_consecutive_reorgs_leave_a_fresh_index() {
     subscribe_all(&chain, plan).await;
     wait_for_head(&client, &chain).await;
     let (from, _, data) = create_plan_tx(0x81);
-    anvil_reorg(&chain, 4, &[(from, chain.manager, data, 1)]).await;
+    chain.reorg(4, &[(from, chain.manager, data, 1)]).await;
     wait_for_head(&client, &chain).await;
     let (from, _, data) = create_plan_tx(0x82);
-    anvil_reorg(&chain, 2, &[(from, chain.manager, data, 0)]).await;
+    chain.reorg(2, &[(from, chain.manager, data, 0)]).await;
     wait_for_head(&client, &chain).await;
     ix.stop().await.unwrap();
     let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
@@ -165,7 +165,7 @@ async fn reorg_removing_a_subscription_creation_removes_the_subscription() {
         .await
         .unwrap()
         .get(0);
-    anvil_reorg(&chain, 1, &[]).await;
+    chain.reorg(1, &[]).await;
     wait_for_head(&client, &chain).await;
     assert_eq!(
         subs(doomed).await,
@@ -234,4 +234,43 @@ async fn rollback_without_new_blocks_undoes_the_blocks_that_are_gone() {
     ix.stop().await.unwrap();
     let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
     assert_same_index(&dump(&client).await, &fresh);
+}
+
+/// `PlanDeactivated` marks the indexed plan (the checkout refuses it); a reorg that takes
+/// the deactivation back makes the plan active again, exactly as a fresh index has it.
+#[tokio::test]
+async fn a_plan_deactivation_is_indexed_and_a_reorg_that_removes_it_reactivates_the_plan() {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let plan = setup(&chain).await;
+    let ix = start(chain_config(&chain), &db, &chain);
+    chainsub_tests::send_as!(
+        DevChain::address(MERCHANT),
+        chain.manager().deactivatePlan(U256::from(plan))
+    );
+    wait_for_head(&client, &chain).await;
+    assert!(
+        deactivated(&client, plan).await,
+        "the deactivation is indexed"
+    );
+
+    chain.reorg(1, &[]).await;
+    chain.mine(1).await;
+    wait_for_head(&client, &chain).await;
+    assert!(!deactivated(&client, plan).await, "the reorg took it back");
+    ix.stop().await.unwrap();
+    let fresh = fresh_index_dump(&chain, chain_config(&chain), "").await;
+    assert_same_index(&dump(&client).await, &fresh);
+}
+
+async fn deactivated(client: &tokio_postgres::Client, plan: u64) -> bool {
+    client
+        .query_one(
+            "SELECT deactivated_event_id IS NOT NULL FROM chain_plans WHERE onchain_id = $1",
+            &[&(plan as i64)],
+        )
+        .await
+        .unwrap()
+        .get(0)
 }

@@ -2,7 +2,7 @@
 //! browser): link verification and error pages, the transaction endpoint's calldata (sent
 //! on anvil exactly as a wallet would), security headers and assets.
 
-use crate::browser_support::{plan_and_checkout, start};
+use crate::browser_support::{plan_and_checkout, poll, start};
 use alloy::primitives::{B256, U256};
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionRequest;
@@ -83,7 +83,7 @@ async fn checkout_link_errors_are_html_pages_with_honest_status() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tx_endpoint_encodes_approve_and_subscribe_with_the_stored_customer_ref() {
-    let s = start("pages-tx", false).await;
+    let s = start("pages-tx", true).await;
     let customer = DevChain::address(accounts::CUSTOMER);
     let (_, plan, checkout) = plan_and_checkout(&s, "cust_tx").await;
     let url = checkout["url"].as_str().unwrap().to_string();
@@ -116,8 +116,17 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_stored_customer_ref(
     let v: Value = res.json().await.unwrap();
     assert_eq!(v["error"]["code"], "checkout_signature_invalid");
 
-    // A wallet with no USDC and no allowance: approve (12 periods) then subscribe.
-    let (status, v) = get(Some(customer.to_string())).await;
+    // A wallet with no USDC and no allowance: approve (12 periods) then subscribe — once the
+    // indexer has the plan (before that: 409 plan_not_active, never the receipt's id).
+    let (status, v) = poll("the plan indexed for the checkout", || {
+        let get = &get;
+        let customer = customer.to_string();
+        async move {
+            let (status, v) = get(Some(customer)).await;
+            (status != 409).then_some((status, v))
+        }
+    })
+    .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["insufficientBalance"], true);
     assert_eq!(v["alreadySubscribed"], Value::Null);

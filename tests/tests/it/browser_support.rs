@@ -41,6 +41,8 @@ pub async fn start(test: &str, with_indexer: bool) -> Stack {
         .env("API_LISTEN", "stdin")
         .env("BASE_URL", &base)
         .env("RELAYER_PRIVATE_KEY", DEV_KEYS[accounts::OPERATOR])
+        // The checkout hands out transactions for indexed plans only (issue 11, point 5).
+        .env("CONFIRMATIONS", "0")
         .env("CHECKOUT_SIGNING_SECRET", SECRET)
         .env("EXPLORER_TX_URL", format!("{EXPLORER}{{hash}}"))
         .env("RATE_LIMIT_IP_PER_SEC", "1000")

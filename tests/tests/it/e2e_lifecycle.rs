@@ -181,6 +181,8 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
             .iter()
             .any(|p| p["id"] == plan_id)
     );
+    // The checkout hands out transactions only for a plan indexed with CONFIRMATIONS.
+    chain.mine(CONFIRMATIONS).await;
     let checkout_a = api.create_checkout(&key, plan_id, "user-a").await.unwrap();
     let checkout_b = api.create_checkout(&key, plan_id, "user-b").await.unwrap();
 
