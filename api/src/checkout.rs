@@ -48,7 +48,29 @@ pub fn url(base: &str, secret: &str, code: &str, slug: &str, customer: Option<&s
     format!("{base}/checkout/{code}/{slug}?{}", q.finish())
 }
 
-/// The bytes32 `customerRef` for `subscribe` (zero without a customer).
+/// The bytes32 `customerRef` for `subscribe` by `wallet` (zero without a customer): bound to
+/// the merchant, the customer and the subscribing wallet, so a reference copied from a
+/// public log into another wallet's subscription resolves to no customer.
+pub fn wallet_customer_ref(
+    secret: &str,
+    merchant_public_id: &str,
+    customer: Option<&str>,
+    wallet: alloy::primitives::Address,
+) -> [u8; 32] {
+    match customer {
+        None => [0u8; 32],
+        Some(c) => mac(
+            secret,
+            &format!(
+                "customer-ref:v2\n{merchant_public_id}\n{c}\n{}",
+                wallet.to_checksum(None)
+            ),
+        ),
+    }
+}
+
+/// The v1, wallet-independent reference a checkout row keeps (`checkouts.customer_ref`);
+/// nothing resolves customers by it any more.
 pub fn customer_ref(secret: &str, merchant_public_id: &str, customer: Option<&str>) -> [u8; 32] {
     match customer {
         None => [0u8; 32],
@@ -81,6 +103,20 @@ mod tests {
             "{u}"
         );
         assert_eq!(customer_ref("s", "mer_1", None), [0u8; 32]);
+        let (a, b) = (
+            alloy::primitives::Address::repeat_byte(1),
+            alloy::primitives::Address::repeat_byte(2),
+        );
+        assert_eq!(wallet_customer_ref("s", "mer_1", None, a), [0u8; 32]);
+        assert_ne!(
+            wallet_customer_ref("s", "mer_1", Some("u"), a),
+            wallet_customer_ref("s", "mer_1", Some("u"), b),
+            "bound to the wallet"
+        );
+        assert_ne!(
+            wallet_customer_ref("s", "mer_1", Some("u"), a),
+            wallet_customer_ref("s", "mer_2", Some("u"), a)
+        );
         assert_ne!(
             customer_ref("s", "mer_1", Some("u")),
             customer_ref("s", "mer_2", Some("u"))

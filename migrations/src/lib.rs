@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "contract_v2",
         sql: include_str!("../sql/0009_contract_v2.sql"),
     },
+    Migration {
+        version: 10,
+        name: "wallet_bound_customer_refs",
+        sql: include_str!("../sql/0010_wallet_bound_customer_refs.sql"),
+    },
 ];
 
 /// Migration failures.

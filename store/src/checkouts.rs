@@ -19,8 +19,6 @@ pub struct LinkMerchant {
 /// A checkout link's merchant and plan, as stored.
 #[derive(Debug, Clone)]
 pub struct Link {
-    merchant_pk: i64,
-    plan_pk: i64,
     pub merchant: LinkMerchant,
     pub plan_public_id: String,
     pub plan_name: String,
@@ -51,9 +49,9 @@ pub async fn resolve(
     let confirmations = confirmations.max(1);
     let row = client
         .query_opt(
-            "SELECT m.id AS merchant_id, m.public_id AS merchant_public_id, \
+            "SELECT m.public_id AS merchant_public_id, \
              m.wallet AS merchant_wallet, m.code AS merchant_code, \
-             p.id AS plan_id, p.public_id AS plan_public_id, p.name, \
+             p.public_id AS plan_public_id, p.name, \
              p.amount::TEXT AS amount, p.interval, p.slug, \
              p.plan_ref, cp.onchain_id, cp.deactivated_event_id IS NOT NULL AS deactivated \
              FROM merchants m JOIN plans p ON p.merchant_id = m.id \
@@ -72,8 +70,6 @@ pub async fn resolve(
     let public_id: String = row.get("merchant_public_id");
     let wallet: Vec<u8> = row.get("merchant_wallet");
     Ok(Some(Link {
-        merchant_pk: row.get("merchant_id"),
-        plan_pk: row.get("plan_id"),
         merchant: LinkMerchant {
             public_id: MerchantId::parse(&public_id)
                 .ok_or_else(|| Error::Inconsistent(format!("merchant id {public_id}")))?,
@@ -92,21 +88,34 @@ pub async fn resolve(
     }))
 }
 
-/// The `customer_ref` the API stored when it made this link for `customer` (the newest, if
-/// the merchant made several), which is what the indexer resolves the customer by.
-pub async fn stored_customer_ref(
+/// Records that `customer_ref` is `customer`'s reference for subscriptions from `wallet` to
+/// the link's merchant (what the indexer resolves customerExternalId by). Idempotent.
+pub async fn record_wallet_ref(
     client: &impl GenericClient,
-    link: &Link,
-    customer: Option<&str>,
-) -> Result<Option<Vec<u8>>> {
-    Ok(client
-        .query_opt(
-            "SELECT customer_ref FROM checkouts WHERE merchant_id = $1 AND plan_id = $2 \
-             AND customer_external_id IS NOT DISTINCT FROM $3 ORDER BY id DESC LIMIT 1",
-            &[&link.merchant_pk, &link.plan_pk, &customer],
+    merchant: &LinkMerchant,
+    customer: &str,
+    wallet: Address,
+    customer_ref: B256,
+) -> Result<()> {
+    let stmt = client
+        .prepare_cached(
+            "INSERT INTO checkout_wallet_refs (customer_ref, merchant_id, customer_external_id, \
+             wallet) SELECT $1, m.id, $3, $4 FROM merchants m WHERE m.public_id = $2 \
+             ON CONFLICT (customer_ref) DO NOTHING",
         )
-        .await?
-        .map(|r| r.get(0)))
+        .await?;
+    client
+        .execute(
+            &stmt,
+            &[
+                &customer_ref.as_slice(),
+                &merchant.public_id.as_str(),
+                &customer,
+                &wallet.as_slice(),
+            ],
+        )
+        .await?;
+    Ok(())
 }
 
 /// A new checkout link of one of the merchant's plans.

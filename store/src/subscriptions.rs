@@ -24,6 +24,8 @@ pub struct SubscriptionRow {
     pub plan_id: Option<PlanId>,
     pub plan_onchain_id: i64,
     pub customer_external_id: Option<String>,
+    /// Whether the on-chain customer reference resolved to a customer.
+    pub customer_reference: CustomerReference,
     pub subscriber: Address,
     /// Base units (`None` beyond u128).
     pub amount: Option<u128>,
@@ -51,6 +53,11 @@ impl SubscriptionRow {
                 .try_get::<_, Option<&str>>("plan_public_id")?
                 .and_then(PlanId::parse),
             plan_onchain_id: r.try_get("plan_onchain_id")?,
+            customer_reference: CustomerReference::of(
+                r.try_get("customer_ref")?,
+                r.try_get::<_, Option<&str>>("customer_external_id")?
+                    .is_some(),
+            ),
             customer_external_id: r.try_get("customer_external_id")?,
             subscriber: address(r.try_get("subscriber")?)?,
             amount: units(r.try_get("amount")?),
@@ -64,6 +71,40 @@ impl SubscriptionRow {
             updated_at: r.try_get("updated_at")?,
             chain: ChainRow::from_row(r)?,
         })
+    }
+}
+
+/// What a subscription's on-chain `customerRef` resolved to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CustomerReference {
+    /// Zero: subscribed without a customer (a link without one, or outside our checkout).
+    None,
+    /// Made by our checkout for this merchant's customer and this very wallet.
+    Matched,
+    /// Not one we made for this wallet (e.g. copied from another subscription's public log):
+    /// no customer is named.
+    Unmatched,
+}
+
+impl CustomerReference {
+    /// From the stored reference and whether a customer was resolved.
+    pub fn of(customer_ref: &[u8], resolved: bool) -> CustomerReference {
+        if customer_ref.iter().all(|b| *b == 0) {
+            CustomerReference::None
+        } else if resolved {
+            CustomerReference::Matched
+        } else {
+            CustomerReference::Unmatched
+        }
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CustomerReference::None => "none",
+            CustomerReference::Matched => "matched",
+            CustomerReference::Unmatched => "unmatched",
+        }
     }
 }
 
@@ -109,7 +150,7 @@ fn parse_id(id: &str) -> Result<SubscriptionId> {
 
 /// Columns and joins; `$1` merchant id, `$2` merchant wallet, `$3` chain id.
 const SELECT: &str = "SELECT s.onchain_id, s.public_id, s.status, s.cancel_at_period_end, \
-    s.subscriber, s.amount::TEXT AS amount, s.customer_external_id, s.period, \
+    s.subscriber, s.amount::TEXT AS amount, s.customer_external_id, s.customer_ref, s.period, \
     s.current_period_start, s.current_period_end, s.failed_attempts, s.next_retry_at, \
     s.ended_reason, s.created_at, s.updated_at, s.plan_onchain_id, p.public_id AS plan_public_id, \
     ce.chain_id, ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, \

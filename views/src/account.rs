@@ -1,7 +1,7 @@
 //! The dashboard's account objects: merchant, session, SIWE nonce, API key, plus the
 //! checkout a merchant creates and the health answer.
 
-use alloy::primitives::{Address, B256};
+use alloy::primitives::Address;
 use chainsub_core::{CheckoutId, MerchantId, PlanId};
 use chainsub_store::MerchantScope;
 use chainsub_store::merchants::KeyStatus;
@@ -133,8 +133,6 @@ pub struct CheckoutView<'a> {
     pub url: &'a str,
     pub plan_id: &'a PlanId,
     pub customer_external_id: Option<&'a str>,
-    /// The on-chain customer reference the checkout subscribes with.
-    pub customer_ref: B256,
     #[serde(serialize_with = "super::time")]
     pub created_at: DateTime<Utc>,
 }

@@ -18,6 +18,9 @@ pub struct SubscriptionView<'a> {
     pub cancel_at_period_end: bool,
     pub plan_id: Option<&'a PlanId>,
     pub customer_external_id: Option<&'a str>,
+    /// `matched`, `unmatched` (a reference not made for this wallet: no customer named) or
+    /// `none`.
+    pub customer_reference: &'static str,
     #[serde(serialize_with = "super::checksummed")]
     pub subscriber: Address,
     pub amount: Option<String>,
@@ -57,6 +60,7 @@ impl<'a> From<&'a SubscriptionRow> for SubscriptionView<'a> {
             cancel_at_period_end: r.cancel_at_period_end,
             plan_id: r.plan_id.as_ref(),
             customer_external_id: r.customer_external_id.as_deref(),
+            customer_reference: r.customer_reference.as_str(),
             subscriber: r.subscriber,
             amount: usdc(r.amount),
             currency: CURRENCY,

@@ -31,8 +31,6 @@ pub struct Link {
     /// Deactivated on chain: no new subscriptions.
     pub deactivated: bool,
     pub customer: Option<String>,
-    /// The bytes32 passed to `subscribe`: exactly what the API stored for this link.
-    pub customer_ref: B256,
 }
 
 /// Checks the link's `sig` before anything touches the database: a forged or edited link
@@ -89,20 +87,7 @@ pub async fn resolve(
             stored_link.amount
         ))
     })?;
-    // The stored reference is the contract with the indexer (it resolves customerExternalId
-    // through checkouts.customer_ref); the derivation is only a fallback for a link whose
-    // row is gone, and yields the same bytes because the API derives it the same way.
-    let stored =
-        chainsub_store::checkouts::stored_customer_ref(&conn, &stored_link, customer).await?;
-    let customer_ref = match stored {
-        Some(r) => B256::try_from(r.as_slice())
-            .map_err(|_| ApiError::Internal("checkouts.customer_ref is not 32 bytes".into()))?,
-        None => B256::from(link_sig::customer_ref(
-            ctx.cfg.checkout_signing_secret.expose(),
-            stored_link.merchant.public_id.as_str(),
-            customer,
-        )),
-    };
+    drop(conn);
     let chainsub_store::checkouts::Link {
         merchant,
         plan_public_id,
@@ -125,7 +110,6 @@ pub async fn resolve(
         plan_onchain_id: plan_onchain_id.and_then(|id| u64::try_from(id).ok()),
         deactivated,
         customer: customer.map(str::to_string),
-        customer_ref,
     })
 }
 
@@ -254,6 +238,7 @@ pub fn plan_transactions(
     plan_onchain_id: u64,
     periods: u32,
     from: Address,
+    customer_ref: B256,
     state: &WalletState,
 ) -> Value {
     let amount = U256::from(link.amount);
@@ -283,7 +268,7 @@ pub fn plan_transactions(
         planId: U256::from(plan_onchain_id),
         merchant: link.merchant.wallet,
         amount,
-        customerRef: link.customer_ref,
+        customerRef: customer_ref,
     }
     .abi_encode();
     steps.push(json!({
@@ -335,7 +320,6 @@ mod tests {
             plan_onchain_id: Some(7),
             deactivated: false,
             customer: Some("cust_1".into()),
-            customer_ref: B256::repeat_byte(0xab),
         }
     }
 
@@ -371,6 +355,7 @@ mod tests {
             7,
             12,
             FROM,
+            B256::repeat_byte(0xab),
             &state(50_000_000, 0, 0),
         );
         let steps = v["steps"].as_array().unwrap();
@@ -394,7 +379,17 @@ mod tests {
 
     #[test]
     fn approve_adds_to_an_allowance_other_subscriptions_use() {
-        let v = plan_transactions(1, USDC, MGR, &link(), 7, 12, FROM, &state(1, 5_000_000, 0));
+        let v = plan_transactions(
+            1,
+            USDC,
+            MGR,
+            &link(),
+            7,
+            12,
+            FROM,
+            B256::repeat_byte(0xab),
+            &state(1, 5_000_000, 0),
+        );
         let approve = MockUSDC::approveCall::abi_decode(&data_of(&v["steps"][0])).unwrap();
         assert_eq!(approve.amount, U256::from(5_000_000u64 + 9_990_000 * 12));
         assert_eq!(
@@ -413,6 +408,7 @@ mod tests {
             7,
             12,
             FROM,
+            B256::repeat_byte(0xab),
             &state(1, 200_000_000, 5),
         );
         let steps = v["steps"].as_array().unwrap();

@@ -117,7 +117,6 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                     url: &url,
                     plan_id: &plan.id,
                     customer_external_id: input.customer.as_deref(),
-                    customer_ref: customer_ref.into(),
                     created_at: created,
                 },
             ))

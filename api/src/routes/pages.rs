@@ -10,7 +10,7 @@
 
 use std::str::FromStr;
 
-use alloy::primitives::Address;
+use alloy::primitives::{Address, B256};
 use alloy::providers::DynProvider;
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -206,6 +206,25 @@ async fn transactions(
             from,
         )
     )?;
+    // The reference is bound to this wallet, and recorded before the wallet can use it:
+    // the indexer resolves customerExternalId only for a subscription from this wallet.
+    let customer_ref = B256::from(crate::checkout::wallet_customer_ref(
+        cfg.checkout_signing_secret.expose(),
+        link.merchant.public_id.as_str(),
+        link.customer.as_deref(),
+        from,
+    ));
+    if let Some(customer) = link.customer.as_deref() {
+        let conn = ctx.pool.get().await?;
+        chainsub_store::checkouts::record_wallet_ref(
+            &conn,
+            &link.merchant,
+            customer,
+            from,
+            customer_ref,
+        )
+        .await?;
+    }
     Ok(Resp::json(checkout::plan_transactions(
         cfg.chain_id,
         cfg.usdc_address,
@@ -214,6 +233,7 @@ async fn transactions(
         plan_onchain_id,
         cfg.pages.checkout_allowance_periods,
         from,
+        customer_ref,
         &state,
     )))
 }

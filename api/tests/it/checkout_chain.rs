@@ -230,3 +230,109 @@ async fn the_checkout_refuses_when_the_plan_on_chain_differs_from_the_link() {
         page.body
     );
 }
+
+/// v1 put one customerRef per customer into every subscription: anyone could copy the
+/// victim's from the public SubscriptionCreated log, subscribe from their own wallet and
+/// cancel, and the merchant received `subscription.cancelled` naming the victim's
+/// customerExternalId. Now the reference is made for the connected wallet, and a copied one
+/// resolves to no customer — and the subscription says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_customer_reference_copied_into_another_wallets_subscription_names_no_customer() {
+    use chainsub_tests::chain::accounts::{CUSTOMER_B, STRANGER};
+    let (app, key) = app().await;
+    let _indexer = spawn_indexer(&app, CONFIRMATIONS);
+    let chain = app.chain.as_ref().unwrap();
+    let plan = app
+        .post(
+            "/api/v1/plans",
+            &key,
+            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
+            None,
+        )
+        .await;
+    let plan_id = plan.body["id"].as_str().unwrap().to_string();
+    let checkout = app
+        .post(
+            "/api/v1/checkouts",
+            &key,
+            &json!({"planId": plan_id, "customerExternalId": "victim"}),
+            None,
+        )
+        .await;
+    let url = checkout.body["url"].as_str().unwrap().to_string();
+    chain.mine(CONFIRMATIONS).await;
+    wait_indexed(&app).await;
+
+    // The victim subscribes through the checkout.
+    let victim = DevChain::address(CUSTOMER);
+    chain.mint(victim, 100_000_000).await;
+    let victim_subs = app
+        .api
+        .subscribe_via_checkout(&url, &chain.provider, victim)
+        .await
+        .unwrap();
+    let created = victim_subs
+        .last()
+        .unwrap()
+        .1
+        .inner
+        .logs()
+        .iter()
+        .find_map(|l| match chainsub_abi::ContractEvent::decode(&l.inner) {
+            Ok(chainsub_abi::ContractEvent::SubscriptionCreated(c)) => Some(c),
+            _ => None,
+        });
+    let copied = created.expect("SubscriptionCreated").customerRef;
+
+    // The attacker copies the reference from the public log, subscribes from their own
+    // wallet, and cancels.
+    let attacker = DevChain::address(STRANGER);
+    chain.mint(attacker, 100_000_000).await;
+    chainsub_tests::send_as!(attacker, chain.usdc().approve(chain.manager, U256::MAX));
+    let (merchant, amount) = chain.plan_terms(U256::from(1)).await;
+    chainsub_tests::send_as!(
+        attacker,
+        chain
+            .manager()
+            .subscribe(U256::from(1), merchant, amount, copied)
+    );
+    chainsub_tests::send_as!(attacker, chain.manager().cancel(U256::from(2)));
+    // A second wallet that asks the page for its own reference gets a different one.
+    let other = app
+        .api
+        .checkout_transactions(&url, DevChain::address(CUSTOMER_B))
+        .await
+        .unwrap();
+    let step = other["steps"].as_array().unwrap().last().unwrap().clone();
+    let data: alloy::primitives::Bytes = step["tx"]["data"].as_str().unwrap().parse().unwrap();
+    let theirs = SubscriptionManager::subscribeCall::abi_decode(&data).unwrap();
+    assert_ne!(theirs.customerRef, copied, "the reference is per wallet");
+    wait_indexed(&app).await;
+
+    let subs = app.get("/api/v1/subscriptions?limit=10", &key).await;
+    let by_wallet = |w: Address| {
+        subs.body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["subscriber"] == w.to_checksum(None))
+            .cloned()
+            .unwrap_or_else(|| panic!("no subscription of {w}: {:?}", subs.body))
+    };
+    let v = by_wallet(victim);
+    assert_eq!(
+        (&v["customerExternalId"], &v["customerReference"]),
+        (&json!("victim"), &json!("matched"))
+    );
+    let a = by_wallet(attacker);
+    assert_eq!(
+        (&a["customerExternalId"], &a["customerReference"]),
+        (&Value::Null, &json!("unmatched")),
+        "{a}"
+    );
+    let events = app
+        .get("/api/v1/events?type=subscription.cancelled", &key)
+        .await;
+    let cancelled = &events.body["data"][0]["data"];
+    assert_eq!(cancelled["customerExternalId"], Value::Null, "{cancelled}");
+}

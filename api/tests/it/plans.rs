@@ -476,7 +476,9 @@ async fn checkout_url_is_signed_for_plan_and_customer() {
     assert_eq!(r.status, 201);
     assert!(!r.body["url"].as_str().unwrap().contains("customer="));
     assert_eq!(r.body["customerExternalId"], Value::Null);
-    assert_eq!(r.body["customerRef"], format!("0x{}", "00".repeat(32)));
+    // The on-chain reference depends on the subscribing wallet: the checkout page derives
+    // it for the connected wallet, so the checkout object carries none.
+    assert!(r.body.get("customerRef").is_none(), "{:?}", r.body);
 }
 
 #[tokio::test]

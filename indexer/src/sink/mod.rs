@@ -300,10 +300,12 @@ impl Ctx {
             .into_iter()
             .collect();
         let mut states = rows::load_subs(tx, self.chain_id, &touched).await?;
-        let refs: Vec<(B256, Address)> = events
+        let refs: Vec<(B256, Address, Address)> = events
             .iter()
             .filter_map(|e| match &e.event {
-                Some(ContractEvent::SubscriptionCreated(c)) => Some((c.customerRef, c.merchant)),
+                Some(ContractEvent::SubscriptionCreated(c)) => {
+                    Some((c.customerRef, c.merchant, c.subscriber))
+                }
                 _ => None,
             })
             .collect();

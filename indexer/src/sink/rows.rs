@@ -398,11 +398,13 @@ pub async fn upsert_subs(tx: &Transaction<'_>, chain_id: i64, subs: &[&SubState]
     Ok(())
 }
 
-/// The checkout's customer external id for each `(customer_ref, merchant)`, `None` for a zero
-/// ref or no checkout (a subscription made outside our checkout).
+/// The customer external id for each `(customer_ref, merchant, subscriber)`: the checkout's
+/// customer only when the reference was made for that merchant AND that subscribing wallet
+/// (`checkout_wallet_refs`); `None` for a zero reference, a subscription made outside our
+/// checkout, or a reference copied into another wallet's subscription.
 pub async fn resolve_customers(
     tx: &Transaction<'_>,
-    refs: &[(B256, Address)],
+    refs: &[(B256, Address, Address)],
 ) -> Result<Vec<Option<String>>> {
     let wanted: Vec<usize> = (0..refs.len()).filter(|&i| !refs[i].0.is_zero()).collect();
     let mut out = vec![None; refs.len()];
@@ -411,12 +413,15 @@ pub async fn resolve_customers(
     }
     let r: Vec<&[u8]> = wanted.iter().map(|&i| refs[i].0.as_slice()).collect();
     let w: Vec<&[u8]> = wanted.iter().map(|&i| refs[i].1.as_slice()).collect();
+    let s: Vec<&[u8]> = wanted.iter().map(|&i| refs[i].2.as_slice()).collect();
     let rows = tx
         .query(
-            "SELECT (SELECT c.customer_external_id FROM checkouts c JOIN merchants m ON m.id = c.merchant_id
-                     WHERE c.customer_ref = u.r AND m.wallet = u.w LIMIT 1)
-             FROM unnest($1::bytea[], $2::bytea[]) WITH ORDINALITY AS u(r, w, i) ORDER BY u.i",
-            &[&r, &w],
+            "SELECT (SELECT c.customer_external_id FROM checkout_wallet_refs c
+                     JOIN merchants m ON m.id = c.merchant_id
+                     WHERE c.customer_ref = u.r AND m.wallet = u.w AND c.wallet = u.s)
+             FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) WITH ORDINALITY AS u(r, w, s, i)
+             ORDER BY u.i",
+            &[&r, &w, &s],
         )
         .await?;
     for (row, &i) in rows.iter().zip(&wanted) {
@@ -450,10 +455,12 @@ pub async fn rebuild_subs(
             decoded.push((r.get::<_, i64>(0), bt.timestamp() as u64, tx_hash, ev));
         }
     }
-    let refs: Vec<(B256, Address)> = decoded
+    let refs: Vec<(B256, Address, Address)> = decoded
         .iter()
         .filter_map(|(_, _, _, ev)| match ev {
-            ContractEvent::SubscriptionCreated(c) => Some((c.customerRef, c.merchant)),
+            ContractEvent::SubscriptionCreated(c) => {
+                Some((c.customerRef, c.merchant, c.subscriber))
+            }
             _ => None,
         })
         .collect();

@@ -9,17 +9,19 @@ use alloy::rpc::types::Filter;
 use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, MERCHANT_B};
 use chainsub_tests::{DevChain, TestDb};
 
-/// A merchant, a plan and a checkout whose customer_ref the subscription will carry.
-fn api_rows(wallet: &[u8], customer_ref: B256) -> String {
+/// A merchant, a plan, and the reference the checkout made for `subscriber`'s wallet, which
+/// the subscription will carry.
+fn api_rows(wallet: &[u8], customer_ref: B256, subscriber: &[u8]) -> String {
     format!(
             "INSERT INTO merchants (public_id, wallet, code) VALUES ('mer_1', '\\x{}', 'm1');
              INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, plan_ref)
                VALUES ('plan_1', 1, 'Pro', 9990000, 'USDC', 'month', 'pro', '\\x{}');
-             INSERT INTO checkouts (public_id, merchant_id, plan_id, customer_external_id, customer_ref, url)
-               VALUES ('chk_1', 1, 1, 'cus_42', '\\x{}', 'http://x');",
+             INSERT INTO checkout_wallet_refs (customer_ref, merchant_id, customer_external_id, wallet)
+               VALUES ('\\x{}', 1, 'cus_42', '\\x{}');",
             alloy::hex::encode(wallet),
             alloy::hex::encode(B256::repeat_byte(0x11)),
             alloy::hex::encode(customer_ref),
+            alloy::hex::encode(subscriber),
     )
 }
 
@@ -34,7 +36,7 @@ async fn backfill_then_live_indexes_every_event_exactly_once() {
     let merchant = DevChain::address(MERCHANT);
     let (alice, bob) = (DevChain::address(CUSTOMER), DevChain::address(CUSTOMER_B));
     let alice_ref = B256::repeat_byte(0xa1);
-    let seed = api_rows(merchant.as_slice(), alice_ref);
+    let seed = api_rows(merchant.as_slice(), alice_ref, alice.as_slice());
     client.batch_execute(&seed).await.unwrap();
 
     // Backfill part: plans and two subscriptions exist before the indexer starts.

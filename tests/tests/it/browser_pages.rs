@@ -82,7 +82,7 @@ async fn checkout_link_errors_are_html_pages_with_honest_status() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn tx_endpoint_encodes_approve_and_subscribe_with_the_stored_customer_ref() {
+async fn tx_endpoint_encodes_approve_and_subscribe_with_the_wallets_recorded_customer_ref() {
     let s = start("pages-tx", true).await;
     let customer = DevChain::address(accounts::CUSTOMER);
     let (_, plan, checkout) = plan_and_checkout(&s, "cust_tx").await;
@@ -141,19 +141,22 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_stored_customer_ref(
         .connect()
         .await
         .query_one(
-            "SELECT c.customer_ref, p.onchain_plan_id FROM checkouts c JOIN plans p ON p.id = c.plan_id \
-             WHERE c.customer_external_id = 'cust_tx' AND p.public_id = $1",
+            "SELECT r.customer_ref, r.wallet, p.onchain_plan_id FROM checkout_wallet_refs r \
+             JOIN plans p ON p.merchant_id = r.merchant_id \
+             WHERE r.customer_external_id = 'cust_tx' AND p.public_id = $1",
             &[&plan["id"].as_str().unwrap()],
         )
         .await
         .unwrap();
     let stored: Vec<u8> = row.get(0);
-    let plan_onchain_id: i64 = row.get(1);
+    let wallet: Vec<u8> = row.get(1);
+    let plan_onchain_id: i64 = row.get(2);
     assert_eq!(
         sub.customerRef,
         B256::from_slice(&stored),
-        "customerRef is the stored one"
+        "customerRef is the one recorded for this wallet"
     );
+    assert_eq!(wallet, customer.as_slice());
     assert_eq!(sub.planId, U256::from(plan_onchain_id as u64));
 
     // Send both exactly as handed out (what the wallet does), after funding the customer.
