@@ -36,7 +36,9 @@
 //!   up), then sent anyway so that the failure is recorded and the grace clock moves on.
 //!   Deferral therefore delays the end of a non-paying subscription by at most 3 x that.
 //! - **One keeper per chain.** A session advisory lock (`locks::keeper(chain_id)`); a second
-//!   keeper waits as a hot standby. Losing the lock connection stops sends.
+//!   keeper waits as a hot standby. Losing the lock connection stops sends at once; the
+//!   keeper then reconnects (as long as it runs) and takes the lock again or stands by, and
+//!   its next session resumes the journal — a Postgres restart no longer stops renewals.
 
 pub mod chain;
 pub mod config;
@@ -149,48 +151,121 @@ pub async fn run(
         },
     )
     .await?;
-    let store = Store::new(pool, cfg.chain_id, cfg.contract_address, chain.keeper)?;
-
-    let lock_client = startup::connect(&db, deadline).await?;
+    let mut store = Store::new(pool, cfg.chain_id, cfg.contract_address, chain.keeper)?;
+    let (mut cfg, mut chain) = (cfg, chain);
     let key = chainsub_migrations::locks::keeper(cfg.chain_id);
-    let mut stop = stop_rx.clone();
+    // One lock session after another: a keeper whose lock connection is lost (a Postgres
+    // restart, a network cut, its session ended on the server while it was frozen) stops
+    // sending at once, reconnects, and takes the lock again or stands by. Everything it
+    // had in flight is in the journal, which the next session's first pass resumes.
+    let mut session: u64 = 0;
     loop {
-        let got: bool = lock_client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-            .await?
-            .get(0);
-        if got {
-            break;
-        }
-        if cfg.once {
-            tracing::warn!("another keeper holds the lock for this chain; nothing to do");
-            return Ok(Exit::LockBusy);
-        }
-        set_status(&health, "standby");
-        tracing::info!("another keeper holds the lock for this chain; waiting as a standby");
-        tokio::select! {
-            _ = tokio::time::sleep(cfg.poll_interval()) => {}
-            _ = stop.wait_for(|s| *s) => return Ok(Exit::Done),
+        session += 1;
+        let Some(lock_client) =
+            take_lock(&cfg, &db, key, deadline, session, &health, stop_rx.clone()).await?
+        else {
+            return Ok(if cfg.once { Exit::LockBusy } else { Exit::Done });
+        };
+        // A keeper that stops talking without dying (frozen, partitioned) must lose the lock
+        // in bounded time, or no standby ever takes over: bound the lock session on the
+        // server and keep it busy from a heartbeat while this process runs (see
+        // `bound_lock_session`).
+        let lock_client = std::sync::Arc::new(lock_client);
+        bound_lock_session(&lock_client, cfg.lock_idle_timeout()).await?;
+        metrics::gauge!(names::LOCK_HELD).set(1.0);
+        health.lock().expect("health lock").lock_held = true;
+        tracing::info!(keeper = %chain.keeper, chain_id = cfg.chain_id, contract = %cfg.contract_address, session, "keeper lock taken");
+
+        let keeper = Keeper {
+            cfg,
+            chain,
+            store,
+            // A new session re-reads the nonce from the node (and the journal).
+            nonce: tokio::sync::Mutex::new(None),
+            lock_client,
+            health: health.clone(),
+        };
+        match keeper.run_loop(stop_rx.clone()).await {
+            Err(Error::LockLost) if !keeper.cfg.once => {
+                metrics::gauge!(names::LOCK_HELD).set(0.0);
+                metrics::counter!(names::LOCK_LOST).increment(1);
+                {
+                    let mut h = health.lock().expect("health lock");
+                    h.lock_held = false;
+                    h.status = "reconnecting";
+                }
+                tracing::warn!(
+                    session,
+                    "the keeper lock's connection is gone; sends stopped, reconnecting to take the lock again"
+                );
+                Keeper {
+                    cfg,
+                    chain,
+                    store,
+                    ..
+                } = keeper;
+            }
+            other => return other,
         }
     }
-    // A keeper that stops talking without dying (frozen, partitioned) must lose the lock in
-    // bounded time, or no standby ever takes over: bound the lock session on the server and
-    // keep it busy from a heartbeat while this process runs (see `bound_lock_session`).
-    let lock_client = std::sync::Arc::new(lock_client);
-    bound_lock_session(&lock_client, cfg.lock_idle_timeout()).await?;
-    metrics::gauge!(names::LOCK_HELD).set(1.0);
-    health.lock().expect("health lock").lock_held = true;
-    tracing::info!(keeper = %chain.keeper, chain_id = cfg.chain_id, contract = %cfg.contract_address, "keeper lock taken");
+}
 
-    let keeper = Keeper {
-        cfg,
-        chain,
-        store,
-        nonce: tokio::sync::Mutex::new(None),
-        lock_client,
-        health,
-    };
-    keeper.run_loop(stop_rx).await
+/// Connects a lock session and takes the keeper lock, standing by while another keeper holds
+/// it. Connection failures are retried (the first session within the start-up deadline;
+/// later ones for as long as the process runs: a keeper that lost its database keeps trying
+/// instead of exiting). `None` when stopped, or with `--once` when another keeper holds it.
+async fn take_lock(
+    cfg: &Config,
+    db: &chainsub_store::pg::Database,
+    key: i64,
+    deadline: std::time::Duration,
+    session: u64,
+    health: &SharedHealth,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Option<tokio_postgres::Client>> {
+    loop {
+        let client = if session == 1 {
+            startup::connect(db, deadline).await?
+        } else {
+            match db.connect().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "keeper lock session: database unreachable; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
+                        _ = stop.wait_for(|s| *s) => return Ok(None),
+                    }
+                }
+            }
+        };
+        loop {
+            let got: bool = match client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await
+            {
+                Ok(row) => row.get(0),
+                // The new connection broke too: connect again.
+                Err(e) if client.is_closed() => {
+                    tracing::warn!(error = %e, "keeper lock session dropped while standing by");
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if got {
+                return Ok(Some(client));
+            }
+            if cfg.once {
+                tracing::warn!("another keeper holds the lock for this chain; nothing to do");
+                return Ok(None);
+            }
+            set_status(health, "standby");
+            tracing::info!("another keeper holds the lock for this chain; waiting as a standby");
+            tokio::select! {
+                _ = tokio::time::sleep(cfg.poll_interval()) => {}
+                _ = stop.wait_for(|s| *s) => return Ok(None),
+            }
+        }
+    }
 }
 
 impl Keeper {
@@ -292,7 +367,8 @@ impl Keeper {
 /// Server-side bounds on the lock session (`store::pg::bound_lock_session`) and a heartbeat
 /// task that sends an empty query every second while the process runs. A frozen keeper
 /// stops the heartbeat, the server ends the session after `idle`, the lock is free for a
-/// standby, and the woken keeper finds its lock session closed and stops (`LockLost`).
+/// standby, and the woken keeper finds its lock session closed, stops sending (`LockLost`)
+/// and reconnects: it stands by while the other keeper holds the lock.
 async fn bound_lock_session(
     client: &std::sync::Arc<tokio_postgres::Client>,
     idle: std::time::Duration,

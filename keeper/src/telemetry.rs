@@ -43,6 +43,9 @@ pub mod names {
     pub const CHAIN_TIME: &str = "keeper_chain_time_seconds";
     /// Gauge: 1 while this process holds the per-chain keeper lock.
     pub const LOCK_HELD: &str = "keeper_lock_held";
+    /// Counter: lock sessions lost (the keeper reconnected and took the lock again or
+    /// stood by).
+    pub const LOCK_LOST: &str = "keeper_lock_lost_total";
     /// Gauge: the keeper account's ETH balance in wei.
     pub const BALANCE_WEI: &str = "keeper_balance_wei";
 }
@@ -52,7 +55,7 @@ pub mod names {
 #[serde(rename_all = "camelCase")]
 pub struct Health {
     /// starting | standby (another keeper holds the lock) | ok | degraded (last pass failed)
-    /// | budget_exhausted.
+    /// | budget_exhausted | reconnecting (lost its lock session; sends stopped).
     pub status: &'static str,
     pub chain_id: u64,
     pub keeper_address: String,
@@ -75,11 +78,12 @@ pub struct Health {
 pub const STALL: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Health {
-    /// Readiness: 503 while starting or while the last pass failed (its database or node
-    /// unreachable, reads failing); a standby waiting on the lock is ready.
+    /// Readiness: 503 while starting, while the last pass failed (its database or node
+    /// unreachable, reads failing) or while reconnecting after losing its lock session; a
+    /// standby waiting on the lock is ready.
     pub fn readiness(&self) -> StatusCode {
         match self.status {
-            "degraded" | "starting" => StatusCode::SERVICE_UNAVAILABLE,
+            "degraded" | "starting" | "reconnecting" => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::OK,
         }
     }

@@ -231,7 +231,7 @@ async fn keeper_refuses_a_chain_id_that_the_rpc_does_not_serve() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn keeper_that_loses_its_lock_session_stops_instead_of_sending_unguarded() {
+async fn keeper_that_loses_its_lock_session_stops_sending_and_takes_the_lock_again() {
     let stack = Stack::start().await;
     let socket = Reserved::new();
     let port = socket.port;
@@ -256,10 +256,39 @@ async fn keeper_that_loses_its_lock_session_stops_instead_of_sending_unguarded()
         .get(0);
     assert_eq!(killed, 1, "exactly one session held the keeper lock");
 
-    let status = wait_exit(&mut keeper);
+    // Issue 11, point 11: it stops sending, reconnects and takes the lock again (it used to
+    // exit, and renewals stopped until a supervisor restarted it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !http_get(port, "/metrics")
+        .1
+        .contains("keeper_lock_lost_total 1")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lost lock session was never noticed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    wait_health(port, |h| h["lockHeld"] == true && h["status"] == "ok");
     assert!(
-        !status.success(),
-        "a keeper without its lock must stop: {status}"
+        keeper.0.try_wait().unwrap().is_none(),
+        "the keeper is still running"
+    );
+    let holders: i64 = stack
+        .pg
+        .query_one(
+            "SELECT count(*) FROM pg_locks l
+             JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
+             WHERE l.locktype = 'advisory' AND l.granted
+               AND ((l.classid::BIGINT << 32) | l.objid::BIGINT) = $1",
+            &[&lock_key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        holders, 1,
+        "the keeper holds the lock again, in a new session"
     );
 }
 
@@ -353,9 +382,9 @@ async fn a_database_and_a_node_down_at_start_up_are_waited_for() {
 /// Issue 12, point 4 (keeper): a frozen keeper (SIGSTOP) keeps its lock session open, so no
 /// standby used to take over and renewals stopped. Its lock session now ends on the server
 /// after KEEPER_LOCK_IDLE_TIMEOUT_MS without the heartbeat; the standby takes the lock;
-/// woken (SIGCONT), the old keeper finds its lock session gone and stops.
+/// woken (SIGCONT), the old keeper finds its lock session gone and stands by.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_frozen_keeper_is_replaced_and_stops_when_it_wakes() {
+async fn a_frozen_keeper_is_replaced_and_stands_by_when_it_wakes() {
     let stack = Stack::start().await;
     let socket = Reserved::new();
     let port = socket.port;
@@ -373,6 +402,68 @@ async fn a_frozen_keeper_is_replaced_and_stops_when_it_wakes() {
         h["lockHeld"] == true && h["status"] == "ok"
     });
     first.signal("-CONT");
-    let status = wait_exit(&mut first);
-    assert!(!status.success(), "the woken keeper stops: {status}");
+    // Woken, it finds its lock session gone, stops sending and stands by behind the keeper
+    // that took over.
+    wait_health(port, |h| h["status"] == "standby" && h["lockHeld"] == false);
+    assert!(first.0.try_wait().unwrap().is_none());
+}
+
+/// Issue 11, point 11: the database goes away during a renewal wave (every connection cut and
+/// new ones refused for 3 s, as a Postgres restart looks from the keeper) — the keeper used to
+/// exit within seconds. It stays up, reconnects, takes its lock again, and every due
+/// subscription is charged exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_restart_during_a_renewal_wave_charges_every_due_subscription_once() {
+    use chainsub_tests::proxy::{Proxy, target_of, via};
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let mut subs = Vec::new();
+    for c in [accounts::CUSTOMER, accounts::CUSTOMER_B, 6, 7, 8, 9] {
+        subs.push(stack.subscribe(c, plan, 3).await);
+    }
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    let pg = Proxy::start(target_of(&stack.db.url)).await;
+    let socket = Reserved::new();
+    let port = socket.port;
+    let mut cmd = stack.keeper_on(&socket);
+    cmd.env("DATABASE_URL", via(&stack.db.url, pg.addr));
+    let mut keeper = spawn(cmd, &["--concurrency", "2"]);
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_steps WHERE status IN ('sent', 'mined')",
+            1,
+        )
+        .await;
+    pg.disable();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(
+        keeper.0.try_wait().unwrap().is_none(),
+        "the keeper exited while its database was down"
+    );
+    pg.enable();
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
+            subs.len() as i64,
+        )
+        .await;
+    tokio::task::spawn_blocking(move || {
+        wait_health(port, |h| h["lockHeld"] == true && h["status"] == "ok")
+    })
+    .await
+    .unwrap();
+    for sub in &subs {
+        assert_eq!(
+            stack.steps(*sub).await,
+            vec![Step::Charged {
+                period: 2,
+                attempt: 1
+            }],
+            "sub {sub}"
+        );
+    }
+    assert_eq!(stack.keeper_tx_count().await, subs.len() as u64);
+    assert!(keeper.0.try_wait().unwrap().is_none());
 }

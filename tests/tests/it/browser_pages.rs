@@ -136,18 +136,17 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_wallets_recorded_cus
     assert_eq!(approve.spender, s.chain.manager);
     assert_eq!(approve.amount, U256::from(9_990_000u64 * 12));
     let sub = SubscriptionManager::subscribeCall::abi_decode(&calldata(&steps[1])).unwrap();
-    let row = s
-        .db
-        .connect()
-        .await
-        .query_one(
-            "SELECT r.customer_ref, r.wallet, p.onchain_plan_id FROM checkout_wallet_refs r \
+    let row =
+        s.db.connect()
+            .await
+            .query_one(
+                "SELECT r.customer_ref, r.wallet, p.onchain_plan_id FROM checkout_wallet_refs r \
              JOIN plans p ON p.merchant_id = r.merchant_id \
              WHERE r.customer_external_id = 'cust_tx' AND p.public_id = $1",
-            &[&plan["id"].as_str().unwrap()],
-        )
-        .await
-        .unwrap();
+                &[&plan["id"].as_str().unwrap()],
+            )
+            .await
+            .unwrap();
     let stored: Vec<u8> = row.get(0);
     let wallet: Vec<u8> = row.get(1);
     let plan_onchain_id: i64 = row.get(2);
