@@ -131,7 +131,7 @@ impl Chain {
     }
 
     /// Estimates `charge(id)` from the keeper's address. A revert (NotDue, NotLive, ...)
-    /// means the call must not be sent; otherwise returns a gas limit with headroom.
+    /// means the call must not be sent; otherwise returns the node's estimate.
     pub async fn preflight(&self, subscription_id: u64) -> Result<Result<u64, Skip>> {
         match self
             .provider
@@ -141,8 +141,8 @@ impl Chain {
             .latest()
             .await
         {
-            // 25% headroom: the estimate is against the latest block, the send lands later.
-            Ok(gas) => Ok(Ok(gas.saturating_mul(5) / 4)),
+            // The caller adds headroom: the estimate is against the latest block.
+            Ok(gas) => Ok(Ok(gas)),
             Err(e) => match classify_revert(&e) {
                 Some(skip) => Ok(Err(skip)),
                 None => Err(e.into()),

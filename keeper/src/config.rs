@@ -101,6 +101,20 @@ pub struct Config {
     /// Fee increase of a replacement, in percent (nodes require at least 10).
     #[arg(long, env = "KEEPER_FEE_BUMP_PERCENT", default_value_t = 25)]
     pub fee_bump_percent: u32,
+    /// Gas limit of a charge, in percent of the node's estimate (the estimate is against the
+    /// latest block; the send lands later).
+    #[arg(long, env = "KEEPER_GAS_HEADROOM_PERCENT", default_value_t = 125)]
+    pub gas_headroom_percent: u64,
+    /// Times a charge that reverted on chain is sent again (each with a new nonce and 50%
+    /// more gas than the last), after `--revert-backoff-ms` doubled per earlier revert. A
+    /// step that reverts more often is abandoned: `keeper_steps_abandoned_total`, an error
+    /// log naming the subscription and period, and `abandoned` in /health. 0: a revert is
+    /// final.
+    #[arg(long, env = "KEEPER_MAX_REVERT_RETRIES", default_value_t = 3)]
+    pub max_revert_retries: u32,
+    /// Wait before the first retry of a reverted charge, in milliseconds (wall clock).
+    #[arg(long, env = "KEEPER_REVERT_BACKOFF_MS", default_value_t = 60_000)]
+    pub revert_backoff_ms: u64,
     /// Most replacements of one transaction.
     #[arg(long, env = "KEEPER_MAX_REPLACEMENTS", default_value_t = 5)]
     pub max_replacements: u32,

@@ -17,12 +17,17 @@
 //! - **Reorgs.** A step closed within `--reorg-depth` blocks of the head is re-checked each
 //!   pass; if a reorg removed its transaction, the step reopens and the same journaled bytes
 //!   (same nonce) are re-broadcast.
+//! - **Reverted on chain.** A charge that passed its preflight and still reverted (state
+//!   changed before it was mined, too little gas) is sent again after a backoff, with a new
+//!   nonce and 50% more gas, up to `--max-revert-retries` times; then the step is abandoned
+//!   and reported (metric, error log with subscription and period, `/health`). v1 closed it
+//!   for good and never renewed that subscription again.
 //! - **Nonces.** One counter, initialised from the node's pending nonce (and never below an
 //!   open journal row), handed out and broadcast in order under one lock; "nonce too low"
 //!   re-syncs it from the node. A refused broadcast leaves a gap, so the counter re-syncs;
 //!   a step that provably never reached the chain (refused by the node, or its nonce taken by
 //!   a foreign transaction) is closed as failed without a tx hash and may be taken up again
-//!   (e.g. once an unfunded keeper is topped up). A step that reverted on chain is final.
+//!   (e.g. once an unfunded keeper is topped up).
 //! - **Bounded work.** At most `--concurrency` transactions in flight; preflights run in
 //!   parallel up to the same bound.
 //! - **Gas budget.** Fees paid in the window plus the worst case of in-flight transactions;
@@ -151,7 +156,8 @@ pub async fn run(
         },
     )
     .await?;
-    let mut store = Store::new(pool, cfg.chain_id, cfg.contract_address, chain.keeper)?;
+    let mut store = Store::new(pool, cfg.chain_id, cfg.contract_address, chain.keeper)?
+        .with_revert_retries(cfg.max_revert_retries);
     let (mut cfg, mut chain) = (cfg, chain);
     let key = chainsub_migrations::locks::keeper(cfg.chain_id);
     // One lock session after another: a keeper whose lock connection is lost (a Postgres
@@ -346,10 +352,13 @@ impl Keeper {
             .store
             .spent_in_window(self.cfg.budget_window_secs)
             .await?;
+        let abandoned = self.store.abandoned_count().await?;
+        metrics::gauge!(names::ABANDONED_STEPS).set(abandoned as f64);
         metrics::gauge!(names::IN_FLIGHT).set(open as f64);
         metrics::gauge!(names::SPENT_WEI).set(spent as f64);
         let mut h = self.health.lock().expect("health lock");
         h.in_flight = open;
+        h.abandoned = abandoned;
         h.spent_in_window_wei = spent.to_string();
         Ok(())
     }

@@ -126,13 +126,27 @@ impl Keeper {
     async fn record_receipt(&self, step: &OpenStep) -> Result<bool> {
         for tx in step.txs.iter().rev() {
             if let Some(out) = self.chain.receipt(tx.tx.hash).await? {
-                self.store.finish(step.id, tx.id, &out).await?;
+                let backoff = std::time::Duration::from_millis(self.cfg.revert_backoff_ms);
+                let reverts = self.store.finish(step.id, tx.id, &out, backoff).await?;
                 let result = if out.success { "mined" } else { "reverted" };
                 metrics::counter!(names::RECEIPTS, "result" => result).increment(1);
                 if out.success {
                     tracing::info!(subscription = step.subscription_id, period = step.period, attempt = step.attempt, tx = %tx.tx.hash, block = out.block_number, "charge mined");
+                } else if reverts as u32 > self.cfg.max_revert_retries {
+                    metrics::counter!(names::ABANDONED).increment(1);
+                    tracing::error!(
+                        subscription = step.subscription_id, period = step.period,
+                        attempt = step.attempt, tx = %tx.tx.hash, reverts,
+                        "charge reverted on chain again; retries used up, step ABANDONED: this \
+                         subscription is not renewed until an operator acts"
+                    );
                 } else {
-                    tracing::warn!(subscription = step.subscription_id, period = step.period, tx = %tx.tx.hash, "charge reverted on chain; step closed");
+                    tracing::warn!(
+                        subscription = step.subscription_id, period = step.period,
+                        attempt = step.attempt, tx = %tx.tx.hash, reverts,
+                        retries_left = self.cfg.max_revert_retries - reverts as u32 + 1,
+                        "charge reverted on chain; it will be sent again after a backoff"
+                    );
                 }
                 return Ok(true);
             }

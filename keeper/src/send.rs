@@ -9,6 +9,26 @@ use super::telemetry::names;
 use super::{Keeper, PassReport, chain_datetime};
 use chainsub_store::keeper::{Action, DueSubscription, SignedTx};
 
+/// The gas limit of a send: `headroom_percent` of the estimate, and 50% more per earlier
+/// on-chain revert of the same step (an out-of-gas revert must not repeat as it was).
+fn gas_limit(estimate: u64, headroom_percent: u64, reverts: i32) -> u64 {
+    let mut gas = estimate.saturating_mul(headroom_percent) / 100;
+    for _ in 0..reverts.clamp(0, 8) {
+        gas = gas.saturating_mul(3) / 2;
+    }
+    gas
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn gas_limit_adds_headroom_and_half_again_per_revert() {
+        assert_eq!(super::gas_limit(100_000, 125, 0), 125_000);
+        assert_eq!(super::gas_limit(100_000, 60, 1), 90_000);
+        assert_eq!(super::gas_limit(100_000, 60, 2), 135_000);
+    }
+}
+
 /// What happened to one due subscription in a pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Handled {
@@ -121,7 +141,7 @@ impl Keeper {
             }
         }
         let gas_limit = match self.chain.preflight(sub.onchain_id).await? {
-            Ok(gas) => gas,
+            Ok(gas) => gas_limit(gas, self.cfg.gas_headroom_percent, sub.reverts),
             Err(skip) => {
                 if let super::chain::Skip::Reverted(why) = &skip {
                     tracing::warn!(

@@ -43,6 +43,11 @@ pub mod names {
     pub const CHAIN_TIME: &str = "keeper_chain_time_seconds";
     /// Gauge: 1 while this process holds the per-chain keeper lock.
     pub const LOCK_HELD: &str = "keeper_lock_held";
+    /// Counter: steps abandoned after reverting on chain more often than
+    /// KEEPER_MAX_REVERT_RETRIES allows (alert on any increase).
+    pub const ABANDONED: &str = "keeper_steps_abandoned_total";
+    /// Gauge: abandoned steps in the journal.
+    pub const ABANDONED_STEPS: &str = "keeper_abandoned_steps";
     /// Counter: lock sessions lost (the keeper reconnected and took the lock again or
     /// stood by).
     pub const LOCK_LOST: &str = "keeper_lock_lost_total";
@@ -68,6 +73,8 @@ pub struct Health {
     pub budget_wei: String,
     pub spent_in_window_wei: String,
     pub budget_exhausted: bool,
+    /// Steps abandoned after too many on-chain reverts (each needs an operator).
+    pub abandoned: i64,
     /// When the last pass ended (liveness).
     #[serde(skip)]
     pub last_pass: Option<std::time::Instant>,

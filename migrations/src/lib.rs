@@ -58,6 +58,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "wallet_bound_customer_refs",
         sql: include_str!("../sql/0010_wallet_bound_customer_refs.sql"),
     },
+    Migration {
+        version: 11,
+        name: "keeper_revert_retries",
+        sql: include_str!("../sql/0011_keeper_revert_retries.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -219,3 +219,99 @@ async fn past_due_subscription_set_to_cancel_at_period_end_is_ended_without_wait
     );
     assert_eq!(stack.indexed_status(sub).await, "ended");
 }
+
+/// Transaction statuses of `sub`'s steps, oldest first.
+async fn tx_statuses(stack: &Stack, sub: u64) -> Vec<String> {
+    stack
+        .pg
+        .query(
+            "SELECT t.status FROM keeper_txs t JOIN keeper_steps s ON s.id = t.step_id
+             WHERE s.subscription_id = $1 ORDER BY t.id",
+            &[&(sub as i64)],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Issue 11, point 10: a charge that passed its preflight and still reverted on chain (here:
+/// too little gas, 60% of the estimate) used to close its step for good — that subscription
+/// was never renewed again. It is now sent again after a backoff with 50% more gas each time
+/// (60% → 90% → 135%), and the period is charged exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_charge_that_reverted_on_chain_is_retried_with_more_gas_and_lands_once() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    let mut cmd = stack.keeper();
+    cmd.env("KEEPER_GAS_HEADROOM_PERCENT", "60")
+        .env("KEEPER_REVERT_BACKOFF_MS", "100");
+    let _keeper = crate::support::spawn(cmd, &[]);
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
+            1,
+        )
+        .await;
+
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+    assert_eq!(
+        tx_statuses(&stack, sub).await,
+        ["failed", "failed", "mined"]
+    );
+    let reverts: i32 = stack
+        .pg
+        .query_one(
+            "SELECT reverts FROM keeper_steps WHERE subscription_id = $1",
+            &[&(sub as i64)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(reverts, 2);
+}
+
+/// The retries are bounded: a step that keeps reverting is abandoned and reported (metric,
+/// /health), not retried forever and not dropped silently.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_charge_that_keeps_reverting_is_abandoned_and_reported() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    let socket = chainsub_tests::Reserved::new();
+    let port = socket.port;
+    let mut cmd = stack.keeper_on(&socket);
+    cmd.env("KEEPER_GAS_HEADROOM_PERCENT", "45")
+        .env("KEEPER_MAX_REVERT_RETRIES", "1")
+        .env("KEEPER_REVERT_BACKOFF_MS", "100");
+    let _keeper = crate::support::spawn(cmd, &[]);
+    let health = tokio::task::spawn_blocking(move || {
+        crate::support::wait_health(port, |h| h["abandoned"] == 1)
+    })
+    .await
+    .unwrap();
+    assert_eq!(health["abandoned"], 1);
+    let (_, metrics) = crate::support::http_get(port, "/metrics");
+    assert!(
+        metrics.contains("keeper_steps_abandoned_total 1"),
+        "{metrics}"
+    );
+    // Two sends (the first and one retry), both reverted; nothing more.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(tx_statuses(&stack, sub).await, ["failed", "failed"]);
+    assert_eq!(stack.steps(sub).await, vec![]);
+}

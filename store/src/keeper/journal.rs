@@ -22,10 +22,14 @@ impl Store {
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                  ON CONFLICT (chain_id, subscription_id, period, attempt) DO UPDATE
                      SET nonce = EXCLUDED.nonce, keeper_address = EXCLUDED.keeper_address,
-                         status = 'pending', error = NULL, finished_at = NULL, updated_at = now()
-                     -- Only a step that provably never reached the chain is taken up again;
-                     -- its old transactions stay as the record of what was refused.
-                     WHERE keeper_steps.status = 'failed' AND keeper_steps.tx_hash IS NULL
+                         status = 'pending', error = NULL, finished_at = NULL, updated_at = now(),
+                         tx_hash = NULL, block_number = NULL, retry_at = NULL
+                     -- Only a step that provably never reached the chain, or one that reverted
+                     -- on chain and may be retried (after its backoff, a bounded number of
+                     -- times), is taken up again; its old transactions stay as the record.
+                     WHERE keeper_steps.status = 'failed'
+                       AND (keeper_steps.tx_hash IS NULL
+                            OR (keeper_steps.reverts <= $9 AND keeper_steps.retry_at <= now()))
                  RETURNING id",
                 &[
                     &self.chain_id,
@@ -36,6 +40,7 @@ impl Store {
                     &step.action.as_str(),
                     &self.keeper.as_slice(),
                     &nonce,
+                    &self.max_revert_retries,
                 ],
             )
             .await?;
@@ -108,8 +113,16 @@ impl Store {
         Ok(())
     }
 
-    /// Records the receipt of `tx_id` and closes its step (mined, or failed when reverted).
-    pub async fn finish(&self, step_id: i64, tx_id: i64, out: &Outcome) -> Result<()> {
+    /// Records the receipt of `tx_id` and closes its step (mined, or failed when reverted: a
+    /// reverted step counts the revert and may be retried after `backoff` doubled per earlier
+    /// revert). Returns the step's reverts so far.
+    pub async fn finish(
+        &self,
+        step_id: i64,
+        tx_id: i64,
+        out: &Outcome,
+        backoff: std::time::Duration,
+    ) -> Result<i32> {
         let mut client = self.pool.get().await?;
         let db = client.transaction().await?;
         let fee = (out.gas_used as u128).saturating_mul(out.effective_gas_price);
@@ -134,21 +147,32 @@ impl Store {
         )
         .await?;
         let error = (!out.success).then_some("reverted on chain");
-        db.execute(
-            "UPDATE keeper_steps SET status = $2, tx_hash = (SELECT tx_hash FROM keeper_txs WHERE id = $3),
-                                     block_number = $4, error = $5, updated_at = now(), finished_at = now()
-             WHERE id = $1",
-            &[
-                &step_id,
-                &status,
-                &tx_id,
-                &to_i64(out.block_number, "block number")?,
-                &error,
-            ],
-        )
-        .await?;
+        let backoff_ms = i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
+        let reverts: i32 = db
+            .query_one(
+                "UPDATE keeper_steps SET status = $2,
+                     tx_hash = (SELECT tx_hash FROM keeper_txs WHERE id = $3),
+                     block_number = $4, error = $5, updated_at = now(), finished_at = now(),
+                     reverts = reverts + CASE WHEN $6 THEN 0 ELSE 1 END,
+                     retry_at = CASE WHEN $6 THEN NULL
+                                ELSE now() + make_interval(secs => $7::BIGINT * power(2, reverts) / 1000.0)
+                                END
+                 WHERE id = $1
+                 RETURNING reverts",
+                &[
+                    &step_id,
+                    &status,
+                    &tx_id,
+                    &to_i64(out.block_number, "block number")?,
+                    &error,
+                    &out.success,
+                    &backoff_ms,
+                ],
+            )
+            .await?
+            .get(0);
         db.commit().await?;
-        Ok(())
+        Ok(reverts)
     }
 
     /// Closes a step that can never be mined (e.g. its nonce was used by another transaction).

@@ -51,6 +51,8 @@ pub struct DueSubscription {
     pub amount: U256,
     /// When the step fell due: the period end, or for a past-due retry the retry time.
     pub due_at: DateTime<Utc>,
+    /// On-chain reverts of this very step so far (a retry of a reverted charge).
+    pub reverts: i32,
 }
 
 impl DueSubscription {
@@ -122,6 +124,8 @@ pub struct Store {
     chain_id: i64,
     contract: Address,
     keeper: Address,
+    /// Retries of a step that reverted on chain (0: a revert is final).
+    max_revert_retries: i32,
 }
 
 fn to_i64(v: u64, what: &str) -> Result<i64> {
@@ -141,7 +145,28 @@ impl Store {
             chain_id: to_i64(chain_id, "chain id")?,
             contract,
             keeper,
+            max_revert_retries: 0,
         })
+    }
+
+    /// Takes up a step that reverted on chain again, after its backoff, up to `n` times.
+    pub fn with_revert_retries(mut self, n: u32) -> Store {
+        self.max_revert_retries = i32::try_from(n).unwrap_or(i32::MAX);
+        self
+    }
+
+    /// Steps abandoned after reverting on chain more often than the retries allow.
+    pub async fn abandoned_count(&self) -> Result<i64> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_one(
+                "SELECT count(*) FROM keeper_steps
+                 WHERE chain_id = $1 AND status = 'failed' AND tx_hash IS NOT NULL
+                   AND reverts > $2",
+                &[&self.chain_id, &self.max_revert_retries],
+            )
+            .await?
+            .get(0))
     }
 
     /// Live subscriptions whose next step is due at `chain_now` and that have no journal row
@@ -162,21 +187,25 @@ impl Store {
                      WHERE s.chain_id = $1 AND s.status IN ('active', 'past_due')
                        AND s.current_period_end <= $2)
                  SELECT l.onchain_id, l.period, l.failed_attempts, l.cancel_at_period_end,
-                        l.subscriber, l.amount::TEXT, l.due_at
+                        l.subscriber, l.amount::TEXT, l.due_at, COALESCE(k.reverts, 0)
                  FROM live l
+                 LEFT JOIN keeper_steps k
+                   ON k.chain_id = l.chain_id AND k.subscription_id = l.onchain_id
+                  AND k.period = l.period + 1
+                  AND k.attempt = CASE WHEN l.cancel_at_period_end THEN 0
+                                       ELSE l.failed_attempts + 1 END
                  WHERE l.due_at <= $2
-                   AND NOT EXISTS (
-                       SELECT 1 FROM keeper_steps k
-                       WHERE k.chain_id = l.chain_id AND k.subscription_id = l.onchain_id
-                         AND k.period = l.period + 1
-                         AND k.attempt = CASE WHEN l.cancel_at_period_end THEN 0
-                                              ELSE l.failed_attempts + 1 END
-                         -- A step closed without ever being mined (refused by the node, or its
-                         -- nonce taken by another transaction) did not happen: it may be retried.
-                         AND NOT (k.status = 'failed' AND k.tx_hash IS NULL))
+                   AND (k.id IS NULL
+                        -- A step closed without ever being mined (refused by the node, or its
+                        -- nonce taken by another transaction) did not happen: it may be retried.
+                        OR (k.status = 'failed' AND k.tx_hash IS NULL)
+                        -- A step that reverted on chain is retried after its backoff, a
+                        -- bounded number of times.
+                        OR (k.status = 'failed' AND k.tx_hash IS NOT NULL
+                            AND k.reverts <= $4 AND k.retry_at <= now()))
                  ORDER BY l.due_at, l.onchain_id
                  LIMIT $3",
-                &[&self.chain_id, &chain_now, &limit],
+                &[&self.chain_id, &chain_now, &limit, &self.max_revert_retries],
             )
             .await?;
         rows.iter()
@@ -196,6 +225,7 @@ impl Store {
                         Error::Inconsistent(format!("subscription {id}: bad amount"))
                     })?,
                     due_at: r.get(6),
+                    reverts: r.get(7),
                 })
             })
             .collect()
@@ -215,6 +245,7 @@ mod tests {
             subscriber: Address::ZERO,
             amount: U256::from(1),
             due_at: DateTime::<Utc>::UNIX_EPOCH,
+            reverts: 0,
         }
     }
 
