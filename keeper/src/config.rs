@@ -83,6 +83,23 @@ pub struct Config {
         default_value_t = 1_000_000_000_000_000_000
     )]
     pub gas_budget_wei: u128,
+    /// Gas (units, not wei: fair whatever the price) the charges of ONE merchant's
+    /// subscriptions may use per budget window — gas used once mined, the gas limit while in
+    /// flight. A merchant (anyone can sign up) with many tiny subscriptions cannot spend the
+    /// global budget before other merchants' renewals. 0: no per-merchant bound. The default
+    /// is about 560 renewals a day; raise it for large merchants.
+    #[arg(long, env = "KEEPER_MERCHANT_GAS_BUDGET", default_value_t = 40_000_000)]
+    pub merchant_gas_budget: u64,
+    /// Charge subscriptions of every plan on the contract. By default the keeper charges
+    /// only plans this service provisioned (a plan row of the API, by reference and the
+    /// merchant's wallet) and plans of `--allow-merchants`: anyone can create plans on the
+    /// contract, and the keeper's gas is the service's money.
+    #[arg(long, env = "KEEPER_CHARGE_ANY_PLAN", default_value_t = false)]
+    pub charge_any_plan: bool,
+    /// Merchant wallets whose plans are charged even when the API did not provision them
+    /// (comma-separated).
+    #[arg(long, env = "KEEPER_ALLOW_MERCHANTS", value_delimiter = ',')]
+    pub allow_merchants: Vec<Address>,
     /// Length of the gas budget window, in seconds.
     #[arg(long, env = "KEEPER_BUDGET_WINDOW_SECS", default_value_t = 86_400)]
     pub budget_window_secs: u64,

@@ -30,6 +30,11 @@
 //!   (e.g. once an unfunded keeper is topped up).
 //! - **Bounded work.** At most `--concurrency` transactions in flight; preflights run in
 //!   parallel up to the same bound.
+//! - **Only the service's subscriptions.** Anyone can create plans on the contract; the
+//!   keeper charges subscriptions of plans the API provisioned (and of `--allow-merchants`,
+//!   or all with `--charge-any-plan`), and each merchant's charges may use at most
+//!   `--merchant-gas-budget` gas per window, so one merchant's thousands of tiny
+//!   subscriptions cannot spend the global budget before the others' renewals.
 //! - **Gas budget.** Fees paid in the window plus the worst case of in-flight transactions;
 //!   a send that would exceed `--gas-budget-wei` is not made, health says
 //!   `budget_exhausted` and `--once` exits with status 2. Replacements of a stuck
@@ -157,7 +162,11 @@ pub async fn run(
     )
     .await?;
     let mut store = Store::new(pool, cfg.chain_id, cfg.contract_address, chain.keeper)?
-        .with_revert_retries(cfg.max_revert_retries);
+        .with_revert_retries(cfg.max_revert_retries)
+        .with_scope(chainsub_store::keeper::ChargeScope {
+            any_plan: cfg.charge_any_plan,
+            allow_merchants: cfg.allow_merchants.clone(),
+        });
     let (mut cfg, mut chain) = (cfg, chain);
     let key = chainsub_migrations::locks::keeper(cfg.chain_id);
     // One lock session after another: a keeper whose lock connection is lost (a Postgres

@@ -169,6 +169,20 @@ impl Keeper {
         if spent.saturating_add(worst) > self.cfg.gas_budget_wei {
             return Ok(Handled::BudgetStop);
         }
+        if self.cfg.merchant_gas_budget > 0 {
+            let used = self
+                .store
+                .merchant_gas_in_window(sub.merchant, self.cfg.budget_window_secs)
+                .await?;
+            if used.saturating_add(gas_limit) > self.cfg.merchant_gas_budget {
+                tracing::warn!(
+                    merchant = %sub.merchant, subscription = sub.onchain_id, used,
+                    budget = self.cfg.merchant_gas_budget,
+                    "merchant gas budget exhausted: charge not sent"
+                );
+                return Ok(Handled::Skipped("merchant_budget"));
+            }
+        }
         let nonce = match *next {
             Some(n) => n,
             None => self.synced_nonce().await?,

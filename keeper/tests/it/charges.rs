@@ -315,3 +315,88 @@ async fn a_charge_that_keeps_reverting_is_abandoned_and_reported() {
     assert_eq!(tx_statuses(&stack, sub).await, ["failed", "failed"]);
     assert_eq!(stack.steps(sub).await, vec![]);
 }
+
+/// Issue 11, point 9: anyone can create plans on the contract, and the keeper's gas is the
+/// service's money. It used to charge every due subscription on the contract; now only those
+/// of plans the API provisioned — or of merchants an operator allowed.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_subscriptions_of_plans_the_service_provisioned_are_charged() {
+    let stack = Stack::start().await;
+    let ours = stack.create_plan().await;
+    let (outsiders, _) = stack.create_plan_on_chain(accounts::MERCHANT_B).await;
+    let sub_ours = stack.subscribe(accounts::CUSTOMER, ours, 3).await;
+    let sub_theirs = stack.subscribe(accounts::CUSTOMER_B, outsiders, 3).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    stack.keeper_pass();
+    assert_eq!(
+        stack.steps(sub_ours).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+    assert_eq!(stack.steps(sub_theirs).await, vec![], "not ours to charge");
+    assert_eq!(stack.keeper_tx_count().await, 1);
+
+    // An operator may allow a merchant's plans explicitly.
+    let outsider = DevChain::address(accounts::MERCHANT_B).to_string();
+    assert!(
+        stack
+            .keeper_once(&["--allow-merchants", &outsider])
+            .success()
+    );
+    assert_eq!(
+        stack.steps(sub_theirs).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }]
+    );
+}
+
+/// One merchant's subscriptions may use at most KEEPER_MERCHANT_GAS_BUDGET gas per window, so
+/// a merchant with many tiny subscriptions cannot spend the global budget before another
+/// merchant's renewals. (Gas units: the bound does not depend on the price of gas.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merchants_gas_budget_bounds_its_charges_and_leaves_the_others_alone() {
+    let stack = Stack::start().await;
+    let busy = stack.create_plan().await;
+    let (other, other_ref) = stack.create_plan_on_chain(accounts::MERCHANT_B).await;
+    stack
+        .register_plan(DevChain::address(accounts::MERCHANT_B), other_ref)
+        .await;
+    let mut busy_subs = Vec::new();
+    for c in [accounts::CUSTOMER, accounts::CUSTOMER_B, 6] {
+        busy_subs.push(stack.subscribe(c, busy, 3).await);
+    }
+    let other_sub = stack.subscribe(7, other, 3).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    // A charge needs ~90k gas with headroom: 150k fits one per merchant, not two.
+    assert!(
+        stack
+            .keeper_once(&["--merchant-gas-budget", "150000"])
+            .success()
+    );
+    let mut charged = 0;
+    for sub in &busy_subs {
+        if !stack.steps(*sub).await.is_empty() {
+            charged += 1;
+        }
+    }
+    assert_eq!(
+        charged, 1,
+        "one of the busy merchant's three renewals fits its budget"
+    );
+    assert_eq!(
+        stack.steps(other_sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }],
+        "the other merchant's renewal is charged"
+    );
+}

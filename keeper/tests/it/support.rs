@@ -96,23 +96,64 @@ impl Stack {
         }
     }
 
-    /// A plan of `MERCHANT` at [`PRICE`]; returns its on-chain id.
+    /// A plan of `MERCHANT` at [`PRICE`], provisioned as the API does (its plan row names
+    /// the on-chain reference), so the keeper charges it; returns its on-chain id.
     pub async fn create_plan(&self) -> u64 {
-        let merchant = DevChain::address(accounts::MERCHANT);
+        self.create_plan_on_chain(accounts::MERCHANT).await.0
+    }
+
+    /// A plan created on the contract by `merchant` (a dev account) with no API plan row:
+    /// the keeper is not responsible for it. Returns (on-chain id, reference).
+    pub async fn create_plan_on_chain(&self, merchant: usize) -> (u64, B256) {
+        let wallet = DevChain::address(merchant);
         let plan_ref = unique_ref();
         send_as!(
-            merchant,
+            wallet,
             self.chain
                 .manager()
-                .createPlan(merchant, U256::from(PRICE), plan_ref)
+                .createPlan(wallet, U256::from(PRICE), plan_ref)
         );
-        self.chain
+        let id = self
+            .chain
             .manager()
             .planCount()
             .call()
             .await
             .unwrap()
-            .to::<u64>()
+            .to::<u64>();
+        if merchant == accounts::MERCHANT {
+            self.register_plan(wallet, plan_ref).await;
+        }
+        (id, plan_ref)
+    }
+
+    /// The API's rows for `wallet`'s plan with `plan_ref` (what provisioning writes).
+    pub async fn register_plan(&self, wallet: Address, plan_ref: B256) {
+        let hex = alloy::hex::encode(&plan_ref[..8]);
+        self.pg
+            .execute(
+                "INSERT INTO merchants (public_id, wallet, code)
+                 VALUES ('mer_' || encode($1, 'hex'), $1, substr(encode($1, 'hex'), 1, 12))
+                 ON CONFLICT (wallet) DO NOTHING",
+                &[&wallet.as_slice()],
+            )
+            .await
+            .unwrap();
+        self.pg
+            .execute(
+                "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug,
+                     plan_ref)
+                 SELECT 'plan_' || $2, m.id, 'Plan ' || $2, $3::TEXT::NUMERIC, 'USDC', 'month', $2, $4
+                 FROM merchants m WHERE m.wallet = $1",
+                &[
+                    &wallet.as_slice(),
+                    &hex,
+                    &PRICE.to_string(),
+                    &plan_ref.as_slice(),
+                ],
+            )
+            .await
+            .unwrap();
     }
 
     /// Funds dev account `customer` for `paid_periods` more periods, raises its allowance by

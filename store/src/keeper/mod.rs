@@ -48,6 +48,8 @@ pub struct DueSubscription {
     pub failed_attempts: i32,
     pub cancel_at_period_end: bool,
     pub subscriber: Address,
+    /// The merchant the subscription pays (its per-merchant gas budget).
+    pub merchant: Address,
     pub amount: U256,
     /// When the step fell due: the period end, or for a past-due retry the retry time.
     pub due_at: DateTime<Utc>,
@@ -126,6 +128,17 @@ pub struct Store {
     keeper: Address,
     /// Retries of a step that reverted on chain (0: a revert is final).
     max_revert_retries: i32,
+    /// Which subscriptions the keeper is responsible for.
+    scope: ChargeScope,
+}
+
+/// The subscriptions a keeper charges.
+#[derive(Debug, Clone, Default)]
+pub struct ChargeScope {
+    /// Every plan on the contract.
+    pub any_plan: bool,
+    /// Plans of these merchants, provisioned by the service or not.
+    pub allow_merchants: Vec<Address>,
 }
 
 fn to_i64(v: u64, what: &str) -> Result<i64> {
@@ -146,7 +159,33 @@ impl Store {
             contract,
             keeper,
             max_revert_retries: 0,
+            scope: ChargeScope::default(),
         })
+    }
+
+    /// Charges `scope` (default: only plans this service provisioned).
+    pub fn with_scope(mut self, scope: ChargeScope) -> Store {
+        self.scope = scope;
+        self
+    }
+
+    /// Gas units the charges of `merchant`'s subscriptions used in the last `window_secs`:
+    /// gas used once mined, the gas limit while in flight.
+    pub async fn merchant_gas_in_window(&self, merchant: Address, window_secs: u64) -> Result<u64> {
+        let client = self.pool.get().await?;
+        let gas: i64 = client
+            .query_one(
+                "SELECT COALESCE(SUM(COALESCE(t.gas_used,
+                            CASE WHEN t.status IN ('pending', 'sent') THEN t.gas_limit ELSE 0 END)), 0)::BIGINT
+                 FROM keeper_txs t JOIN keeper_steps k ON k.id = t.step_id
+                 JOIN subscriptions s ON s.chain_id = k.chain_id AND s.onchain_id = k.subscription_id
+                 WHERE k.chain_id = $1 AND s.merchant_wallet = $2
+                   AND t.created_at > now() - make_interval(secs => $3)",
+                &[&self.chain_id, &merchant.as_slice(), &(window_secs as f64)],
+            )
+            .await?
+            .get(0);
+        Ok(gas.max(0) as u64)
     }
 
     /// Takes up a step that reverted on chain again, after its backoff, up to `n` times.
@@ -187,7 +226,8 @@ impl Store {
                      WHERE s.chain_id = $1 AND s.status IN ('active', 'past_due')
                        AND s.current_period_end <= $2)
                  SELECT l.onchain_id, l.period, l.failed_attempts, l.cancel_at_period_end,
-                        l.subscriber, l.amount::TEXT, l.due_at, COALESCE(k.reverts, 0)
+                        l.subscriber, l.amount::TEXT, l.due_at, COALESCE(k.reverts, 0),
+                        l.merchant_wallet
                  FROM live l
                  LEFT JOIN keeper_steps k
                    ON k.chain_id = l.chain_id AND k.subscription_id = l.onchain_id
@@ -195,6 +235,14 @@ impl Store {
                   AND k.attempt = CASE WHEN l.cancel_at_period_end THEN 0
                                        ELSE l.failed_attempts + 1 END
                  WHERE l.due_at <= $2
+                   -- Only what this service is responsible for: plans it provisioned (an
+                   -- API plan with the on-chain plan's reference and merchant), plans of
+                   -- allowed merchants, or everything when so configured.
+                   AND ($5 OR l.merchant_wallet = ANY($6) OR EXISTS (
+                        SELECT 1 FROM chain_plans cp
+                        JOIN merchants m ON m.wallet = cp.merchant_wallet
+                        JOIN plans p ON p.merchant_id = m.id AND p.plan_ref = cp.plan_ref
+                        WHERE cp.chain_id = l.chain_id AND cp.onchain_id = l.plan_onchain_id))
                    AND (k.id IS NULL
                         -- A step closed without ever being mined (refused by the node, or its
                         -- nonce taken by another transaction) did not happen: it may be retried.
@@ -205,7 +253,19 @@ impl Store {
                             AND k.reverts <= $4 AND k.retry_at <= now()))
                  ORDER BY l.due_at, l.onchain_id
                  LIMIT $3",
-                &[&self.chain_id, &chain_now, &limit, &self.max_revert_retries],
+                &[
+                    &self.chain_id,
+                    &chain_now,
+                    &limit,
+                    &self.max_revert_retries,
+                    &self.scope.any_plan,
+                    &self
+                        .scope
+                        .allow_merchants
+                        .iter()
+                        .map(|a| a.as_slice())
+                        .collect::<Vec<_>>(),
+                ],
             )
             .await?;
         rows.iter()
@@ -226,6 +286,9 @@ impl Store {
                     })?,
                     due_at: r.get(6),
                     reverts: r.get(7),
+                    merchant: Address::try_from(r.get::<_, &[u8]>(8)).map_err(|_| {
+                        Error::Inconsistent(format!("subscription {id}: bad merchant"))
+                    })?,
                 })
             })
             .collect()
@@ -243,6 +306,7 @@ mod tests {
             failed_attempts: failed,
             cancel_at_period_end: cancel,
             subscriber: Address::ZERO,
+            merchant: Address::ZERO,
             amount: U256::from(1),
             due_at: DateTime::<Utc>::UNIX_EPOCH,
             reverts: 0,
