@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use alloy::network::EthereumWallet;
+use alloy::network::{EthereumWallet, TransactionBuilder};
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::signers::local::PrivateKeySigner;
@@ -22,8 +22,14 @@ use crate::http::error::{ApiError, Result};
 pub struct Relayer {
     provider: DynProvider,
     manager: Address,
-    /// Serializes sends so concurrent requests never race for the same nonce.
-    send_lock: tokio::sync::Mutex<()>,
+    /// The relayer's address (pays the gas).
+    address: Address,
+    /// Below this balance nothing is sent.
+    min_balance: U256,
+    /// The last balance check: `Some(true)` funded, `Some(false)` low, `None` unknown.
+    funded: std::sync::Mutex<Option<bool>>,
+    /// The chain id transactions are signed for.
+    chain_id: u64,
 }
 
 impl std::fmt::Debug for Relayer {
@@ -67,15 +73,59 @@ impl Relayer {
             .rpc_url
             .parse()
             .map_err(|e| ApiError::Internal(format!("RPC_URL: {e}")))?;
+        let address = signer.address();
+        // No fillers but the wallet: nonce, gas and fees are decided here (see `send`), so a
+        // failed estimate or send never leaves a cached nonce ahead of the chain.
         let provider = ProviderBuilder::new()
+            .disable_recommended_fillers()
             .wallet(EthereumWallet::from(signer))
             .connect_http(url)
             .erased();
         Ok(Some(Relayer {
             provider,
             manager: cfg.contract_address,
-            send_lock: tokio::sync::Mutex::new(()),
+            address,
+            min_balance: U256::from(cfg.relayer_min_balance_wei),
+            funded: std::sync::Mutex::new(None),
+            chain_id: cfg.chain_id,
         }))
+    }
+
+    /// Reads the relayer's balance (`api_relayer_balance_wei`) and refuses, with a 503 the
+    /// merchant understands, when it is below RELAYER_MIN_BALANCE_WEI: a relayer that cannot
+    /// pay would leave plans pending, and an attacker could drain it to there on purpose.
+    /// An unreachable chain is not refused here: provisioning then fails visibly on its
+    /// own (the plan is `failed` and can be retried), as it always did.
+    pub async fn ensure_funded(&self) -> Result<()> {
+        let balance = match self.provider.get_balance(self.address).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "relayer balance: chain unreachable");
+                return Ok(());
+            }
+        };
+        metrics::gauge!("api_relayer_balance_wei").set(f64::from(balance));
+        let funded = balance >= self.min_balance;
+        *self.funded.lock().unwrap_or_else(|p| p.into_inner()) = Some(funded);
+        if funded {
+            return Ok(());
+        }
+        tracing::error!(relayer = %self.address, %balance, min = %self.min_balance, "relayer balance below RELAYER_MIN_BALANCE_WEI: provisioning refused");
+        Err(ApiError::Dependency {
+            code: "relayer_underfunded",
+            message: "the service's relayer cannot pay for provisioning right now; the \
+                      operator has been alerted — retry later"
+                .into(),
+        })
+    }
+
+    /// What the last balance check found: `ok`, `low_balance`, or `unknown` before any.
+    pub fn funding_status(&self) -> &'static str {
+        match *self.funded.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(true) => "ok",
+            Some(false) => "low_balance",
+            None => "unknown",
+        }
     }
 
     /// The on-chain plan id registered for `merchant`'s `plan_ref`, if any.
@@ -100,13 +150,14 @@ impl Relayer {
     /// Provisions one plan, waiting at most `timeout` for the receipt.
     pub async fn provision(
         &self,
+        pool: &crate::db::Pool,
         merchant: Address,
         amount: U256,
         plan_ref: B256,
         timeout: Duration,
     ) -> Outcome {
         let sent = std::sync::Mutex::new(None);
-        let attempt = self.provision_inner(merchant, amount, plan_ref, &sent);
+        let attempt = self.provision_inner(pool, merchant, amount, plan_ref, &sent);
         match tokio::time::timeout(timeout, attempt).await {
             Ok(outcome) => outcome,
             // Once sent, the transaction may still land: that is `submitted`, not `failed`.
@@ -121,6 +172,7 @@ impl Relayer {
 
     async fn provision_inner(
         &self,
+        pool: &crate::db::Pool,
         merchant: Address,
         amount: U256,
         plan_ref: B256,
@@ -136,12 +188,7 @@ impl Relayer {
                 };
             }
         }
-        let c = SubscriptionManager::new(self.manager, self.provider.clone());
-        let pending = {
-            let _guard = self.send_lock.lock().await;
-            c.createPlan(merchant, amount, plan_ref).send().await
-        };
-        let pending = match pending {
+        let pending = match self.send(pool, merchant, amount, plan_ref).await {
             Ok(p) => p,
             Err(e) => {
                 return self
@@ -188,6 +235,65 @@ impl Relayer {
         Outcome::Failed {
             error: format!("receipt of {tx_hash} has no PlanCreated log for this plan"),
         }
+    }
+
+    /// Sends `createPlan` with a nonce this process does not cache: the estimate first (a
+    /// reverting call consumes no nonce), then, under a database lock per relayer key held
+    /// until the node acknowledged the send, the key's pending nonce read from the node, the
+    /// fees, and the signed transaction. Several API processes sharing the key take turns;
+    /// any error leaves nothing behind, since the next send reads the nonce again.
+    async fn send(
+        &self,
+        pool: &crate::db::Pool,
+        merchant: Address,
+        amount: U256,
+        plan_ref: B256,
+    ) -> Result<alloy::providers::PendingTransactionBuilder<alloy::network::Ethereum>, String> {
+        let c = SubscriptionManager::new(self.manager, self.provider.clone());
+        let request = c
+            .createPlan(merchant, amount, plan_ref)
+            .from(self.address)
+            .into_transaction_request();
+        let gas = self
+            .provider
+            .estimate_gas(request.clone())
+            .await
+            .map_err(|e| format!("estimate: {e}"))?;
+        let mut conn = pool.get().await.map_err(|e| format!("relayer lock: {e}"))?;
+        let lock = conn
+            .transaction()
+            .await
+            .map_err(|e| format!("relayer lock: {e}"))?;
+        chainsub_store::pg::lock_relayer_sends(&lock, self.address.into_array())
+            .await
+            .map_err(|e| format!("relayer lock: {e}"))?;
+        let nonce = self
+            .provider
+            .get_transaction_count(self.address)
+            .pending()
+            .await
+            .map_err(|e| format!("nonce: {e}"))?;
+        let fees = self
+            .provider
+            .estimate_eip1559_fees()
+            .await
+            .map_err(|e| format!("fees: {e}"))?;
+        let request = request
+            .with_nonce(nonce)
+            .with_chain_id(self.chain_id)
+            .with_gas_limit(gas.saturating_mul(6) / 5)
+            .with_max_fee_per_gas(fees.max_fee_per_gas)
+            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
+        let pending = self
+            .provider
+            .send_transaction(request)
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        // Acknowledged by the node: the next reader of the pending nonce sees this one.
+        lock.commit()
+            .await
+            .map_err(|e| format!("relayer lock: {e}"))?;
+        Ok(pending)
     }
 
     /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef

@@ -20,6 +20,20 @@ pub struct Config {
     /// The one chain this deployment serves.
     #[arg(long, env = "CHAIN_ID", default_value_t = 31337)]
     pub chain_id: u64,
+    /// Plans one merchant may create per 24 hours (each costs the relayer a transaction);
+    /// beyond it POST /plans answers 429 `plan_quota_exceeded` with Retry-After. Anyone can
+    /// sign up as a merchant: this bounds what one can spend of the relayer's funds.
+    #[arg(long, env = "PLAN_CREATIONS_PER_DAY", default_value_t = 100)]
+    pub plan_creations_per_day: i64,
+    /// Below this balance (wei) the relayer sends nothing: plan creation and provisioning
+    /// answer 503 `relayer_underfunded`, `/api/v1/health` says `relayer: low_balance`, and
+    /// `api_relayer_balance_wei` shows the balance. Default 0.05 ETH.
+    #[arg(
+        long,
+        env = "RELAYER_MIN_BALANCE_WEI",
+        default_value_t = 50_000_000_000_000_000
+    )]
+    pub relayer_min_balance_wei: u128,
     /// Confirmations an indexed plan needs before the checkout hands out a transaction to
     /// subscribe to it (the indexer's setting of the same name; 0 or 1: once indexed).
     #[arg(long, env = "CONFIRMATIONS", default_value_t = 12)]

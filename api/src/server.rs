@@ -65,6 +65,13 @@ pub async fn start_on(cfg: Config, listener: std::net::TcpListener) -> Result<Ru
         }
     }
     let ctx = build_ctx(cfg)?;
+    if let Some(r) = &ctx.relayer {
+        // The relayer's balance at start (a warning in /health and the metric if low);
+        // later checks happen before each send.
+        if let Err(e) = r.ensure_funded().await {
+            tracing::warn!(error = %e, "relayer balance check at start");
+        }
+    }
     listener
         .set_nonblocking(true)
         .map_err(|e| ApiError::Internal(e.to_string()))?;

@@ -27,3 +27,15 @@ pub const KEEPER_BASE: i64 = BASE | 0x2000_0000;
 pub fn keeper(chain_id: u64) -> i64 {
     KEEPER_BASE | (chain_id as i64 & 0x0fff_ffff)
 }
+
+/// Held (transaction-scoped) by an `api` process from reading its relayer key's nonce until
+/// the node acknowledged the send, so several API replicas sharing one key never sign two
+/// transactions with the same nonce.
+pub const RELAYER_BASE: i64 = BASE | 0x3000_0000;
+
+/// The relayer send lock for the key with address `relayer` (its low 28 bits: a collision
+/// between two keys only serializes their sends).
+pub fn relayer(relayer: [u8; 20]) -> i64 {
+    let low = u32::from_be_bytes([relayer[16], relayer[17], relayer[18], relayer[19]]);
+    RELAYER_BASE | (i64::from(low) & 0x0fff_ffff)
+}

@@ -253,6 +253,21 @@ pub async fn bound_lock_session(
         .await
 }
 
+/// Takes the relayer send lock of the key with address `relayer` for the rest of `tx`
+/// (`locks::relayer`): from reading the key's pending nonce until the node acknowledged the
+/// send, no other API process signs with that key.
+pub async fn lock_relayer_sends(
+    tx: &tokio_postgres::Transaction<'_>,
+    relayer: [u8; 20],
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&chainsub_migrations::locks::relayer(relayer)],
+    )
+    .await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -242,6 +242,22 @@ pub async fn replace_plan_ref(
     Ok(n == 1)
 }
 
+/// How many plans `scope` created since `since`, and when the oldest of them was created
+/// (when the count drops again).
+pub async fn created_since(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<(i64, Option<chrono::DateTime<chrono::Utc>>)> {
+    let row = client
+        .query_one(
+            "SELECT count(*), min(created_at) FROM plans WHERE merchant_id = $1 AND created_at > $2",
+            &[&scope.id(), &since],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
 /// What one provisioning attempt of a plan ended in.
 #[derive(Debug, Clone, Copy)]
 pub enum Provisioned<'a> {

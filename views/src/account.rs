@@ -147,6 +147,10 @@ pub struct HealthView {
     pub status: &'static str,
     /// `ok` or `unreachable`.
     pub database: &'static str,
+    /// The plan relayer's funds at its last check: `ok`, `low_balance` (provisioning is
+    /// refused until the operator tops it up), `unknown` (not checked yet) or `none` (no
+    /// relayer configured). A warning: it does not make the health check fail.
+    pub relayer: &'static str,
     pub chain: HealthChainView,
 }
 

@@ -63,6 +63,17 @@ pub enum ApiError {
     /// 503: the database (or another dependency) is unreachable.
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// 429 for a quota over a long window (not the per-second limiter): its own code and a
+    /// `Retry-After`.
+    #[error("{message}")]
+    Quota {
+        code: &'static str,
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// 503 the merchant should be told about (e.g. the relayer cannot pay for gas).
+    #[error("{message}")]
+    Dependency { code: &'static str, message: String },
     /// 500: a bug or an unexpected dependency failure. The text is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -118,8 +129,10 @@ impl ApiError {
             ApiError::LengthRequired => StatusCode::LENGTH_REQUIRED,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RateLimited(_) | ApiError::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) | ApiError::Dependency { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -201,6 +214,10 @@ impl ApiError {
                 "the service is temporarily unavailable; retry later".into(),
                 None,
             ),
+            ApiError::Quota { code, message, .. } => {
+                ("rate_limit_error", code, message.clone(), None)
+            }
+            ApiError::Dependency { code, message } => ("api_error", code, message.clone(), None),
             ApiError::Internal(_) => (
                 "api_error",
                 "internal_error",

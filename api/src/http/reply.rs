@@ -256,6 +256,12 @@ impl ApiError {
                     resp = resp.header(k, &v);
                 }
             }
+            ApiError::Quota {
+                retry_after_secs, ..
+            } => resp = resp.header("retry-after", &retry_after_secs.to_string()),
+            ApiError::Dependency { code, message } => {
+                tracing::warn!(code, message, "dependency refused the request")
+            }
             _ => {}
         }
         resp

@@ -60,6 +60,7 @@ fn view(
         docs: format!("{}/api/v1/openapi.json", ctx.cfg.base()),
         status,
         database,
+        relayer: ctx.relayer.as_ref().map_or("none", |r| r.funding_status()),
         chain: HealthChainView {
             chain_id: ctx.cfg.chain_id,
             contract: ctx.cfg.contract_address,

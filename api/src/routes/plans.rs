@@ -204,7 +204,15 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
             let key = c.idempotency_key.as_deref();
             let (id, active) = match existing_for_key(ctx, &merchant, key, &input).await? {
                 Some(found) => found,
-                None => (insert(ctx, &merchant, &input, key).await?, false),
+                None => {
+                    // Bounded spend: nothing is written when the merchant's quota is used
+                    // up or the relayer cannot pay.
+                    check_quota(ctx, &merchant).await?;
+                    if let Some(relayer) = &ctx.relayer {
+                        relayer.ensure_funded().await?;
+                    }
+                    (insert(ctx, &merchant, &input, key).await?, false)
+                }
             };
             if !active {
                 provision(ctx, &merchant, id).await?;
@@ -221,6 +229,30 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
     )
     .await?;
     Ok(with_rate(resp, &rate))
+}
+
+/// PLAN_CREATIONS_PER_DAY: a merchant's plans created in the last 24 hours.
+async fn check_quota(ctx: &Ctx, merchant: &Merchant) -> Result<()> {
+    let conn = ctx.pool.get().await?;
+    let now = chrono::Utc::now();
+    let day = chrono::Duration::hours(24);
+    let (count, oldest) = store::created_since(&conn, merchant, now - day).await?;
+    if count < ctx.cfg.plan_creations_per_day {
+        return Ok(());
+    }
+    let retry_after_secs = oldest
+        .map(|t| (t + day - now).num_seconds().max(1) as u64)
+        .unwrap_or(86_400);
+    metrics::counter!("api_plan_quota_refusals_total").increment(1);
+    Err(ApiError::Quota {
+        code: "plan_quota_exceeded",
+        message: format!(
+            "at most {} plans per 24 hours (each is an on-chain transaction); retry after \
+             the time in Retry-After",
+            ctx.cfg.plan_creations_per_day
+        ),
+        retry_after_secs,
+    })
 }
 
 /// The plan an earlier request with this Idempotency-Key created, with whether it is already
@@ -336,6 +368,7 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
         tries += 1;
         outcome = relayer
             .provision(
+                &ctx.pool,
                 merchant.wallet(),
                 amount,
                 plan_ref,
@@ -437,6 +470,9 @@ async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
                 .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
             if row.is_active() {
                 return Ok(Resp::json(plan_value(ctx, &row)?));
+            }
+            if let Some(relayer) = &ctx.relayer {
+                relayer.ensure_funded().await?;
             }
             provision(ctx, &merchant, row.row_id).await?;
             let row = find(ctx, &merchant, id)

@@ -45,6 +45,8 @@ pub struct Opts {
     pub metrics: bool,
     /// CONFIRMATIONS (default: the server's).
     pub confirmations: Option<u64>,
+    /// Any other flags (`--name value` pairs, as on the command line).
+    pub args: Vec<String>,
 }
 
 impl Default for Opts {
@@ -62,6 +64,7 @@ impl Default for Opts {
             trusted_proxies: None,
             metrics: false,
             confirmations: None,
+            args: Vec::new(),
         }
     }
 }
@@ -89,19 +92,43 @@ pub async fn spawn(opts: Opts) -> App {
 }
 
 pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App {
+    let running = start_server(&db.url, chain.as_ref(), &opts).await;
+    let base = format!("http://{}", running.addr);
+    let api = ApiClient::new(&base);
+    App {
+        http: api.http().clone(),
+        api,
+        base,
+        running,
+        chain,
+        db,
+    }
+}
+
+/// Another API process (in this test process) over `app`'s database and chain, e.g. a
+/// second replica sharing the relayer key.
+pub async fn spawn_replica(app: &App, opts: Opts) -> (Running, ApiClient) {
+    let running = start_server(&app.db.url, app.chain.as_ref(), &opts).await;
+    let client = ApiClient::new(&format!("http://{}", running.addr));
+    (running, client)
+}
+
+async fn start_server(db_url: &str, chain: Option<&DevChain>, opts: &Opts) -> Running {
     // Bound first, so the base URL (the SIWE domain, checkout links) names a port that is
     // already ours.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     let port = listener.local_addr().expect("local_addr").port();
     let base = format!("http://127.0.0.1:{port}");
-    let (contract, usdc) = chain.as_ref().map_or(
+    let (contract, usdc) = chain.map_or(
         (Address::repeat_byte(0xcc), Address::repeat_byte(0xdd)),
         |c| (c.manager, c.usdc),
     );
     let mut args: Vec<String> = vec![
         "api".into(),
         "--database-url".into(),
-        opts.database_url.clone().unwrap_or_else(|| db.url.clone()),
+        opts.database_url
+            .clone()
+            .unwrap_or_else(|| db_url.to_string()),
         "--base-url".into(),
         base.clone(),
         "--chain-id".into(),
@@ -135,6 +162,7 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
         args.push("--trusted-proxies".into());
         args.push(t.clone());
     }
+    args.extend(opts.args.iter().cloned());
     if let Some(n) = opts.confirmations {
         args.push("--confirmations".into());
         args.push(n.to_string());
@@ -143,26 +171,16 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
         args.push("--database-pool-size".into());
         args.push(n.to_string());
     }
-    if let Some(c) = &chain {
+    if let Some(c) = chain {
         args.push("--rpc-url".into());
         args.push(opts.rpc_url.clone().unwrap_or_else(|| c.anvil.url.clone()));
         args.push("--relayer-private-key".into());
         args.push(chainsub_tests::chain::DEV_KEYS[0].into());
     }
     let cfg = Wrap::parse_from(args).cfg;
-    let running = chainsub_api::server::start_on(cfg, listener)
+    chainsub_api::server::start_on(cfg, listener)
         .await
-        .expect("api starts");
-    let base = format!("http://{}", running.addr);
-    let api = ApiClient::new(&base);
-    App {
-        http: api.http().clone(),
-        api,
-        base,
-        running,
-        chain,
-        db,
-    }
+        .expect("api starts")
 }
 
 /// A response read whole (the kit's).

@@ -537,3 +537,165 @@ async fn checkout_validation_errors_name_the_field_and_other_merchants_plans_are
         r.body
     );
 }
+
+/// Issue 11, point 8: anyone can sign up and every plan costs the relayer a transaction. A
+/// merchant's plan creations per 24 hours are bounded (429 with Retry-After, nothing
+/// written, nothing sent); other merchants are not affected.
+#[tokio::test]
+async fn plan_creations_beyond_the_daily_quota_are_refused_and_change_nothing() {
+    let app = spawn(Opts {
+        chain: true,
+        args: vec!["--plan-creations-per-day".into(), "2".into()],
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    for name in ["One", "Two"] {
+        let r = app
+            .post("/api/v1/plans", &key, &plan_body(name), None)
+            .await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Three"), None)
+        .await;
+    assert_eq!(r.status, 429, "{:?}", r.body);
+    assert_eq!(r.error_code(), Some("plan_quota_exceeded"));
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry > 0 && retry <= 86_400, "{retry}");
+    assert_eq!(plan_count(&app).await, U256::from(2), "nothing sent");
+    let list = app.get("/api/v1/plans", &key).await;
+    assert_eq!(
+        list.body["data"].as_array().unwrap().len(),
+        2,
+        "nothing written"
+    );
+
+    let other = app.merchant_key(DevChain::address(MERCHANT_B)).await;
+    let r = app
+        .post("/api/v1/plans", &other, &plan_body("Theirs"), None)
+        .await;
+    assert_eq!(r.status, 201, "another merchant's quota is its own");
+}
+
+/// A relayer below RELAYER_MIN_BALANCE_WEI sends nothing: a clear 503 to the merchant (no
+/// plan row, no transaction), `relayer: low_balance` in /health, and the balance metric.
+#[tokio::test]
+async fn a_relayer_that_cannot_pay_refuses_provisioning_with_a_clear_503() {
+    // The dev relayer holds 10,000 ETH: require more.
+    let app = spawn(Opts {
+        chain: true,
+        metrics: true,
+        args: vec![
+            "--relayer-min-balance-wei".into(),
+            "20000000000000000000000".into(),
+        ],
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Pro"), None)
+        .await;
+    assert_eq!(r.status, 503, "{:?}", r.body);
+    assert_eq!(r.error_code(), Some("relayer_underfunded"));
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("relayer")
+    );
+    assert_eq!(plan_count(&app).await, U256::ZERO);
+    let list = app.get("/api/v1/plans", &key).await;
+    assert_eq!(list.body["data"], json!([]));
+
+    let health = app.get("/api/v1/health", "").await;
+    assert_eq!(health.status, 200, "a warning, not a failed health check");
+    assert_eq!(health.body["relayer"], "low_balance");
+    let metrics_addr = app.running.metrics_addr.expect("metrics listener");
+    let m = app
+        .api
+        .send(app.http.get(format!("http://{metrics_addr}/metrics")))
+        .await
+        .unwrap();
+    assert!(
+        m.body.as_str().unwrap().contains("api_relayer_balance_wei"),
+        "{:?}",
+        m.body
+    );
+}
+
+async fn hand_operator(dev: &DevChain, from: usize, to: usize) {
+    let (from, to) = (DevChain::address(from), DevChain::address(to));
+    chainsub_tests::send_as!(from, dev.manager().transferOperator(to));
+    chainsub_tests::send_as!(to, dev.manager().acceptOperator());
+}
+
+/// Issue 11, point 7: a createPlan that fails (here: the relayer is not the operator for a
+/// while, so the estimate reverts; and the key is used from elsewhere meanwhile) must leave
+/// no cached nonce ahead of or behind the chain: every later plan becomes active.
+#[tokio::test]
+async fn after_a_reverting_create_plan_later_plans_are_all_provisioned() {
+    use chainsub_tests::chain::accounts::{KEEPER, OPERATOR};
+    let (app, key) = chain_app().await;
+    let dev = app.chain.as_ref().unwrap();
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Warm"), None)
+        .await;
+    assert_eq!(r.body["status"], "active", "{:?}", r.body);
+
+    hand_operator(dev, OPERATOR, KEEPER).await;
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Refused"), None)
+        .await;
+    assert_eq!(r.body["status"], "failed", "{:?}", r.body);
+    hand_operator(dev, KEEPER, OPERATOR).await;
+
+    for name in ["After one", "After two", "After three"] {
+        let r = app
+            .post("/api/v1/plans", &key, &plan_body(name), None)
+            .await;
+        assert_eq!(r.status, 201);
+        assert_eq!(r.body["status"], "active", "{name}: {:?}", r.body);
+    }
+    assert_eq!(plan_count(&app).await, U256::from(4));
+}
+
+/// Two API processes (replicas) provisioning at once with one relayer key: each used to keep
+/// its own nonce, so they signed the same nonces and plans failed or hung. They now take
+/// turns under a database lock and read the nonce from the node: every plan is active, each
+/// exactly once on chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_api_processes_sharing_one_relayer_key_provision_concurrently() {
+    let (app, key) = chain_app().await;
+    let (_replica, other) = crate::api_common::spawn_replica(
+        &app,
+        Opts {
+            chain: true,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let mut calls = Vec::new();
+    for i in 0..6 {
+        let body = plan_body(&format!("Plan {i}"));
+        let key = key.clone();
+        let client = if i % 2 == 0 {
+            app.api.clone()
+        } else {
+            other.clone()
+        };
+        calls.push(async move {
+            client
+                .post_res("/api/v1/plans", &key, &body, None)
+                .await
+                .unwrap()
+        });
+    }
+    let results = futures::future::join_all(calls).await;
+    for r in &results {
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        assert_eq!(r.body["status"], "active", "{:?}", r.body);
+    }
+    assert_eq!(plan_count(&app).await, U256::from(6));
+}
