@@ -40,6 +40,18 @@ impl std::fmt::Debug for Relayer {
     }
 }
 
+/// A provisioning transaction as sent: what replacing it at the same nonce needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    pub hash: B256,
+    pub nonce: u64,
+    pub max_fee_per_gas: u128,
+    pub priority_fee_per_gas: u128,
+}
+
+/// Fee increase of a replacement, in percent (nodes want at least 10).
+const REPLACEMENT_BUMP_PERCENT: u128 = 25;
+
 /// Where a provisioning attempt ended.
 #[derive(Debug, Clone)]
 pub enum Outcome {
@@ -54,7 +66,7 @@ pub enum Outcome {
     /// The plan already exists on chain (an earlier attempt landed).
     AlreadyExists { onchain_id: u64 },
     /// Sent, but no receipt within the bounded wait: still pending.
-    Submitted { tx_hash: B256 },
+    Submitted { sent: Sent },
     /// Not created; safe to retry.
     Failed { error: String },
 }
@@ -147,7 +159,10 @@ impl Relayer {
         }
     }
 
-    /// Provisions one plan, waiting at most `timeout` for the receipt.
+    /// Provisions one plan, waiting at most `timeout` for the receipt. `previous` is the
+    /// plan's last transaction if it is still `submitted`: when it has no receipt and its
+    /// nonce is still unused, it is replaced at that nonce with higher fees (a new send
+    /// would only queue behind a transaction stuck for its fees).
     pub async fn provision(
         &self,
         pool: &crate::db::Pool,
@@ -155,19 +170,43 @@ impl Relayer {
         amount: U256,
         plan_ref: B256,
         timeout: Duration,
+        previous: Option<Sent>,
     ) -> Outcome {
         let sent = std::sync::Mutex::new(None);
-        let attempt = self.provision_inner(pool, merchant, amount, plan_ref, &sent);
+        let attempt = self.provision_inner(pool, merchant, amount, plan_ref, previous, &sent);
         match tokio::time::timeout(timeout, attempt).await {
             Ok(outcome) => outcome,
             // Once sent, the transaction may still land: that is `submitted`, not `failed`.
             Err(_) => match *sent.lock().unwrap_or_else(|p| p.into_inner()) {
-                Some(tx_hash) => Outcome::Submitted { tx_hash },
+                Some(sent) => Outcome::Submitted { sent },
                 None => Outcome::Failed {
                     error: format!("no answer from the chain within {} ms", timeout.as_millis()),
                 },
             },
         }
+    }
+
+    /// Whether `previous` must be replaced at its nonce: no receipt yet and the nonce not
+    /// used (counting mined transactions only). A receipt means the earlier attempt was
+    /// decided (`plan_by_ref` already saw a success); a used nonce means another transaction
+    /// took it, so ours can never be mined.
+    async fn stuck(&self, previous: &Sent) -> Result<bool, String> {
+        if self
+            .provider
+            .get_transaction_receipt(previous.hash)
+            .await
+            .map_err(|e| format!("receipt: {e}"))?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        let mined = self
+            .provider
+            .get_transaction_count(self.address)
+            .latest()
+            .await
+            .map_err(|e| format!("nonce: {e}"))?;
+        Ok(mined <= previous.nonce)
     }
 
     async fn provision_inner(
@@ -176,7 +215,8 @@ impl Relayer {
         merchant: Address,
         amount: U256,
         plan_ref: B256,
-        sent: &std::sync::Mutex<Option<B256>>,
+        previous: Option<Sent>,
+        sent: &std::sync::Mutex<Option<Sent>>,
     ) -> Outcome {
         match self.plan_by_ref(merchant, plan_ref).await {
             Ok(Some(onchain_id)) => return Outcome::AlreadyExists { onchain_id },
@@ -188,7 +228,27 @@ impl Relayer {
                 };
             }
         }
-        let pending = match self.send(pool, merchant, amount, plan_ref).await {
+        let replace = match previous {
+            Some(p) => match self.stuck(&p).await {
+                Ok(true) => {
+                    tracing::warn!(nonce = p.nonce, tx = %p.hash, "provisioning: the last createPlan is still unmined; replacing it at its nonce with higher fees");
+                    metrics::counter!("api_relayer_replacements_total").increment(1);
+                    Some(p)
+                }
+                Ok(false) => None,
+                Err(detail) => {
+                    tracing::warn!(error = %detail, "provisioning: chain unreachable");
+                    return Outcome::Failed {
+                        error: "the chain RPC could not be reached".into(),
+                    };
+                }
+            },
+            None => None,
+        };
+        let (pending, this) = match self
+            .send(pool, merchant, amount, plan_ref, replace.as_ref())
+            .await
+        {
             Ok(p) => p,
             Err(e) => {
                 return self
@@ -196,13 +256,13 @@ impl Relayer {
                     .await;
             }
         };
-        let tx_hash = *pending.tx_hash();
-        *sent.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx_hash);
+        let tx_hash = this.hash;
+        *sent.lock().unwrap_or_else(|p| p.into_inner()) = Some(this);
         let receipt = match pending.get_receipt().await {
             Ok(r) => r,
             // The wait is bounded by the caller's timeout; an error here is an RPC failure
             // after the send, so the transaction may still land: report it as submitted.
-            Err(_) => return Outcome::Submitted { tx_hash },
+            Err(_) => return Outcome::Submitted { sent: this },
         };
         if !receipt.status() {
             return self
@@ -241,22 +301,33 @@ impl Relayer {
     /// reverting call consumes no nonce), then, under a database lock per relayer key held
     /// until the node acknowledged the send, the key's pending nonce read from the node, the
     /// fees, and the signed transaction. Several API processes sharing the key take turns;
-    /// any error leaves nothing behind, since the next send reads the nonce again.
+    /// any error leaves nothing behind, since the next send reads the nonce again. With
+    /// `replace`, the transaction takes that one's nonce and at least 25% more in fees.
     async fn send(
         &self,
         pool: &crate::db::Pool,
         merchant: Address,
         amount: U256,
         plan_ref: B256,
-    ) -> Result<alloy::providers::PendingTransactionBuilder<alloy::network::Ethereum>, String> {
+        replace: Option<&Sent>,
+    ) -> Result<
+        (
+            alloy::providers::PendingTransactionBuilder<alloy::network::Ethereum>,
+            Sent,
+        ),
+        String,
+    > {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let request = c
             .createPlan(merchant, amount, plan_ref)
             .from(self.address)
             .into_transaction_request();
+        // Against the latest block: the pending state may hold the very transaction a
+        // replacement replaces (whose reference the estimate would then find taken).
         let gas = self
             .provider
             .estimate_gas(request.clone())
+            .latest()
             .await
             .map_err(|e| format!("estimate: {e}"))?;
         let mut conn = pool.get().await.map_err(|e| format!("relayer lock: {e}"))?;
@@ -267,23 +338,35 @@ impl Relayer {
         chainsub_store::pg::lock_relayer_sends(&lock, self.address.into_array())
             .await
             .map_err(|e| format!("relayer lock: {e}"))?;
-        let nonce = self
-            .provider
-            .get_transaction_count(self.address)
-            .pending()
-            .await
-            .map_err(|e| format!("nonce: {e}"))?;
+        let nonce = match replace {
+            Some(p) => p.nonce,
+            None => self
+                .provider
+                .get_transaction_count(self.address)
+                .pending()
+                .await
+                .map_err(|e| format!("nonce: {e}"))?,
+        };
         let fees = self
             .provider
             .estimate_eip1559_fees()
             .await
             .map_err(|e| format!("fees: {e}"))?;
+        let bump = |old: u128| old.saturating_mul(100 + REPLACEMENT_BUMP_PERCENT) / 100 + 1;
+        let (max_fee, prio) = match replace {
+            Some(p) => (
+                fees.max_fee_per_gas.max(bump(p.max_fee_per_gas)),
+                fees.max_priority_fee_per_gas
+                    .max(bump(p.priority_fee_per_gas)),
+            ),
+            None => (fees.max_fee_per_gas, fees.max_priority_fee_per_gas),
+        };
         let request = request
             .with_nonce(nonce)
             .with_chain_id(self.chain_id)
             .with_gas_limit(gas.saturating_mul(6) / 5)
-            .with_max_fee_per_gas(fees.max_fee_per_gas)
-            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
+            .with_max_fee_per_gas(max_fee)
+            .with_max_priority_fee_per_gas(prio.min(max_fee));
         let pending = self
             .provider
             .send_transaction(request)
@@ -293,7 +376,13 @@ impl Relayer {
         lock.commit()
             .await
             .map_err(|e| format!("relayer lock: {e}"))?;
-        Ok(pending)
+        let sent = Sent {
+            hash: *pending.tx_hash(),
+            nonce,
+            max_fee_per_gas: max_fee,
+            priority_fee_per_gas: prio.min(max_fee),
+        };
+        Ok((pending, sent))
     }
 
     /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef

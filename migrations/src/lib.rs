@@ -63,6 +63,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "keeper_revert_retries",
         sql: include_str!("../sql/0011_keeper_revert_retries.sql"),
     },
+    Migration {
+        version: 12,
+        name: "relayer_sent_tx",
+        sql: include_str!("../sql/0012_relayer_sent_tx.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -258,6 +258,37 @@ pub async fn created_since(
     Ok((row.get(0), row.get(1)))
 }
 
+/// The last provisioning transaction of `scope`'s plan `row_id` while it is `submitted`:
+/// (hash, nonce, max fee per gas, priority fee per gas).
+pub async fn submitted_tx(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+) -> Result<Option<(B256, u64, u128, u128)>> {
+    let row = client
+        .query_opt(
+            "SELECT provision_tx_hash, provision_nonce, provision_max_fee_per_gas::TEXT, \
+             provision_priority_fee_per_gas::TEXT FROM plans \
+             WHERE id = $1 AND merchant_id = $2 AND provision_status = $3 \
+             AND provision_tx_hash IS NOT NULL AND provision_nonce IS NOT NULL",
+            &[&row_id, &scope.id(), &ProvisionStatus::Submitted.as_str()],
+        )
+        .await?;
+    let Some(r) = row else { return Ok(None) };
+    let fee = |i: usize| -> Result<u128> {
+        let s: String = r.get(i);
+        s.parse()
+            .map_err(|_| Error::Inconsistent(format!("fee {s} does not fit u128")))
+    };
+    Ok(Some((
+        b256(r.get(0))?,
+        u64::try_from(r.get::<_, i64>(1))
+            .map_err(|_| Error::Inconsistent("negative nonce".into()))?,
+        fee(2)?,
+        fee(3)?,
+    )))
+}
+
 /// What one provisioning attempt of a plan ended in.
 #[derive(Debug, Clone, Copy)]
 pub enum Provisioned<'a> {
@@ -271,8 +302,15 @@ pub enum Provisioned<'a> {
     },
     /// The reference was already on chain as this very plan.
     AlreadyExists { onchain_id: i64 },
-    /// Sent, no receipt within the wait.
-    Submitted { tx_hash: &'a [u8], note: &'a str },
+    /// Sent, no receipt within the wait: the transaction as sent (nonce and fees, so a stuck
+    /// one can be replaced at the same nonce).
+    Submitted {
+        tx_hash: &'a [u8],
+        nonce: i64,
+        max_fee_per_gas: u128,
+        priority_fee_per_gas: u128,
+        note: &'a str,
+    },
     /// Did not happen, and why.
     Failed { error: &'a str },
 }
@@ -322,11 +360,19 @@ pub async fn record_provisioning(
                 )
                 .await?
         }
-        Provisioned::Submitted { tx_hash, note } => {
+        Provisioned::Submitted {
+            tx_hash,
+            nonce,
+            max_fee_per_gas,
+            priority_fee_per_gas,
+            note,
+        } => {
             client
                 .execute(
                     "UPDATE plans SET provision_status = $3, provision_tx_hash = $4, \
-                     provision_error = $5 \
+                     provision_error = $5, provision_nonce = $7, \
+                     provision_max_fee_per_gas = $8::TEXT::NUMERIC, \
+                     provision_priority_fee_per_gas = $9::TEXT::NUMERIC \
                      WHERE id = $1 AND merchant_id = $2 AND provision_status <> $6",
                     &[
                         &row_id,
@@ -335,6 +381,9 @@ pub async fn record_provisioning(
                         &tx_hash,
                         &note,
                         &active,
+                        &nonce,
+                        &max_fee_per_gas.to_string(),
+                        &priority_fee_per_gas.to_string(),
                     ],
                 )
                 .await?
@@ -348,7 +397,9 @@ pub async fn record_provisioning(
                         &row_id,
                         &scope.id(),
                         &ProvisionStatus::Failed.as_str(),
-                        &error,
+                        // Node error texts can carry raw revert bytes; Postgres text cannot
+                        // hold NUL.
+                        &error.replace('\0', "\u{fffd}"),
                         &active,
                     ],
                 )

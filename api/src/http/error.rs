@@ -246,7 +246,11 @@ impl From<tokio_postgres::Error> for ApiError {
         if e.is_closed() || io || shutting_down {
             ApiError::Unavailable(e.to_string())
         } else {
-            ApiError::Internal(e.to_string())
+            // The server's message and code, for the log (the body never carries it).
+            ApiError::Internal(match e.as_db_error() {
+                Some(db) => format!("db error: {db}"),
+                None => e.to_string(),
+            })
         }
     }
 }

@@ -18,7 +18,7 @@ use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
 
 use crate::auth::api_key::{Authed, authenticate};
-use crate::chain::Outcome;
+use crate::chain::{Outcome, Sent};
 use crate::ctx::{Ctx, with_ctx};
 use crate::domain::{Amount, Slug, random_hex, text};
 use crate::http::error::{ApiError, Result};
@@ -361,6 +361,17 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
         .await?;
         return Ok(());
     };
+    let previous = {
+        let conn = ctx.pool.get().await?;
+        store::submitted_tx(&conn, merchant, id).await?.map(
+            |(hash, nonce, max_fee_per_gas, priority_fee_per_gas)| Sent {
+                hash,
+                nonce,
+                max_fee_per_gas,
+                priority_fee_per_gas,
+            },
+        )
+    };
     let mut plan_ref = plan_ref;
     let mut outcome;
     let mut tries = 0;
@@ -373,6 +384,7 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
                 amount,
                 plan_ref,
                 ctx.cfg.provision_timeout(),
+                previous,
             )
             .await;
         let Outcome::AlreadyExists { onchain_id } = outcome else {
@@ -437,8 +449,11 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
         Outcome::AlreadyExists { onchain_id } => store::Provisioned::AlreadyExists {
             onchain_id: *onchain_id as i64,
         },
-        Outcome::Submitted { tx_hash } => store::Provisioned::Submitted {
-            tx_hash: tx_hash.as_slice(),
+        Outcome::Submitted { sent } => store::Provisioned::Submitted {
+            tx_hash: sent.hash.as_slice(),
+            nonce: sent.nonce as i64,
+            max_fee_per_gas: sent.max_fee_per_gas,
+            priority_fee_per_gas: sent.priority_fee_per_gas,
             note: submitted_note,
         },
         Outcome::Failed { error } => store::Provisioned::Failed { error },

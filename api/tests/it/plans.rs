@@ -699,3 +699,78 @@ async fn two_api_processes_sharing_one_relayer_key_provision_concurrently() {
     }
     assert_eq!(plan_count(&app).await, U256::from(6));
 }
+
+/// Issue 11, point 7: a createPlan still unmined (stuck in the pool) used to be followed, on
+/// retry, by a second send at the NEXT nonce — queued behind the stuck one and paying twice.
+/// The retry now replaces it at its own nonce with higher fees: one transaction of the
+/// relayer is mined, the original never is, and the plan becomes active once.
+#[tokio::test]
+async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
+    use alloy::providers::Provider;
+    let app = spawn(Opts {
+        chain: true,
+        provision_timeout_ms: 1_000,
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let dev = app.chain.as_ref().unwrap();
+    let relayer = DevChain::address(chainsub_tests::chain::accounts::OPERATOR);
+    let automine = |on: bool| async move {
+        let _: serde_json::Value = dev
+            .provider
+            .raw_request("evm_setAutomine".into(), (on,))
+            .await
+            .unwrap();
+    };
+    let nonce_before = dev.provider.get_transaction_count(relayer).await.unwrap();
+
+    // Nothing is mined while the plan is sent: it stays in the pool.
+    automine(false).await;
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Stuck"), None)
+        .await;
+    assert_eq!(
+        (&r.body["status"], &r.body["provisioning"]["state"]),
+        (&json!("pending"), &json!("submitted")),
+        "{:?}",
+        r.body
+    );
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let first: alloy::primitives::B256 = r.body["provisioning"]["transactionHash"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let path = format!("/api/v1/plans/{id}/provision");
+
+    // The retry replaces it (still nothing mined).
+    let r = app.post(&path, &key, &json!({}), None).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["provisioning"]["state"], "submitted", "{:?}", r.body);
+    let second = r.body["provisioning"]["transactionHash"].clone();
+    assert_ne!(second, json!(first.to_string()));
+
+    automine(true).await;
+    let _: serde_json::Value = dev
+        .provider
+        .raw_request("evm_mine".into(), ())
+        .await
+        .unwrap();
+    let r = app.post(&path, &key, &json!({}), None).await;
+    assert_eq!(r.body["status"], "active", "{:?}", r.body);
+    assert_eq!(plan_count(&app).await, U256::from(1));
+    assert_eq!(
+        dev.provider.get_transaction_count(relayer).await.unwrap(),
+        nonce_before + 1,
+        "one transaction of the relayer was mined, not two"
+    );
+    assert!(
+        dev.provider
+            .get_transaction_receipt(first)
+            .await
+            .unwrap()
+            .is_none(),
+        "the original was replaced, never mined"
+    );
+}
