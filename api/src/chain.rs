@@ -8,18 +8,20 @@
 
 use std::time::Duration;
 
-use alloy::network::{EthereumWallet, TransactionBuilder};
 use alloy::primitives::{Address, B256, U256};
-use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::providers::{DynProvider, Provider};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::SolEvent;
 use chainsub_abi::SubscriptionManager;
+use chainsub_sender::{Broadcast, Sender, bumped};
 
 use crate::config::Config;
 use crate::http::error::{ApiError, Result};
 
 /// Sends provisioning transactions with the relayer key.
 pub struct Relayer {
+    /// The one chain sender (shared with the keeper): local signing, raw broadcast.
+    sender: Sender,
     provider: DynProvider,
     manager: Address,
     /// The relayer's address (pays the gas).
@@ -28,8 +30,6 @@ pub struct Relayer {
     min_balance: U256,
     /// The last balance check: `Some(true)` funded, `Some(false)` low, `None` unknown.
     funded: std::sync::Mutex<Option<bool>>,
-    /// The chain id transactions are signed for.
-    chain_id: u64,
 }
 
 impl std::fmt::Debug for Relayer {
@@ -81,25 +81,19 @@ impl Relayer {
             key.expose().trim_start_matches("0x").parse().map_err(|_| {
                 ApiError::Internal("RELAYER_PRIVATE_KEY is not a private key".into())
             })?;
-        let url = cfg
-            .rpc_url
-            .parse()
-            .map_err(|e| ApiError::Internal(format!("RPC_URL: {e}")))?;
-        let address = signer.address();
-        // No fillers but the wallet: nonce, gas and fees are decided here (see `send`), so a
-        // failed estimate or send never leaves a cached nonce ahead of the chain.
-        let provider = ProviderBuilder::new()
-            .disable_recommended_fillers()
-            .wallet(EthereumWallet::from(signer))
-            .connect_http(url)
-            .erased();
+        // The shared sender: nonce, gas and fees are decided here (see `send`), so a failed
+        // estimate or send never leaves a cached nonce ahead of the chain.
+        let sender = Sender::new(&cfg.rpc_url, cfg.chain_id, signer)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let address = sender.address();
+        let provider = sender.provider().clone();
         Ok(Some(Relayer {
+            sender,
             provider,
             manager: cfg.contract_address,
             address,
             min_balance: U256::from(cfg.relayer_min_balance_wei),
             funded: std::sync::Mutex::new(None),
-            chain_id: cfg.chain_id,
         }))
     }
 
@@ -109,7 +103,7 @@ impl Relayer {
     /// An unreachable chain is not refused here: provisioning then fails visibly on its
     /// own (the plan is `failed` and can be retried), as it always did.
     pub async fn ensure_funded(&self) -> Result<()> {
-        let balance = match self.provider.get_balance(self.address).await {
+        let balance = match self.sender.balance().await {
             Ok(b) => b,
             Err(e) => {
                 tracing::warn!(error = %e, "relayer balance: chain unreachable");
@@ -201,9 +195,8 @@ impl Relayer {
             return Ok(false);
         }
         let mined = self
-            .provider
-            .get_transaction_count(self.address)
-            .latest()
+            .sender
+            .mined_nonce()
             .await
             .map_err(|e| format!("nonce: {e}"))?;
         Ok(mined <= previous.nonce)
@@ -245,7 +238,7 @@ impl Relayer {
             },
             None => None,
         };
-        let (pending, this) = match self
+        let this = match self
             .send(pool, merchant, amount, plan_ref, replace.as_ref())
             .await
         {
@@ -258,11 +251,14 @@ impl Relayer {
         };
         let tx_hash = this.hash;
         *sent.lock().unwrap_or_else(|p| p.into_inner()) = Some(this);
-        let receipt = match pending.get_receipt().await {
-            Ok(r) => r,
-            // The wait is bounded by the caller's timeout; an error here is an RPC failure
-            // after the send, so the transaction may still land: report it as submitted.
-            Err(_) => return Outcome::Submitted { sent: this },
+        // Polled until the caller's timeout; an RPC failure after the send means the
+        // transaction may still land: report it as submitted.
+        let receipt = loop {
+            match self.provider.get_transaction_receipt(tx_hash).await {
+                Ok(Some(r)) => break r,
+                Ok(None) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(_) => return Outcome::Submitted { sent: this },
+            }
         };
         if !receipt.status() {
             return self
@@ -310,24 +306,16 @@ impl Relayer {
         amount: U256,
         plan_ref: B256,
         replace: Option<&Sent>,
-    ) -> Result<
-        (
-            alloy::providers::PendingTransactionBuilder<alloy::network::Ethereum>,
-            Sent,
-        ),
-        String,
-    > {
+    ) -> Result<Sent, String> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let request = c
             .createPlan(merchant, amount, plan_ref)
-            .from(self.address)
             .into_transaction_request();
-        // Against the latest block: the pending state may hold the very transaction a
-        // replacement replaces (whose reference the estimate would then find taken).
+        // Against the latest block (the sender's rule): the pending state may hold the very
+        // transaction a replacement replaces, whose reference it would find taken.
         let gas = self
-            .provider
-            .estimate_gas(request.clone())
-            .latest()
+            .sender
+            .estimate(request.clone())
             .await
             .map_err(|e| format!("estimate: {e}"))?;
         let mut conn = pool.get().await.map_err(|e| format!("relayer lock: {e}"))?;
@@ -338,51 +326,67 @@ impl Relayer {
         chainsub_store::pg::lock_relayer_sends(&lock, self.address.into_array())
             .await
             .map_err(|e| format!("relayer lock: {e}"))?;
-        let nonce = match replace {
+        let (fee, tip) = self
+            .sender
+            .fees(None)
+            .await
+            .map_err(|e| format!("fees: {e}"))?;
+        let (max_fee, prio) = match replace {
+            Some(p) => (
+                fee.max(bumped(p.max_fee_per_gas, REPLACEMENT_BUMP_PERCENT)),
+                tip.max(bumped(p.priority_fee_per_gas, REPLACEMENT_BUMP_PERCENT)),
+            ),
+            None => (fee, tip),
+        };
+        let prio = prio.min(max_fee);
+        let mut nonce = match replace {
             Some(p) => p.nonce,
             None => self
-                .provider
-                .get_transaction_count(self.address)
-                .pending()
+                .sender
+                .pending_nonce()
                 .await
                 .map_err(|e| format!("nonce: {e}"))?,
         };
-        let fees = self
-            .provider
-            .estimate_eip1559_fees()
-            .await
-            .map_err(|e| format!("fees: {e}"))?;
-        let bump = |old: u128| old.saturating_mul(100 + REPLACEMENT_BUMP_PERCENT) / 100 + 1;
-        let (max_fee, prio) = match replace {
-            Some(p) => (
-                fees.max_fee_per_gas.max(bump(p.max_fee_per_gas)),
-                fees.max_priority_fee_per_gas
-                    .max(bump(p.priority_fee_per_gas)),
-            ),
-            None => (fees.max_fee_per_gas, fees.max_priority_fee_per_gas),
-        };
-        let request = request
-            .with_nonce(nonce)
-            .with_chain_id(self.chain_id)
-            .with_gas_limit(gas.saturating_mul(6) / 5)
-            .with_max_fee_per_gas(max_fee)
-            .with_max_priority_fee_per_gas(prio.min(max_fee));
-        let pending = self
-            .provider
-            .send_transaction(request)
-            .await
-            .map_err(|e| format!("send: {e}"))?;
-        // Acknowledged by the node: the next reader of the pending nonce sees this one.
-        lock.commit()
-            .await
-            .map_err(|e| format!("relayer lock: {e}"))?;
-        let sent = Sent {
-            hash: *pending.tx_hash(),
-            nonce,
-            max_fee_per_gas: max_fee,
-            priority_fee_per_gas: prio.min(max_fee),
-        };
-        Ok((pending, sent))
+        let gas_limit = gas.saturating_mul(6) / 5;
+        for retry in 0..2 {
+            let signed = self
+                .sender
+                .sign(request.clone(), nonce, gas_limit, max_fee, prio)
+                .await
+                .map_err(|e| e.to_string())?;
+            match self
+                .sender
+                .broadcast(&signed.raw)
+                .await
+                .map_err(|e| format!("send: {e}"))?
+            {
+                Broadcast::Accepted => {
+                    // Acknowledged: the next reader of the pending nonce sees this one.
+                    lock.commit()
+                        .await
+                        .map_err(|e| format!("relayer lock: {e}"))?;
+                    return Ok(Sent {
+                        hash: signed.hash,
+                        nonce,
+                        max_fee_per_gas: max_fee,
+                        priority_fee_per_gas: prio,
+                    });
+                }
+                // The key's nonce moved (used from elsewhere): read it again, once. A
+                // replacement whose nonce is gone has nothing left to replace.
+                Broadcast::NonceTooLow if retry == 0 && replace.is_none() => {
+                    nonce = self
+                        .sender
+                        .pending_nonce()
+                        .await
+                        .map_err(|e| format!("nonce: {e}"))?;
+                }
+                Broadcast::NonceTooLow => return Err("send: nonce too low".into()),
+                Broadcast::Underpriced => return Err("send: replacement underpriced".into()),
+                Broadcast::Rejected(why) => return Err(format!("send: {why}")),
+            }
+        }
+        Err("send: nonce too low".into())
     }
 
     /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef

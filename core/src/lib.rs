@@ -12,6 +12,7 @@ pub mod listen;
 pub mod slug;
 pub mod snapshot;
 pub mod status;
+pub mod tx;
 
 pub use address::{checksum, hex0x};
 pub use amount::{Amount, AmountError, MAX_AMOUNT_BASE_UNITS, format_units};
@@ -20,6 +21,7 @@ pub use listen::Listen;
 pub use slug::Slug;
 pub use snapshot::SubscriptionSnapshot;
 pub use status::{OutboxStatus, ProvisionStatus, SubscriptionStatus, UnknownStatus};
+pub use tx::{Outcome, SignedTx};
 
 /// USDC's decimals: 1 USDC = 1,000,000 base units.
 pub const USDC_DECIMALS: u8 = 6;

@@ -25,6 +25,16 @@ pub enum Error {
     Io(#[from] std::io::Error),
 }
 
+impl From<chainsub_sender::Error> for Error {
+    fn from(e: chainsub_sender::Error) -> Error {
+        match e {
+            chainsub_sender::Error::Rpc(e) => Error::Rpc(e),
+            chainsub_sender::Error::Config(m) => Error::Config(m),
+            chainsub_sender::Error::Sign(m) => Error::Sign(m),
+        }
+    }
+}
+
 /// tokio-postgres displays server errors as just "db error"; show the code and message.
 fn pg_detail(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {

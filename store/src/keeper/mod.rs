@@ -2,7 +2,7 @@
 //! migrations/sql/0005_keeper.sql). Token amounts and fees are NUMERIC in SQL and go through
 //! text, so no precision is lost.
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, U256};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 
@@ -78,16 +78,8 @@ impl DueSubscription {
     }
 }
 
-/// A signed transaction, ready to be journaled and broadcast.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignedTx {
-    pub nonce: u64,
-    pub hash: B256,
-    pub raw: Vec<u8>,
-    pub gas_limit: u64,
-    pub max_fee_per_gas: u128,
-    pub max_priority_fee_per_gas: u128,
-}
+/// The journal records what the chain sender (`chainsub-sender`) signs and sees mined.
+pub use chainsub_core::{Outcome, SignedTx};
 
 /// A journaled transaction of an open step.
 #[derive(Debug, Clone)]
@@ -108,15 +100,6 @@ pub struct OpenStep {
     pub attempt: i32,
     pub nonce: u64,
     pub txs: Vec<TxRow>,
-}
-
-/// How a mined transaction went.
-#[derive(Debug, Clone, Copy)]
-pub struct Outcome {
-    pub success: bool,
-    pub block_number: u64,
-    pub gas_used: u64,
-    pub effective_gas_price: u128,
 }
 
 /// Journal and index access for one chain, contract and keeper key.
