@@ -30,6 +30,23 @@ pub struct Relayer {
     min_balance: U256,
     /// The last balance check: `Some(true)` funded, `Some(false)` low, `None` unknown.
     funded: std::sync::Mutex<Option<bool>>,
+    /// Test-only crash point (`--fail-point`).
+    fail_point: Option<String>,
+}
+
+/// What `createPlan` creates: the merchant's plan at `amount` under `plan_ref`.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanTerms {
+    pub merchant: Address,
+    pub amount: U256,
+    pub plan_ref: B256,
+}
+
+/// Where a send is journaled before it is broadcast: the plan row it provisions.
+#[derive(Debug, Clone, Copy)]
+pub struct Journal<'a> {
+    pub scope: &'a chainsub_store::MerchantScope,
+    pub row_id: i64,
 }
 
 impl std::fmt::Debug for Relayer {
@@ -94,6 +111,7 @@ impl Relayer {
             address,
             min_balance: U256::from(cfg.relayer_min_balance_wei),
             funded: std::sync::Mutex::new(None),
+            fail_point: cfg.fail_point.clone(),
         }))
     }
 
@@ -160,14 +178,13 @@ impl Relayer {
     pub async fn provision(
         &self,
         pool: &crate::db::Pool,
-        merchant: Address,
-        amount: U256,
-        plan_ref: B256,
+        terms: PlanTerms,
         timeout: Duration,
         previous: Option<Sent>,
+        journal: Journal<'_>,
     ) -> Outcome {
         let sent = std::sync::Mutex::new(None);
-        let attempt = self.provision_inner(pool, merchant, amount, plan_ref, previous, &sent);
+        let attempt = self.provision_inner(pool, terms, previous, journal, &sent);
         match tokio::time::timeout(timeout, attempt).await {
             Ok(outcome) => outcome,
             // Once sent, the transaction may still land: that is `submitted`, not `failed`.
@@ -205,12 +222,14 @@ impl Relayer {
     async fn provision_inner(
         &self,
         pool: &crate::db::Pool,
-        merchant: Address,
-        amount: U256,
-        plan_ref: B256,
+        terms: PlanTerms,
         previous: Option<Sent>,
+        journal: Journal<'_>,
         sent: &std::sync::Mutex<Option<Sent>>,
     ) -> Outcome {
+        let PlanTerms {
+            merchant, plan_ref, ..
+        } = terms;
         match self.plan_by_ref(merchant, plan_ref).await {
             Ok(Some(onchain_id)) => return Outcome::AlreadyExists { onchain_id },
             Ok(None) => {}
@@ -238,10 +257,7 @@ impl Relayer {
             },
             None => None,
         };
-        let this = match self
-            .send(pool, merchant, amount, plan_ref, replace.as_ref())
-            .await
-        {
+        let this = match self.send(pool, terms, replace.as_ref(), journal).await {
             Ok(p) => p,
             Err(e) => {
                 return self
@@ -302,11 +318,15 @@ impl Relayer {
     async fn send(
         &self,
         pool: &crate::db::Pool,
-        merchant: Address,
-        amount: U256,
-        plan_ref: B256,
+        terms: PlanTerms,
         replace: Option<&Sent>,
+        journal: Journal<'_>,
     ) -> Result<Sent, String> {
+        let PlanTerms {
+            merchant,
+            amount,
+            plan_ref,
+        } = terms;
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let request = c
             .createPlan(merchant, amount, plan_ref)
@@ -354,6 +374,27 @@ impl Relayer {
                 .sign(request.clone(), nonce, gas_limit, max_fee, prio)
                 .await
                 .map_err(|e| e.to_string())?;
+            // Journaled (committed, outside the lock's transaction) before the node sees it:
+            // a crash from here on leaves the plan `submitted` with this transaction, and a
+            // retry replaces it at this nonce rather than queueing a second one behind it.
+            {
+                let conn = pool.get().await.map_err(|e| format!("journal: {e}"))?;
+                chainsub_store::plans::journal_send(
+                    &conn,
+                    journal.scope,
+                    journal.row_id,
+                    signed.hash.as_slice(),
+                    nonce as i64,
+                    max_fee,
+                    prio,
+                )
+                .await
+                .map_err(|e| format!("journal: {e}"))?;
+            }
+            if self.fail_point.as_deref() == Some("relayer-after-journal") {
+                tracing::warn!("fail point relayer-after-journal reached: aborting");
+                std::process::abort();
+            }
             match self
                 .sender
                 .broadcast(&signed.raw)

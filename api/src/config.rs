@@ -34,6 +34,10 @@ pub struct Config {
         default_value_t = 50_000_000_000_000_000
     )]
     pub relayer_min_balance_wei: u128,
+    /// Test-only: abort the process at a named point (`relayer-after-journal`: a createPlan
+    /// was journaled on its plan row, not broadcast yet), as a crash would.
+    #[arg(long, env = "API_FAIL_POINT", hide = true)]
+    pub fail_point: Option<String>,
     /// Confirmations an indexed plan needs before the checkout hands out a transaction to
     /// subscribe to it (the indexer's setting of the same name; 0 or 1: once indexed).
     #[arg(long, env = "CONFIRMATIONS", default_value_t = 12)]

@@ -258,6 +258,41 @@ pub async fn created_since(
     Ok((row.get(0), row.get(1)))
 }
 
+/// Journals a provisioning transaction of `scope`'s plan `row_id` as signed, BEFORE it is
+/// broadcast: the plan is `submitted` with the transaction's hash, nonce and fees, so a
+/// process that dies before or after the broadcast leaves a retry enough to replace it at
+/// the same nonce instead of sending a second one behind it. An active plan is not touched.
+pub async fn journal_send(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+    tx_hash: &[u8],
+    nonce: i64,
+    max_fee_per_gas: u128,
+    priority_fee_per_gas: u128,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE plans SET provision_status = $3, provision_tx_hash = $4, \
+             provision_error = 'signed; not acknowledged by the node yet', \
+             provision_nonce = $5, provision_max_fee_per_gas = $6::TEXT::NUMERIC, \
+             provision_priority_fee_per_gas = $7::TEXT::NUMERIC \
+             WHERE id = $1 AND merchant_id = $2 AND provision_status <> $8",
+            &[
+                &row_id,
+                &scope.id(),
+                &ProvisionStatus::Submitted.as_str(),
+                &tx_hash,
+                &nonce,
+                &max_fee_per_gas.to_string(),
+                &priority_fee_per_gas.to_string(),
+                &ProvisionStatus::Active.as_str(),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
 /// The last provisioning transaction of `scope`'s plan `row_id` while it is `submitted`:
 /// (hash, nonce, max fee per gas, priority fee per gas).
 pub async fn submitted_tx(

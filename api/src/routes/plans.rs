@@ -18,7 +18,7 @@ use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
 
 use crate::auth::api_key::{Authed, authenticate};
-use crate::chain::{Outcome, Sent};
+use crate::chain::{Journal, Outcome, PlanTerms, Sent};
 use crate::ctx::{Ctx, with_ctx};
 use crate::domain::{Amount, Slug, random_hex, text};
 use crate::http::error::{ApiError, Result};
@@ -380,11 +380,17 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
         outcome = relayer
             .provision(
                 &ctx.pool,
-                merchant.wallet(),
-                amount,
-                plan_ref,
+                PlanTerms {
+                    merchant: merchant.wallet(),
+                    amount,
+                    plan_ref,
+                },
                 ctx.cfg.provision_timeout(),
                 previous,
+                Journal {
+                    scope: merchant,
+                    row_id: id,
+                },
             )
             .await;
         let Outcome::AlreadyExists { onchain_id } = outcome else {

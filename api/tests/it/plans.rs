@@ -774,3 +774,99 @@ async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
         "the original was replaced, never mined"
     );
 }
+
+/// The `api` binary over `db` and `chain` on `socket` (plus `extra` environment).
+fn api_process(
+    db: &TestDb,
+    chain: &DevChain,
+    socket: &chainsub_tests::Reserved,
+    extra: &[(&str, &str)],
+) -> chainsub_tests::ChildGuard {
+    use chainsub_tests::services::{service_command, test_env};
+    let mut env = test_env(chain, db, 0);
+    env.push(("API_LISTEN".into(), "stdin".into()));
+    env.push(("BASE_URL".into(), socket.url()));
+    env.push(("NO_DISPATCHER".into(), "true".into()));
+    for (k, v) in extra {
+        env.push((k.to_string(), v.to_string()));
+    }
+    chainsub_tests::ChildGuard(
+        service_command(&chainsub_tests::bin_path("api"), &[], &env)
+            .stdin(socket.stdin())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn api"),
+    )
+}
+
+/// Issue 11, point 7 (journal): the API dies right after journaling a signed createPlan on
+/// the plan row and before broadcasting it. A retry after the restart finds the journaled
+/// transaction — no receipt, its nonce unused — and sends it at that same nonce: the plan
+/// becomes active with exactly one relayer transaction and one plan on chain.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_that_dies_between_journal_and_broadcast_resumes_the_same_nonce() {
+    use alloy::providers::Provider;
+    let db = TestDb::create().await;
+    let chain = DevChain::start().await;
+    let mut client = db.connect().await;
+    let (_, key) =
+        chainsub_api::auth::api_key::admin_create_key(&mut client, DevChain::address(MERCHANT))
+            .await
+            .unwrap();
+    let key = key.expose().to_string();
+    let relayer = DevChain::address(chainsub_tests::chain::accounts::OPERATOR);
+    let nonce_before = chain.provider.get_transaction_count(relayer).await.unwrap();
+
+    let socket = chainsub_tests::Reserved::new();
+    let base = socket.url();
+    let mut dying = api_process(
+        &db,
+        &chain,
+        &socket,
+        &[("API_FAIL_POINT", "relayer-after-journal")],
+    );
+    let api = chainsub_tests::merchant::ApiClient::new(&base);
+    chainsub_tests::wait_until("the api to answer", || async { api.healthy().await }).await;
+    let died = api
+        .post_res("/api/v1/plans", &key, &plan_body("Crash"), None)
+        .await;
+    assert!(died.is_err(), "the request dies with the process: {died:?}");
+    let status = tokio::task::spawn_blocking(move || dying.0.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(!status.success());
+    assert_eq!(
+        chain.provider.get_transaction_count(relayer).await.unwrap(),
+        nonce_before,
+        "nothing reached the node"
+    );
+
+    let socket = chainsub_tests::Reserved::new();
+    let api = chainsub_tests::merchant::ApiClient::new(&socket.url());
+    let _restarted = api_process(&db, &chain, &socket, &[]);
+    chainsub_tests::wait_until("the restarted api", || async { api.healthy().await }).await;
+    let list = api.get_res("/api/v1/plans", &key).await.unwrap();
+    let plan = &list.body["data"][0];
+    assert_eq!(plan["provisioning"]["state"], "submitted", "{plan}");
+    let id = plan["id"].as_str().unwrap();
+    let r = api
+        .post_res(
+            &format!("/api/v1/plans/{id}/provision"),
+            &key,
+            &json!({}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.body["status"], "active", "{:?}", r.body);
+    assert_eq!(
+        chain.provider.get_transaction_count(relayer).await.unwrap(),
+        nonce_before + 1,
+        "one relayer transaction"
+    );
+    assert_eq!(
+        chain.manager().planCount().call().await.unwrap(),
+        U256::from(1)
+    );
+}
