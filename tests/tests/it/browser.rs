@@ -102,3 +102,65 @@ async fn merchant_signs_in_sees_key_once_rotation_kills_old_key_and_webhook_retr
         .expect("count keys");
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (0, 2));
 }
+
+/// Issue 11, point 5, in the browser: when the plan on chain differs from the link (here the
+/// API's amount is edited by hand, as a wrong index would), the page shows a `refused` state
+/// and never asks the wallet to send; once the plan is deactivated on chain, `inactive`.
+#[tokio::test(flavor = "multi_thread")]
+async fn checkout_page_refuses_a_mismatched_or_deactivated_plan_without_asking_the_wallet() {
+    use alloy::primitives::U256;
+    let s = start("checkout-refused", true).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    let (_, _, checkout) = plan_and_checkout(&s, "cust_refused").await;
+    let url = checkout["url"].as_str().expect("checkout url").to_string();
+    // The indexer has the plan (the page offers it) before the hand edit.
+    poll("the plan indexed", || async {
+        let c = s.db.connect().await;
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM chain_plans", &[])
+            .await
+            .unwrap()
+            .get(0);
+        (n > 0).then_some(())
+    })
+    .await;
+    let env = |expect: &str| {
+        vec![
+            ("CHECKOUT_URL", url.clone()),
+            ("RPC_URL", s.chain.anvil.url.clone()),
+            ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            ("CUSTOMER", customer.to_string()),
+            ("EXPECT", expect.to_string()),
+        ]
+    };
+    s.db.connect()
+        .await
+        .execute("UPDATE plans SET amount = 1000000", &[])
+        .await
+        .unwrap();
+    node("checkout_refused.mjs", &env("refused"));
+
+    s.db.connect()
+        .await
+        .execute("UPDATE plans SET amount = 9990000", &[])
+        .await
+        .unwrap();
+    chainsub_tests::send_as!(
+        DevChain::address(accounts::MERCHANT),
+        s.chain.manager().deactivatePlan(U256::from(1))
+    );
+    poll("the deactivation indexed", || async {
+        let c = s.db.connect().await;
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM chain_plans WHERE deactivated_event_id IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (n > 0).then_some(())
+    })
+    .await;
+    node("checkout_refused.mjs", &env("inactive"));
+}
