@@ -209,6 +209,17 @@ impl App {
             .expect("POST")
     }
 
+    /// `POST /api/v1/plans/{id}/provision` (retry provisioning).
+    pub async fn provision(&self, id: &str, key: &str) -> Res {
+        self.post(
+            &format!("/api/v1/plans/{id}/provision"),
+            key,
+            &json!({}),
+            None,
+        )
+        .await
+    }
+
     pub async fn db(&self) -> Client {
         self.db.connect().await
     }

@@ -46,6 +46,29 @@ async fn wait_indexed(app: &App) {
     .await;
 }
 
+/// A 9.99 plan and a checkout link for `customer`; the link's URL.
+async fn plan_and_checkout(app: &App, key: &str, customer: &str) -> String {
+    let plan = app
+        .post(
+            "/api/v1/plans",
+            key,
+            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
+            None,
+        )
+        .await;
+    let plan_id = plan.body["id"].as_str().unwrap().to_string();
+    let checkout = app
+        .post(
+            "/api/v1/checkouts",
+            key,
+            &json!({"planId": plan_id, "customerExternalId": customer}),
+            None,
+        )
+        .await;
+    assert_eq!(checkout.status, 201, "{:?}", checkout.body);
+    checkout.body["url"].as_str().unwrap().to_string()
+}
+
 /// `GET {checkout}/tx?from=` → (status, body).
 async fn tx(app: &App, checkout_url: &str, from: Address) -> (u16, Value) {
     let url = format!(
@@ -167,24 +190,7 @@ async fn the_checkout_refuses_when_the_plan_on_chain_differs_from_the_link() {
     let (app, key) = app().await;
     let _indexer = spawn_indexer(&app, CONFIRMATIONS);
     let chain = app.chain.as_ref().unwrap();
-    let plan = app
-        .post(
-            "/api/v1/plans",
-            &key,
-            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
-            None,
-        )
-        .await;
-    let plan_id = plan.body["id"].as_str().unwrap().to_string();
-    let checkout = app
-        .post(
-            "/api/v1/checkouts",
-            &key,
-            &json!({"planId": plan_id, "customerExternalId": "user-1"}),
-            None,
-        )
-        .await;
-    let url = checkout.body["url"].as_str().unwrap().to_string();
+    let url = plan_and_checkout(&app, &key, "user-1").await;
     chain.mine(CONFIRMATIONS).await;
     wait_indexed(&app).await;
     let customer = DevChain::address(CUSTOMER);
@@ -242,24 +248,7 @@ async fn a_customer_reference_copied_into_another_wallets_subscription_names_no_
     let (app, key) = app().await;
     let _indexer = spawn_indexer(&app, CONFIRMATIONS);
     let chain = app.chain.as_ref().unwrap();
-    let plan = app
-        .post(
-            "/api/v1/plans",
-            &key,
-            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
-            None,
-        )
-        .await;
-    let plan_id = plan.body["id"].as_str().unwrap().to_string();
-    let checkout = app
-        .post(
-            "/api/v1/checkouts",
-            &key,
-            &json!({"planId": plan_id, "customerExternalId": "victim"}),
-            None,
-        )
-        .await;
-    let url = checkout.body["url"].as_str().unwrap().to_string();
+    let url = plan_and_checkout(&app, &key, "victim").await;
     chain.mine(CONFIRMATIONS).await;
     wait_indexed(&app).await;
 

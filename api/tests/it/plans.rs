@@ -84,21 +84,7 @@ async fn created_plan_is_provisioned_on_chain_with_its_chain_block() {
 
 #[tokio::test]
 async fn failed_provisioning_is_visible_and_retry_never_makes_a_second_onchain_plan() {
-    let db = TestDb::create().await;
-    let chain = DevChain::start().await;
-    let proxy = Proxy::start(target_of(&chain.anvil.url)).await;
-    let rpc = via(&chain.anvil.url, proxy.addr);
-    let app = spawn_with(
-        db,
-        Some(chain),
-        Opts {
-            rpc_url: Some(rpc),
-            provision_timeout_ms: 5_000,
-            ..Opts::default()
-        },
-    )
-    .await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let (app, key, proxy) = proxied_chain_app().await;
 
     // The chain is unreachable: the plan exists, visibly failed, and cannot be sold.
     proxy.disable();
@@ -119,39 +105,20 @@ async fn failed_provisioning_is_visible_and_retry_never_makes_a_second_onchain_p
 
     // Back online: the retry provisions it.
     proxy.enable();
-    let path = format!("/api/v1/plans/{id}/provision");
-    let r = app.post(&path, &key, &json!({}), None).await;
+    let r = app.provision(&id, &key).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["status"], "active");
     assert_eq!(plan_count(&app).await, U256::from(1));
 
     // Retrying an active plan, even concurrently, changes nothing on chain.
-    let empty = json!({});
-    let (a, b) = tokio::join!(
-        app.post(&path, &key, &empty, None),
-        app.post(&path, &key, &empty, None)
-    );
+    let (a, b) = tokio::join!(app.provision(&id, &key), app.provision(&id, &key));
     assert_eq!((a.status, b.status), (200, 200));
     assert_eq!(plan_count(&app).await, U256::from(1));
 }
 
 #[tokio::test]
 async fn retry_after_an_unrecorded_landing_adopts_the_existing_onchain_plan() {
-    let db = TestDb::create().await;
-    let chain = DevChain::start().await;
-    let proxy = Proxy::start(target_of(&chain.anvil.url)).await;
-    let rpc = via(&chain.anvil.url, proxy.addr);
-    let app = spawn_with(
-        db,
-        Some(chain),
-        Opts {
-            rpc_url: Some(rpc),
-            provision_timeout_ms: 5_000,
-            ..Opts::default()
-        },
-    )
-    .await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let (app, key, proxy) = proxied_chain_app().await;
     proxy.disable();
     let r = app
         .post("/api/v1/plans", &key, &plan_body("Basic"), None)
@@ -181,14 +148,7 @@ async fn retry_after_an_unrecorded_landing_adopts_the_existing_onchain_plan() {
         .await
         .unwrap();
     proxy.enable();
-    let r = app
-        .post(
-            &format!("/api/v1/plans/{id}/provision"),
-            &key,
-            &json!({}),
-            None,
-        )
-        .await;
+    let r = app.provision(&id, &key).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["status"], "active");
     assert_eq!(
@@ -212,6 +172,14 @@ async fn failed_plan(app: &App, key: &str) -> (String, B256) {
         .parse()
         .unwrap();
     (r.body["id"].as_str().unwrap().to_string(), plan_ref)
+}
+
+/// `who` registers a 1-unit plan of its own under `plan_ref`.
+async fn take_ref(dev: &DevChain, who: alloy::primitives::Address, plan_ref: B256) {
+    chainsub_tests::send_as!(
+        who,
+        dev.manager().createPlan(who, U256::from(1u64), plan_ref)
+    );
 }
 
 async fn proxied_chain_app() -> (App, String, Proxy) {
@@ -242,20 +210,9 @@ async fn an_outsider_who_copies_a_plan_ref_neither_blocks_provisioning_nor_becom
     // The outsider registers the same reference, for himself, first.
     let outsider = DevChain::address(STRANGER);
     let dev = app.chain.as_ref().unwrap();
-    chainsub_tests::send_as!(
-        outsider,
-        dev.manager()
-            .createPlan(outsider, U256::from(1u64), plan_ref)
-    );
+    take_ref(dev, outsider, plan_ref).await;
     proxy.enable();
-    let r = app
-        .post(
-            &format!("/api/v1/plans/{id}/provision"),
-            &key,
-            &json!({}),
-            None,
-        )
-        .await;
+    let r = app.provision(&id, &key).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["status"], "active");
     assert_eq!(r.body["chain"]["onchainPlanId"], 2, "{:?}", r.body);
@@ -286,20 +243,9 @@ async fn a_reference_the_merchant_took_for_another_plan_is_replaced_and_provisio
     // reference: createPlan can never succeed with it again.
     let merchant = DevChain::address(MERCHANT);
     let dev = app.chain.as_ref().unwrap();
-    chainsub_tests::send_as!(
-        merchant,
-        dev.manager()
-            .createPlan(merchant, U256::from(1u64), plan_ref)
-    );
+    take_ref(dev, merchant, plan_ref).await;
     proxy.enable();
-    let r = app
-        .post(
-            &format!("/api/v1/plans/{id}/provision"),
-            &key,
-            &json!({}),
-            None,
-        )
-        .await;
+    let r = app.provision(&id, &key).await;
 
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["status"], "active", "{:?}", r.body);
@@ -315,14 +261,7 @@ async fn a_reference_the_merchant_took_for_another_plan_is_replaced_and_provisio
         (merchant, U256::from(9_990_000u64), new_ref)
     );
     // One on-chain plan of ours, whatever the retries.
-    let again = app
-        .post(
-            &format!("/api/v1/plans/{id}/provision"),
-            &key,
-            &json!({}),
-            None,
-        )
-        .await;
+    let again = app.provision(&id, &key).await;
     assert_eq!(again.body["status"], "active");
     assert_eq!(plan_count(&app).await, U256::from(2));
 }
@@ -742,10 +681,9 @@ async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
         .unwrap()
         .parse()
         .unwrap();
-    let path = format!("/api/v1/plans/{id}/provision");
 
     // The retry replaces it (still nothing mined).
-    let r = app.post(&path, &key, &json!({}), None).await;
+    let r = app.provision(&id, &key).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["provisioning"]["state"], "submitted", "{:?}", r.body);
     let second = r.body["provisioning"]["transactionHash"].clone();
@@ -757,7 +695,7 @@ async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
         .raw_request("evm_mine".into(), ())
         .await
         .unwrap();
-    let r = app.post(&path, &key, &json!({}), None).await;
+    let r = app.provision(&id, &key).await;
     assert_eq!(r.body["status"], "active", "{:?}", r.body);
     assert_eq!(plan_count(&app).await, U256::from(1));
     assert_eq!(

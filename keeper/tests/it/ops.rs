@@ -242,18 +242,7 @@ async fn keeper_that_loses_its_lock_session_stops_sending_and_takes_the_lock_aga
     // every test's keeper takes the same key (one chain id), so only this test's database
     // counts: tests running beside this one hold the key in theirs.
     let lock_key = chainsub_migrations::locks::keeper(stack.chain.anvil.chain_id);
-    let killed: i64 = stack
-        .pg
-        .query_one(
-            "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
-             JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
-             WHERE l.locktype = 'advisory' AND l.granted
-               AND ((l.classid::BIGINT << 32) | l.objid::BIGINT) = $1",
-            &[&lock_key],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let killed = stack.lock_sessions(lock_key, true).await;
     assert_eq!(killed, 1, "exactly one session held the keeper lock");
 
     // Issue 11, point 11: it stops sending, reconnects and takes the lock again (it used to
@@ -274,18 +263,7 @@ async fn keeper_that_loses_its_lock_session_stops_sending_and_takes_the_lock_aga
         keeper.0.try_wait().unwrap().is_none(),
         "the keeper is still running"
     );
-    let holders: i64 = stack
-        .pg
-        .query_one(
-            "SELECT count(*) FROM pg_locks l
-             JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
-             WHERE l.locktype = 'advisory' AND l.granted
-               AND ((l.classid::BIGINT << 32) | l.objid::BIGINT) = $1",
-            &[&lock_key],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let holders = stack.lock_sessions(lock_key, false).await;
     assert_eq!(
         holders, 1,
         "the keeper holds the lock again, in a new session"
@@ -454,16 +432,7 @@ async fn a_database_restart_during_a_renewal_wave_charges_every_due_subscription
     })
     .await
     .unwrap();
-    for sub in &subs {
-        assert_eq!(
-            stack.steps(*sub).await,
-            vec![Step::Charged {
-                period: 2,
-                attempt: 1
-            }],
-            "sub {sub}"
-        );
-    }
+    stack.assert_each_charged_once(&subs).await;
     assert_eq!(stack.keeper_tx_count().await, subs.len() as u64);
     assert!(keeper.0.try_wait().unwrap().is_none());
 }

@@ -205,16 +205,7 @@ async fn many_due_subscriptions_with_bounded_concurrency_are_each_charged_once()
     while stack.keeper_tx_count().await < 10 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    for sub in &subs {
-        assert_eq!(
-            stack.steps(*sub).await,
-            vec![Step::Charged {
-                period: 2,
-                attempt: 1
-            }],
-            "sub {sub}"
-        );
-    }
+    stack.assert_each_charged_once(&subs).await;
     assert_eq!(stack.keeper_tx_count().await, 10);
 }
 

@@ -333,6 +333,45 @@ impl Stack {
             .unwrap();
     }
 
+    /// Every subscription in `subs` was charged period 2 exactly once, at the first attempt.
+    pub async fn assert_each_charged_once(&self, subs: &[u64]) {
+        for sub in subs {
+            assert_eq!(
+                self.steps(*sub).await,
+                vec![Step::Charged {
+                    period: 2,
+                    attempt: 1
+                }],
+                "sub {sub}"
+            );
+        }
+    }
+
+    /// Sessions of this test's database holding the advisory lock `key`; with `terminate`,
+    /// ends them (and counts them).
+    pub async fn lock_sessions(&self, key: i64, terminate: bool) -> i64 {
+        let select = if terminate {
+            "count(pg_terminate_backend(l.pid))"
+        } else {
+            "count(*)"
+        };
+        // Advisory locks are per database and every test's keeper takes the same key (one
+        // chain id): only this test's database counts.
+        self.pg
+            .query_one(
+                &format!(
+                    "SELECT {select} FROM pg_locks l
+                     JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
+                     WHERE l.locktype = 'advisory' AND l.granted
+                       AND ((l.classid::BIGINT << 32) | l.objid::BIGINT) = $1"
+                ),
+                &[&key],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
     /// Polls `sql` (one BIGINT column) until it returns at least `want`.
     pub async fn wait_count(&self, sql: &str, want: i64) {
         let what = format!("{sql} >= {want}");

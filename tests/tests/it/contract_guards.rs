@@ -97,6 +97,15 @@ fn events(receipt: &TransactionReceipt, manager: Address) -> Vec<ContractEvent> 
         .collect()
 }
 
+/// Subscription 1 as the contract has it.
+async fn record(s: &Setup) -> SM::Subscription {
+    s.manager
+        .getSubscription(U256::from(1))
+        .call()
+        .await
+        .unwrap()
+}
+
 async fn charge(s: &Setup) -> TransactionReceipt {
     s.manager
         .charge(U256::from(1))
@@ -134,12 +143,7 @@ async fn transfer_returning_false_is_a_recorded_transfer_failed_not_a_revert() {
     );
     // Allowance and balance sufficed: not the subscriber's fault, so it does not count.
     assert_eq!((e.period, e.attempt), (2, 0));
-    let sub = s
-        .manager
-        .getSubscription(U256::from(1))
-        .call()
-        .await
-        .unwrap();
+    let sub = record(&s).await;
     assert_eq!(sub.status, 2, "past_due");
     assert_eq!(sub.failedAttempts, 0);
 }
@@ -171,12 +175,7 @@ async fn failures_that_are_not_the_subscribers_fault_never_end_the_subscription(
         // The retry waits RETRY_INTERVAL like any failure.
         s.chain.increase_time(86_400 + 1).await;
     }
-    let sub = s
-        .manager
-        .getSubscription(U256::from(1))
-        .call()
-        .await
-        .unwrap();
+    let sub = record(&s).await;
     assert_eq!(
         (sub.status, sub.failedAttempts),
         (2, 0),
