@@ -260,6 +260,9 @@ pub async fn lock_relayer_sends(
     tx: &tokio_postgres::Transaction<'_>,
     relayer: [u8; 20],
 ) -> Result<(), tokio_postgres::Error> {
+    // Waiters hold a pooled connection: bound the wait, so a stuck holder cannot take the
+    // whole pool with it (the send then fails and the plan can be retried).
+    tx.batch_execute("SET LOCAL lock_timeout = '10s'").await?;
     tx.execute(
         "SELECT pg_advisory_xact_lock($1)",
         &[&chainsub_migrations::locks::relayer(relayer)],
