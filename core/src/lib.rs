@@ -11,6 +11,7 @@ pub mod ids;
 pub mod listen;
 pub mod slug;
 pub mod snapshot;
+pub mod state;
 pub mod status;
 pub mod tx;
 
@@ -20,7 +21,8 @@ pub use ids::{CheckoutId, EventId, MerchantId, PlanId, SubscriptionId};
 pub use listen::Listen;
 pub use slug::Slug;
 pub use snapshot::SubscriptionSnapshot;
-pub use status::{OutboxStatus, ProvisionStatus, SubscriptionStatus, UnknownStatus};
+pub use state::{SubscriptionState, rfc3339, ts};
+pub use status::{LedgerKind, OutboxStatus, ProvisionStatus, SubscriptionStatus, UnknownStatus};
 pub use tx::{Outcome, SignedTx};
 
 /// USDC's decimals: 1 USDC = 1,000,000 base units.

@@ -101,6 +101,16 @@ status_enum!(
     }
 );
 
+status_enum!(
+    /// What a ledger entry records (from `SubscriptionCharged` and `PaymentFailed`).
+    LedgerKind {
+        /// A successful pull of one period's amount.
+        Charge => "charge",
+        /// A pull that failed (reason in `failure_reason`).
+        FailedCharge => "failed_charge",
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,11 +3,7 @@
 use alloy::primitives::{Address, B256, Bloom, Bytes};
 
 /// Where the index stands: the last block whose effects are committed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor {
-    pub number: u64,
-    pub hash: B256,
-}
+pub use chainsub_store::index::Cursor;
 
 /// A block header, as much of it as the indexer needs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,10 +2,10 @@
 //! and, after a reorg, to rebuild a subscription from the events that remain: one function,
 //! so "apply" and "undo then replay" cannot disagree.
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::B256;
 use chainsub_abi::ContractEvent;
-use chainsub_core::{SubscriptionId, SubscriptionSnapshot};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chainsub_core::SubscriptionId;
+use chainsub_core::SubscriptionState;
 
 use crate::map::{end_reason_name, id_to_i64};
 use crate::{Error, Result};
@@ -13,41 +13,12 @@ use crate::{Error, Result};
 /// Subscription status, as stored and served (the one enum in `chainsub-core`).
 pub use chainsub_core::SubscriptionStatus as Status;
 
-/// One subscription after some prefix of its events (a `subscriptions` row).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubState {
-    pub onchain_id: i64,
-    /// The opaque public id ([`SubscriptionId::of_creation`]), fixed at creation.
-    pub public_id: SubscriptionId,
-    pub merchant: Address,
-    pub subscriber: Address,
-    pub plan_onchain_id: i64,
-    pub amount: U256,
-    pub customer_ref: B256,
-    pub customer_external_id: Option<String>,
-    pub status: Status,
-    pub cancel_at_period_end: bool,
-    pub period: u32,
-    pub current_period_start: u64,
-    pub current_period_end: u64,
-    pub failed_attempts: u8,
-    pub next_retry_at: Option<u64>,
-    pub ended_reason: Option<String>,
-    /// `chain_events.id` of the creating and of the latest event. While a batch is being
-    /// applied, events not yet inserted are referred to by a negative placeholder
-    /// (`-(index in batch) - 1`) that the sink swaps for the real id after the insert.
-    pub created_event: i64,
-    pub last_event: i64,
-    pub created_at: u64,
-    pub updated_at: u64,
-}
-
 /// What the fold needs to know about an event besides the log itself.
 #[derive(Debug, Clone)]
 pub struct EventCtx {
     pub chain_id: u64,
     pub tx_hash: B256,
-    /// The event's `chain_events.id` (or placeholder, see [`SubState::created_event`]).
+    /// The event's `chain_events.id` (or placeholder, see [`SubscriptionState::created_event`]).
     pub event_ref: i64,
     pub block_time: u64,
     /// For `SubscriptionCreated`: the checkout's customer external id, resolved by the sink.
@@ -57,10 +28,10 @@ pub struct EventCtx {
 /// Applies one event. `Ok(None)` with no prior state means the event is not a subscription
 /// event, or belongs to a subscription created before START_BLOCK (nothing to project).
 pub fn apply(
-    state: Option<SubState>,
+    state: Option<SubscriptionState>,
     ev: &ContractEvent,
     ctx: &EventCtx,
-) -> Result<Option<SubState>> {
+) -> Result<Option<SubscriptionState>> {
     if let ContractEvent::SubscriptionCreated(e) = ev {
         if state.is_some() {
             return Err(Error::Inconsistent(format!(
@@ -69,7 +40,7 @@ pub fn apply(
             )));
         }
         let onchain_id = id_to_i64(e.subscriptionId)?;
-        return Ok(Some(SubState {
+        return Ok(Some(SubscriptionState {
             onchain_id,
             public_id: SubscriptionId::of_creation(ctx.chain_id, ctx.tx_hash, onchain_id as u64),
             merchant: e.merchant,
@@ -126,50 +97,10 @@ pub fn apply(
     Ok(Some(s))
 }
 
-/// RFC 3339 UTC with seconds, e.g. `2026-01-31T12:00:00Z`.
-pub fn rfc3339(secs: u64) -> String {
-    ts(secs).to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-/// Unix seconds as a timestamp (clamped into chrono's range; chain times always fit).
-pub fn ts(secs: u64) -> DateTime<Utc> {
-    DateTime::from_timestamp(i64::try_from(secs).unwrap_or(i64::MAX), 0)
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
-impl SubState {
-    /// When the keeper will next try to charge: the period end, the retry time while past
-    /// due, nothing once terminal.
-    pub fn next_payment_at(&self) -> Option<u64> {
-        match self.status {
-            Status::Cancelled | Status::Ended => None,
-            Status::PastDue => self.next_retry_at,
-            Status::Active => Some(self.current_period_end),
-        }
-    }
-
-    /// The `chain_events.snapshot` (the contract with the API and webhooks).
-    pub fn snapshot(&self) -> SubscriptionSnapshot {
-        SubscriptionSnapshot {
-            id: self.public_id.clone(),
-            status: self.status,
-            cancel_at_period_end: self.cancel_at_period_end,
-            period: self.period,
-            current_period_start: rfc3339(self.current_period_start),
-            current_period_end: rfc3339(self.current_period_end),
-            next_payment_at: self.next_payment_at().map(rfc3339),
-            failed_attempts: self.failed_attempts,
-            subscriber: self.subscriber,
-            customer_external_id: self.customer_external_id.clone(),
-            amount: self.amount.to_string(),
-            plan_onchain_id: self.plan_onchain_id,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloy::primitives::{Address, U256};
     use chainsub_abi::SubscriptionManager as SM;
 
     const T0: u64 = 1_767_225_600; // 2026-01-01T00:00:00Z
@@ -212,7 +143,7 @@ mod tests {
         })
     }
 
-    fn fold(events: &[ContractEvent]) -> SubState {
+    fn fold(events: &[ContractEvent]) -> SubscriptionState {
         let mut s = None;
         for (i, e) in events.iter().enumerate() {
             s = apply(s, e, &ctx(i as i64 + 1, T0 + i as u64)).unwrap();

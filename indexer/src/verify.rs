@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use alloy::primitives::{Address, B256};
+use chainsub_store::index::StoredEvent;
 use tokio_postgres::Client;
 
 use crate::Result;
@@ -49,25 +50,12 @@ impl fmt::Display for Difference {
     }
 }
 
-/// The columns verify compares, as the chain says they should be.
-#[derive(Debug, PartialEq)]
-struct Row {
-    public_id: String,
-    contract: Vec<u8>,
-    block_hash: Vec<u8>,
-    tx_index: i64,
-    name: String,
-    kind: Option<String>,
-    merchant: Option<Vec<u8>>,
-    subscription_id: Option<i64>,
-    plan_id: Option<i64>,
-    topics: Vec<Vec<u8>>,
-    data: Vec<u8>,
-    decoded: serde_json::Value,
-}
-
-fn expected(contract: Address, e: &MappedEvent) -> Row {
-    Row {
+/// The row the chain says `chain_events` should hold for `e`.
+fn expected(contract: Address, e: &MappedEvent) -> StoredEvent {
+    StoredEvent {
+        block_number: e.block_number,
+        tx_hash: e.tx_hash,
+        log_index: e.log_index,
         public_id: e.public_id.clone(),
         contract: contract.to_vec(),
         block_hash: e.block_hash.to_vec(),
@@ -83,7 +71,7 @@ fn expected(contract: Address, e: &MappedEvent) -> Row {
     }
 }
 
-fn diff_columns(a: &Row, b: &Row) -> Vec<&'static str> {
+fn diff_columns(a: &StoredEvent, b: &StoredEvent) -> Vec<&'static str> {
     let mut out = Vec::new();
     macro_rules! cmp {
         ($($f:ident),*) => { $( if a.$f != b.$f { out.push(stringify!($f)); } )* };
@@ -116,7 +104,7 @@ pub async fn verify<S: BlockSource + ?Sized>(
     to: u64,
 ) -> Result<Vec<Difference>> {
     let mut fetcher = Fetcher::new(source, contract, fetch);
-    let mut chain: BTreeMap<LogKey, Row> = BTreeMap::new();
+    let mut chain: BTreeMap<LogKey, StoredEvent> = BTreeMap::new();
     let mut next = from;
     while next <= to {
         let blocks = fetcher.fetch(next, to).await;
@@ -130,36 +118,9 @@ pub async fn verify<S: BlockSource + ?Sized>(
         }
         next = blocks.last().map(|b| b.number + 1).unwrap_or(to + 1);
     }
-    let rows = client
-        .query(
-            "SELECT block_number, transaction_hash, log_index, public_id, contract, block_hash,
-                 transaction_index, name, kind, merchant_wallet, subscription_id, plan_id, topics,
-                 data, decoded
-             FROM chain_events WHERE chain_id = $1 AND block_number BETWEEN $2 AND $3",
-            &[&(chain_id as i64), &(from as i64), &(to as i64)],
-        )
-        .await?;
-    let mut db: BTreeMap<LogKey, Row> = BTreeMap::new();
-    for r in rows {
-        let tx = B256::try_from(r.get::<_, &[u8]>(1)).unwrap_or_default();
-        let key = (r.get::<_, i64>(0) as u64, tx, r.get::<_, i32>(2) as u64);
-        db.insert(
-            key,
-            Row {
-                public_id: r.get(3),
-                contract: r.get(4),
-                block_hash: r.get(5),
-                tx_index: r.get::<_, i32>(6) as i64,
-                name: r.get(7),
-                kind: r.get(8),
-                merchant: r.get(9),
-                subscription_id: r.get(10),
-                plan_id: r.get(11),
-                topics: r.get(12),
-                data: r.get(13),
-                decoded: r.get(14),
-            },
-        );
+    let mut db: BTreeMap<LogKey, StoredEvent> = BTreeMap::new();
+    for row in chainsub_store::index::events_in_range(client, chain_id as i64, from, to).await? {
+        db.insert((row.block_number, row.tx_hash, row.log_index), row);
     }
     let mut out = Vec::new();
     for (k, want) in &chain {

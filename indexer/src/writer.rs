@@ -29,18 +29,12 @@ pub async fn bound_session(client: &Client, idle: std::time::Duration) -> Result
 /// Blocks until this session holds the writer lock for `chain_id` (a hot standby waits here).
 pub async fn acquire(client: &Client, chain_id: u64) -> Result<()> {
     let key = chainsub_migrations::locks::indexer_writer(chain_id);
-    let got: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-        .await?
-        .get(0);
-    if !got {
+    if !chainsub_store::pg::try_lock(client, key).await? {
         tracing::info!(
             chain_id,
             "another indexer holds the writer lock; waiting as hot standby"
         );
-        client
-            .execute("SELECT pg_advisory_lock($1)", &[&key])
-            .await?;
+        chainsub_store::pg::lock(client, key).await?;
         tracing::info!(chain_id, "took over the writer lock");
     }
     Ok(())
@@ -54,26 +48,13 @@ pub async fn claim_cursor(
     contract: Address,
     genesis: Cursor,
 ) -> Result<i64> {
-    let row = client
-        .query_one(
-            "INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, writer_epoch)
-             VALUES ($1, $2, $3, $4, 1)
-             ON CONFLICT (chain_id) DO UPDATE SET writer_epoch = indexer_cursor.writer_epoch + 1
-             RETURNING writer_epoch, contract",
-            &[
-                &(chain_id as i64),
-                &contract.as_slice(),
-                &(genesis.number as i64),
-                &genesis.hash.as_slice(),
-            ],
-        )
-        .await?;
-    let theirs: &[u8] = row.get(1);
+    let (epoch, theirs) =
+        chainsub_store::index::claim_cursor(client, chain_id as i64, contract, genesis).await?;
     if theirs != contract.as_slice() {
         return Err(Error::Config(format!(
             "the database indexes contract 0x{} on chain {chain_id}, not {contract}",
             alloy::hex::encode(theirs)
         )));
     }
-    Ok(row.get(0))
+    Ok(epoch)
 }

@@ -254,11 +254,8 @@ async fn take_lock(
             }
         };
         loop {
-            let got: bool = match client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-                .await
-            {
-                Ok(row) => row.get(0),
+            let got: bool = match chainsub_store::pg::try_lock(&client, key).await {
+                Ok(got) => got,
                 // The new connection broke too: connect again.
                 Err(e) if client.is_closed() => {
                     tracing::warn!(error = %e, "keeper lock session dropped while standing by");
@@ -394,7 +391,7 @@ async fn bound_lock_session(
     chainsub_store::pg::bound_lock_session(client, idle).await?;
     let heartbeat = client.clone();
     tokio::spawn(async move {
-        while heartbeat.simple_query("").await.is_ok() {
+        while chainsub_store::pg::ping(&heartbeat).await.is_ok() {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
     });

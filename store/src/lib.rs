@@ -20,6 +20,7 @@ pub mod chain;
 pub mod checkouts;
 pub mod events;
 pub mod idempotency;
+pub mod index;
 pub mod keeper;
 pub mod merchants;
 pub mod outbox;
@@ -54,3 +55,64 @@ pub enum Error {
 
 /// The store's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod layout {
+    use std::path::{Path, PathBuf};
+
+    /// Every `.rs` file under `dir`.
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The store holds every SQL text of the services: no other crate's code prepares or
+    /// sends a statement of its own (tests and migrations aside).
+    #[test]
+    fn no_crate_above_the_store_sends_sql_of_its_own() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let needles = [
+            "\"SELECT ",
+            "\"INSERT INTO",
+            "\"DELETE FROM",
+            "\"WITH ",
+            ".query(",
+            ".query_one(",
+            ".query_opt(",
+            ".query_raw(",
+            ".execute(",
+            ".batch_execute(",
+            ".simple_query(",
+            ".copy_in(",
+            ".prepare(",
+            ".prepare_cached(",
+        ];
+        let mut files = Vec::new();
+        for krate in [
+            "api", "indexer", "keeper", "webhooks", "sender", "views", "core",
+        ] {
+            sources(&root.join(krate).join("src"), &mut files);
+        }
+        assert!(files.len() > 50, "found only {} source files", files.len());
+        let mut found = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if let Some(needle) = needles.iter().find(|s| line.contains(*s)) {
+                    found.push(format!("{}:{}: {needle}", file.display(), n + 1));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "SQL outside the store:\n{}",
+            found.join("\n")
+        );
+    }
+}

@@ -32,6 +32,13 @@ use crate::{MerchantScope, Result};
 /// insert; [`retry`] and [`resume_held`] signal it too).
 pub const CHANNEL: &str = "chainsub_webhook_outbox";
 
+/// Subscribes `client` to [`CHANNEL`] (the dispatcher's wake-up on new outbox rows).
+pub async fn listen(client: &Client) -> Result<()> {
+    // LISTEN takes no parameters; the channel is a constant.
+    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    Ok(())
+}
+
 /// Condition shared by every "is this row due" query (`o` is webhook_outbox).
 const DUE: &str = "o.status IN ('pending', 'delivering') AND o.next_attempt_at <= now() \
                    AND (o.locked_until IS NULL OR o.locked_until <= now())";

@@ -271,6 +271,28 @@ pub async fn lock_relayer_sends(
     Ok(())
 }
 
+/// Tries the session advisory lock `key` (the indexer's writer lock, the keeper's lock).
+pub async fn try_lock(client: &tokio_postgres::Client, key: i64) -> crate::Result<bool> {
+    Ok(client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await?
+        .get(0))
+}
+
+/// Waits for the session advisory lock `key` (a hot standby waits here).
+pub async fn lock(client: &tokio_postgres::Client, key: i64) -> crate::Result<()> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&key])
+        .await?;
+    Ok(())
+}
+
+/// One round trip on `client`: an idle lock holder otherwise never notices that its
+/// database went away.
+pub async fn ping(client: &tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+    client.simple_query("").await.map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

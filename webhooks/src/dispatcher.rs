@@ -361,7 +361,7 @@ async fn listen(database_url: String, shared: Arc<Shared>) {
                         }
                     }
                 });
-                if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+                if let Err(e) = chainsub_store::outbox::listen(&client).await {
                     tracing::warn!(error = %e, "LISTEN failed");
                 } else {
                     // Anything inserted while we were not listening is found by this round.

@@ -2,17 +2,17 @@
 //! transaction that also moves the cursor. A crash at any point leaves either all of a batch
 //! or none of it.
 
-mod rows;
-
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use alloy::primitives::{Address, B256};
 use chainsub_abi::ContractEvent;
+use chainsub_core::{LedgerKind, SubscriptionState};
+use chainsub_store::index::{self as store, Checkpoint, NewEvent, NewLedgerEntry, NewPlan};
 use tokio_postgres::{Client, Transaction};
 
 use crate::block::{Block, Cursor};
 use crate::fold::{self, EventCtx};
-use crate::map::{self, MappedEvent};
+use crate::map::{self, MappedEvent, failure_reason_name, id_to_i64};
 use crate::{Error, Result};
 
 /// What one applied batch contained.
@@ -60,50 +60,19 @@ impl Sink {
 
     /// The cursor and the checkpoints of the unfinalized window.
     pub async fn load(&self) -> Result<(Cursor, BTreeMap<u64, B256>)> {
-        let row = self
-            .client
-            .query_one(
-                "SELECT block_number, block_hash FROM indexer_cursor WHERE chain_id = $1",
-                &[&self.ctx.chain_id],
-            )
-            .await?;
-        let cursor = Cursor {
-            number: row.get::<_, i64>(0) as u64,
-            hash: B256::try_from(row.get::<_, &[u8]>(1))
-                .map_err(|_| Error::Inconsistent("cursor hash".into()))?,
-        };
-        let rows = self
-            .client
-            .query(
-                "SELECT block_number, block_hash FROM block_checkpoints WHERE chain_id = $1",
-                &[&self.ctx.chain_id],
-            )
-            .await?;
-        let mut window = BTreeMap::new();
-        for r in rows {
-            let h = B256::try_from(r.get::<_, &[u8]>(1))
-                .map_err(|_| Error::Inconsistent("checkpoint hash".into()))?;
-            window.insert(r.get::<_, i64>(0) as u64, h);
-        }
-        Ok((cursor, window))
+        Ok(store::load_cursor(&self.client, self.ctx.chain_id).await?)
     }
 
-    /// Records the chain head seen while idle (for the API's lag), fenced like every write.
     /// Checks the writer's connection with a round trip (an idle writer otherwise never
     /// notices that its database went away).
     pub async fn ping(&self) -> Result<()> {
-        self.client.simple_query("").await?;
+        chainsub_store::pg::ping(&self.client).await?;
         Ok(())
     }
 
+    /// Records the chain head seen while idle (for the API's lag), fenced like every write.
     pub async fn record_head(&self, head: u64) -> Result<()> {
-        self.client
-            .execute(
-                "UPDATE indexer_cursor SET head_number = $2 WHERE chain_id = $1 AND writer_epoch = $3",
-                &[&self.ctx.chain_id, &(head as i64), &self.ctx.epoch],
-            )
-            .await?;
-        Ok(())
+        Ok(store::record_head(&self.client, self.ctx.chain_id, self.ctx.epoch, head).await?)
     }
 
     /// Applies consecutive `blocks` in one transaction: events, plans, subscriptions, ledger,
@@ -135,17 +104,15 @@ impl Sink {
             .iter()
             .map(|e| e.kind.is_some() && upto.is_some_and(|u| e.block_number <= u))
             .collect();
-        let ids = rows::insert_events(
-            &tx,
-            ctx.chain_id,
-            &ctx.contract,
-            &events,
-            &snapshots.0,
-            &confirmed,
-        )
-        .await?;
-        enqueued += rows::insert_outbox(&tx, &events, &confirmed).await?;
-        rows::insert_projections(&tx, ctx.chain_id, &events, &ids).await?;
+        let rows: Vec<NewEvent> = events
+            .iter()
+            .zip(&snapshots.0)
+            .zip(&confirmed)
+            .map(|((e, snapshot), &enqueued)| new_event(e, snapshot.as_ref(), enqueued))
+            .collect();
+        let ids = store::insert_events(&tx, ctx.chain_id, &ctx.contract, &rows).await?;
+        enqueued += insert_outbox(&tx, &events, &confirmed).await?;
+        insert_projections(&tx, ctx.chain_id, &events, &ids).await?;
         let mut subs = snapshots.1;
         for s in subs.iter_mut() {
             // Swap the batch placeholders for the ids the insert assigned.
@@ -155,8 +122,8 @@ impl Sink {
                 }
             }
         }
-        rows::upsert_subs(&tx, ctx.chain_id, &subs.iter().collect::<Vec<_>>()).await?;
-        rows::write_checkpoints(&tx, ctx.chain_id, blocks, finalized).await?;
+        store::upsert_subscriptions(&tx, ctx.chain_id, &subs).await?;
+        write_checkpoints(&tx, ctx.chain_id, blocks, finalized).await?;
         ctx.move_cursor(&tx, last.cursor(), Some(head)).await?;
         tx.commit().await?;
         metrics::counter!("indexer_blocks_total").increment(blocks.len() as u64);
@@ -185,16 +152,7 @@ impl Sink {
             )));
         }
         let above = back_to.number as i64;
-        let touched: Vec<i64> = tx
-            .query(
-                "SELECT DISTINCT subscription_id FROM chain_events
-                 WHERE chain_id = $1 AND block_number > $2 AND subscription_id IS NOT NULL",
-                &[&ctx.chain_id, &above],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let touched = store::subscriptions_touched_above(&tx, ctx.chain_id, above).await?;
         let (dropped, sent) =
             chainsub_store::outbox::retract_above(&tx, ctx.chain_id, above).await?;
         if sent > 0 {
@@ -206,24 +164,10 @@ impl Sink {
             );
             metrics::counter!("indexer_reorged_sent_events_total").increment(sent as u64);
         }
-        tx.execute(
-            "DELETE FROM subscriptions WHERE chain_id = $1 AND onchain_id = ANY($2)",
-            &[&ctx.chain_id, &touched],
-        )
-        .await?;
-        let removed = tx
-            .execute(
-                "DELETE FROM chain_events WHERE chain_id = $1 AND block_number > $2",
-                &[&ctx.chain_id, &above],
-            )
-            .await?;
-        let rebuilt = rows::rebuild_subs(&tx, ctx.chain_id, &touched).await?;
-        rows::upsert_subs(&tx, ctx.chain_id, &rebuilt.iter().collect::<Vec<_>>()).await?;
-        tx.execute(
-            "DELETE FROM block_checkpoints WHERE chain_id = $1 AND block_number > $2",
-            &[&ctx.chain_id, &above],
-        )
-        .await?;
+        store::delete_subscriptions(&tx, ctx.chain_id, &touched).await?;
+        let removed = store::delete_above(&tx, ctx.chain_id, above).await?;
+        let rebuilt = rebuild_subs(&tx, ctx.chain_id, &touched).await?;
+        store::upsert_subscriptions(&tx, ctx.chain_id, &rebuilt).await?;
         ctx.move_cursor(&tx, back_to, None).await?;
         tx.commit().await?;
         tracing::info!(
@@ -240,44 +184,18 @@ impl Sink {
 impl Ctx {
     /// Locks the cursor row for this transaction and checks that we still own it.
     async fn lock_cursor(&self, tx: &Transaction<'_>) -> Result<Cursor> {
-        let row = tx
-            .query_one(
-                "SELECT block_number, block_hash, writer_epoch FROM indexer_cursor
-                 WHERE chain_id = $1 FOR UPDATE",
-                &[&self.chain_id],
-            )
-            .await?;
-        let theirs: i64 = row.get(2);
+        let (cursor, theirs) = store::lock_cursor(tx, self.chain_id).await?;
         if theirs != self.epoch {
             return Err(Error::Fenced {
                 ours: self.epoch,
                 theirs,
             });
         }
-        Ok(Cursor {
-            number: row.get::<_, i64>(0) as u64,
-            hash: B256::try_from(row.get::<_, &[u8]>(1))
-                .map_err(|_| Error::Inconsistent("cursor hash".into()))?,
-        })
+        Ok(cursor)
     }
 
     async fn move_cursor(&self, tx: &Transaction<'_>, to: Cursor, head: Option<u64>) -> Result<()> {
-        let head = head.map(|h| h as i64);
-        let n = tx
-            .execute(
-                "UPDATE indexer_cursor SET block_number = $2, block_hash = $3,
-                     head_number = COALESCE($4, head_number), updated_at = now()
-                 WHERE chain_id = $1 AND writer_epoch = $5",
-                &[
-                    &self.chain_id,
-                    &(to.number as i64),
-                    &to.hash.as_slice(),
-                    &head,
-                    &self.epoch,
-                ],
-            )
-            .await?;
-        if n != 1 {
+        if !store::move_cursor(tx, self.chain_id, self.epoch, to, head).await? {
             return Err(Error::Fenced {
                 ours: self.epoch,
                 theirs: -1,
@@ -292,14 +210,14 @@ impl Ctx {
         &self,
         tx: &Transaction<'_>,
         events: &[MappedEvent],
-    ) -> Result<(Vec<Option<serde_json::Value>>, Vec<fold::SubState>)> {
+    ) -> Result<(Vec<Option<serde_json::Value>>, Vec<SubscriptionState>)> {
         let touched: Vec<i64> = events
             .iter()
             .filter_map(|e| e.subscription_id)
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
-        let mut states = rows::load_subs(tx, self.chain_id, &touched).await?;
+        let mut states = store::load_subscriptions(tx, self.chain_id, &touched).await?;
         let refs: Vec<(B256, Address, Address)> = events
             .iter()
             .filter_map(|e| match &e.event {
@@ -309,7 +227,7 @@ impl Ctx {
                 _ => None,
             })
             .collect();
-        let mut customers = rows::resolve_customers(tx, &refs).await?.into_iter();
+        let mut customers = store::resolve_customers(tx, &refs).await?.into_iter();
         let mut snapshots = vec![None; events.len()];
         let mut changed: HashSet<i64> = HashSet::new();
         for (i, e) in events.iter().enumerate() {
@@ -341,7 +259,7 @@ impl Ctx {
                 ),
             }
         }
-        let mut subs: Vec<fold::SubState> = states
+        let mut subs: Vec<SubscriptionState> = states
             .into_iter()
             .filter(|(id, _)| changed.contains(id))
             .map(|(_, s)| s)
@@ -363,4 +281,176 @@ impl Ctx {
         };
         Ok(chainsub_store::outbox::enqueue_confirmed(tx, self.chain_id, upto as i64).await?)
     }
+}
+
+/// The `chain_events` row of a mapped log.
+fn new_event<'a>(
+    e: &'a MappedEvent,
+    snapshot: Option<&'a serde_json::Value>,
+    enqueued: bool,
+) -> NewEvent<'a> {
+    NewEvent {
+        public_id: &e.public_id,
+        block_number: e.block_number,
+        block_hash: &e.block_hash,
+        block_time: e.block_time,
+        tx_hash: &e.tx_hash,
+        tx_index: e.tx_index,
+        log_index: e.log_index,
+        name: e.name,
+        kind: e.kind.map(|k| k.as_str()),
+        merchant: e.merchant.as_ref(),
+        subscription_id: e.subscription_id,
+        plan_id: e.plan_id,
+        topics: &e.topics,
+        data: &e.data,
+        decoded: &e.decoded,
+        snapshot,
+        enqueued,
+    }
+}
+
+/// Outbox rows for the events of this batch marked `enqueued`, in chain order
+/// ([`chainsub_store::outbox::enqueue`]).
+async fn insert_outbox(
+    tx: &Transaction<'_>,
+    events: &[MappedEvent],
+    enqueued: &[bool],
+) -> Result<u64> {
+    let rows: Vec<(&str, Vec<u8>)> = events
+        .iter()
+        .zip(enqueued)
+        .filter(|(_, q)| **q)
+        .map(|(e, _)| {
+            let wallet = e.merchant.map(|m| m.to_vec()).unwrap_or_default();
+            (e.public_id.as_str(), wallet)
+        })
+        .collect();
+    Ok(chainsub_store::outbox::enqueue(tx, &rows).await?)
+}
+
+/// Ledger rows (charges and failed charges), plans and plan deactivations for the events
+/// just inserted (`ids`, in the same order).
+async fn insert_projections(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    events: &[MappedEvent],
+    ids: &[i64],
+) -> Result<()> {
+    let (mut ledger, mut plans, mut deactivated) = (Vec::new(), Vec::new(), Vec::new());
+    for (e, &event_id) in events.iter().zip(ids) {
+        match &e.event {
+            Some(ContractEvent::SubscriptionCharged(c)) => ledger.push(NewLedgerEntry {
+                event_id,
+                subscription_id: id_to_i64(c.subscriptionId)?,
+                kind: LedgerKind::Charge,
+                amount: c.amount,
+                period: c.period,
+                period_start: Some(c.periodStart),
+                period_end: Some(c.periodEnd),
+                attempt: c.attempt.into(),
+                failure_reason: None,
+                block_time: e.block_time,
+            }),
+            Some(ContractEvent::PaymentFailed(f)) => ledger.push(NewLedgerEntry {
+                event_id,
+                subscription_id: id_to_i64(f.subscriptionId)?,
+                kind: LedgerKind::FailedCharge,
+                amount: f.amount,
+                period: f.period,
+                period_start: None,
+                period_end: None,
+                attempt: f.attempt.into(),
+                failure_reason: Some(failure_reason_name(f.reason)),
+                block_time: e.block_time,
+            }),
+            Some(ContractEvent::PlanCreated(p)) => plans.push(NewPlan {
+                onchain_id: id_to_i64(p.planId)?,
+                merchant: p.merchant,
+                plan_ref: p.planRef,
+                amount: p.amount,
+                created_by: p.createdBy,
+                event_id,
+            }),
+            Some(ContractEvent::PlanDeactivated(d)) => {
+                deactivated.push((id_to_i64(d.planId)?, event_id))
+            }
+            _ => {}
+        }
+    }
+    store::insert_ledger(tx, chain_id, &ledger).await?;
+    store::insert_plans(tx, chain_id, &plans).await?;
+    store::mark_plans_deactivated(tx, chain_id, &deactivated).await?;
+    Ok(())
+}
+
+/// Rebuilds subscriptions from their stored events (after a reorg removed some of them).
+async fn rebuild_subs(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    ids: &[i64],
+) -> Result<Vec<SubscriptionState>> {
+    let logs = store::subscription_logs(tx, chain_id, ids).await?;
+    let decoded: Vec<(&store::StoredLog, ContractEvent)> = logs
+        .iter()
+        .filter_map(|l| {
+            map::decode(&l.topics, &l.data.clone().into())
+                .ok()
+                .map(|ev| (l, ev))
+        })
+        .collect();
+    let refs: Vec<(B256, Address, Address)> = decoded
+        .iter()
+        .filter_map(|(_, ev)| match ev {
+            ContractEvent::SubscriptionCreated(c) => {
+                Some((c.customerRef, c.merchant, c.subscriber))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut customers = store::resolve_customers(tx, &refs).await?.into_iter();
+    let mut states: HashMap<i64, SubscriptionState> = HashMap::new();
+    for (log, ev) in &decoded {
+        let Some(sid) = ev.subscription_id() else {
+            continue;
+        };
+        let sid = id_to_i64(sid)?;
+        let customer_external_id = match ev {
+            ContractEvent::SubscriptionCreated(_) => customers.next().flatten(),
+            _ => None,
+        };
+        let ctx = EventCtx {
+            chain_id: chain_id as u64,
+            tx_hash: log.tx_hash,
+            event_ref: log.id,
+            block_time: log.block_time,
+            customer_external_id,
+        };
+        if let Some(s) = fold::apply(states.remove(&sid), ev, &ctx)? {
+            states.insert(sid, s);
+        }
+    }
+    Ok(states.into_values().collect())
+}
+
+/// Block checkpoints for the unfinalized window (and always the batch's last block), and
+/// pruning of the ones no reorg can reach any more.
+async fn write_checkpoints(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    blocks: &[Block],
+    finalized: u64,
+) -> Result<()> {
+    let last = blocks.last().map(|b| b.number).unwrap_or(0);
+    let keep: Vec<Checkpoint> = blocks
+        .iter()
+        .filter(|b| b.number >= finalized || b.number == last)
+        .map(|b| Checkpoint {
+            number: b.number,
+            hash: b.hash,
+            parent_hash: b.parent_hash,
+            time: b.timestamp,
+        })
+        .collect();
+    Ok(store::write_checkpoints(tx, chain_id, &keep, finalized.min(last)).await?)
 }

@@ -1,0 +1,78 @@
+//! One subscription's state after some prefix of its events: what the indexer's fold
+//! computes, the `subscriptions` row the store writes and reads back, and the source of each
+//! event's [`SubscriptionSnapshot`].
+
+use alloy::primitives::{Address, B256, U256};
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use crate::{SubscriptionId, SubscriptionSnapshot, SubscriptionStatus};
+
+/// One subscription after some prefix of its events (a `subscriptions` row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionState {
+    pub onchain_id: i64,
+    /// The opaque public id ([`SubscriptionId::of_creation`]), fixed at creation.
+    pub public_id: SubscriptionId,
+    pub merchant: Address,
+    pub subscriber: Address,
+    pub plan_onchain_id: i64,
+    pub amount: U256,
+    pub customer_ref: B256,
+    pub customer_external_id: Option<String>,
+    pub status: SubscriptionStatus,
+    pub cancel_at_period_end: bool,
+    pub period: u32,
+    pub current_period_start: u64,
+    pub current_period_end: u64,
+    pub failed_attempts: u8,
+    pub next_retry_at: Option<u64>,
+    pub ended_reason: Option<String>,
+    /// `chain_events.id` of the creating and of the latest event. While a batch is being
+    /// applied, events not yet inserted are referred to by a negative placeholder
+    /// (`-(index in batch) - 1`) that the sink swaps for the real id after the insert.
+    pub created_event: i64,
+    pub last_event: i64,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+/// RFC 3339 UTC with seconds, e.g. `2026-01-31T12:00:00Z`.
+pub fn rfc3339(secs: u64) -> String {
+    ts(secs).to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Unix seconds as a timestamp (clamped into chrono's range; chain times always fit).
+pub fn ts(secs: u64) -> DateTime<Utc> {
+    DateTime::from_timestamp(i64::try_from(secs).unwrap_or(i64::MAX), 0)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+impl SubscriptionState {
+    /// When the keeper will next try to charge: the period end, the retry time while past
+    /// due, nothing once terminal.
+    pub fn next_payment_at(&self) -> Option<u64> {
+        match self.status {
+            SubscriptionStatus::Cancelled | SubscriptionStatus::Ended => None,
+            SubscriptionStatus::PastDue => self.next_retry_at,
+            SubscriptionStatus::Active => Some(self.current_period_end),
+        }
+    }
+
+    /// The `chain_events.snapshot` (the contract with the API and webhooks).
+    pub fn snapshot(&self) -> SubscriptionSnapshot {
+        SubscriptionSnapshot {
+            id: self.public_id.clone(),
+            status: self.status,
+            cancel_at_period_end: self.cancel_at_period_end,
+            period: self.period,
+            current_period_start: rfc3339(self.current_period_start),
+            current_period_end: rfc3339(self.current_period_end),
+            next_payment_at: self.next_payment_at().map(rfc3339),
+            failed_attempts: self.failed_attempts,
+            subscriber: self.subscriber,
+            customer_external_id: self.customer_external_id.clone(),
+            amount: self.amount.to_string(),
+            plan_onchain_id: self.plan_onchain_id,
+        }
+    }
+}

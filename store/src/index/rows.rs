@@ -1,0 +1,581 @@
+//! Multi-row statements of the indexer's batches: every insert is one `UNNEST` statement per
+//! table per transaction, whatever the number of rows.
+
+use std::collections::HashMap;
+
+use alloy::primitives::{Address, B256, U256};
+use chainsub_core::{LedgerKind, SubscriptionId, SubscriptionState, SubscriptionStatus, ts};
+use tokio_postgres::{Client, Transaction};
+
+use super::{address, b256};
+use crate::{Error, Result};
+
+fn i32_of(v: u64, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::Inconsistent(format!("{what} {v} does not fit INTEGER")))
+}
+
+/// One log of a batch, as `chain_events` stores it.
+#[derive(Debug, Clone, Copy)]
+pub struct NewEvent<'a> {
+    pub public_id: &'a str,
+    pub block_number: u64,
+    pub block_hash: &'a B256,
+    pub block_time: u64,
+    pub tx_hash: &'a B256,
+    pub tx_index: u64,
+    pub log_index: u64,
+    /// Solidity event name (`Unknown` when the log does not decode).
+    pub name: &'a str,
+    /// The lifecycle event type, for events merchants see.
+    pub kind: Option<&'a str>,
+    pub merchant: Option<&'a Address>,
+    pub subscription_id: Option<i64>,
+    pub plan_id: Option<i64>,
+    pub topics: &'a [B256],
+    pub data: &'a [u8],
+    pub decoded: &'a serde_json::Value,
+    /// The subscription right after this event.
+    pub snapshot: Option<&'a serde_json::Value>,
+    /// Confirmed in this batch: its outbox row is written with it.
+    pub enqueued: bool,
+}
+
+/// A ledger row for an event of the batch (`SubscriptionCharged`, `PaymentFailed`).
+#[derive(Debug, Clone)]
+pub struct NewLedgerEntry {
+    pub event_id: i64,
+    pub subscription_id: i64,
+    pub kind: LedgerKind,
+    pub amount: U256,
+    pub period: u32,
+    pub period_start: Option<u64>,
+    pub period_end: Option<u64>,
+    pub attempt: u32,
+    pub failure_reason: Option<String>,
+    pub block_time: u64,
+}
+
+/// A `chain_plans` row for a `PlanCreated` of the batch.
+#[derive(Debug, Clone)]
+pub struct NewPlan {
+    pub onchain_id: i64,
+    pub merchant: Address,
+    pub plan_ref: B256,
+    pub amount: U256,
+    pub created_by: Address,
+    pub event_id: i64,
+}
+
+/// A block checkpoint (the unfinalized window a reorg is checked against).
+#[derive(Debug, Clone, Copy)]
+pub struct Checkpoint {
+    pub number: u64,
+    pub hash: B256,
+    pub parent_hash: B256,
+    pub time: u64,
+}
+
+/// A stored log of a subscription, to fold again after a reorg.
+#[derive(Debug, Clone)]
+pub struct StoredLog {
+    pub id: i64,
+    pub block_time: u64,
+    pub tx_hash: B256,
+    pub topics: Vec<B256>,
+    pub data: Vec<u8>,
+}
+
+/// A stored `chain_events` row, as `indexer verify` compares it with the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    pub block_number: u64,
+    pub tx_hash: B256,
+    pub log_index: u64,
+    pub public_id: String,
+    pub contract: Vec<u8>,
+    pub block_hash: Vec<u8>,
+    pub tx_index: i64,
+    pub name: String,
+    pub kind: Option<String>,
+    pub merchant: Option<Vec<u8>>,
+    pub subscription_id: Option<i64>,
+    pub plan_id: Option<i64>,
+    pub topics: Vec<Vec<u8>>,
+    pub data: Vec<u8>,
+    pub decoded: serde_json::Value,
+}
+
+/// Inserts `events`; returns their `chain_events.id`s, in order. A row already present is an
+/// inconsistency (the cursor check makes re-applying a block impossible).
+pub async fn insert_events(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    contract: &Address,
+    events: &[NewEvent<'_>],
+) -> Result<Vec<i64>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = events.len();
+    let mut public_id = Vec::with_capacity(n);
+    let mut bn = Vec::with_capacity(n);
+    let mut bh = Vec::with_capacity(n);
+    let mut bt = Vec::with_capacity(n);
+    let mut th = Vec::with_capacity(n);
+    let mut ti = Vec::with_capacity(n);
+    let mut li = Vec::with_capacity(n);
+    let mut name = Vec::with_capacity(n);
+    let mut kind = Vec::with_capacity(n);
+    let mut mw = Vec::with_capacity(n);
+    let mut sid = Vec::with_capacity(n);
+    let mut pid = Vec::with_capacity(n);
+    let mut topics: [Vec<Option<&[u8]>>; 4] = Default::default();
+    let mut data = Vec::with_capacity(n);
+    let mut decoded = Vec::with_capacity(n);
+    let mut snapshot = Vec::with_capacity(n);
+    let mut enqueued = Vec::with_capacity(n);
+    for e in events {
+        public_id.push(e.public_id);
+        bn.push(e.block_number as i64);
+        bh.push(e.block_hash.as_slice());
+        bt.push(ts(e.block_time));
+        th.push(e.tx_hash.as_slice());
+        ti.push(i32_of(e.tx_index, "transaction index")?);
+        li.push(i32_of(e.log_index, "log index")?);
+        name.push(e.name);
+        kind.push(e.kind);
+        mw.push(e.merchant.map(|a| a.as_slice()));
+        sid.push(e.subscription_id);
+        pid.push(e.plan_id);
+        if e.topics.len() > 4 {
+            return Err(Error::Inconsistent("log with more than 4 topics".into()));
+        }
+        for (i, col) in topics.iter_mut().enumerate() {
+            col.push(e.topics.get(i).map(|t| t.as_slice()));
+        }
+        data.push(e.data);
+        decoded.push(e.decoded);
+        snapshot.push(e.snapshot);
+        enqueued.push(e.enqueued);
+    }
+    let rows = tx
+        .query(
+            "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
+                 block_time, transaction_hash, transaction_index, log_index, name, kind,
+                 merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot,
+                 enqueued)
+             SELECT u.public_id, $1, $2, u.bn, u.bh, u.bt, u.th, u.ti, u.li, u.name, u.kind, u.mw,
+                 u.sid, u.pid, array_remove(ARRAY[u.t0, u.t1, u.t2, u.t3], NULL), u.data,
+                 u.decoded, u.snapshot, u.enq
+             FROM unnest($3::text[], $4::int8[], $5::bytea[], $6::timestamptz[], $7::bytea[],
+                 $8::int4[], $9::int4[], $10::text[], $11::text[], $12::bytea[], $13::int8[],
+                 $14::int8[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
+                 $19::bytea[], $20::jsonb[], $21::jsonb[], $22::bool[])
+               AS u(public_id, bn, bh, bt, th, ti, li, name, kind, mw, sid, pid, t0, t1, t2, t3,
+                    data, decoded, snapshot, enq)
+             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING
+             RETURNING id, block_hash, log_index",
+            &[
+                &chain_id,
+                &contract.as_slice(),
+                &public_id,
+                &bn,
+                &bh,
+                &bt,
+                &th,
+                &ti,
+                &li,
+                &name,
+                &kind,
+                &mw,
+                &sid,
+                &pid,
+                &topics[0],
+                &topics[1],
+                &topics[2],
+                &topics[3],
+                &data,
+                &decoded,
+                &snapshot,
+                &enqueued,
+            ],
+        )
+        .await?;
+    if rows.len() != n {
+        return Err(Error::Inconsistent(format!(
+            "{} of {n} events already present",
+            n - rows.len()
+        )));
+    }
+    let mut by_key: HashMap<(Vec<u8>, i32), i64> = HashMap::with_capacity(n);
+    for r in rows {
+        by_key.insert((r.get::<_, Vec<u8>>(1), r.get::<_, i32>(2)), r.get(0));
+    }
+    events
+        .iter()
+        .zip(&li)
+        .map(|(e, li)| {
+            by_key
+                .get(&(e.block_hash.to_vec(), *li))
+                .copied()
+                .ok_or_else(|| Error::Inconsistent("inserted event id missing".into()))
+        })
+        .collect()
+}
+
+/// Inserts ledger rows (charges and failed charges).
+pub async fn insert_ledger(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    entries: &[NewLedgerEntry],
+) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let eid: Vec<i64> = entries.iter().map(|l| l.event_id).collect();
+    let sid: Vec<i64> = entries.iter().map(|l| l.subscription_id).collect();
+    let kind: Vec<&str> = entries.iter().map(|l| l.kind.as_str()).collect();
+    let amount: Vec<String> = entries.iter().map(|l| l.amount.to_string()).collect();
+    let period: Vec<i32> = entries.iter().map(|l| l.period as i32).collect();
+    let ps: Vec<_> = entries.iter().map(|l| l.period_start.map(ts)).collect();
+    let pe: Vec<_> = entries.iter().map(|l| l.period_end.map(ts)).collect();
+    let attempt: Vec<i32> = entries.iter().map(|l| l.attempt as i32).collect();
+    let reason: Vec<Option<&str>> = entries
+        .iter()
+        .map(|l| l.failure_reason.as_deref())
+        .collect();
+    let bt: Vec<_> = entries.iter().map(|l| ts(l.block_time)).collect();
+    tx.execute(
+        "INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
+             period_start, period_end, attempt, failure_reason, block_time)
+         SELECT u.eid, $1, u.sid, u.kind, u.amount::numeric, u.period, u.ps, u.pe, u.attempt,
+             u.reason, u.bt
+         FROM unnest($2::int8[], $3::int8[], $4::text[], $5::text[], $6::int4[],
+             $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[], $11::timestamptz[])
+           AS u(eid, sid, kind, amount, period, ps, pe, attempt, reason, bt)",
+        &[
+            &chain_id, &eid, &sid, &kind, &amount, &period, &ps, &pe, &attempt, &reason, &bt,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Inserts `chain_plans` rows.
+pub async fn insert_plans(tx: &Transaction<'_>, chain_id: i64, plans: &[NewPlan]) -> Result<()> {
+    if plans.is_empty() {
+        return Ok(());
+    }
+    let id: Vec<i64> = plans.iter().map(|p| p.onchain_id).collect();
+    let m: Vec<&[u8]> = plans.iter().map(|p| p.merchant.as_slice()).collect();
+    let r: Vec<&[u8]> = plans.iter().map(|p| p.plan_ref.as_slice()).collect();
+    let a: Vec<String> = plans.iter().map(|p| p.amount.to_string()).collect();
+    let c: Vec<&[u8]> = plans.iter().map(|p| p.created_by.as_slice()).collect();
+    let e: Vec<i64> = plans.iter().map(|p| p.event_id).collect();
+    tx.execute(
+        "INSERT INTO chain_plans (chain_id, onchain_id, merchant_wallet, plan_ref, amount,
+             created_by, event_id)
+         SELECT $1, u.id, u.m, u.r, u.a::numeric, u.c, u.e
+         FROM unnest($2::int8[], $3::bytea[], $4::bytea[], $5::text[], $6::bytea[], $7::int8[])
+           AS u(id, m, r, a, c, e)",
+        &[&chain_id, &id, &m, &r, &a, &c, &e],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Marks plans deactivated: `(on-chain plan id, PlanDeactivated event id)`. Call after
+/// [`insert_plans`], so a plan created and deactivated in one batch exists by then.
+pub async fn mark_plans_deactivated(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    deactivations: &[(i64, i64)],
+) -> Result<()> {
+    if deactivations.is_empty() {
+        return Ok(());
+    }
+    let id: Vec<i64> = deactivations.iter().map(|d| d.0).collect();
+    let e: Vec<i64> = deactivations.iter().map(|d| d.1).collect();
+    tx.execute(
+        "UPDATE chain_plans cp SET deactivated_event_id = u.e
+         FROM unnest($2::int8[], $3::int8[]) AS u(id, e)
+         WHERE cp.chain_id = $1 AND cp.onchain_id = u.id",
+        &[&chain_id, &id, &e],
+    )
+    .await?;
+    Ok(())
+}
+
+fn state_of_row(r: &tokio_postgres::Row) -> Result<SubscriptionState> {
+    let status: &str = r.get(8);
+    let amount: &str = r.get(5);
+    let secs = |i: usize| r.get::<_, chrono::DateTime<chrono::Utc>>(i).timestamp() as u64;
+    Ok(SubscriptionState {
+        onchain_id: r.get(0),
+        public_id: SubscriptionId::parse(r.get(1)).ok_or_else(|| {
+            Error::Inconsistent(format!("subscription id {:?}", r.get::<_, &str>(1)))
+        })?,
+        merchant: address(r.get(2), "merchant_wallet")?,
+        subscriber: address(r.get(3), "subscriber")?,
+        plan_onchain_id: r.get(4),
+        amount: amount
+            .parse::<U256>()
+            .map_err(|e| Error::Inconsistent(format!("amount {amount}: {e}")))?,
+        customer_ref: b256(r.get(6), "customer_ref")?,
+        customer_external_id: r.get(7),
+        status: SubscriptionStatus::parse(status)
+            .map_err(|e| Error::Inconsistent(e.to_string()))?,
+        cancel_at_period_end: r.get(9),
+        period: r.get::<_, i32>(10) as u32,
+        current_period_start: secs(11),
+        current_period_end: secs(12),
+        failed_attempts: r.get::<_, i32>(13) as u8,
+        next_retry_at: r
+            .get::<_, Option<chrono::DateTime<chrono::Utc>>>(14)
+            .map(|t| t.timestamp() as u64),
+        ended_reason: r.get(15),
+        created_event: r.get(16),
+        last_event: r.get(17),
+        created_at: secs(18),
+        updated_at: secs(19),
+    })
+}
+
+/// The stored state of the given subscriptions.
+pub async fn load_subscriptions(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    ids: &[i64],
+) -> Result<HashMap<i64, SubscriptionState>> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = tx
+        .query(
+            "SELECT onchain_id, public_id, merchant_wallet, subscriber, plan_onchain_id,
+                 amount::text, customer_ref, customer_external_id, status, cancel_at_period_end,
+                 period, current_period_start, current_period_end, failed_attempts,
+                 next_retry_at, ended_reason, created_event_id, last_event_id, created_at,
+                 updated_at
+             FROM subscriptions WHERE chain_id = $1 AND onchain_id = ANY($2)",
+            &[&chain_id, &ids],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| state_of_row(r).map(|s| (s.onchain_id, s)))
+        .collect()
+}
+
+/// Inserts or replaces subscription rows.
+pub async fn upsert_subscriptions(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    subs: &[SubscriptionState],
+) -> Result<()> {
+    if subs.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&SubscriptionState) -> i64| subs.iter().map(f).collect::<Vec<i64>>();
+    let id = col(|s| s.onchain_id);
+    let plan = col(|s| s.plan_onchain_id);
+    let ce = col(|s| s.created_event);
+    let le = col(|s| s.last_event);
+    let pubid: Vec<&str> = subs.iter().map(|s| s.public_id.as_str()).collect();
+    let m: Vec<&[u8]> = subs.iter().map(|s| s.merchant.as_slice()).collect();
+    let sub: Vec<&[u8]> = subs.iter().map(|s| s.subscriber.as_slice()).collect();
+    let amount: Vec<String> = subs.iter().map(|s| s.amount.to_string()).collect();
+    let cref: Vec<&[u8]> = subs.iter().map(|s| s.customer_ref.as_slice()).collect();
+    let ext: Vec<Option<&str>> = subs
+        .iter()
+        .map(|s| s.customer_external_id.as_deref())
+        .collect();
+    let status: Vec<&str> = subs.iter().map(|s| s.status.as_str()).collect();
+    let cape: Vec<bool> = subs.iter().map(|s| s.cancel_at_period_end).collect();
+    let period: Vec<i32> = subs.iter().map(|s| s.period as i32).collect();
+    let ps: Vec<_> = subs.iter().map(|s| ts(s.current_period_start)).collect();
+    let pe: Vec<_> = subs.iter().map(|s| ts(s.current_period_end)).collect();
+    let fa: Vec<i32> = subs.iter().map(|s| s.failed_attempts as i32).collect();
+    let nra: Vec<_> = subs.iter().map(|s| s.next_retry_at.map(ts)).collect();
+    let er: Vec<Option<&str>> = subs.iter().map(|s| s.ended_reason.as_deref()).collect();
+    let ca: Vec<_> = subs.iter().map(|s| ts(s.created_at)).collect();
+    let ua: Vec<_> = subs.iter().map(|s| ts(s.updated_at)).collect();
+    tx.execute(
+        "INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber,
+             plan_onchain_id, amount, customer_ref, customer_external_id, status,
+             cancel_at_period_end, period, current_period_start, current_period_end,
+             failed_attempts, next_retry_at, ended_reason, created_event_id, last_event_id,
+             created_at, updated_at)
+         SELECT $1, u.id, u.pubid, u.m, u.sub, u.plan, u.amount::numeric, u.cref, u.ext, u.status,
+             u.cape, u.period, u.ps, u.pe, u.fa, u.nra, u.er, u.ce, u.le, u.ca, u.ua
+         FROM unnest($2::int8[], $3::text[], $4::bytea[], $5::bytea[], $6::int8[], $7::text[],
+             $8::bytea[], $9::text[], $10::text[], $11::bool[], $12::int4[], $13::timestamptz[],
+             $14::timestamptz[], $15::int4[], $16::timestamptz[], $17::text[], $18::int8[],
+             $19::int8[], $20::timestamptz[], $21::timestamptz[])
+           AS u(id, pubid, m, sub, plan, amount, cref, ext, status, cape, period, ps, pe, fa, nra,
+                er, ce, le, ca, ua)
+         ON CONFLICT (chain_id, onchain_id) DO UPDATE SET
+             status = EXCLUDED.status, cancel_at_period_end = EXCLUDED.cancel_at_period_end,
+             period = EXCLUDED.period, current_period_start = EXCLUDED.current_period_start,
+             current_period_end = EXCLUDED.current_period_end,
+             failed_attempts = EXCLUDED.failed_attempts, next_retry_at = EXCLUDED.next_retry_at,
+             ended_reason = EXCLUDED.ended_reason, last_event_id = EXCLUDED.last_event_id,
+             updated_at = EXCLUDED.updated_at",
+        &[
+            &chain_id, &id, &pubid, &m, &sub, &plan, &amount, &cref, &ext, &status, &cape, &period,
+            &ps, &pe, &fa, &nra, &er, &ce, &le, &ca, &ua,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The customer external id for each `(customer_ref, merchant, subscriber)`: the checkout's
+/// customer only when the reference was made for that merchant AND that subscribing wallet
+/// (`checkout_wallet_refs`); `None` for a zero reference, a subscription made outside our
+/// checkout, or a reference copied into another wallet's subscription.
+pub async fn resolve_customers(
+    tx: &Transaction<'_>,
+    refs: &[(B256, Address, Address)],
+) -> Result<Vec<Option<String>>> {
+    let wanted: Vec<usize> = (0..refs.len()).filter(|&i| !refs[i].0.is_zero()).collect();
+    let mut out = vec![None; refs.len()];
+    if wanted.is_empty() {
+        return Ok(out);
+    }
+    let r: Vec<&[u8]> = wanted.iter().map(|&i| refs[i].0.as_slice()).collect();
+    let w: Vec<&[u8]> = wanted.iter().map(|&i| refs[i].1.as_slice()).collect();
+    let s: Vec<&[u8]> = wanted.iter().map(|&i| refs[i].2.as_slice()).collect();
+    let rows = tx
+        .query(
+            "SELECT (SELECT c.customer_external_id FROM checkout_wallet_refs c
+                     JOIN merchants m ON m.id = c.merchant_id
+                     WHERE c.customer_ref = u.r AND m.wallet = u.w AND c.wallet = u.s)
+             FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) WITH ORDINALITY AS u(r, w, s, i)
+             ORDER BY u.i",
+            &[&r, &w, &s],
+        )
+        .await?;
+    for (row, &i) in rows.iter().zip(&wanted) {
+        out[i] = row.get(0);
+    }
+    Ok(out)
+}
+
+/// The stored logs of the given subscriptions, in chain order per subscription.
+pub async fn subscription_logs(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    ids: &[i64],
+) -> Result<Vec<StoredLog>> {
+    let rows = tx
+        .query(
+            "SELECT id, block_time, topics, data, transaction_hash FROM chain_events
+             WHERE chain_id = $1 AND subscription_id = ANY($2)
+             ORDER BY subscription_id, block_number, log_index",
+            &[&chain_id, &ids],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let topics: Vec<&[u8]> = r.get(2);
+            Ok(StoredLog {
+                id: r.get(0),
+                block_time: r.get::<_, chrono::DateTime<chrono::Utc>>(1).timestamp() as u64,
+                topics: topics
+                    .iter()
+                    .map(|t| b256(t, "topic"))
+                    .collect::<Result<_>>()?,
+                data: r.get(3),
+                tx_hash: b256(r.get(4), "transaction_hash")?,
+            })
+        })
+        .collect()
+}
+
+/// Deletes every event above block `above` (their ledger rows and plans go by cascade) and
+/// the checkpoints above it. Returns the number of events removed.
+pub async fn delete_above(tx: &Transaction<'_>, chain_id: i64, above: i64) -> Result<u64> {
+    let removed = tx
+        .execute(
+            "DELETE FROM chain_events WHERE chain_id = $1 AND block_number > $2",
+            &[&chain_id, &above],
+        )
+        .await?;
+    tx.execute(
+        "DELETE FROM block_checkpoints WHERE chain_id = $1 AND block_number > $2",
+        &[&chain_id, &above],
+    )
+    .await?;
+    Ok(removed)
+}
+
+/// Writes `checkpoints` (replacing any at the same heights) and prunes those below `floor`,
+/// which no reorg can reach any more.
+pub async fn write_checkpoints(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    checkpoints: &[Checkpoint],
+    floor: u64,
+) -> Result<()> {
+    let bn: Vec<i64> = checkpoints.iter().map(|b| b.number as i64).collect();
+    let bh: Vec<&[u8]> = checkpoints.iter().map(|b| b.hash.as_slice()).collect();
+    let ph: Vec<&[u8]> = checkpoints
+        .iter()
+        .map(|b| b.parent_hash.as_slice())
+        .collect();
+    let bt: Vec<_> = checkpoints.iter().map(|b| ts(b.time)).collect();
+    tx.execute(
+        "INSERT INTO block_checkpoints (chain_id, block_number, block_hash, parent_hash, block_time)
+         SELECT $1, u.n, u.h, u.p, u.t
+         FROM unnest($2::int8[], $3::bytea[], $4::bytea[], $5::timestamptz[]) AS u(n, h, p, t)
+         ON CONFLICT (chain_id, block_number) DO UPDATE SET block_hash = EXCLUDED.block_hash,
+             parent_hash = EXCLUDED.parent_hash, block_time = EXCLUDED.block_time",
+        &[&chain_id, &bn, &bh, &ph, &bt],
+    )
+    .await?;
+    tx.execute(
+        "DELETE FROM block_checkpoints WHERE chain_id = $1 AND block_number < $2",
+        &[&chain_id, &(floor as i64)],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The stored events of blocks `from..=to`.
+pub async fn events_in_range(
+    client: &Client,
+    chain_id: i64,
+    from: u64,
+    to: u64,
+) -> Result<Vec<StoredEvent>> {
+    let rows = client
+        .query(
+            "SELECT block_number, transaction_hash, log_index, public_id, contract, block_hash,
+                 transaction_index, name, kind, merchant_wallet, subscription_id, plan_id, topics,
+                 data, decoded
+             FROM chain_events WHERE chain_id = $1 AND block_number BETWEEN $2 AND $3",
+            &[&chain_id, &(from as i64), &(to as i64)],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(StoredEvent {
+                block_number: r.get::<_, i64>(0) as u64,
+                tx_hash: b256(r.get(1), "transaction_hash")?,
+                log_index: r.get::<_, i32>(2) as u64,
+                public_id: r.get(3),
+                contract: r.get(4),
+                block_hash: r.get(5),
+                tx_index: r.get::<_, i32>(6) as i64,
+                name: r.get(7),
+                kind: r.get(8),
+                merchant: r.get(9),
+                subscription_id: r.get(10),
+                plan_id: r.get(11),
+                topics: r.get(12),
+                data: r.get(13),
+                decoded: r.get(14),
+            })
+        })
+        .collect()
+}
