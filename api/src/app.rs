@@ -35,6 +35,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/subscriptions/{id}"),
     ("GET", "/api/v1/events"),
     ("GET", "/api/v1/events/{id}"),
+    ("GET", "/api/v1/ledger"),
     ("GET", "/dashboard/api/webhook"),
     ("PUT", "/dashboard/api/webhook/url"),
     ("GET", "/dashboard/api/webhook/secret"),
@@ -66,6 +67,8 @@ fn resource_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .or(routes::subscriptions::routes(ctx.clone()))
         .unify()
         .or(routes::events::routes(ctx.clone()))
+        .unify()
+        .or(routes::ledger::routes(ctx.clone()))
         .unify()
         .or(routes::openapi::routes())
         .unify()

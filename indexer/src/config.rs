@@ -34,6 +34,14 @@ pub enum Command {
         #[arg(long)]
         to: u64,
     },
+    /// Re-check a ledger export (`GET /api/v1/ledger`, NDJSON or CSV; `-` for standard input)
+    /// against the chain at RPC_URL; needs nothing else. Exits 1 on any difference.
+    VerifyExport {
+        file: std::path::PathBuf,
+        /// Print the findings as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Every knob of the indexer.

@@ -7,7 +7,7 @@
 //! [`sink`] (one Postgres transaction per block or batch, reversible on a reorg).
 //! [`indexer`] wires one step of that pipeline, [`run`] loops it under the single-writer lock
 //! ([`writer`]), [`ops`] serves health and metrics, [`verify`] reconciles the database with
-//! the chain.
+//! the chain, and [`verify_export`] a merchant's ledger export.
 
 pub mod block;
 pub mod config;
@@ -21,6 +21,7 @@ pub mod sink;
 pub mod source;
 pub mod stream;
 pub mod verify;
+pub mod verify_export;
 pub mod writer;
 
 pub use error::{Error, Result};

@@ -1,4 +1,5 @@
-//! The `indexer` binary: `indexer run` (default), `indexer migrate`, `indexer verify`.
+//! The `indexer` binary: `indexer run` (default), `indexer migrate`, `indexer verify`,
+//! `indexer verify-export`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chainsub_indexer::config::{Cli, Command, Settings};
 use chainsub_indexer::source::RpcSource;
-use chainsub_indexer::{ops, run, verify, writer};
+use chainsub_indexer::{ops, run, verify, verify_export, writer};
 use chainsub_store::startup;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -29,6 +30,7 @@ async fn main() -> ExitCode {
         Command::Run => run_indexer(&cli.settings).await,
         Command::Migrate => migrate(&cli.settings).await,
         Command::Verify { from, to } => verify_range(&cli.settings, from, to).await,
+        Command::VerifyExport { file, json } => verify_export(&cli.settings, &file, json).await,
     };
     match result {
         Ok(code) => code,
@@ -122,4 +124,45 @@ async fn verify_range(s: &Settings, from: u64, to: u64) -> anyhow::Result<ExitCo
         );
         Ok(ExitCode::from(1))
     }
+}
+
+async fn verify_export(
+    s: &Settings,
+    file: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use std::io::Read;
+    let mut text = String::new();
+    if file.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text)?;
+    } else {
+        text = std::fs::read_to_string(file)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    }
+    let records = verify_export::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let provider = chainsub_indexer::source::provider(&s.rpc_url()?)?;
+    let (findings, entries) = verify_export::verify_export(provider, &records).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "entries": entries, "clean": findings.is_empty(), "findings": findings })
+        );
+    } else {
+        for f in &findings {
+            println!("{f}");
+        }
+        if findings.is_empty() {
+            println!("verify-export: {entries} entries: clean");
+        } else {
+            println!(
+                "verify-export: {entries} entries: {} difference(s)",
+                findings.len()
+            );
+        }
+    }
+    Ok(if findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -19,6 +19,7 @@
 pub mod chain;
 pub mod checkouts;
 pub mod events;
+pub mod export;
 pub mod idempotency;
 pub mod index;
 pub mod keeper;

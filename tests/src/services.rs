@@ -145,4 +145,28 @@ impl Services {
         );
         (out.status.success(), text)
     }
+
+    /// `indexer verify-export FILE` as a merchant's auditor runs it: with nothing but
+    /// `RPC_URL` (no database, no contract setting). Returns (exit code, output).
+    pub fn verify_export(&self, file: &Path) -> (i32, String) {
+        let rpc: Vec<(String, String)> = self
+            .env
+            .iter()
+            .filter(|(k, _)| k == "RPC_URL")
+            .cloned()
+            .collect();
+        let out = service_command(
+            &bin_path("indexer"),
+            &["verify-export", &file.to_string_lossy()],
+            &rpc,
+        )
+        .output()
+        .expect("run indexer verify-export");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), text)
+    }
 }

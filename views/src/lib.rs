@@ -6,6 +6,7 @@
 mod account;
 mod chain;
 mod event;
+mod export;
 mod plan;
 mod subscription;
 mod webhook;
@@ -16,6 +17,7 @@ pub use account::{
 };
 pub use chain::ChainView;
 pub use event::{DeliveryView, EventView};
+pub use export::{EXPORT_COLUMNS, ExportEntryView, ExportTotalView, ExportTotals, csv_header};
 pub use plan::{PlanView, ProvisioningView};
 pub use subscription::{LedgerEntryView, SubscriptionView, SubscriptionWithLedger};
 pub use webhook::{

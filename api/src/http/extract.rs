@@ -186,6 +186,32 @@ pub fn param<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// An optional block-number parameter (a non-negative integer).
+pub fn block_param(q: &[(String, String)], name: &str) -> Result<Option<i64>, ApiError> {
+    param(q, name)
+        .map(|v| {
+            v.parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0 && !v.starts_with('+'))
+                .ok_or_else(|| ApiError::invalid(name, format!("`{name}` must be a block number")))
+        })
+        .transpose()
+}
+
+/// An optional RFC 3339 time parameter.
+pub fn time_param(
+    q: &[(String, String)],
+    name: &str,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, ApiError> {
+    param(q, name)
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|_| ApiError::invalid(name, format!("`{name}` must be an RFC 3339 time")))
+        })
+        .transpose()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,46 @@ pub enum RespBody {
         content_type: &'static str,
         bytes: Bytes,
     },
+    /// A body produced while it is sent (the ledger export), from a bounded channel: the
+    /// producer waits while the client reads slowly, so memory stays constant. An `Err`
+    /// chunk aborts the response (the client sees a cut-off body, never a complete-looking
+    /// one).
+    Stream {
+        content_type: &'static str,
+        body: StreamBody,
+    },
     Empty,
+}
+
+/// The receiving end of a streamed body. A `Resp` is `Clone` (replies are cheap values);
+/// clones of a streaming one share the one receiver, and only the first to be sent gets it.
+#[derive(Clone)]
+pub struct StreamBody(
+    std::sync::Arc<std::sync::Mutex<Option<futures::channel::mpsc::Receiver<StreamChunk>>>>,
+);
+
+/// One piece of a streamed body.
+pub type StreamChunk = Result<Bytes, std::io::Error>;
+
+impl StreamBody {
+    /// A body and the sender that writes it; at most `depth` chunks wait in between.
+    pub fn channel(depth: usize) -> (futures::channel::mpsc::Sender<StreamChunk>, StreamBody) {
+        let (tx, rx) = futures::channel::mpsc::channel(depth);
+        (
+            tx,
+            StreamBody(std::sync::Arc::new(std::sync::Mutex::new(Some(rx)))),
+        )
+    }
+
+    fn take(&self) -> Option<futures::channel::mpsc::Receiver<StreamChunk>> {
+        self.0.lock().ok().and_then(|mut r| r.take())
+    }
+}
+
+impl std::fmt::Debug for StreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamBody")
+    }
 }
 
 /// A response under construction.
@@ -90,6 +129,15 @@ impl Resp {
         }
     }
 
+    /// 200 with a body written while it is sent (see [`RespBody::Stream`]).
+    pub fn stream(content_type: &'static str, body: StreamBody) -> Resp {
+        Resp {
+            status: StatusCode::OK,
+            headers: Vec::new(),
+            body: RespBody::Stream { content_type, body },
+        }
+    }
+
     /// Adds a header; invalid values are dropped (they are all built by us).
     pub fn header(mut self, name: &str, value: &str) -> Resp {
         if let (Ok(n), Ok(v)) = (
@@ -118,6 +166,17 @@ impl Resp {
 
     /// The final HTTP response.
     pub fn finish(self, request_id: &str) -> warp::reply::Response {
+        if let RespBody::Stream { content_type, body } = &self.body {
+            use warp::Reply;
+            let rx = body.take().unwrap_or_else(|| {
+                let (_, empty) = futures::channel::mpsc::channel(0);
+                empty
+            });
+            let mut resp = warp::reply::stream(rx).into_response();
+            resp.headers_mut()
+                .insert("content-type", HeaderValue::from_static(content_type));
+            return self.stamp(resp, request_id);
+        }
         let (content_type, bytes): (Option<&str>, Bytes) = match &self.body {
             // Serialized in place: a list page is a large tree, and cloning it cost more
             // than the query that produced it.
@@ -136,14 +195,20 @@ impl Resp {
                 content_type,
                 bytes,
             } => (Some(content_type), bytes.clone()),
-            RespBody::Empty => (None, Bytes::new()),
+            RespBody::Empty | RespBody::Stream { .. } => (None, Bytes::new()),
         };
         let mut resp = warp::reply::Response::new(bytes.into());
+        if let Some(ct) = content_type {
+            resp.headers_mut()
+                .insert("content-type", HeaderValue::from_static(ct));
+        }
+        self.stamp(resp, request_id)
+    }
+
+    /// Status, our headers, the request id and `no-store`.
+    fn stamp(self, mut resp: warp::reply::Response, request_id: &str) -> warp::reply::Response {
         *resp.status_mut() = self.status;
         let h = resp.headers_mut();
-        if let Some(ct) = content_type {
-            h.insert("content-type", HeaderValue::from_static(ct));
-        }
         for (k, v) in self.headers {
             h.append(k, v);
         }

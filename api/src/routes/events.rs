@@ -4,14 +4,15 @@
 
 use chainsub_core::{EventId, SubscriptionId};
 use chainsub_store::events as store;
-use chrono::{DateTime, Utc};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{Caller, caller, check_params, method_fallback, param, query_pairs};
+use crate::http::extract::{
+    Caller, block_param, caller, check_params, method_fallback, param, query_pairs, time_param,
+};
 use crate::http::reply::{Resp, respond};
 use crate::pagination::{Page, cursor_key};
 use crate::routes::plans::with_rate;
@@ -43,27 +44,6 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .map(|_: String, r: Resp| r))
         .unify();
     list.or(one).unify().boxed()
-}
-
-fn block_param(q: &[(String, String)], name: &str) -> Result<Option<i64>> {
-    param(q, name)
-        .map(|v| {
-            v.parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0 && !v.starts_with('+'))
-                .ok_or_else(|| ApiError::invalid(name, format!("`{name}` must be a block number")))
-        })
-        .transpose()
-}
-
-fn time_param(q: &[(String, String)], name: &str) -> Result<Option<DateTime<Utc>>> {
-    param(q, name)
-        .map(|v| {
-            DateTime::parse_from_rfc3339(v)
-                .map(|t| t.with_timezone(&Utc))
-                .map_err(|_| ApiError::invalid(name, format!("`{name}` must be an RFC 3339 time")))
-        })
-        .transpose()
 }
 
 async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {

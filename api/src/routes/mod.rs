@@ -7,6 +7,7 @@ pub mod checkouts;
 pub mod events;
 pub mod health;
 pub mod keys;
+pub mod ledger;
 pub mod openapi;
 pub mod pages;
 pub mod plans;

@@ -12,6 +12,7 @@ mod webhooks_common;
 mod auth;
 mod checkout_chain;
 mod http;
+mod ledger_export;
 mod openapi;
 mod plans;
 mod reads;

@@ -7,7 +7,7 @@ mod fetcher;
 mod rpc;
 
 pub use fetcher::{FetchConfig, Fetcher, NodeTrouble};
-pub use rpc::RpcSource;
+pub use rpc::{RpcSource, provider};
 
 use alloy::primitives::B256;
 use async_trait::async_trait;

@@ -46,20 +46,27 @@ impl From<RpcHeader> for Header {
 impl RpcSource {
     /// Connects (lazily) to `rpc_url`.
     pub fn new(rpc_url: &str, contract: Address) -> crate::Result<RpcSource> {
-        let url = rpc_url
-            .parse()
-            .map_err(|e| crate::Error::Config(format!("RPC_URL {rpc_url}: {e}")))?;
-        let provider = ProviderBuilder::new()
-            .disable_recommended_fillers()
-            .connect_http(url)
-            .erased();
-        Ok(RpcSource { provider, contract })
+        Ok(RpcSource {
+            provider: provider(rpc_url)?,
+            contract,
+        })
     }
 
     /// The chain id the node reports.
     pub async fn chain_id(&self) -> Result<u64, SourceError> {
         self.provider.get_chain_id().await.map_err(classify)
     }
+}
+
+/// A plain HTTP provider for `rpc_url` (no fillers: the indexer only reads).
+pub fn provider(rpc_url: &str) -> crate::Result<DynProvider> {
+    let url = rpc_url
+        .parse()
+        .map_err(|e| crate::Error::Config(format!("RPC_URL {rpc_url}: {e}")))?;
+    Ok(ProviderBuilder::new()
+        .disable_recommended_fillers()
+        .connect_http(url)
+        .erased())
 }
 
 /// Sorts a node's error into "shrink the range" or "retry as is". Providers word the first

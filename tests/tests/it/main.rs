@@ -26,5 +26,6 @@ mod contract_operator;
 mod contract_plans;
 mod dev_command;
 mod e2e_dev_demo;
+mod e2e_export;
 mod e2e_lifecycle;
 mod harness;

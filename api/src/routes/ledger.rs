@@ -1,0 +1,207 @@
+//! `GET /api/v1/ledger`: the reconciliation export. The merchant's ledger entries for a block
+//! range (default: from block 0 to the highest block with `CONFIRMATIONS` confirmations) and
+//! optionally a time window, as NDJSON (default) or CSV (`format=csv`, or `Accept:
+//! text/csv`), streamed in constant memory and closed by one `total` record per kind. A body
+//! without its `total` records was cut short (a failure after the first byte cannot change
+//! the status any more). `indexer verify-export` re-checks such a file against the chain.
+
+use bytes::Bytes;
+use chainsub_store::export::{self as store, Range};
+use chainsub_views::{ExportEntryView, ExportTotals, csv_header};
+use futures::{SinkExt, StreamExt};
+use warp::Filter;
+use warp::filters::BoxedFilter;
+
+use crate::auth::api_key::{Authed, authenticate};
+use crate::ctx::{Ctx, with_ctx};
+use crate::http::error::{ApiError, Result};
+use crate::http::extract::{
+    Caller, block_param, caller, check_params, method_fallback, param, query_pairs, time_param,
+};
+use crate::http::reply::{Resp, StreamBody, StreamChunk, respond};
+use crate::routes::plans::with_rate;
+
+/// A chunk is sent once this many bytes are written.
+const CHUNK: usize = 64 * 1024;
+/// Chunks waiting for a slow client, at most.
+const DEPTH: usize = 4;
+
+/// The export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Ndjson,
+    Csv,
+}
+
+impl Format {
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::Ndjson => "application/x-ndjson",
+            Format::Csv => "text/csv; charset=utf-8",
+        }
+    }
+
+    /// `format=` wins; otherwise CSV when the client accepts `text/csv` and not NDJSON.
+    fn choose(format: Option<&str>, accept: Option<&str>) -> Result<Format> {
+        match format {
+            Some("ndjson") => Ok(Format::Ndjson),
+            Some("csv") => Ok(Format::Csv),
+            Some(_) => Err(ApiError::invalid(
+                "format",
+                "`format` must be one of ndjson, csv",
+            )),
+            None => {
+                let accept = accept.unwrap_or("").to_ascii_lowercase();
+                if accept.contains("text/csv") && !accept.contains("ndjson") {
+                    Ok(Format::Csv)
+                } else {
+                    Ok(Format::Ndjson)
+                }
+            }
+        }
+    }
+}
+
+/// The ledger export router.
+pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
+    warp::path!("api" / "v1" / "ledger")
+        .and(
+            warp::get()
+                .and(with_ctx(ctx))
+                .and(caller())
+                .and(query_pairs())
+                .and(warp::header::optional::<String>("accept"))
+                .then(
+                    |ctx: Ctx, c: Caller, q: Vec<(String, String)>, accept: Option<String>| async move {
+                        respond(export(&ctx, &c, &q, accept.as_deref()).await)
+                    },
+                )
+                .or(method_fallback("GET"))
+                .unify(),
+        )
+        .boxed()
+}
+
+async fn export(
+    ctx: &Ctx,
+    c: &Caller,
+    q: &[(String, String)],
+    accept: Option<&str>,
+) -> Result<Resp> {
+    let Authed { merchant, rate } = authenticate(ctx, c).await?;
+    check_params(q, &["fromBlock", "toBlock", "from", "to", "format"])?;
+    let format = Format::choose(param(q, "format"), accept)?;
+    let from_block = block_param(q, "fromBlock")?.unwrap_or(0);
+    let from_time = time_param(q, "from")?;
+    let to_time = time_param(q, "to")?;
+    let chain_id = ctx.cfg.chain_id as i64;
+    let conn = ctx.pool.get().await?;
+    let to_block = match block_param(q, "toBlock")? {
+        Some(b) => b,
+        None => {
+            // Only what can no longer be reorganized away (by CONFIRMATIONS): -1 (nothing)
+            // before the indexer has gone that far.
+            let indexed = chainsub_store::chain::cursor(&conn, chain_id)
+                .await?
+                .map_or(-1, |c| c.indexed_block);
+            indexed - ctx.cfg.confirmations.max(1) as i64 + 1
+        }
+    };
+    // An empty range (toBlock below fromBlock, `to` not after `from`) exports nothing but
+    // its totals, as the events list answers an empty page: the request is well-formed.
+    let range = Range {
+        from_block,
+        to_block,
+        from_time,
+        to_time,
+    };
+    let (mut tx, body) = StreamBody::channel(DEPTH);
+    let contract = ctx.cfg.contract_address;
+    tokio::spawn(async move {
+        let wallet = merchant.wallet();
+        let mut out = String::with_capacity(CHUNK + 4096);
+        if format == Format::Csv {
+            csv_header(&mut out);
+        }
+        let mut totals = ExportTotals::default();
+        let result: std::result::Result<(), String> = async {
+            let rows = store::ledger(&conn, &merchant, chain_id, range)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut rows = std::pin::pin!(rows);
+            while let Some(row) = rows.next().await {
+                let row = row.map_err(|e| e.to_string())?;
+                totals.add(&row);
+                let view = ExportEntryView::new(&row, wallet);
+                write(format, &view, |o| view.csv(o), &mut out);
+                if out.len() >= CHUNK {
+                    send(&mut tx, &mut out).await?;
+                }
+            }
+            for t in totals.views(chain_id, contract, wallet, &range) {
+                write(format, &t, |o| t.csv(o), &mut out);
+            }
+            send(&mut tx, &mut out).await
+        }
+        .await;
+        match result {
+            Ok(()) => {}
+            Err(_) if tx.is_closed() => tracing::debug!("ledger export: the client went away"),
+            Err(e) => {
+                tracing::error!(error = %e, "ledger export failed after its first byte");
+                metrics::counter!("api_ledger_export_failures_total").increment(1);
+                let _ = tx.send(Err(std::io::Error::other(e))).await;
+            }
+        }
+    });
+    Ok(with_rate(Resp::stream(format.content_type(), body), &rate))
+}
+
+/// Appends one record: a JSON line, or a CSV row.
+fn write(
+    format: Format,
+    view: &impl serde::Serialize,
+    csv: impl FnOnce(&mut String),
+    out: &mut String,
+) {
+    match format {
+        Format::Csv => csv(out),
+        Format::Ndjson => {
+            // A view of ours always serializes; the fallback keeps the line count right.
+            out.push_str(&serde_json::to_string(view).unwrap_or_else(|_| "{}".into()));
+            out.push('\n');
+        }
+    }
+}
+
+/// Sends what is written so far; `Err` when the client went away.
+async fn send(
+    tx: &mut futures::channel::mpsc::Sender<StreamChunk>,
+    out: &mut String,
+) -> std::result::Result<(), String> {
+    let chunk = Bytes::from(std::mem::take(out).into_bytes());
+    *out = String::with_capacity(CHUNK + 4096);
+    tx.send(Ok(chunk))
+        .await
+        .map_err(|_| "the client went away".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_format_comes_from_the_parameter_then_the_accept_header() {
+        assert_eq!(Format::choose(None, None).unwrap(), Format::Ndjson);
+        assert_eq!(Format::choose(None, Some("text/csv")).unwrap(), Format::Csv);
+        assert_eq!(
+            Format::choose(None, Some("application/x-ndjson, text/csv")).unwrap(),
+            Format::Ndjson
+        );
+        assert_eq!(
+            Format::choose(Some("ndjson"), Some("text/csv")).unwrap(),
+            Format::Ndjson
+        );
+        assert!(Format::choose(Some("xml"), None).is_err());
+    }
+}

@@ -1,0 +1,188 @@
+//! `GET /api/v1/ledger`: the reconciliation export, from index rows shaped like the
+//! indexer's (the round trip against a real chain is `tests/it/e2e_export.rs`).
+
+use crate::api_common::{App, Opts, seed_cursor, seed_subscription, spawn};
+use alloy::primitives::Address;
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B};
+use serde_json::Value;
+
+fn wallet(i: usize) -> Address {
+    DevChain::address(i)
+}
+
+/// (status, content type, body) of an export request.
+async fn export(app: &App, key: &str, query: &str, accept: Option<&str>) -> (u16, String, String) {
+    let mut req = reqwest::Client::new()
+        .get(app.url(&format!("/api/v1/ledger{query}")))
+        .bearer_auth(key);
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, ct, r.text().await.unwrap())
+}
+
+fn lines(body: &str) -> Vec<Value> {
+    body.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_export_streams_one_merchants_entries_with_totals_as_ndjson_or_csv() {
+    let app = spawn(Opts {
+        confirmations: Some(1),
+        ..Opts::default()
+    })
+    .await;
+    let a = app.merchant_key(wallet(MERCHANT)).await;
+    let b = app.merchant_key(wallet(MERCHANT_B)).await;
+    let db = app.db().await;
+    seed_cursor(&db, 1000).await;
+    let mut subs = Vec::new();
+    for id in 1..=3 {
+        subs.push(
+            seed_subscription(&db, wallet(MERCHANT), id, 1, Some("cus,\"7\""))
+                .await
+                .0,
+        );
+    }
+    seed_subscription(&db, wallet(MERCHANT_B), 4, 2, None).await;
+
+    // NDJSON by default: A's three charges in chain order, then one total per kind.
+    let (status, ct, body) = export(&app, &a, "", None).await;
+    assert_eq!(
+        (status, ct.as_str()),
+        (200, "application/x-ndjson"),
+        "{body}"
+    );
+    let recs = lines(&body);
+    assert_eq!(recs.len(), 5, "{body}");
+    for (i, r) in recs[..3].iter().enumerate() {
+        assert_eq!(r["record"], "entry");
+        assert_eq!(r["kind"], "charge");
+        assert_eq!(r["subscriptionId"], subs[i].as_str());
+        assert_eq!(r["onchainSubscriptionId"], i as i64 + 1);
+        assert_eq!(r["blockNumber"], 101 + i as i64);
+        assert_eq!(r["logIndex"], 1);
+        assert_eq!(r["amount"], "9990000");
+        assert_eq!(
+            (r["currency"].as_str(), r["decimals"].as_i64()),
+            (Some("USDC"), Some(6))
+        );
+        assert_eq!(r["merchant"], wallet(MERCHANT).to_checksum(None));
+        assert_eq!(r["customerExternalId"], "cus,\"7\"");
+        assert_eq!(r["transactionHash"].as_str().unwrap().len(), 66);
+    }
+    assert_eq!(recs[3]["record"], "total");
+    assert_eq!(
+        (&recs[3]["kind"], &recs[3]["amount"], &recs[3]["entries"]),
+        (&"charge".into(), &"29970000".into(), &3.into())
+    );
+    assert_eq!(
+        (&recs[4]["kind"], &recs[4]["amount"], &recs[4]["entries"]),
+        (&"failed_charge".into(), &"0".into(), &0.into())
+    );
+    assert_eq!(
+        (recs[4]["fromBlock"].as_i64(), recs[4]["toBlock"].as_i64()),
+        (Some(0), Some(1000))
+    );
+
+    // The other merchant sees only its own.
+    let (_, _, body) = export(&app, &b, "", None).await;
+    let recs = lines(&body);
+    assert_eq!(recs.len(), 3, "{body}");
+    assert_eq!(recs[0]["onchainSubscriptionId"], 4);
+
+    // CSV by parameter or by Accept: a header, the same records, quoted where needed.
+    for (query, accept) in [("?format=csv", None), ("", Some("text/csv"))] {
+        let (status, ct, body) = export(&app, &a, query, accept).await;
+        assert_eq!((status, ct.as_str()), (200, "text/csv; charset=utf-8"));
+        let rows: Vec<&str> = body.split_terminator("\r\n").collect();
+        assert_eq!(rows.len(), 6, "{body}");
+        assert!(rows[0].starts_with("record,eventId,kind,chainId,contract,blockNumber"));
+        assert!(rows[1].starts_with("entry,evt_"), "{}", rows[1]);
+        assert!(rows[1].contains(",\"cus,\"\"7\"\"\","), "{}", rows[1]);
+        assert!(rows[4].starts_with("total,,charge,"), "{}", rows[4]);
+        assert!(
+            rows[4].ends_with(",USDC,6,29970000,0,1000,,,3"),
+            "{}",
+            rows[4]
+        );
+    }
+
+    // Ranges: by block (inclusive) and by block time ([from, to)).
+    let (_, _, body) = export(&app, &a, "?fromBlock=102&toBlock=102", None).await;
+    let recs = lines(&body);
+    assert_eq!(recs.len(), 3, "{body}");
+    assert_eq!(recs[0]["blockNumber"], 102);
+    assert_eq!(recs[1]["fromBlock"], 102);
+    let t2 = recs[0]["blockTime"].as_str().unwrap().to_string();
+    let (_, _, body) = export(&app, &a, &format!("?from={t2}"), None).await;
+    let recs = lines(&body);
+    assert_eq!(recs.len(), 4, "{body}");
+    assert_eq!(recs[0]["blockNumber"], 102);
+    assert_eq!(recs[2]["fromTime"], t2.as_str());
+    let (_, _, body) = export(&app, &a, &format!("?to={t2}"), None).await;
+    assert_eq!(lines(&body).len(), 3, "{body}");
+
+    // Bad input is a clear 400; no key is a 401.
+    for (query, param) in [
+        ("?format=xml", "format"),
+        ("?fromBlock=-1", "fromBlock"),
+        ("?from=yesterday", "from"),
+        ("?limit=5", "limit"),
+    ] {
+        let (status, ct, body) = export(&app, &a, query, None).await;
+        assert_eq!(
+            (status, ct.as_str()),
+            (400, "application/json"),
+            "{query}: {body}"
+        );
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["param"], param, "{query}: {body}");
+    }
+    // An empty range is no error: nothing but the totals.
+    for query in [
+        "?fromBlock=5&toBlock=4".to_string(),
+        format!("?from={t2}&to={t2}"),
+    ] {
+        let (status, _, body) = export(&app, &a, &query, None).await;
+        let recs = lines(&body);
+        assert_eq!((status, recs.len()), (200, 2), "{query}: {body}");
+        assert_eq!(recs[0]["entries"], 0);
+    }
+    let (status, _, _) = export(&app, "sk_live_nope", "", None).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn by_default_the_export_stops_at_the_confirmed_height() {
+    let app = spawn(Opts {
+        confirmations: Some(3),
+        ..Opts::default()
+    })
+    .await;
+    let a = app.merchant_key(wallet(MERCHANT)).await;
+    let db = app.db().await;
+    for id in 1..=3 {
+        seed_subscription(&db, wallet(MERCHANT), id, 1, None).await;
+    }
+    // Blocks 101..=103 hold the charges; indexed through 104, 3 confirmations: 102 is the
+    // highest block nothing can reorganize away.
+    seed_cursor(&db, 104).await;
+    let (_, _, body) = export(&app, &a, "", None).await;
+    let recs = lines(&body);
+    assert_eq!(recs.len(), 4, "{body}");
+    assert_eq!(recs[3]["toBlock"], 102);
+    // Asked for explicitly, the unconfirmed block is served too.
+    let (_, _, body) = export(&app, &a, "?toBlock=103", None).await;
+    assert_eq!(lines(&body).len(), 5, "{body}");
+}
