@@ -26,13 +26,17 @@ pub enum Command {
     Run,
     /// Apply pending database migrations and exit.
     Migrate,
-    /// Re-read the contract's logs for a block range and report every difference with the
-    /// database; exits non-zero on any.
+    /// Recompute from the chain every row the API serves for a block range (events,
+    /// snapshots, ledger, plans, subscriptions, outbox; the contract's state at --to) and
+    /// report every difference with the database; exits non-zero on any.
     Verify {
         #[arg(long)]
         from: u64,
         #[arg(long)]
         to: u64,
+        /// Print the findings as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Re-check a ledger export (`GET /api/v1/ledger`, NDJSON or CSV; `-` for standard input)
     /// against the chain at RPC_URL; needs nothing else. Exits 1 on any difference.

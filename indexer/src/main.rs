@@ -29,7 +29,7 @@ async fn main() -> ExitCode {
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::Run => run_indexer(&cli.settings).await,
         Command::Migrate => migrate(&cli.settings).await,
-        Command::Verify { from, to } => verify_range(&cli.settings, from, to).await,
+        Command::Verify { from, to, json } => verify_range(&cli.settings, from, to, json).await,
         Command::VerifyExport { file, json } => verify_export(&cli.settings, &file, json).await,
     };
     match result {
@@ -96,34 +96,51 @@ async fn run_indexer(s: &Settings) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn verify_range(s: &Settings, from: u64, to: u64) -> anyhow::Result<ExitCode> {
+async fn verify_range(s: &Settings, from: u64, to: u64, json: bool) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(from <= to, "--from must not exceed --to");
     let cfg = s.indexer_config()?;
     let client = writer::connect(&s.database_url()?).await?;
-    let source = Arc::new(RpcSource::new(&s.rpc_url()?, cfg.contract)?);
-    let diffs = verify::verify(
-        cfg.chain_id,
-        cfg.contract,
+    let rpc_url = s.rpc_url()?;
+    let source = Arc::new(RpcSource::new(&rpc_url, cfg.contract)?);
+    let provider = chainsub_indexer::source::provider(&rpc_url)?;
+    let target = verify::Target {
+        chain_id: cfg.chain_id,
+        contract: cfg.contract,
+        confirmations: cfg.confirmations,
+    };
+    let findings = verify::verify(
+        target,
         cfg.fetch,
         source,
+        Some(&provider),
         &client,
         from,
         to,
     )
     .await?;
-    for d in &diffs {
-        println!("{d}");
-    }
-    if diffs.is_empty() {
-        println!("verify: blocks {from}..={to}: clean");
-        Ok(ExitCode::SUCCESS)
-    } else {
+    if json {
         println!(
-            "verify: blocks {from}..={to}: {} difference(s)",
-            diffs.len()
+            "{}",
+            serde_json::json!({ "from": from, "to": to, "clean": findings.is_empty(), "findings": findings })
         );
-        Ok(ExitCode::from(1))
+    } else {
+        for f in &findings {
+            println!("{f}");
+        }
+        if findings.is_empty() {
+            println!("verify: blocks {from}..={to}: clean");
+        } else {
+            println!(
+                "verify: blocks {from}..={to}: {} difference(s)",
+                findings.len()
+            );
+        }
     }
+    Ok(if findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 async fn verify_export(

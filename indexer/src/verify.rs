@@ -1,58 +1,235 @@
-//! `indexer verify`: re-read the contract's logs for a block range and compare them, row by
-//! row, with `chain_events`. The reconciliation team's tool; it writes nothing.
+//! `indexer verify --from N --to M`: recomputes from the chain every row the API can serve for
+//! blocks `N..=M` and compares it with the database. The reconciliation team's tool; it writes
+//! nothing.
+//!
+//! What it checks, each difference reported by table and key:
+//! - `chain_events`: every log of the contract in the range is stored, with the same columns,
+//!   and nothing else is; each subscription event's `snapshot` equals the subscription folded
+//!   from its events (the same [`fold`] the sink runs; events before `N` are taken from the
+//!   database, so verify from the start block to check everything);
+//! - `ledger_entries`: one per charge and failed charge, with its amount, period, times,
+//!   attempt and reason;
+//! - `chain_plans`: every plan created or deactivated in the range, as its logs say;
+//! - `subscriptions`: the row of every subscription with events in the range (when it has none
+//!   after `M`) equals the fold;
+//! - the contract's own state at block `M` (`getSubscription`, `getPlan` by `eth_call`) for every
+//!   subscription and plan touched, against the fold and the stored plan;
+//! - `webhook_outbox`: one row for each lifecycle event with `CONFIRMATIONS` (none before), and
+//!   no row for an event the index does not hold;
+//! - rows above the chain head, and a cursor whose block is not on the chain.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-use alloy::primitives::{Address, B256};
-use chainsub_store::index::StoredEvent;
+use alloy::eips::BlockId;
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::DynProvider;
+use chainsub_abi::{ContractEvent, SubscriptionManager};
+use chainsub_core::{LedgerKind, SubscriptionState, SubscriptionStatus};
+use chainsub_store::index::{self as store, EventKey, NewLedgerEntry, StoredEvent};
+use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::Result;
-use crate::map::{self, MappedEvent};
+use crate::fold::{self, EventCtx};
+use crate::map::{self, MappedEvent, failure_reason_name, id_to_i64};
 use crate::source::{BlockSource, FetchConfig, Fetcher};
 
-/// Position of a log: block number, transaction hash, log index.
-pub type LogKey = (u64, B256, u64);
-
 /// One difference between the chain and the database.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Difference {
-    /// On the chain, not in the database.
-    Missing(LogKey),
-    /// In the database, not on the chain.
-    Extra(LogKey),
-    /// In both, with these columns differing.
-    Different(LogKey, Vec<&'static str>),
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub table: &'static str,
+    pub key: String,
+    pub what: String,
 }
 
-impl fmt::Display for Difference {
+impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let key = |f: &mut fmt::Formatter<'_>, (b, tx, li): &LogKey| {
-            write!(f, "block {b} tx {tx} log {li}")
-        };
-        match self {
-            Difference::Missing(k) => {
-                write!(f, "missing: ")?;
-                key(f, k)
-            }
-            Difference::Extra(k) => {
-                write!(f, "extra:   ")?;
-                key(f, k)
-            }
-            Difference::Different(k, cols) => {
-                write!(f, "differs: ")?;
-                key(f, k)?;
-                write!(f, " ({})", cols.join(", "))
+        write!(f, "{} {}: {}", self.table, self.key, self.what)
+    }
+}
+
+/// What verify needs to know about the deployment.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    pub chain_id: u64,
+    pub contract: Address,
+    /// The indexer's CONFIRMATIONS: which events must have an outbox row.
+    pub confirmations: u64,
+}
+
+fn key_text((block, tx, log): &EventKey) -> String {
+    format!("block {block} tx {tx} log {log}")
+}
+
+/// The findings so far.
+#[derive(Default)]
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn add(&mut self, table: &'static str, key: impl Into<String>, what: impl Into<String>) {
+        self.0.push(Finding {
+            table,
+            key: key.into(),
+            what: what.into(),
+        });
+    }
+}
+
+/// Compares blocks `from..=to` of the chain with the database. `contract_reads` is the node
+/// to `eth_call` for the contract's state at `to` (`None` skips those checks).
+pub async fn verify<S: BlockSource + ?Sized>(
+    target: Target,
+    fetch: FetchConfig,
+    source: Arc<S>,
+    contract_reads: Option<&DynProvider>,
+    client: &Client,
+    from: u64,
+    to: u64,
+) -> Result<Vec<Finding>> {
+    let chain_id = target.chain_id as i64;
+    let mut fetcher = Fetcher::new(source, target.contract, fetch);
+    let mut out = Findings::default();
+    let head = fetcher.head().await;
+
+    // Nothing may stand above the chain: not the cursor, not a row.
+    let (cursor, _) = store::load_cursor(client, chain_id).await?;
+    if cursor.number > head {
+        out.add(
+            "indexer_cursor",
+            format!("chain {chain_id}"),
+            format!("at block {} above the chain head {head}", cursor.number),
+        );
+    } else {
+        match fetcher.header_if_exists(cursor.number).await {
+            Some(h) if h.hash == cursor.hash => {}
+            Some(h) => out.add(
+                "indexer_cursor",
+                format!("chain {chain_id}"),
+                format!(
+                    "block {} is {} in the index, {} on the chain: the index is on a dead branch",
+                    cursor.number, cursor.hash, h.hash
+                ),
+            ),
+            None => out.add(
+                "indexer_cursor",
+                format!("chain {chain_id}"),
+                format!("block {} is not on the chain", cursor.number),
+            ),
+        }
+    }
+    if let Some(top) = store::highest_event_block(client, chain_id).await?
+        && top > head
+    {
+        out.add(
+            "chain_events",
+            format!("above block {head}"),
+            format!("events up to block {top} above the chain head {head}"),
+        );
+    }
+    let to = to.min(head);
+
+    // The chain's logs in the range, mapped as the sink maps them.
+    let mut mapped: Vec<MappedEvent> = Vec::new();
+    let mut next = from;
+    while next <= to {
+        let blocks = fetcher.fetch(next, to).await;
+        for b in &blocks {
+            mapped.extend(map::map_block(target.chain_id, b)?);
+        }
+        next = blocks.last().map(|b| b.number + 1).unwrap_or(to + 1);
+    }
+    let key_of = |e: &MappedEvent| (e.block_number, e.tx_hash, e.log_index);
+
+    // chain_events, column by column.
+    let mut db: BTreeMap<EventKey, StoredEvent> =
+        store::events_in_range(client, chain_id, from, to)
+            .await?
+            .into_iter()
+            .map(|r| ((r.block_number, r.tx_hash, r.log_index), r))
+            .collect();
+    let db_ids: HashMap<EventKey, i64> = db.iter().map(|(k, r)| (*k, r.id)).collect();
+    for e in &mapped {
+        let k = key_of(e);
+        match db.get(&k) {
+            None => out.add("chain_events", key_text(&k), "missing"),
+            Some(have) => {
+                let cols = diff_columns(&expected(target.contract, e), have);
+                if !cols.is_empty() {
+                    out.add(
+                        "chain_events",
+                        key_text(&k),
+                        format!("differs ({})", cols.join(", ")),
+                    );
+                }
             }
         }
     }
+    let on_chain: BTreeSet<EventKey> = mapped.iter().map(key_of).collect();
+    for k in db.keys().filter(|k| !on_chain.contains(k)) {
+        out.add("chain_events", key_text(k), "extra: not on the chain");
+    }
+
+    ledger(&mut out, client, chain_id, &mapped, &db_ids, from, to).await?;
+    plans(
+        &mut out,
+        client,
+        chain_id,
+        &mapped,
+        contract_reads,
+        target.contract,
+        to,
+    )
+    .await?;
+    subscriptions(
+        &mut out,
+        client,
+        target,
+        &mapped,
+        &mut db,
+        &db_ids,
+        contract_reads,
+        from,
+        to,
+    )
+    .await?;
+
+    // Outbox: exactly the confirmed lifecycle events, and nothing for events we do not hold.
+    let confirmed_upto = (cursor.number + 1).checked_sub(target.confirmations.max(1));
+    let outbox = store::outbox_in_range(client, chain_id, from, to).await?;
+    for e in mapped.iter().filter(|e| e.kind.is_some()) {
+        let want = i64::from(confirmed_upto.is_some_and(|u| e.block_number <= u));
+        let have = outbox.get(&e.public_id).copied().unwrap_or(0);
+        if have != want {
+            out.add(
+                "webhook_outbox",
+                e.public_id.clone(),
+                format!(
+                    "{have} row(s) for a {} event; expected {want}",
+                    if want == 1 {
+                        "confirmed"
+                    } else {
+                        "not yet confirmed"
+                    }
+                ),
+            );
+        }
+    }
+    for (id, event, status) in store::orphan_outbox(client).await? {
+        out.add(
+            "webhook_outbox",
+            format!("{id}"),
+            format!("row ({status}) for event {event}, which the index does not hold"),
+        );
+    }
+    Ok(out.0)
 }
 
 /// The row the chain says `chain_events` should hold for `e`.
 fn expected(contract: Address, e: &MappedEvent) -> StoredEvent {
     StoredEvent {
+        id: 0,
         block_number: e.block_number,
         tx_hash: e.tx_hash,
         log_index: e.log_index,
@@ -68,6 +245,7 @@ fn expected(contract: Address, e: &MappedEvent) -> StoredEvent {
         topics: e.topics.iter().map(|t| t.to_vec()).collect(),
         data: e.data.to_vec(),
         decoded: e.decoded.clone(),
+        snapshot: None,
     }
 }
 
@@ -93,50 +271,492 @@ fn diff_columns(a: &StoredEvent, b: &StoredEvent) -> Vec<&'static str> {
     out
 }
 
-/// Compares blocks `from..=to` of the chain with the database.
-pub async fn verify<S: BlockSource + ?Sized>(
-    chain_id: u64,
-    contract: Address,
-    fetch: FetchConfig,
-    source: Arc<S>,
+/// The ledger row the chain says `e` makes, if any.
+fn expected_ledger(e: &MappedEvent, event_id: i64) -> Result<Option<NewLedgerEntry>> {
+    Ok(match &e.event {
+        Some(ContractEvent::SubscriptionCharged(c)) => Some(NewLedgerEntry {
+            event_id,
+            subscription_id: id_to_i64(c.subscriptionId)?,
+            kind: LedgerKind::Charge,
+            amount: c.amount,
+            period: c.period,
+            period_start: Some(c.periodStart),
+            period_end: Some(c.periodEnd),
+            attempt: c.attempt.into(),
+            failure_reason: None,
+            block_time: e.block_time,
+        }),
+        Some(ContractEvent::PaymentFailed(f)) => Some(NewLedgerEntry {
+            event_id,
+            subscription_id: id_to_i64(f.subscriptionId)?,
+            kind: LedgerKind::FailedCharge,
+            amount: f.amount,
+            period: f.period,
+            period_start: None,
+            period_end: None,
+            attempt: f.attempt.into(),
+            failure_reason: Some(failure_reason_name(f.reason)),
+            block_time: e.block_time,
+        }),
+        _ => None,
+    })
+}
+
+async fn ledger(
+    out: &mut Findings,
     client: &Client,
+    chain_id: i64,
+    mapped: &[MappedEvent],
+    db_ids: &HashMap<EventKey, i64>,
     from: u64,
     to: u64,
-) -> Result<Vec<Difference>> {
-    let mut fetcher = Fetcher::new(source, contract, fetch);
-    let mut chain: BTreeMap<LogKey, StoredEvent> = BTreeMap::new();
-    let mut next = from;
-    while next <= to {
-        let blocks = fetcher.fetch(next, to).await;
-        for b in &blocks {
-            for e in map::map_block(chain_id, b)? {
-                chain.insert(
-                    (e.block_number, e.tx_hash, e.log_index),
-                    expected(contract, &e),
-                );
-            }
-        }
-        next = blocks.last().map(|b| b.number + 1).unwrap_or(to + 1);
-    }
-    let mut db: BTreeMap<LogKey, StoredEvent> = BTreeMap::new();
-    for row in chainsub_store::index::events_in_range(client, chain_id as i64, from, to).await? {
-        db.insert((row.block_number, row.tx_hash, row.log_index), row);
-    }
-    let mut out = Vec::new();
-    for (k, want) in &chain {
-        match db.remove(k) {
-            None => out.push(Difference::Missing(*k)),
+) -> Result<()> {
+    let mut db: HashMap<EventKey, NewLedgerEntry> =
+        store::ledger_in_range(client, chain_id, from, to)
+            .await?
+            .into_iter()
+            .collect();
+    for e in mapped {
+        let k = (e.block_number, e.tx_hash, e.log_index);
+        let id = db_ids.get(&k).copied().unwrap_or(0);
+        let Some(want) = expected_ledger(e, id)? else {
+            continue;
+        };
+        match db.remove(&k) {
+            None => out.add("ledger_entries", key_text(&k), "missing"),
             Some(have) => {
-                let cols = diff_columns(want, &have);
+                let mut cols = Vec::new();
+                macro_rules! cmp {
+                    ($($f:ident),*) => { $( if want.$f != have.$f { cols.push(format!("{} (db {:?}, chain {:?})", stringify!($f), have.$f, want.$f)); } )* };
+                }
+                cmp!(
+                    subscription_id,
+                    kind,
+                    amount,
+                    period,
+                    period_start,
+                    period_end,
+                    attempt,
+                    failure_reason,
+                    block_time
+                );
                 if !cols.is_empty() {
-                    out.push(Difference::Different(*k, cols));
+                    out.add(
+                        "ledger_entries",
+                        key_text(&k),
+                        format!("differs: {}", cols.join(", ")),
+                    );
                 }
             }
         }
     }
-    out.extend(db.into_keys().map(Difference::Extra));
-    out.sort_by_key(|d| match d {
-        Difference::Missing(k) | Difference::Extra(k) | Difference::Different(k, _) => *k,
-    });
-    Ok(out)
+    for k in db.keys() {
+        out.add(
+            "ledger_entries",
+            key_text(k),
+            "extra: no charge or failed charge on the chain there",
+        );
+    }
+    Ok(())
+}
+
+/// Plans created or deactivated in the range, and the contract's view of them (and of the
+/// plans the range's subscriptions belong to).
+async fn plans(
+    out: &mut Findings,
+    client: &Client,
+    chain_id: i64,
+    mapped: &[MappedEvent],
+    contract_reads: Option<&DynProvider>,
+    contract: Address,
+    to: u64,
+) -> Result<()> {
+    let mut created = BTreeMap::new();
+    let mut deactivated = BTreeMap::new();
+    let mut ids = BTreeSet::new();
+    for e in mapped {
+        match &e.event {
+            Some(ContractEvent::PlanCreated(p)) => {
+                let id = id_to_i64(p.planId)?;
+                created.insert(id, (p.clone(), (e.block_number, e.tx_hash, e.log_index)));
+                ids.insert(id);
+            }
+            Some(ContractEvent::PlanDeactivated(d)) => {
+                let id = id_to_i64(d.planId)?;
+                deactivated.insert(id, e.block_number);
+                ids.insert(id);
+            }
+            _ => {
+                if let Some(p) = e.plan_id {
+                    ids.insert(p);
+                }
+            }
+        }
+    }
+    let ids_vec: Vec<i64> = ids.iter().copied().collect();
+    let stored: HashMap<i64, store::StoredPlan> = store::plans(client, chain_id, &ids_vec)
+        .await?
+        .into_iter()
+        .map(|p| (p.plan.onchain_id, p))
+        .collect();
+    for (id, (p, at)) in &created {
+        let key = format!("plan {id}");
+        let Some(have) = stored.get(id) else {
+            out.add("chain_plans", key, "missing");
+            continue;
+        };
+        let mut cols = Vec::new();
+        if have.plan.merchant != p.merchant {
+            cols.push(format!(
+                "merchant_wallet (db {}, chain {})",
+                have.plan.merchant, p.merchant
+            ));
+        }
+        if have.plan.plan_ref != p.planRef {
+            cols.push(format!(
+                "plan_ref (db {}, chain {})",
+                have.plan.plan_ref, p.planRef
+            ));
+        }
+        if have.plan.amount != p.amount {
+            cols.push(format!(
+                "amount (db {}, chain {})",
+                have.plan.amount, p.amount
+            ));
+        }
+        if have.plan.created_by != p.createdBy {
+            cols.push(format!(
+                "created_by (db {}, chain {})",
+                have.plan.created_by, p.createdBy
+            ));
+        }
+        if have.created_at != *at {
+            cols.push(format!(
+                "event_id (created at {}, chain {})",
+                key_text(&have.created_at),
+                key_text(at)
+            ));
+        }
+        if !cols.is_empty() {
+            out.add("chain_plans", key, format!("differs: {}", cols.join(", ")));
+        }
+    }
+    for (id, block) in &deactivated {
+        if let Some(have) = stored.get(id)
+            && have.deactivated_block != Some(*block)
+        {
+            out.add(
+                "chain_plans",
+                format!("plan {id}"),
+                format!(
+                    "deactivated at {:?} in the index, at block {block} on the chain",
+                    have.deactivated_block
+                ),
+            );
+        }
+    }
+    if let Some(provider) = contract_reads {
+        let sm = SubscriptionManager::new(contract, provider);
+        for id in &ids {
+            let Some(have) = stored.get(id) else {
+                continue;
+            };
+            let p = sm
+                .getPlan(U256::from(*id as u64))
+                .block(BlockId::number(to))
+                .call()
+                .await
+                .map_err(|e| crate::Error::Inconsistent(format!("getPlan({id}): {e}")))?;
+            let active_in_index = have.deactivated_block.is_none_or(|b| b > to);
+            let mut cols = Vec::new();
+            if p.merchant != have.plan.merchant {
+                cols.push(format!(
+                    "merchant (contract {}, db {})",
+                    p.merchant, have.plan.merchant
+                ));
+            }
+            if p.amount != have.plan.amount {
+                cols.push(format!(
+                    "amount (contract {}, db {})",
+                    p.amount, have.plan.amount
+                ));
+            }
+            if p.planRef != have.plan.plan_ref {
+                cols.push(format!(
+                    "planRef (contract {}, db {})",
+                    p.planRef, have.plan.plan_ref
+                ));
+            }
+            if p.active != active_in_index {
+                cols.push(format!(
+                    "active (contract {}, db {active_in_index})",
+                    p.active
+                ));
+            }
+            if !cols.is_empty() {
+                out.add(
+                    "chain_plans",
+                    format!("plan {id}"),
+                    format!(
+                        "the contract's state at block {to} differs: {}",
+                        cols.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One event of a subscription, from the database (before the range) or the chain.
+struct SubEvent {
+    key: EventKey,
+    block_time: u64,
+    event_ref: i64,
+    event: ContractEvent,
+    in_range: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn subscriptions(
+    out: &mut Findings,
+    client: &Client,
+    target: Target,
+    mapped: &[MappedEvent],
+    db: &mut BTreeMap<EventKey, StoredEvent>,
+    db_ids: &HashMap<EventKey, i64>,
+    contract_reads: Option<&DynProvider>,
+    from: u64,
+    to: u64,
+) -> Result<()> {
+    let chain_id = target.chain_id as i64;
+    let touched: Vec<i64> = mapped
+        .iter()
+        .filter_map(|e| e.subscription_id)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if touched.is_empty() {
+        return Ok(());
+    }
+    // Each subscription's events: stored ones before the range, the chain's inside it.
+    let mut events: BTreeMap<i64, Vec<SubEvent>> = BTreeMap::new();
+    let mut later: BTreeSet<i64> = BTreeSet::new();
+    for l in store::subscription_logs(client, chain_id, &touched).await? {
+        if l.block_number > to {
+            if let Ok(ev) = map::decode(&l.topics, &l.data.clone().into())
+                && let Some(sid) = ev.subscription_id()
+            {
+                later.insert(id_to_i64(sid)?);
+            }
+            continue;
+        }
+        if l.block_number >= from {
+            continue;
+        }
+        if let Ok(ev) = map::decode(&l.topics, &l.data.clone().into())
+            && let Some(sid) = ev.subscription_id()
+        {
+            events.entry(id_to_i64(sid)?).or_default().push(SubEvent {
+                key: (l.block_number, l.tx_hash, 0),
+                block_time: l.block_time,
+                event_ref: l.id,
+                event: ev,
+                in_range: false,
+            });
+        }
+    }
+    for e in mapped {
+        let (Some(sid), Some(ev)) = (e.subscription_id, &e.event) else {
+            continue;
+        };
+        let key = (e.block_number, e.tx_hash, e.log_index);
+        events.entry(sid).or_default().push(SubEvent {
+            key,
+            block_time: e.block_time,
+            event_ref: db_ids.get(&key).copied().unwrap_or(0),
+            event: ev.clone(),
+            in_range: true,
+        });
+    }
+    let refs: Vec<(B256, Address, Address)> = events
+        .values()
+        .flatten()
+        .filter_map(|e| match &e.event {
+            ContractEvent::SubscriptionCreated(c) => {
+                Some((c.customerRef, c.merchant, c.subscriber))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut customers = store::resolve_customers(client, &refs).await?.into_iter();
+    let rows = store::load_subscriptions(client, chain_id, &touched).await?;
+    let sm = contract_reads.map(|p| SubscriptionManager::new(target.contract, p));
+    for (sid, evs) in &events {
+        let mut state: Option<SubscriptionState> = None;
+        for e in evs {
+            let customer_external_id = match e.event {
+                ContractEvent::SubscriptionCreated(_) => customers.next().flatten(),
+                _ => None,
+            };
+            let ctx = EventCtx {
+                chain_id: target.chain_id,
+                tx_hash: e.key.1,
+                event_ref: e.event_ref,
+                block_time: e.block_time,
+                customer_external_id,
+            };
+            state = fold::apply(state, &e.event, &ctx)?;
+            if !e.in_range {
+                continue;
+            }
+            let want = state
+                .as_ref()
+                .map(|s| serde_json::to_value(s.snapshot()).expect("a snapshot serializes"));
+            if let Some(have) = db.get(&e.key)
+                && have.snapshot != want
+            {
+                out.add(
+                    "chain_events",
+                    key_text(&e.key),
+                    format!(
+                        "snapshot differs ({})",
+                        json_diff(have.snapshot.as_ref(), want.as_ref())
+                    ),
+                );
+            }
+        }
+        let Some(state) = state else {
+            continue; // created before the index's start block: nothing is projected
+        };
+        let key = format!("onchain {sid}");
+        if !later.contains(sid) {
+            match rows.get(sid) {
+                None => out.add("subscriptions", key.clone(), "missing"),
+                Some(have) => {
+                    let cols = diff_state(have, &state);
+                    if !cols.is_empty() {
+                        out.add(
+                            "subscriptions",
+                            key.clone(),
+                            format!("differs: {}", cols.join(", ")),
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(sm) = &sm {
+            let c = sm
+                .getSubscription(U256::from(*sid as u64))
+                .block(BlockId::number(to))
+                .call()
+                .await
+                .map_err(|e| crate::Error::Inconsistent(format!("getSubscription({sid}): {e}")))?;
+            let status = match c.status {
+                1 => Some(SubscriptionStatus::Active),
+                2 => Some(SubscriptionStatus::PastDue),
+                3 => Some(SubscriptionStatus::Cancelled),
+                4 => Some(SubscriptionStatus::Ended),
+                _ => None,
+            };
+            let mut cols = Vec::new();
+            if status != Some(state.status) {
+                cols.push(format!(
+                    "status (contract {}, events {})",
+                    c.status, state.status
+                ));
+            }
+            if c.period != state.period {
+                cols.push(format!(
+                    "period (contract {}, events {})",
+                    c.period, state.period
+                ));
+            }
+            if c.periodEnd != state.current_period_end {
+                cols.push(format!(
+                    "periodEnd (contract {}, events {})",
+                    c.periodEnd, state.current_period_end
+                ));
+            }
+            if c.failedAttempts != state.failed_attempts {
+                cols.push(format!(
+                    "failedAttempts (contract {}, events {})",
+                    c.failedAttempts, state.failed_attempts
+                ));
+            }
+            if c.cancelAtPeriodEnd != state.cancel_at_period_end {
+                cols.push(format!(
+                    "cancelAtPeriodEnd (contract {}, events {})",
+                    c.cancelAtPeriodEnd, state.cancel_at_period_end
+                ));
+            }
+            if c.amount != state.amount
+                || c.merchant != state.merchant
+                || c.subscriber != state.subscriber
+            {
+                cols.push("terms (amount, merchant or subscriber)".into());
+            }
+            if !cols.is_empty() {
+                out.add(
+                    "subscriptions",
+                    key,
+                    format!(
+                        "the contract's state at block {to} differs: {}",
+                        cols.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The columns of a stored subscription that differ from the fold, with both values.
+fn diff_state(have: &SubscriptionState, want: &SubscriptionState) -> Vec<String> {
+    let mut cols = Vec::new();
+    macro_rules! cmp {
+        ($($f:ident),*) => { $( if have.$f != want.$f { cols.push(format!("{} (db {:?}, chain {:?})", stringify!($f), have.$f, want.$f)); } )* };
+    }
+    cmp!(
+        public_id,
+        merchant,
+        subscriber,
+        plan_onchain_id,
+        amount,
+        customer_ref,
+        customer_external_id,
+        status,
+        cancel_at_period_end,
+        period,
+        current_period_start,
+        current_period_end,
+        failed_attempts,
+        next_retry_at,
+        ended_reason,
+        created_event,
+        last_event,
+        created_at,
+        updated_at
+    );
+    cols
+}
+
+/// The fields two snapshots disagree on, with both values.
+fn json_diff(have: Option<&serde_json::Value>, want: Option<&serde_json::Value>) -> String {
+    let (Some(serde_json::Value::Object(h)), Some(serde_json::Value::Object(w))) = (have, want)
+    else {
+        return format!("db {have:?}, chain {want:?}");
+    };
+    let keys: BTreeSet<&String> = h.keys().chain(w.keys()).collect();
+    keys.into_iter()
+        .filter(|k| h.get(*k) != w.get(*k))
+        .map(|k| {
+            format!(
+                "{k}: db {}, chain {}",
+                h.get(k).map_or("none".into(), |v| v.to_string()),
+                w.get(k).map_or("none".into(), |v| v.to_string())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -1,25 +1,30 @@
-//! `indexer verify` reports rows deleted or altered by hand, and is clean otherwise.
+//! `indexer verify` recomputes every row the API serves from the chain: it is clean on an
+//! honest index, reports each kind of hand edit by table and key, and reports an index that
+//! stands above the chain or on a branch the chain abandoned.
 
 use std::process::Command;
 
 use crate::common::*;
-use alloy::primitives::B256;
-use chainsub_tests::chain::accounts::{CUSTOMER, MERCHANT};
+use alloy::primitives::{B256, U256};
+use alloy::providers::Provider;
+use chainsub_tests::chain::accounts::{CUSTOMER, MERCHANT, MERCHANT_B, OPERATOR};
 use chainsub_tests::{DevChain, TestDb};
 
-fn verify(chain: &DevChain, db: &TestDb, to: u64) -> (bool, String) {
+/// Runs `indexer verify` over the whole chain as the indexer was configured (CONFIRMATIONS
+/// 0, as `test_config`). Returns (success, stdout).
+fn verify(chain: &DevChain, db: &TestDb, to: u64, json: bool) -> (bool, String) {
+    let (from, to) = (chain.deploy_block.to_string(), to.to_string());
+    let mut args = vec!["verify", "--from", &from, "--to", &to];
+    if json {
+        args.push("--json");
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_indexer"))
-        .args([
-            "verify",
-            "--from",
-            &chain.deploy_block.to_string(),
-            "--to",
-            &to.to_string(),
-        ])
+        .args(args)
         .env("DATABASE_URL", &db.url)
         .env("RPC_URL", &chain.anvil.url)
         .env("CHAIN_ID", chain.anvil.chain_id.to_string())
         .env("CONTRACT_ADDRESS", chain.manager.to_string())
+        .env("CONFIRMATIONS", "0")
         .env("RUST_LOG", "warn")
         .output()
         .expect("run indexer verify");
@@ -29,68 +34,197 @@ fn verify(chain: &DevChain, db: &TestDb, to: u64) -> (bool, String) {
     )
 }
 
-#[tokio::test]
-async fn verify_finds_deleted_and_altered_rows_and_is_clean_otherwise() {
+/// Two plans (the second deactivated), a subscription to the first with a renewal, indexed.
+async fn indexed_scene() -> (DevChain, TestDb, tokio_postgres::Client, u64) {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
     let client = db.connect().await;
-    let plan = create_plan(
-        &chain,
-        DevChain::address(MERCHANT),
-        USDC,
-        B256::repeat_byte(1),
-    )
-    .await;
-    create_plan(
-        &chain,
-        DevChain::address(MERCHANT),
-        2 * USDC,
-        B256::repeat_byte(2),
-    )
-    .await;
+    let merchant = DevChain::address(MERCHANT);
+    let plan = create_plan(&chain, merchant, USDC, B256::repeat_byte(1)).await;
+    let other = create_plan(&chain, merchant, 2 * USDC, B256::repeat_byte(2)).await;
+    chainsub_tests::send_as!(
+        DevChain::address(OPERATOR),
+        chain.manager().deactivatePlan(U256::from(other))
+    );
     fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
-    subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    let sub = subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    chain.increase_time(32 * 86_400).await;
+    charge(&chain, sub).await;
     let ix = start(chain_config(&chain), &db, &chain);
     wait_for_head(&client, &chain).await;
     ix.stop().await.unwrap();
     let head = chain_head(&chain).await.0;
+    (chain, db, client, head)
+}
 
-    let (ok, out) = verify(&chain, &db, head);
+async fn exec(client: &tokio_postgres::Client, sql: &str) {
+    let n = client.execute(sql, &[]).await.unwrap();
+    assert!(n >= 1, "the edit changed nothing: {sql}");
+}
+
+#[tokio::test]
+async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_otherwise() {
+    let (chain, db, client, head) = indexed_scene().await;
+    let (ok, out) = verify(&chain, &db, head, false);
     assert!(ok, "clean index: {out}");
     assert!(out.contains("clean"), "{out}");
 
-    let deleted: (i64, i32) = {
-        let r = client
-            .query_one(
-                "DELETE FROM chain_events WHERE name = 'PlanCreated' AND plan_id = 2
-                 RETURNING block_number, log_index",
-                &[],
-            )
-            .await
-            .unwrap();
-        (r.get(0), r.get(1))
-    };
-    let altered: i64 = client
-        .query_one(
-            "UPDATE chain_events SET decoded = jsonb_set(decoded, '{amount}', '\"1\"')
-             WHERE name = 'SubscriptionCharged' RETURNING block_number",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let other_merchant = format!("'\\x{}'", alloy::hex::encode(DevChain::address(MERCHANT_B)));
+    // A subscription's status and period end.
+    exec(
+        &client,
+        "UPDATE subscriptions SET status = 'cancelled',
+             current_period_end = current_period_end + interval '1 day'",
+    )
+    .await;
+    // The renewal's amount; the first charge's ledger row deleted.
+    exec(
+        &client,
+        "UPDATE ledger_entries SET amount = 1 WHERE period = 2",
+    )
+    .await;
+    exec(&client, "DELETE FROM ledger_entries WHERE period = 1").await;
+    // The creation event's snapshot, and the renewal's decoded log.
+    exec(
+        &client,
+        "UPDATE chain_events SET snapshot = jsonb_set(snapshot, '{failedAttempts}', '3')
+         WHERE name = 'SubscriptionCreated'",
+    )
+    .await;
+    exec(
+        &client,
+        "UPDATE chain_events SET decoded = jsonb_set(decoded, '{amount}', '\"1\"')
+         WHERE name = 'SubscriptionCharged' AND decoded->>'period' = '2'",
+    )
+    .await;
+    // An outbox row for an event nobody indexed; the first plan's merchant.
+    exec(
+        &client,
+        &format!(
+            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet)
+             VALUES ('evt_00000000000000000000000000000000', {other_merchant})"
+        ),
+    )
+    .await;
+    exec(
+        &client,
+        &format!("UPDATE chain_plans SET merchant_wallet = {other_merchant} WHERE onchain_id = 1"),
+    )
+    .await;
+    // The second plan's creation deleted (its chain_plans row goes with it).
+    exec(
+        &client,
+        "DELETE FROM chain_events WHERE name = 'PlanCreated' AND plan_id = 2",
+    )
+    .await;
 
-    let (ok, out) = verify(&chain, &db, head);
+    let (ok, out) = verify(&chain, &db, head, false);
     assert!(!ok, "differences must fail the command: {out}");
-    let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with("verify:")).collect();
-    assert_eq!(lines.len(), 2, "{out}");
+    let has = |table: &str, what: &[&str]| {
+        out.lines()
+            .any(|l| l.starts_with(&format!("{table} ")) && what.iter().all(|w| l.contains(w)))
+    };
     assert!(
-        out.contains(&format!("missing: block {} ", deleted.0))
-            && out.contains(&format!("log {}", deleted.1)),
+        has(
+            "subscriptions",
+            &[
+                "onchain 1: differs:",
+                "status (db Cancelled, chain Active)",
+                "current_period_end"
+            ]
+        ),
         "{out}"
     );
     assert!(
-        out.contains(&format!("differs: block {altered} ")) && out.contains("(decoded)"),
+        has("ledger_entries", &["differs: amount (db 1, chain 1000000)"]),
         "{out}"
     );
+    assert!(has("ledger_entries", &[": missing"]), "{out}");
+    assert!(
+        has(
+            "chain_events",
+            &["snapshot differs (failedAttempts: db 3, chain 0)"]
+        ),
+        "{out}"
+    );
+    assert!(has("chain_events", &["differs (decoded)"]), "{out}");
+    assert!(
+        has(
+            "webhook_outbox",
+            &["for event evt_00000000000000000000000000000000, which the index does not hold"]
+        ),
+        "{out}"
+    );
+    assert!(
+        has("chain_plans", &["plan 1: differs: merchant_wallet"]),
+        "{out}"
+    );
+    assert!(
+        has(
+            "chain_plans",
+            &[
+                "plan 1: the contract's state at block",
+                "merchant (contract"
+            ]
+        ),
+        "{out}"
+    );
+    assert!(has("chain_plans", &["plan 2: missing"]), "{out}");
+    assert!(has("chain_events", &[": missing"]), "{out}");
+
+    // --json: the same findings for machines.
+    let (ok, out) = verify(&chain, &db, head, true);
+    assert!(!ok);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["clean"], false);
+    let tables: std::collections::BTreeSet<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["table"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            "chain_events",
+            "chain_plans",
+            "ledger_entries",
+            "subscriptions",
+            "webhook_outbox"
+        ]
+        .into()
+    );
+}
+
+#[tokio::test]
+async fn verify_reports_an_index_above_the_chain_head_or_on_an_abandoned_branch() {
+    let (chain, db, _client, head) = indexed_scene().await;
+    // The node goes back three blocks (the renewal among them) and mines nothing.
+    let _: serde_json::Value = chain
+        .provider
+        .raw_request("anvil_rollback".into(), (3u64,))
+        .await
+        .expect("anvil_rollback");
+    let now = chain.provider.get_block_number().await.unwrap();
+    assert_eq!(now, head - 3);
+    let (ok, out) = verify(&chain, &db, now, false);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "indexer_cursor chain 31337: at block {head} above the chain head {now}"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("above the chain head {now}"))
+            && out.contains("chain_events above block"),
+        "{out}"
+    );
+    // New blocks on the new branch: the cursor's height exists again, with another hash.
+    chain.mine(5).await;
+    let (ok, out) = verify(&chain, &db, head, false);
+    assert!(!ok, "{out}");
+    assert!(out.contains("the index is on a dead branch"), "{out}");
+    // The renewal the index still holds is not on the chain any more.
+    assert!(out.contains("extra: not on the chain"), "{out}");
 }

@@ -16,10 +16,10 @@ use tokio_postgres::{Client, Transaction};
 use crate::{Error, Result};
 
 pub use rows::{
-    Checkpoint, NewEvent, NewLedgerEntry, NewPlan, StoredEvent, StoredLog, delete_above,
-    events_in_range, insert_events, insert_ledger, insert_plans, load_subscriptions,
-    mark_plans_deactivated, resolve_customers, subscription_logs, upsert_subscriptions,
-    write_checkpoints,
+    Checkpoint, EventKey, NewEvent, NewLedgerEntry, NewPlan, StoredEvent, StoredLog, StoredPlan,
+    delete_above, events_in_range, highest_event_block, insert_events, insert_ledger, insert_plans,
+    ledger_in_range, load_subscriptions, mark_plans_deactivated, orphan_outbox, outbox_in_range,
+    plans, resolve_customers, subscription_logs, upsert_subscriptions, write_checkpoints,
 };
 
 /// Where the index stands: the last block whose effects are committed.
@@ -63,7 +63,10 @@ pub async fn claim_cursor(
 }
 
 /// The cursor and the checkpoints of the unfinalized window.
-pub async fn load_cursor(client: &Client, chain_id: i64) -> Result<(Cursor, BTreeMap<u64, B256>)> {
+pub async fn load_cursor(
+    client: &impl tokio_postgres::GenericClient,
+    chain_id: i64,
+) -> Result<(Cursor, BTreeMap<u64, B256>)> {
     let row = client
         .query_one(
             "SELECT block_number, block_hash FROM indexer_cursor WHERE chain_id = $1",

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use alloy::primitives::{Address, B256, U256};
 use chainsub_core::{LedgerKind, SubscriptionId, SubscriptionState, SubscriptionStatus, ts};
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::{Client, GenericClient, Transaction};
 
 use super::{address, b256};
 use crate::{Error, Result};
@@ -41,7 +41,7 @@ pub struct NewEvent<'a> {
 }
 
 /// A ledger row for an event of the batch (`SubscriptionCharged`, `PaymentFailed`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewLedgerEntry {
     pub event_id: i64,
     pub subscription_id: i64,
@@ -56,7 +56,7 @@ pub struct NewLedgerEntry {
 }
 
 /// A `chain_plans` row for a `PlanCreated` of the batch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPlan {
     pub onchain_id: i64,
     pub merchant: Address,
@@ -79,6 +79,7 @@ pub struct Checkpoint {
 #[derive(Debug, Clone)]
 pub struct StoredLog {
     pub id: i64,
+    pub block_number: u64,
     pub block_time: u64,
     pub tx_hash: B256,
     pub topics: Vec<B256>,
@@ -88,6 +89,8 @@ pub struct StoredLog {
 /// A stored `chain_events` row, as `indexer verify` compares it with the chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEvent {
+    /// `chain_events.id` (0 in a row built from the chain).
+    pub id: i64,
     pub block_number: u64,
     pub tx_hash: B256,
     pub log_index: u64,
@@ -103,6 +106,8 @@ pub struct StoredEvent {
     pub topics: Vec<Vec<u8>>,
     pub data: Vec<u8>,
     pub decoded: serde_json::Value,
+    /// The subscription right after this event (not compared column by column).
+    pub snapshot: Option<serde_json::Value>,
 }
 
 /// Inserts `events`; returns their `chain_events.id`s, in order. A row already present is an
@@ -343,7 +348,7 @@ fn state_of_row(r: &tokio_postgres::Row) -> Result<SubscriptionState> {
 
 /// The stored state of the given subscriptions.
 pub async fn load_subscriptions(
-    tx: &Transaction<'_>,
+    tx: &impl GenericClient,
     chain_id: i64,
     ids: &[i64],
 ) -> Result<HashMap<i64, SubscriptionState>> {
@@ -434,7 +439,7 @@ pub async fn upsert_subscriptions(
 /// (`checkout_wallet_refs`); `None` for a zero reference, a subscription made outside our
 /// checkout, or a reference copied into another wallet's subscription.
 pub async fn resolve_customers(
-    tx: &Transaction<'_>,
+    tx: &impl GenericClient,
     refs: &[(B256, Address, Address)],
 ) -> Result<Vec<Option<String>>> {
     let wanted: Vec<usize> = (0..refs.len()).filter(|&i| !refs[i].0.is_zero()).collect();
@@ -463,13 +468,13 @@ pub async fn resolve_customers(
 
 /// The stored logs of the given subscriptions, in chain order per subscription.
 pub async fn subscription_logs(
-    tx: &Transaction<'_>,
+    tx: &impl GenericClient,
     chain_id: i64,
     ids: &[i64],
 ) -> Result<Vec<StoredLog>> {
     let rows = tx
         .query(
-            "SELECT id, block_time, topics, data, transaction_hash FROM chain_events
+            "SELECT id, block_time, topics, data, transaction_hash, block_number FROM chain_events
              WHERE chain_id = $1 AND subscription_id = ANY($2)
              ORDER BY subscription_id, block_number, log_index",
             &[&chain_id, &ids],
@@ -480,6 +485,7 @@ pub async fn subscription_logs(
             let topics: Vec<&[u8]> = r.get(2);
             Ok(StoredLog {
                 id: r.get(0),
+                block_number: r.get::<_, i64>(5) as u64,
                 block_time: r.get::<_, chrono::DateTime<chrono::Utc>>(1).timestamp() as u64,
                 topics: topics
                     .iter()
@@ -552,7 +558,7 @@ pub async fn events_in_range(
         .query(
             "SELECT block_number, transaction_hash, log_index, public_id, contract, block_hash,
                  transaction_index, name, kind, merchant_wallet, subscription_id, plan_id, topics,
-                 data, decoded
+                 data, decoded, snapshot, id
              FROM chain_events WHERE chain_id = $1 AND block_number BETWEEN $2 AND $3",
             &[&chain_id, &(from as i64), &(to as i64)],
         )
@@ -575,7 +581,164 @@ pub async fn events_in_range(
                 topics: r.get(12),
                 data: r.get(13),
                 decoded: r.get(14),
+                snapshot: r.get(15),
+                id: r.get(16),
             })
         })
         .collect()
+}
+
+/// Where a stored row's event is: (block number, transaction hash, log index).
+pub type EventKey = (u64, B256, u64);
+
+fn event_key(r: &tokio_postgres::Row, at: usize) -> Result<EventKey> {
+    Ok((
+        r.get::<_, i64>(at) as u64,
+        b256(r.get(at + 1), "transaction_hash")?,
+        r.get::<_, i32>(at + 2) as u64,
+    ))
+}
+
+fn secs(t: chrono::DateTime<chrono::Utc>) -> u64 {
+    t.timestamp() as u64
+}
+
+/// The ledger rows of events in blocks `from..=to`, by their event's position (`event_id`
+/// holds the stored event's id).
+pub async fn ledger_in_range(
+    client: &Client,
+    chain_id: i64,
+    from: u64,
+    to: u64,
+) -> Result<Vec<(EventKey, NewLedgerEntry)>> {
+    let rows = client
+        .query(
+            "SELECT ce.block_number, ce.transaction_hash, ce.log_index, le.event_id, le.kind,
+                 le.subscription_id, le.amount::text, le.period, le.period_start, le.period_end,
+                 le.attempt, le.failure_reason, le.block_time
+             FROM ledger_entries le JOIN chain_events ce ON ce.id = le.event_id
+             WHERE le.chain_id = $1 AND ce.block_number BETWEEN $2 AND $3",
+            &[&chain_id, &(from as i64), &(to as i64)],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let kind: &str = r.get(4);
+            let amount: &str = r.get(6);
+            Ok((
+                event_key(r, 0)?,
+                NewLedgerEntry {
+                    event_id: r.get(3),
+                    subscription_id: r.get(5),
+                    kind: LedgerKind::parse(kind)
+                        .map_err(|e| Error::Inconsistent(e.to_string()))?,
+                    amount: amount
+                        .parse()
+                        .map_err(|e| Error::Inconsistent(format!("amount {amount}: {e}")))?,
+                    period: r.get::<_, i32>(7) as u32,
+                    period_start: r
+                        .get::<_, Option<chrono::DateTime<chrono::Utc>>>(8)
+                        .map(secs),
+                    period_end: r
+                        .get::<_, Option<chrono::DateTime<chrono::Utc>>>(9)
+                        .map(secs),
+                    attempt: r.get::<_, i32>(10) as u32,
+                    failure_reason: r.get(11),
+                    block_time: secs(r.get(12)),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// A stored `chain_plans` row with the positions of its creating and deactivating events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPlan {
+    pub plan: NewPlan,
+    pub created_at: EventKey,
+    /// The block of its `PlanDeactivated`, if indexed.
+    pub deactivated_block: Option<u64>,
+}
+
+/// The stored plans with these on-chain ids.
+pub async fn plans(client: &Client, chain_id: i64, ids: &[i64]) -> Result<Vec<StoredPlan>> {
+    let rows = client
+        .query(
+            "SELECT ce.block_number, ce.transaction_hash, ce.log_index, cp.onchain_id,
+                 cp.merchant_wallet, cp.plan_ref, cp.amount::text, cp.created_by, cp.event_id,
+                 dce.block_number
+             FROM chain_plans cp JOIN chain_events ce ON ce.id = cp.event_id
+             LEFT JOIN chain_events dce ON dce.id = cp.deactivated_event_id
+             WHERE cp.chain_id = $1 AND cp.onchain_id = ANY($2)",
+            &[&chain_id, &ids],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let amount: &str = r.get(6);
+            Ok(StoredPlan {
+                created_at: event_key(r, 0)?,
+                plan: NewPlan {
+                    onchain_id: r.get(3),
+                    merchant: address(r.get(4), "merchant_wallet")?,
+                    plan_ref: b256(r.get(5), "plan_ref")?,
+                    amount: amount
+                        .parse()
+                        .map_err(|e| Error::Inconsistent(format!("amount {amount}: {e}")))?,
+                    created_by: address(r.get(7), "created_by")?,
+                    event_id: r.get(8),
+                },
+                deactivated_block: r.get::<_, Option<i64>>(9).map(|b| b as u64),
+            })
+        })
+        .collect()
+}
+
+/// How many webhook outbox rows each event of blocks `from..=to` has, by event public id.
+pub async fn outbox_in_range(
+    client: &Client,
+    chain_id: i64,
+    from: u64,
+    to: u64,
+) -> Result<HashMap<String, i64>> {
+    let rows = client
+        .query(
+            "SELECT o.event_public_id, count(*) FROM webhook_outbox o
+             JOIN chain_events ce ON ce.public_id = o.event_public_id
+             WHERE ce.chain_id = $1 AND ce.block_number BETWEEN $2 AND $3
+               AND o.test_payload IS NULL
+             GROUP BY o.event_public_id",
+            &[&chain_id, &(from as i64), &(to as i64)],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Outbox rows (not dashboard tests) whose event is not in the index: `(id, event id,
+/// status)`. A reorg deeper than CONFIRMATIONS leaves such rows for events already sent.
+pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String)>> {
+    let rows = client
+        .query(
+            "SELECT o.id, o.event_public_id, o.status FROM webhook_outbox o
+             WHERE o.test_payload IS NULL
+               AND NOT EXISTS (SELECT 1 FROM chain_events ce WHERE ce.public_id = o.event_public_id)
+             ORDER BY o.id",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// The highest block any stored event of `chain_id` is in.
+pub async fn highest_event_block(client: &Client, chain_id: i64) -> Result<Option<u64>> {
+    let row = client
+        .query_one(
+            "SELECT max(block_number) FROM chain_events WHERE chain_id = $1",
+            &[&chain_id],
+        )
+        .await?;
+    Ok(row.get::<_, Option<i64>>(0).map(|b| b as u64))
 }
