@@ -148,7 +148,7 @@ pub fn parse_delivery_id(s: &str) -> Option<i64> {
 }
 
 /// Puts a delivery back in the queue for an immediate attempt (a failed, delivered or
-/// waiting one). A delivery in flight right now is a 409. Unknown or another merchant's
+/// waiting one). A delivery in flight right now, or of an event a reorg removed, is a 409. Unknown or another merchant's
 /// delivery is a 404.
 pub async fn retry(client: &Client, merchant: &MerchantScope, outbox_id: i64) -> Result<()> {
     match outbox::retry(client, merchant, outbox_id).await? {
@@ -156,6 +156,13 @@ pub async fn retry(client: &Client, merchant: &MerchantScope, outbox_id: i64) ->
         Retry::InFlight => Err(ApiError::Conflict {
             code: "delivery_in_flight",
             message: "this delivery is being attempted right now".into(),
+            param: None,
+        }),
+        Retry::Retracted => Err(ApiError::Conflict {
+            code: "delivery_retracted",
+            message: "a reorg removed this event from the chain; its event.retracted event \
+                      was sent instead"
+                .into(),
             param: None,
         }),
         Retry::NotFound => Err(ApiError::not_found("webhook delivery", Some("id"))),

@@ -153,16 +153,23 @@ impl Sink {
         }
         let above = back_to.number as i64;
         let touched = store::subscriptions_touched_above(&tx, ctx.chain_id, above).await?;
-        let (dropped, sent) =
-            chainsub_store::outbox::retract_above(&tx, ctx.chain_id, above).await?;
-        if sent > 0 {
-            // Webhooks already attempted for events that are no longer on the chain: the
-            // confirmations setting was too low for this chain. Loud, but not fatal.
+        let (dropped, retracted) = chainsub_store::outbox::retract_above(
+            &tx,
+            ctx.chain_id,
+            above,
+            back_to.hash.as_slice(),
+        )
+        .await?;
+        if retracted > 0 {
+            // Webhooks already attempted for events that are no longer on the chain: each
+            // gets an `event.retracted` event. The confirmations setting was too low for this
+            // chain: loud, but not fatal.
             tracing::error!(
-                count = sent,
-                "reorg removed events whose webhooks were already sent"
+                count = retracted,
+                back_to = back_to.number,
+                "reorg removed events whose webhooks were already sent; retractions queued"
             );
-            metrics::counter!("indexer_reorged_sent_events_total").increment(sent as u64);
+            metrics::counter!("indexer_reorged_sent_events_total").increment(retracted);
         }
         store::delete_subscriptions(&tx, ctx.chain_id, &touched).await?;
         let removed = store::delete_above(&tx, ctx.chain_id, above).await?;

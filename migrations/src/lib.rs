@@ -68,6 +68,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "relayer_sent_tx",
         sql: include_str!("../sql/0012_relayer_sent_tx.sql"),
     },
+    Migration {
+        version: 13,
+        name: "retractions",
+        sql: include_str!("../sql/0013_retractions.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -26,13 +26,39 @@ const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.cha
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
     (SELECT count(*) FROM chain_events sq WHERE sq.chain_id = ce.chain_id \
-     AND sq.subscription_id = ce.subscription_id AND sq.id <= ce.id) AS subscription_sequence \
+     AND sq.subscription_id = ce.subscription_id AND sq.id <= ce.id) AS subscription_sequence, \
+    NULL::text AS retracted_event_id, NULL::text AS retracted_kind, \
+    NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash \
     FROM chain_events ce \
     LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id \
     LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
     LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id \
-    LEFT JOIN webhook_outbox o ON o.event_public_id = ce.public_id AND o.test_payload IS NULL";
+    LEFT JOIN webhook_outbox o ON o.event_public_id = ce.public_id AND o.test_payload IS NULL \
+         AND o.retracted_at IS NULL";
+
+/// The same columns for `event.retracted` events (`event_retractions`, migration 0013): the
+/// removed event's position and content, the retraction's own id, type and detection time,
+/// and no confirmations (the block is not on the chain any more).
+const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind, \
+    r.detected_at AS block_time, r.chain_id, r.contract, r.block_number, r.block_hash, \
+    r.transaction_hash, r.log_index, r.subscription_id, r.decoded->>'amount' AS log_amount, \
+    r.decoded->>'subscriber' AS log_subscriber, r.decoded->>'period' AS log_period, \
+    r.decoded->>'attempt' AS log_attempt, r.decoded->>'reason' AS log_reason, \
+    r.decoded->>'nextRetryAt' AS log_next_retry_at, r.snapshot, p.public_id AS plan_public_id, \
+    NULL::bigint AS indexed_block, o.status AS delivery_status, \
+    o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
+    o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
+    NULL::bigint AS subscription_sequence, r.retracted_event_id, r.retracted_kind, \
+    r.ancestor_block, r.ancestor_hash \
+    FROM event_retractions r \
+    LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id \
+    LEFT JOIN merchants pm ON pm.wallet = r.merchant_wallet \
+    LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
+    LEFT JOIN webhook_outbox o ON o.event_public_id = r.public_id AND o.test_payload IS NULL";
+
+/// The type of a retraction event.
+pub const RETRACTED: &str = "event.retracted";
 
 /// One lifecycle event, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,8 +80,22 @@ pub struct EventRow {
     /// The webhook for this event; `None` until it is confirmed and queued.
     pub delivery: Option<DeliveryRow>,
     /// 1-based position of the event among its subscription's events in chain order (rows
-    /// are written in chain order, so by row id); `None` for an event of no subscription.
+    /// are written in chain order, so by row id); `None` for an event of no subscription
+    /// and for a retraction.
     pub sequence: Option<i64>,
+    /// For an `event.retracted` event: what it retracts.
+    pub retraction: Option<RetractionRow>,
+}
+
+/// What an `event.retracted` event retracts; the removed event's position is the row's
+/// `chain`, its content the row's `log` and `snapshot`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetractionRow {
+    pub event_id: EventId,
+    pub kind: Option<String>,
+    /// The block the index went back to: the last block both branches share.
+    pub ancestor_block: i64,
+    pub ancestor_hash: alloy::primitives::B256,
 }
 
 /// The fields of a log's `decoded` JSON that events serve (uints are decimal text there),
@@ -119,7 +159,19 @@ impl EventRow {
                 .and_then(PlanId::parse),
             chain: ChainRow::from_row(r)?,
             delivery,
-            sequence: Some(r.try_get::<_, i64>("subscription_sequence")?).filter(|n| *n > 0),
+            sequence: r
+                .try_get::<_, Option<i64>>("subscription_sequence")?
+                .filter(|n| *n > 0),
+            retraction: match r.try_get::<_, Option<&str>>("retracted_event_id")? {
+                None => None,
+                Some(id) => Some(RetractionRow {
+                    event_id: EventId::parse(id)
+                        .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
+                    kind: r.try_get("retracted_kind")?,
+                    ancestor_block: r.try_get("ancestor_block")?,
+                    ancestor_hash: crate::chain::b256(r.try_get("ancestor_hash")?)?,
+                }),
+            },
         })
     }
 }
@@ -130,8 +182,11 @@ pub async fn by_ids(
     client: &impl tokio_postgres::GenericClient,
     ids: &[&str],
 ) -> Result<Vec<EventRow>> {
-    static BY_IDS: LazyLock<String> =
-        LazyLock::new(|| format!("{SELECT} WHERE ce.public_id = ANY($1)"));
+    static BY_IDS: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "{SELECT} WHERE ce.public_id = ANY($1) UNION ALL {RSELECT} WHERE r.public_id = ANY($1)"
+        )
+    });
     let rows = client.query(BY_IDS.as_str(), &[&ids]).await?;
     // A row that does not read as an event is left out (logged): its delivery then fails as
     // "event not found" instead of one bad row stalling every body of the claim round.
@@ -150,6 +205,8 @@ pub async fn by_ids(
 /// A merchant's lifecycle events: `$1` wallet, `$2` chain id.
 const SCOPE: &str =
     " WHERE ce.merchant_wallet = $1 AND ce.kind IS NOT NULL AND ce.chain_id = $2::bigint";
+/// A merchant's retractions: `$1` wallet, `$2` chain id.
+const RSCOPE: &str = " WHERE r.merchant_wallet = $1 AND r.chain_id = $2::bigint";
 
 /// The list filters; `None` means "any".
 #[derive(Debug, Clone, Default)]
@@ -167,20 +224,41 @@ pub struct Filter<'a> {
 /// `$4`, as a scalar subquery so `chain_events_subscription` serves it as an index condition.
 const SUB_IS: &str = "ce.subscription_id = (SELECT s.onchain_id FROM subscriptions s \
     WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
+const RSUB_IS: &str = "r.subscription_id = (SELECT s.onchain_id FROM subscriptions s \
+    WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
 
 /// The 6 list statements: leading filter (none, type, subscription) x 2 directions. `$3`
 /// type, `$4` subscription public id, `$5`/`$6` block range, `$7`/`$8` time range, `$9`
-/// cursor key, `$10` rows to fetch.
+/// cursor key, `$10` rows to fetch. Each is the page of chain events and the page of
+/// retractions (each branch ordered and limited on its own index), merged by id: both
+/// tables take their ids from one sequence.
 static LIST: LazyLock<[[String; 2]; 3]> = LazyLock::new(|| {
     let kind = |lead| page::filter(lead, 3, "text", "ce.kind = $3");
     let sub = |lead| page::filter(lead, 4, "text", SUB_IS);
-    let ranges = " AND ($5::bigint IS NULL OR ce.block_number >= $5) \
-         AND ($6::bigint IS NULL OR ce.block_number <= $6) \
-         AND ($7::timestamptz IS NULL OR ce.block_time >= $7) \
-         AND ($8::timestamptz IS NULL OR ce.block_time < $8)";
+    let rkind = |lead| page::filter(lead, 3, "text", "$3 = 'event.retracted'");
+    let rsub = |lead| page::filter(lead, 4, "text", RSUB_IS);
+    let ranges = |t: &str, time: &str| {
+        format!(
+            " AND ($5::bigint IS NULL OR {t}.block_number >= $5) \
+             AND ($6::bigint IS NULL OR {t}.block_number <= $6) \
+             AND ($7::timestamptz IS NULL OR {t}.{time} >= $7) \
+             AND ($8::timestamptz IS NULL OR {t}.{time} < $8)"
+        )
+    };
+    let (ce_ranges, r_ranges) = (ranges("ce", "block_time"), ranges("r", "detected_at"));
     let [older, newer] = keyset("ce.id", 9, 10);
+    let [r_older, r_newer] = keyset("r.id", 9, 10);
     let text = |k: bool, s: bool| {
-        [&older, &newer].map(|tail| format!("{SELECT}{SCOPE}{}{}{ranges}{tail}", kind(k), sub(s)))
+        [(&older, &r_older, "DESC"), (&newer, &r_newer, "ASC")].map(|(tail, r_tail, dir)| {
+            format!(
+                "SELECT * FROM (({SELECT}{SCOPE}{}{}{ce_ranges}{tail}) UNION ALL \
+                 ({RSELECT}{RSCOPE}{}{}{r_ranges}{r_tail})) u ORDER BY u.id {dir} LIMIT $10",
+                kind(k),
+                sub(s),
+                rkind(k),
+                rsub(s)
+            )
+        })
     };
     [text(false, false), text(true, false), text(false, true)]
 });
@@ -232,7 +310,8 @@ pub async fn cursor_key(
     let stmt = client
         .prepare_cached(
             "SELECT id FROM chain_events WHERE public_id = $1 AND merchant_wallet = $2 \
-             AND kind IS NOT NULL",
+             AND kind IS NOT NULL \
+             UNION ALL SELECT id FROM event_retractions WHERE public_id = $1 AND merchant_wallet = $2",
         )
         .await?;
     Ok(client
@@ -248,8 +327,12 @@ pub async fn get(
     chain_id: i64,
     id: &EventId,
 ) -> Result<Option<EventRow>> {
-    static ONE: LazyLock<String> =
-        LazyLock::new(|| format!("{SELECT}{SCOPE} AND ce.public_id = $3::text"));
+    static ONE: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "{SELECT}{SCOPE} AND ce.public_id = $3::text \
+             UNION ALL {RSELECT}{RSCOPE} AND r.public_id = $3::text"
+        )
+    });
     let stmt = client.prepare_cached(&ONE).await?;
     client
         .query_opt(&stmt, &[&scope.wallet_bytes(), &chain_id, &id.as_str()])

@@ -7,11 +7,14 @@
 //!        dashboard: retry, resume ────────────┘<──record (retry)──┘        │
 //!        dispatcher: release (never sent) ────┘                            │
 //!   indexer: retract (reorg, never attempted) ──> row deleted    dashboard: retry ─┘
+//!   indexer: retract (reorg, attempted) ──> retracted_at set (+ failed if live), and a new
+//!            pending row for its `event.retracted` event
 //! ```
 //!
 //! - **Indexer** ([`enqueue`], [`enqueue_confirmed`], [`retract_above`]): a row per
 //!   lifecycle event once it has CONFIRMATIONS, in chain order, idempotent per event; a reorg
-//!   deletes the rows of undone events that no dispatcher has attempted yet.
+//!   deletes the rows of undone events that no dispatcher has attempted yet, and retracts the
+//!   others (an `event.retracted` event with its own row).
 //! - **Dispatcher** ([`due_endpoints`], [`claim`], [`record`], [`release`]): claims are `FOR
 //!   UPDATE SKIP LOCKED` plus a lease (`locked_until`), so any number of dispatchers share the
 //!   outbox without double delivery, and one that dies mid-delivery only delays its rows
@@ -314,7 +317,7 @@ pub async fn enqueue(client: &impl GenericClient, events: &[(&str, Vec<u8>)]) ->
              FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, i) \
              LEFT JOIN chain_events e ON e.public_id = u.id \
              ORDER BY u.i \
-             ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
+             ON CONFLICT (event_public_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
             &[&ids, &wallets],
         )
         .await?)
@@ -335,37 +338,68 @@ pub async fn enqueue_confirmed(
                  RETURNING id, public_id, merchant_wallet, chain_id, subscription_id) \
              INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id) \
              SELECT public_id, merchant_wallet, chain_id, subscription_id FROM due ORDER BY id \
-             ON CONFLICT (event_public_id) WHERE test_payload IS NULL DO NOTHING",
+             ON CONFLICT (event_public_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
             &[&chain_id, &upto],
         )
         .await?)
 }
 
-/// A reorg undid the blocks of `chain_id` above `above`: deletes their events' rows that no
-/// dispatcher has attempted. Returns (rows deleted, rows of undone events already attempted —
-/// webhooks merchants may have received for facts the chain took back).
+/// A reorg undid the blocks of `chain_id` above `above` (back to the common ancestor
+/// `ancestor`): deletes the rows of undone events that no dispatcher has attempted, and for
+/// every undone event whose webhook was attempted (the merchant may have acted on it) records
+/// an `event.retracted` event and queues its webhook. The attempted row is marked
+/// `retracted_at` (and stops being retried): it stays as history, and the event id is free
+/// for a new row if the event comes back on the new branch. Call before the events are
+/// deleted. Returns (rows deleted, retractions written).
 pub async fn retract_above(
     client: &impl GenericClient,
     chain_id: i64,
     above: i64,
-) -> Result<(u64, i64)> {
+    ancestor: &[u8],
+) -> Result<(u64, u64)> {
     let dropped = client
         .execute(
             "DELETE FROM webhook_outbox o USING chain_events e \
              WHERE e.chain_id = $1 AND e.block_number > $2 AND o.event_public_id = e.public_id \
-               AND o.test_payload IS NULL AND o.status = 'pending' AND o.attempts = 0",
+               AND o.test_payload IS NULL AND o.retracted_at IS NULL \
+               AND o.status = 'pending' AND o.attempts = 0",
             &[&chain_id, &above],
         )
         .await?;
-    let sent: i64 = client
-        .query_one(
-            "SELECT count(*) FROM webhook_outbox o JOIN chain_events e ON o.event_public_id = e.public_id \
-             WHERE e.chain_id = $1 AND e.block_number > $2 AND o.test_payload IS NULL",
-            &[&chain_id, &above],
+    let retracted = client
+        .execute(
+            "WITH gone AS ( \
+                 SELECT e.*, o.id AS outbox_id FROM chain_events e \
+                 JOIN webhook_outbox o ON o.event_public_id = e.public_id \
+                      AND o.test_payload IS NULL AND o.retracted_at IS NULL \
+                 WHERE e.chain_id = $1 AND e.block_number > $2), \
+             marked AS ( \
+                 UPDATE webhook_outbox o SET retracted_at = clock_timestamp(), locked_until = NULL, \
+                        status = CASE WHEN o.status IN ('pending', 'delivering') THEN 'failed' \
+                                      ELSE o.status END, \
+                        last_error = CASE WHEN o.status IN ('pending', 'delivering') \
+                                          THEN 'retracted: a reorg removed the event' \
+                                          ELSE o.last_error END \
+                 FROM gone WHERE o.id = gone.outbox_id), \
+             written AS ( \
+                 INSERT INTO event_retractions (public_id, chain_id, contract, merchant_wallet, \
+                     retracted_event_id, retracted_kind, block_number, block_hash, block_time, \
+                     transaction_hash, log_index, subscription_id, plan_id, decoded, snapshot, \
+                     ancestor_block, ancestor_hash) \
+                 SELECT 'evt_' || md5('chainsub.retraction:' || g.public_id || ':' \
+                                      || encode(g.block_hash, 'hex')), \
+                     g.chain_id, g.contract, g.merchant_wallet, g.public_id, g.kind, \
+                     g.block_number, g.block_hash, g.block_time, g.transaction_hash, g.log_index, \
+                     g.subscription_id, g.plan_id, g.decoded, g.snapshot, $2, $3 \
+                 FROM gone g ORDER BY g.id \
+                 ON CONFLICT (public_id) DO NOTHING \
+                 RETURNING id, public_id, merchant_wallet, chain_id, subscription_id) \
+             INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id) \
+             SELECT public_id, merchant_wallet, chain_id, subscription_id FROM written ORDER BY id",
+            &[&chain_id, &above, &ancestor],
         )
-        .await?
-        .get(0);
-    Ok((dropped, sent))
+        .await?;
+    Ok((dropped, retracted))
 }
 
 /// Makes the merchant's waiting deliveries due now (a new URL or a re-enabled endpoint
@@ -412,6 +446,8 @@ pub enum Retry {
     Queued,
     /// Being attempted right now (leased by a dispatcher).
     InFlight,
+    /// The event was removed by a reorg (its `event.retracted` event went out instead).
+    Retracted,
     /// Unknown, or another merchant's.
     NotFound,
 }
@@ -427,7 +463,7 @@ pub async fn retry(
         .execute(
             "UPDATE webhook_outbox SET status = 'pending', next_attempt_at = now(), \
              locked_until = NULL \
-             WHERE id = $1 AND merchant_wallet = $2 \
+             WHERE id = $1 AND merchant_wallet = $2 AND retracted_at IS NULL \
                AND (status <> 'delivering' OR locked_until IS NULL OR locked_until <= now())",
             &[&outbox_id, &scope.wallet_bytes()],
         )
@@ -438,13 +474,13 @@ pub async fn retry(
     }
     let exists = client
         .query_opt(
-            "SELECT 1 FROM webhook_outbox WHERE id = $1 AND merchant_wallet = $2",
+            "SELECT retracted_at IS NOT NULL FROM webhook_outbox WHERE id = $1 AND merchant_wallet = $2",
             &[&outbox_id, &scope.wallet_bytes()],
         )
         .await?;
-    Ok(if exists.is_some() {
-        Retry::InFlight
-    } else {
-        Retry::NotFound
+    Ok(match exists.map(|r| r.get::<_, bool>(0)) {
+        Some(true) => Retry::Retracted,
+        Some(false) => Retry::InFlight,
+        None => Retry::NotFound,
     })
 }

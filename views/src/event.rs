@@ -58,6 +58,35 @@ pub struct EventData<'a> {
     pub next_retry_at: Option<Option<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<Option<&'static str>>,
+    /// `event.retracted` only: the event a reorg removed (the rest of `data` is that event's,
+    /// as it was served).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retracted: Option<RetractedView<'a>>,
+}
+
+/// The event an `event.retracted` event takes back, and where the chain went instead.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetractedView<'a> {
+    /// The removed event's id (also its `webhook-id`): forget it, and accept it again if it
+    /// comes back on the new branch.
+    pub event_id: &'a EventId,
+    #[serde(rename = "type")]
+    pub kind: Option<&'a str>,
+    pub block_number: i64,
+    pub block_hash: B256,
+    pub transaction_hash: B256,
+    pub log_index: i64,
+    /// The last block both branches share.
+    pub common_ancestor: AncestorView,
+}
+
+/// A block both branches of a reorg share.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AncestorView {
+    pub block_number: i64,
+    pub block_hash: B256,
 }
 
 /// The subscription as of the event; every field null when the index has no snapshot (a
@@ -176,6 +205,18 @@ impl<'a> EventView<'a> {
                 failure_reason,
                 next_retry_at,
                 end_reason,
+                retracted: r.retraction.as_ref().map(|x| RetractedView {
+                    event_id: &x.event_id,
+                    kind: x.kind.as_deref(),
+                    block_number: r.chain.block_number,
+                    block_hash: r.chain.block_hash,
+                    transaction_hash: r.chain.transaction_hash,
+                    log_index: r.chain.log_index,
+                    common_ancestor: AncestorView {
+                        block_number: x.ancestor_block,
+                        block_hash: x.ancestor_hash,
+                    },
+                }),
             },
             chain: ChainView {
                 // Reconciliation can always re-check the event against the contract, and an

@@ -63,11 +63,19 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         ],
     )?;
     let page = Page::parse(q)?;
+    // A lifecycle type, or the retraction a deep reorg produces.
     let kind = param(q, "type")
         .map(|t| {
-            chainsub_abi::EventKind::parse(t).ok_or_else(|| {
-                ApiError::invalid("type", "`type` must be a subscription.* event type")
-            })
+            chainsub_abi::EventKind::parse(t)
+                .map(|k| k.as_str())
+                .or((t == chainsub_store::events::RETRACTED)
+                    .then_some(chainsub_store::events::RETRACTED))
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "type",
+                        "`type` must be a subscription.* event type or event.retracted",
+                    )
+                })
         })
         .transpose()?;
     let subscription = param(q, "subscriptionId")
@@ -81,7 +89,7 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         })
         .transpose()?;
     let filter = store::Filter {
-        kind: kind.map(|k| k.as_str()),
+        kind,
         subscription: subscription.as_ref(),
         from_block: block_param(q, "fromBlock")?,
         to_block: block_param(q, "toBlock")?,

@@ -418,11 +418,38 @@ async fn responses_validate_against_the_document() {
         "/api/v1/subscriptions",
         &app.get("/api/v1/subscriptions?status=x", &key).await,
     );
+    // A retraction of the seeded subscription's creation, as a deep reorg writes it.
+    db.execute(
+        "INSERT INTO event_retractions (public_id, chain_id, contract, merchant_wallet,
+             retracted_event_id, retracted_kind, block_number, block_hash, block_time,
+             transaction_hash, log_index, subscription_id, plan_id, decoded, snapshot,
+             ancestor_block, ancestor_hash)
+         SELECT 'evt_' || md5('r'), chain_id, contract, merchant_wallet, public_id, kind,
+             block_number, block_hash, block_time, transaction_hash, log_index,
+             subscription_id, plan_id, decoded, snapshot, block_number - 1, block_hash
+         FROM chain_events WHERE public_id = $1",
+        &[&evt],
+    )
+    .await
+    .unwrap();
+    let listed = app.get("/api/v1/events", &key).await;
+    check(&doc, "GET", "/api/v1/events", &listed);
+    let retractions = app.get("/api/v1/events?type=event.retracted", &key).await;
+    check(&doc, "GET", "/api/v1/events", &retractions);
+    let data = retractions.body["data"].as_array().unwrap();
+    assert_eq!(data.len(), 1, "{}", retractions.body);
+    assert_eq!(data[0]["type"], "event.retracted");
+    assert_eq!(data[0]["data"]["retracted"]["eventId"], evt.as_str());
+    assert_eq!(listed.body["data"][0]["id"], data[0]["id"], "newest first");
     check(
         &doc,
         "GET",
-        "/api/v1/events",
-        &app.get("/api/v1/events", &key).await,
+        "/api/v1/events/{id}",
+        &app.get(
+            &format!("/api/v1/events/{}", data[0]["id"].as_str().unwrap()),
+            &key,
+        )
+        .await,
     );
     check(
         &doc,
@@ -534,9 +561,11 @@ async fn a_429_validates_against_the_document() {
 fn the_webhooks_section_documents_every_event_type_its_signature_and_the_schedule() {
     let doc = doc();
     let webhooks = doc["webhooks"].as_object().expect("a webhooks section");
+    // The on-chain lifecycle types, and the retraction a deep reorg produces.
     let kinds: BTreeSet<&str> = chainsub_abi::EventKind::ALL
         .iter()
         .map(|k| k.as_str())
+        .chain([chainsub_store::events::RETRACTED])
         .collect();
     let documented: BTreeSet<&str> = webhooks.keys().map(String::as_str).collect();
     assert_eq!(documented, kinds, "one webhook entry per event type");

@@ -103,7 +103,7 @@ pub fn spawn_dispatcher(
 pub async fn outbox_state(client: &Client, event_id: &str) -> (String, i32) {
     let r = client
         .query_one(
-            "SELECT status, attempts FROM webhook_outbox WHERE event_public_id = $1",
+            "SELECT status, attempts FROM webhook_outbox WHERE event_public_id = $1 AND retracted_at IS NULL",
             &[&event_id],
         )
         .await

@@ -156,3 +156,232 @@ async fn a_reorg_that_removes_an_unconfirmed_event_never_produces_a_webhook() {
     assert_eq!(got, kept, "exactly the surviving events, once each");
     assert!(removed.iter().all(|id| !got.contains(id)));
 }
+
+/// Issue 12, point 6: a reorg deeper than CONFIRMATIONS removes a subscription whose events
+/// were already delivered. The merchant receives an `event.retracted` webhook for each,
+/// naming the removed event and its blocks, and the events list shows them; when the same
+/// transaction is mined again on the new branch, its events (same ids) are delivered again
+/// instead of being swallowed as duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_come_back() {
+    use alloy::providers::Provider;
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let mut client = db.connect().await;
+    let rx = WebhookReceiver::ok().await;
+    let merchant = chainsub_api::merchants::find_or_create(&client, DevChain::address(MERCHANT))
+        .await
+        .unwrap();
+    set_url(&mut client, &merchant, &rx.url()).await;
+    let (_stop, _dispatcher) = spawn_dispatcher(&db.url, fast_config("0s,10ms"));
+    let _indexer = ChildGuard(
+        std::process::Command::new(bin_path("indexer"))
+            .env("DATABASE_URL", &db.url)
+            .env("RPC_URL", &chain.anvil.url)
+            .env("CHAIN_ID", chain.anvil.chain_id.to_string())
+            .env("CONTRACT_ADDRESS", chain.manager.to_string())
+            .env("START_BLOCK", chain.deploy_block.to_string())
+            .env("CONFIRMATIONS", "1")
+            .env("INDEXER_POLL_INTERVAL_MS", "20")
+            .env("INDEXER_NO_FINALIZED_TAG", "true")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn indexer"),
+    );
+    chainsub_tests::send_as!(
+        DevChain::address(OPERATOR),
+        chain.manager().createPlan(
+            DevChain::address(MERCHANT),
+            U256::from(5 * USDC),
+            B256::repeat_byte(7)
+        )
+    );
+    let plan = U256::from(1u64);
+    let (merchant_wallet, amount) = chain.plan_terms(plan).await;
+    let who: Address = DevChain::address(CUSTOMER);
+    chain.mint(who, 100 * USDC).await;
+    chainsub_tests::send_as!(who, chain.usdc().approve(chain.manager, U256::MAX));
+    chain.mine(2).await;
+    let receipt = chainsub_tests::send_as!(
+        who,
+        chain
+            .manager()
+            .subscribe(plan, merchant_wallet, amount, B256::ZERO)
+    );
+    let raw: alloy::primitives::Bytes = chain
+        .provider
+        .raw_request(
+            "eth_getRawTransactionByHash".into(),
+            (receipt.transaction_hash,),
+        )
+        .await
+        .expect("the raw subscribe transaction");
+    chain.mine(2).await;
+    wait_indexed(&client, &chain).await;
+    let first = event_ids(&client, 1).await;
+    assert_eq!(first.len(), 2, "created + charged");
+    for id in &first {
+        wait_status(&client, id, "delivered").await;
+    }
+
+    // A reorg three blocks deep (CONFIRMATIONS is 1) drops the subscribe transaction.
+    let depth = head(&chain).await - receipt.block_number.unwrap() + 1;
+    let _: serde_json::Value = chain
+        .provider
+        .raw_request(
+            "anvil_reorg".into(),
+            (depth, Vec::<serde_json::Value>::new()),
+        )
+        .await
+        .expect("anvil_reorg");
+    assert!(
+        chain
+            .provider
+            .get_transaction_receipt(receipt.transaction_hash)
+            .await
+            .unwrap()
+            .is_none(),
+        "the reorg dropped the transaction"
+    );
+    chain.mine(1).await;
+    wait_indexed(&client, &chain).await;
+    assert!(
+        event_ids(&client, 1).await.is_empty(),
+        "the index dropped its events"
+    );
+    // Each delivered event gets its retraction, delivered like any event.
+    let retractions = |rx: &WebhookReceiver| -> Vec<serde_json::Value> {
+        rx.received()
+            .iter()
+            .filter(|d| d.kind == "event.retracted")
+            .map(|d| d.json.clone())
+            .collect()
+    };
+    chainsub_tests::wait_until("two retractions delivered", || async {
+        retractions(&rx).len() == 2
+    })
+    .await;
+    let got = retractions(&rx);
+    let mut named: Vec<String> = got
+        .iter()
+        .map(|r| {
+            r["data"]["retracted"]["eventId"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    named.sort();
+    assert_eq!(named, first, "each removed event is named: {got:?}");
+    for r in &got {
+        let x = &r["data"]["retracted"];
+        assert_eq!(
+            x["blockNumber"],
+            receipt.block_number.unwrap() as i64,
+            "{r}"
+        );
+        assert_eq!(
+            x["transactionHash"],
+            receipt.transaction_hash.to_string(),
+            "{r}"
+        );
+        assert!(
+            x["commonAncestor"]["blockNumber"].as_i64().unwrap()
+                < x["blockNumber"].as_i64().unwrap()
+        );
+        assert_ne!(r["id"], x["eventId"], "a retraction has its own id");
+        assert!(
+            r["data"]["subscriptionId"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("sub_")),
+            "{r}"
+        );
+    }
+
+    // The same signed transaction is mined again on the new branch: its events come back
+    // with the same ids and are delivered a second time.
+    let _: alloy::primitives::B256 = chain
+        .provider
+        .raw_request("eth_sendRawTransaction".into(), (raw,))
+        .await
+        .expect("re-send the subscribe transaction");
+    chain.mine(2).await;
+    wait_indexed(&client, &chain).await;
+    assert_eq!(
+        event_ids(&client, 1).await,
+        first,
+        "the same events are back"
+    );
+    for id in &first {
+        wait_status(&client, id, "delivered").await;
+    }
+    let delivered = |id: &String| rx.received().iter().filter(|d| &d.id == id).count();
+    for id in &first {
+        assert_eq!(
+            delivered(id),
+            2,
+            "{id}: before the reorg and after it came back"
+        );
+    }
+
+    // The events list shows the retractions beside the events (type filter included), and
+    // the old rows stay as history, marked retracted.
+    let pool = chainsub_api::db::pool(&db.url, 1).unwrap();
+    let conn = pool.get().await.unwrap();
+    let all = chainsub_store::events::list(
+        &conn,
+        &merchant,
+        chain.anvil.chain_id as i64,
+        &chainsub_store::events::Filter::default(),
+        chainsub_store::Page {
+            limit: 100,
+            key: None,
+            direction: chainsub_store::Direction::Older,
+        },
+    )
+    .await
+    .unwrap()
+    .0;
+    let kinds: Vec<&str> = all.iter().map(|e| e.kind.as_deref().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "subscription.charged",
+            "subscription.created",
+            "event.retracted",
+            "event.retracted"
+        ],
+        "newest first"
+    );
+    let only = chainsub_store::events::list(
+        &conn,
+        &merchant,
+        chain.anvil.chain_id as i64,
+        &chainsub_store::events::Filter {
+            kind: Some("event.retracted"),
+            ..Default::default()
+        },
+        chainsub_store::Page {
+            limit: 1,
+            key: None,
+            direction: chainsub_store::Direction::Older,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (only.0.len(), only.1),
+        (1, true),
+        "one page of one, more behind"
+    );
+    let history: i64 = client
+        .query_one(
+            "SELECT count(*) FROM webhook_outbox WHERE retracted_at IS NOT NULL AND status = 'delivered'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(history, 2);
+}

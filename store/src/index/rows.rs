@@ -706,7 +706,7 @@ pub async fn outbox_in_range(
             "SELECT o.event_public_id, count(*) FROM webhook_outbox o
              JOIN chain_events ce ON ce.public_id = o.event_public_id
              WHERE ce.chain_id = $1 AND ce.block_number BETWEEN $2 AND $3
-               AND o.test_payload IS NULL
+               AND o.test_payload IS NULL AND o.retracted_at IS NULL
              GROUP BY o.event_public_id",
             &[&chain_id, &(from as i64), &(to as i64)],
         )
@@ -715,13 +715,15 @@ pub async fn outbox_in_range(
 }
 
 /// Outbox rows (not dashboard tests) whose event is not in the index: `(id, event id,
-/// status)`. A reorg deeper than CONFIRMATIONS leaves such rows for events already sent.
+/// status)`. Neither the rows of retracted events (a reorg removed the event and an
+/// `event.retracted` event said so) nor those of the retractions themselves count.
 pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String)>> {
     let rows = client
         .query(
             "SELECT o.id, o.event_public_id, o.status FROM webhook_outbox o
-             WHERE o.test_payload IS NULL
+             WHERE o.test_payload IS NULL AND o.retracted_at IS NULL
                AND NOT EXISTS (SELECT 1 FROM chain_events ce WHERE ce.public_id = o.event_public_id)
+               AND NOT EXISTS (SELECT 1 FROM event_retractions r WHERE r.public_id = o.event_public_id)
              ORDER BY o.id",
             &[],
         )
