@@ -55,7 +55,8 @@ const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind
     LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id \
     LEFT JOIN merchants pm ON pm.wallet = r.merchant_wallet \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
-    LEFT JOIN webhook_outbox o ON o.event_public_id = r.public_id AND o.test_payload IS NULL";
+    LEFT JOIN webhook_outbox o ON o.event_public_id = r.public_id AND o.test_payload IS NULL \
+         AND o.retracted_at IS NULL";
 
 /// The type of a retraction event.
 pub const RETRACTED: &str = "event.retracted";
