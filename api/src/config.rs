@@ -42,6 +42,14 @@ pub struct Config {
     /// subscribe to it (the indexer's setting of the same name; 0 or 1: once indexed).
     #[arg(long, env = "CONFIRMATIONS", default_value_t = 12)]
     pub confirmations: u64,
+    /// Ledger exports (`GET /api/v1/ledger`) one API process streams at once; each holds a
+    /// pooled database connection while it runs. More are refused with 429 `exports_busy`.
+    #[arg(long, env = "LEDGER_EXPORTS_MAX", default_value_t = 2)]
+    pub ledger_exports_max: usize,
+    /// An export whose client takes no data for this long is abandoned (its connection and
+    /// database session go back to the pool).
+    #[arg(long, env = "LEDGER_EXPORT_STALL_SECS", default_value_t = 60)]
+    pub ledger_export_stall_secs: u64,
     /// SubscriptionManager address.
     #[arg(long, env = "CONTRACT_ADDRESS")]
     pub contract_address: Address,

@@ -18,6 +18,8 @@ pub struct AppState {
     /// Sends createPlan; `None` when no RELAYER_PRIVATE_KEY is configured.
     pub relayer: Option<Relayer>,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// Permits for concurrent ledger exports (`LEDGER_EXPORTS_MAX`).
+    pub exports: Arc<tokio::sync::Semaphore>,
 }
 
 /// Cheap to clone.

@@ -40,6 +40,7 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
         limits,
         relayer,
         metrics: crate::metrics::install(),
+        exports: Arc::new(tokio::sync::Semaphore::new(cfg.ledger_exports_max)),
         cfg,
     }))
 }

@@ -94,6 +94,20 @@ async fn export(
     let from_block = block_param(q, "fromBlock")?.unwrap_or(0);
     let from_time = time_param(q, "from")?;
     let to_time = time_param(q, "to")?;
+    // Each export holds a database connection while it streams: a few at a time per process.
+    let permit = ctx
+        .exports
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Quota {
+            code: "exports_busy",
+            message: format!(
+                "at most {} ledger exports run at once; retry shortly",
+                ctx.cfg.ledger_exports_max
+            ),
+            retry_after_secs: 5,
+        })?;
+    let stall = std::time::Duration::from_secs(ctx.cfg.ledger_export_stall_secs.max(1));
     let chain_id = ctx.cfg.chain_id as i64;
     let conn = ctx.pool.get().await?;
     let to_block = match block_param(q, "toBlock")? {
@@ -118,6 +132,7 @@ async fn export(
     let (mut tx, body) = StreamBody::channel(DEPTH);
     let contract = ctx.cfg.contract_address;
     tokio::spawn(async move {
+        let _permit = permit;
         let wallet = merchant.wallet();
         let mut out = String::with_capacity(CHUNK + 4096);
         if format == Format::Csv {
@@ -135,18 +150,18 @@ async fn export(
                 let view = ExportEntryView::new(&row, wallet);
                 write(format, &view, |o| view.csv(o), &mut out);
                 if out.len() >= CHUNK {
-                    send(&mut tx, &mut out).await?;
+                    send(&mut tx, &mut out, stall).await?;
                 }
             }
             for t in totals.views(chain_id, contract, wallet, &range) {
                 write(format, &t, |o| t.csv(o), &mut out);
             }
-            send(&mut tx, &mut out).await
+            send(&mut tx, &mut out, stall).await
         }
         .await;
         match result {
             Ok(()) => {}
-            Err(_) if tx.is_closed() => tracing::debug!("ledger export: the client went away"),
+            Err(reason) if tx.is_closed() => tracing::info!(%reason, "ledger export stopped"),
             Err(e) => {
                 tracing::error!(error = %e, "ledger export failed after its first byte");
                 metrics::counter!("api_ledger_export_failures_total").increment(1);
@@ -174,16 +189,23 @@ fn write(
     }
 }
 
-/// Sends what is written so far; `Err` when the client went away.
+/// Sends what is written so far; `Err` when the client went away or took nothing for
+/// `stall` (a reader that stops reading must not hold a database session forever).
 async fn send(
     tx: &mut futures::channel::mpsc::Sender<StreamChunk>,
     out: &mut String,
+    stall: std::time::Duration,
 ) -> std::result::Result<(), String> {
     let chunk = Bytes::from(std::mem::take(out).into_bytes());
     *out = String::with_capacity(CHUNK + 4096);
-    tx.send(Ok(chunk))
-        .await
-        .map_err(|_| "the client went away".to_string())
+    match tokio::time::timeout(stall, tx.send(Ok(chunk))).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err("the client went away".into()),
+        Err(_) => {
+            tx.close_channel();
+            Err(format!("the client read nothing for {} s", stall.as_secs()))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -313,9 +313,19 @@ impl App {
 /// Spawns the `indexer` binary for this app's chain and database (CONFIRMATIONS as given).
 pub fn spawn_indexer(app: &App, confirmations: u64) -> chainsub_tests::ChildGuard {
     let chain = app.chain.as_ref().expect("an app with a chain");
+    spawn_indexer_on(chain, &app.db, confirmations)
+}
+
+/// The `indexer` binary on `chain` into `db` with `confirmations`; its metrics on a port of
+/// its own (tests run side by side).
+pub fn spawn_indexer_on(
+    chain: &DevChain,
+    db: &TestDb,
+    confirmations: u64,
+) -> chainsub_tests::ChildGuard {
     chainsub_tests::ChildGuard(
         std::process::Command::new(chainsub_tests::bin_path("indexer"))
-            .env("DATABASE_URL", &app.db.url)
+            .env("DATABASE_URL", &db.url)
             .env("RPC_URL", &chain.anvil.url)
             .env("CHAIN_ID", chain.anvil.chain_id.to_string())
             .env("CONTRACT_ADDRESS", chain.manager.to_string())

@@ -186,3 +186,82 @@ async fn by_default_the_export_stops_at_the_confirmed_height() {
     let (_, _, body) = export(&app, &a, "?toBlock=103", None).await;
     assert_eq!(lines(&body).len(), 5, "{body}");
 }
+
+/// `n` charges of `wallet` in blocks 1..=n, as bulk rows shaped like the indexer's.
+async fn seed_charges(db: &tokio_postgres::Client, wallet: Address, n: i64) {
+    db.execute(
+        "WITH e AS (
+             INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
+                 block_time, transaction_hash, transaction_index, log_index, name, kind,
+                 merchant_wallet, subscription_id, plan_id, topics, data, decoded)
+             SELECT 'evt_' || md5('bulk' || g), 31337, '\\xcccccccccccccccccccccccccccccccccccccccc'::bytea,
+                 g, decode(md5('b' || g) || md5('B' || g), 'hex'), now(),
+                 decode(md5('t' || g) || md5('T' || g), 'hex'), 0, 0, 'SubscriptionCharged',
+                 'subscription.charged', $1, 1000 + g, 1,
+                 ARRAY['\\x00'::bytea, '\\x00'::bytea, '\\x00'::bytea,
+                       ('\\x' || repeat('00', 12) || '4444444444444444444444444444444444444444')::bytea],
+                 '\\x'::bytea, '{}'::jsonb
+             FROM generate_series(1, $2::int8) g
+             RETURNING id, subscription_id, block_time)
+         INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
+             attempt, block_time)
+         SELECT id, 31337, subscription_id, 'charge', 1000000, 1, 1, block_time FROM e",
+        &[&wallet.as_slice(), &n],
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = spawn(Opts {
+        confirmations: Some(1),
+        args: vec![
+            "--ledger-exports-max".into(),
+            "1".into(),
+            "--ledger-export-stall-secs".into(),
+            "1".into(),
+        ],
+        ..Opts::default()
+    })
+    .await;
+    let a = app.merchant_key(wallet(MERCHANT)).await;
+    let db = app.db().await;
+    seed_cursor(&db, 100_000).await;
+    // ~25 MB of NDJSON: more than the channel and both sockets' buffers hold.
+    seed_charges(&db, wallet(MERCHANT), 30_000).await;
+
+    // A client asks for the export and then reads nothing.
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut stuck = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stuck
+        .write_all(
+            format!(
+                "GET /api/v1/ledger HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {a}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    stuck.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+
+    // While it holds the only export slot, another export is refused, clearly.
+    let (status, _, body) = export(&app, &a, "?toBlock=10", None).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("exports_busy"), "{body}");
+
+    // The stalled export is abandoned after LEDGER_EXPORT_STALL_SECS, and its slot (and
+    // database connection) serve the next export in full.
+    let body = chainsub_tests::wait_for_some("the export slot to be free", || async {
+        let (status, _, body) = export(&app, &a, "?toBlock=10", None).await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    let recs = lines(&body);
+    assert_eq!(recs.len(), 12, "10 entries and 2 totals");
+    assert_eq!(recs[10]["entries"], 10);
+    drop(stuck);
+}

@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
+use crate::api_common::spawn_indexer_on;
 use crate::webhooks_common::*;
 use alloy::primitives::{Address, B256, U256};
 use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, OPERATOR};
-use chainsub_tests::{ChildGuard, DevChain, TestDb, bin_path};
+use chainsub_tests::{DevChain, TestDb};
 use tokio_postgres::Client;
 
 const USDC: u64 = 1_000_000;
@@ -56,21 +57,7 @@ async fn a_reorg_that_removes_an_unconfirmed_event_never_produces_a_webhook() {
         .unwrap();
     set_url(&mut client, &merchant, &rx.url()).await;
     let (_stop, _dispatcher) = spawn_dispatcher(&db.url, fast_config("0s,10ms"));
-    let _indexer = ChildGuard(
-        std::process::Command::new(bin_path("indexer"))
-            .env("DATABASE_URL", &db.url)
-            .env("RPC_URL", &chain.anvil.url)
-            .env("CHAIN_ID", chain.anvil.chain_id.to_string())
-            .env("CONTRACT_ADDRESS", chain.manager.to_string())
-            .env("START_BLOCK", chain.deploy_block.to_string())
-            .env("CONFIRMATIONS", "3")
-            .env("INDEXER_POLL_INTERVAL_MS", "20")
-            .env("INDEXER_NO_FINALIZED_TAG", "true")
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn indexer"),
-    );
+    let _indexer = spawn_indexer_on(&chain, &db, 3);
 
     let op = DevChain::address(OPERATOR);
     chainsub_tests::send_as!(
@@ -174,21 +161,7 @@ async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_co
         .unwrap();
     set_url(&mut client, &merchant, &rx.url()).await;
     let (_stop, _dispatcher) = spawn_dispatcher(&db.url, fast_config("0s,10ms"));
-    let _indexer = ChildGuard(
-        std::process::Command::new(bin_path("indexer"))
-            .env("DATABASE_URL", &db.url)
-            .env("RPC_URL", &chain.anvil.url)
-            .env("CHAIN_ID", chain.anvil.chain_id.to_string())
-            .env("CONTRACT_ADDRESS", chain.manager.to_string())
-            .env("START_BLOCK", chain.deploy_block.to_string())
-            .env("CONFIRMATIONS", "1")
-            .env("INDEXER_POLL_INTERVAL_MS", "20")
-            .env("INDEXER_NO_FINALIZED_TAG", "true")
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn indexer"),
-    );
+    let _indexer = spawn_indexer_on(&chain, &db, 1);
     chainsub_tests::send_as!(
         DevChain::address(OPERATOR),
         chain.manager().createPlan(
