@@ -92,6 +92,18 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
         "{out}"
     );
     assert!(out.contains("the keeper charged period 2"), "{out}");
+    // Each demo step has its own number (two used to share 6).
+    let numbers: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(". ").map(|(n, _)| n))
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    let unique: std::collections::BTreeSet<&&str> = numbers.iter().collect();
+    assert_eq!(
+        unique.len(),
+        numbers.len(),
+        "step numbers repeat: {numbers:?}"
+    );
     // created + charged (period 1) + charged (period 2), each listed and each verified.
     assert_eq!(out.matches("signature verified").count(), 3, "{out}");
     assert!(!out.contains("REJECTED"), "{out}");
@@ -113,6 +125,20 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
     let api = ApiClient::new(&base);
     let (status, health) = api.health().await.unwrap();
     assert_eq!(status, 200, "{health}");
+    // The demo merchant's key is printed short and written whole, owner-only, and works.
+    let key_file = dir.join("api-key");
+    assert!(
+        out.contains(&format!("whole in {}", key_file.display())),
+        "{out}"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&key_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let key = read(&key_file).trim().to_string();
+    assert!(key.starts_with("sk_live_"), "{key}");
+    let subs = api.get_ok("/api/v1/subscriptions", &key).await.unwrap();
+    assert_eq!(subs["data"].as_array().unwrap().len(), 1, "{subs}");
     let checkout = out
         .lines()
         .find_map(|l| l.trim().strip_prefix("checkout   "))

@@ -18,6 +18,21 @@ pub struct DemoOutcome {
     pub receiver: WebhookReceiver,
 }
 
+/// Writes `text` to `path`, readable by its owner only.
+fn write_secret(path: &std::path::Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("write {}", path.display()))?;
+    writeln!(f, "{text}")?;
+    Ok(())
+}
+
 fn short(v: &Value) -> String {
     let s = v.as_str().unwrap_or_default();
     if s.len() > 14 {
@@ -27,8 +42,9 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// Runs the demo against the API at `api_base` and the chain at `rpc_url`.
-pub async fn run(api_base: &str, rpc_url: &str) -> Result<DemoOutcome> {
+/// Runs the demo against the API at `api_base` and the chain at `rpc_url`; the merchant's API
+/// key is written whole to `key_file` (owner-only), so it can be used afterwards.
+pub async fn run(api_base: &str, rpc_url: &str, key_file: &std::path::Path) -> Result<DemoOutcome> {
     let api = ApiClient::new(api_base);
     let wallet = signing_provider(rpc_url);
     let merchant = dev_key(accounts::MERCHANT);
@@ -43,9 +59,12 @@ pub async fn run(api_base: &str, rpc_url: &str) -> Result<DemoOutcome> {
         session.body["merchant"]["id"].as_str().unwrap_or("?")
     );
     let key = api.create_key(&session).await?;
+    write_secret(key_file, &key)?;
     println!(
-        "2. API key issued in the session: {}…",
-        &key[..12.min(key.len())]
+        "2. API key issued in the session: {}… (whole in {}; `KEY=$(cat {})`)",
+        &key[..12.min(key.len())],
+        key_file.display(),
+        key_file.display()
     );
     let secret = api.set_webhook(&session, &receiver.url()).await?;
     receiver.set_secret(&secret);
@@ -71,13 +90,14 @@ pub async fn run(api_base: &str, rpc_url: &str) -> Result<DemoOutcome> {
     let receipts = api
         .subscribe_via_checkout(&checkout_url, &wallet, customer)
         .await?;
-    for (step, r) in &receipts {
+    for (n, (step, r)) in (6..).zip(&receipts) {
         println!(
-            "6. customer {customer} sent `{step}` from the checkout page's tx endpoint: {} (block {})",
+            "{n}. customer {customer} sent `{step}` from the checkout page's tx endpoint: {} (block {})",
             r.transaction_hash,
             r.block_number.unwrap_or_default()
         );
     }
+    let mut next = 6 + receipts.len();
     let query = format!("/api/v1/subscriptions?customerExternalId={external}");
     let sub = wait_for("the subscription in the API", 60, || async {
         let list = api.get_ok(&query, &key).await?;
@@ -86,7 +106,7 @@ pub async fn run(api_base: &str, rpc_url: &str) -> Result<DemoOutcome> {
     .await?;
     let sub_id = sub["id"].as_str().unwrap_or_default().to_string();
     println!(
-        "7. indexed: {sub_id} {} until {}",
+        "{next}. indexed: {sub_id} {} until {}",
         sub["status"].as_str().unwrap_or("?"),
         sub["currentPeriodEnd"].as_str().unwrap_or("?")
     );
@@ -107,8 +127,9 @@ pub async fn run(api_base: &str, rpc_url: &str) -> Result<DemoOutcome> {
         .raw_request("evm_increaseTime".into(), (jump,))
         .await?;
     let _: Value = wallet.raw_request("evm_mine".into(), ()).await?;
+    next += 1;
     println!(
-        "8. chain time +{} days (evm_increaseTime): the renewal is due",
+        "{next}. chain time +{} days (evm_increaseTime): the renewal is due",
         jump / 86_400
     );
     let path = format!("/api/v1/subscriptions/{sub_id}");
@@ -120,7 +141,8 @@ pub async fn run(api_base: &str, rpc_url: &str) -> Result<DemoOutcome> {
         Ok((charges >= 2).then_some(s))
     })
     .await?;
-    println!("9. the keeper charged period 2");
+    next += 1;
+    println!("{next}. the keeper charged period 2");
 
     // The receiver may answer before the dispatcher records the attempt: wait for both, so
     // what is printed is settled.

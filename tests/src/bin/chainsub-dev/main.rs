@@ -196,7 +196,7 @@ async fn boot(args: &UpArgs, dev_dir: &Path, stack: &mut Stack) -> Result<Summar
     if let Some(sockets) = &sockets {
         services::start(stack, &env, sockets).await?;
         if !args.no_demo {
-            demo = Some(demo::run(&api_base, &rpc_url).await?);
+            demo = Some(demo::run(&api_base, &rpc_url, &dev_dir.join("api-key")).await?);
         }
     }
 
