@@ -346,31 +346,10 @@ async fn insert_projections(
 ) -> Result<()> {
     let (mut ledger, mut plans, mut deactivated) = (Vec::new(), Vec::new(), Vec::new());
     for (e, &event_id) in events.iter().zip(ids) {
+        if let Some(entry) = ledger_entry(e, event_id)? {
+            ledger.push(entry);
+        }
         match &e.event {
-            Some(ContractEvent::SubscriptionCharged(c)) => ledger.push(NewLedgerEntry {
-                event_id,
-                subscription_id: id_to_i64(c.subscriptionId)?,
-                kind: LedgerKind::Charge,
-                amount: c.amount,
-                period: c.period,
-                period_start: Some(c.periodStart),
-                period_end: Some(c.periodEnd),
-                attempt: c.attempt.into(),
-                failure_reason: None,
-                block_time: e.block_time,
-            }),
-            Some(ContractEvent::PaymentFailed(f)) => ledger.push(NewLedgerEntry {
-                event_id,
-                subscription_id: id_to_i64(f.subscriptionId)?,
-                kind: LedgerKind::FailedCharge,
-                amount: f.amount,
-                period: f.period,
-                period_start: None,
-                period_end: None,
-                attempt: f.attempt.into(),
-                failure_reason: Some(failure_reason_name(f.reason)),
-                block_time: e.block_time,
-            }),
             Some(ContractEvent::PlanCreated(p)) => plans.push(NewPlan {
                 onchain_id: id_to_i64(p.planId)?,
                 merchant: p.merchant,
@@ -460,4 +439,36 @@ async fn write_checkpoints(
         })
         .collect();
     Ok(store::write_checkpoints(tx, chain_id, &keep, finalized.min(last)).await?)
+}
+
+/// The ledger row a mapped log makes (`SubscriptionCharged`, `PaymentFailed`), if any: the
+/// sink writes it and `verify` expects it.
+pub fn ledger_entry(e: &MappedEvent, event_id: i64) -> Result<Option<NewLedgerEntry>> {
+    Ok(match &e.event {
+        Some(ContractEvent::SubscriptionCharged(c)) => Some(NewLedgerEntry {
+            event_id,
+            subscription_id: id_to_i64(c.subscriptionId)?,
+            kind: LedgerKind::Charge,
+            amount: c.amount,
+            period: c.period,
+            period_start: Some(c.periodStart),
+            period_end: Some(c.periodEnd),
+            attempt: c.attempt.into(),
+            failure_reason: None,
+            block_time: e.block_time,
+        }),
+        Some(ContractEvent::PaymentFailed(f)) => Some(NewLedgerEntry {
+            event_id,
+            subscription_id: id_to_i64(f.subscriptionId)?,
+            kind: LedgerKind::FailedCharge,
+            amount: f.amount,
+            period: f.period,
+            period_start: None,
+            period_end: None,
+            attempt: f.attempt.into(),
+            failure_reason: Some(failure_reason_name(f.reason)),
+            block_time: e.block_time,
+        }),
+        _ => None,
+    })
 }

@@ -26,14 +26,14 @@ use alloy::eips::BlockId;
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use chainsub_abi::{ContractEvent, SubscriptionManager};
-use chainsub_core::{LedgerKind, SubscriptionState, SubscriptionStatus};
+use chainsub_core::{SubscriptionState, SubscriptionStatus};
 use chainsub_store::index::{self as store, EventKey, NewLedgerEntry, StoredEvent};
 use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::Result;
 use crate::fold::{self, EventCtx};
-use crate::map::{self, MappedEvent, failure_reason_name, id_to_i64};
+use crate::map::{self, MappedEvent, id_to_i64};
 use crate::source::{BlockSource, FetchConfig, Fetcher};
 
 /// One difference between the chain and the database.
@@ -271,37 +271,6 @@ fn diff_columns(a: &StoredEvent, b: &StoredEvent) -> Vec<&'static str> {
     out
 }
 
-/// The ledger row the chain says `e` makes, if any.
-fn expected_ledger(e: &MappedEvent, event_id: i64) -> Result<Option<NewLedgerEntry>> {
-    Ok(match &e.event {
-        Some(ContractEvent::SubscriptionCharged(c)) => Some(NewLedgerEntry {
-            event_id,
-            subscription_id: id_to_i64(c.subscriptionId)?,
-            kind: LedgerKind::Charge,
-            amount: c.amount,
-            period: c.period,
-            period_start: Some(c.periodStart),
-            period_end: Some(c.periodEnd),
-            attempt: c.attempt.into(),
-            failure_reason: None,
-            block_time: e.block_time,
-        }),
-        Some(ContractEvent::PaymentFailed(f)) => Some(NewLedgerEntry {
-            event_id,
-            subscription_id: id_to_i64(f.subscriptionId)?,
-            kind: LedgerKind::FailedCharge,
-            amount: f.amount,
-            period: f.period,
-            period_start: None,
-            period_end: None,
-            attempt: f.attempt.into(),
-            failure_reason: Some(failure_reason_name(f.reason)),
-            block_time: e.block_time,
-        }),
-        _ => None,
-    })
-}
-
 async fn ledger(
     out: &mut Findings,
     client: &Client,
@@ -319,7 +288,7 @@ async fn ledger(
     for e in mapped {
         let k = (e.block_number, e.tx_hash, e.log_index);
         let id = db_ids.get(&k).copied().unwrap_or(0);
-        let Some(want) = expected_ledger(e, id)? else {
+        let Some(want) = crate::sink::ledger_entry(e, id)? else {
             continue;
         };
         match db.remove(&k) {
@@ -406,30 +375,30 @@ async fn plans(
             continue;
         };
         let mut cols = Vec::new();
-        if have.plan.merchant != p.merchant {
-            cols.push(format!(
-                "merchant_wallet (db {}, chain {})",
-                have.plan.merchant, p.merchant
-            ));
-        }
-        if have.plan.plan_ref != p.planRef {
-            cols.push(format!(
-                "plan_ref (db {}, chain {})",
-                have.plan.plan_ref, p.planRef
-            ));
-        }
-        if have.plan.amount != p.amount {
-            cols.push(format!(
-                "amount (db {}, chain {})",
-                have.plan.amount, p.amount
-            ));
-        }
-        if have.plan.created_by != p.createdBy {
-            cols.push(format!(
-                "created_by (db {}, chain {})",
-                have.plan.created_by, p.createdBy
-            ));
-        }
+        differ(
+            &mut cols,
+            "merchant_wallet",
+            ("db", have.plan.merchant),
+            ("chain", p.merchant),
+        );
+        differ(
+            &mut cols,
+            "plan_ref",
+            ("db", have.plan.plan_ref),
+            ("chain", p.planRef),
+        );
+        differ(
+            &mut cols,
+            "amount",
+            ("db", have.plan.amount),
+            ("chain", p.amount),
+        );
+        differ(
+            &mut cols,
+            "created_by",
+            ("db", have.plan.created_by),
+            ("chain", p.createdBy),
+        );
         if have.created_at != *at {
             cols.push(format!(
                 "event_id (created at {}, chain {})",
@@ -469,24 +438,24 @@ async fn plans(
                 .map_err(|e| crate::Error::Inconsistent(format!("getPlan({id}): {e}")))?;
             let active_in_index = have.deactivated_block.is_none_or(|b| b > to);
             let mut cols = Vec::new();
-            if p.merchant != have.plan.merchant {
-                cols.push(format!(
-                    "merchant (contract {}, db {})",
-                    p.merchant, have.plan.merchant
-                ));
-            }
-            if p.amount != have.plan.amount {
-                cols.push(format!(
-                    "amount (contract {}, db {})",
-                    p.amount, have.plan.amount
-                ));
-            }
-            if p.planRef != have.plan.plan_ref {
-                cols.push(format!(
-                    "planRef (contract {}, db {})",
-                    p.planRef, have.plan.plan_ref
-                ));
-            }
+            differ(
+                &mut cols,
+                "merchant",
+                ("contract", p.merchant),
+                ("db", have.plan.merchant),
+            );
+            differ(
+                &mut cols,
+                "amount",
+                ("contract", p.amount),
+                ("db", have.plan.amount),
+            );
+            differ(
+                &mut cols,
+                "planRef",
+                ("contract", p.planRef),
+                ("db", have.plan.plan_ref),
+            );
             if p.active != active_in_index {
                 cols.push(format!(
                     "active (contract {}, db {active_in_index})",
@@ -660,36 +629,39 @@ async fn subscriptions(
                 _ => None,
             };
             let mut cols = Vec::new();
-            if status != Some(state.status) {
-                cols.push(format!(
-                    "status (contract {}, events {})",
-                    c.status, state.status
-                ));
-            }
-            if c.period != state.period {
-                cols.push(format!(
-                    "period (contract {}, events {})",
-                    c.period, state.period
-                ));
-            }
-            if c.periodEnd != state.current_period_end {
-                cols.push(format!(
-                    "periodEnd (contract {}, events {})",
-                    c.periodEnd, state.current_period_end
-                ));
-            }
-            if c.failedAttempts != state.failed_attempts {
-                cols.push(format!(
-                    "failedAttempts (contract {}, events {})",
-                    c.failedAttempts, state.failed_attempts
-                ));
-            }
-            if c.cancelAtPeriodEnd != state.cancel_at_period_end {
-                cols.push(format!(
-                    "cancelAtPeriodEnd (contract {}, events {})",
-                    c.cancelAtPeriodEnd, state.cancel_at_period_end
-                ));
-            }
+            differ(
+                &mut cols,
+                "status",
+                (
+                    "contract",
+                    status.map_or("none", SubscriptionStatus::as_str),
+                ),
+                ("events", state.status.as_str()),
+            );
+            differ(
+                &mut cols,
+                "period",
+                ("contract", c.period),
+                ("events", state.period),
+            );
+            differ(
+                &mut cols,
+                "periodEnd",
+                ("contract", c.periodEnd),
+                ("events", state.current_period_end),
+            );
+            differ(
+                &mut cols,
+                "failedAttempts",
+                ("contract", c.failedAttempts),
+                ("events", state.failed_attempts),
+            );
+            differ(
+                &mut cols,
+                "cancelAtPeriodEnd",
+                ("contract", c.cancelAtPeriodEnd),
+                ("events", state.cancel_at_period_end),
+            );
             if c.amount != state.amount
                 || c.merchant != state.merchant
                 || c.subscriber != state.subscriber
@@ -759,4 +731,16 @@ fn json_diff(have: Option<&serde_json::Value>, want: Option<&serde_json::Value>)
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// Notes column `name` in `cols` when the two sides' values differ, with both values.
+fn differ<T: PartialEq + fmt::Display>(
+    cols: &mut Vec<String>,
+    name: &str,
+    (side_a, a): (&str, T),
+    (side_b, b): (&str, T),
+) {
+    if a != b {
+        cols.push(format!("{name} ({side_a} {a}, {side_b} {b})"));
+    }
 }

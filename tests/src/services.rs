@@ -131,19 +131,11 @@ impl Services {
             .iter()
             .find(|(k, _)| k == "START_BLOCK")
             .map_or_else(|| "0".to_string(), |(_, v)| v.clone());
-        let out = service_command(
-            &bin_path("indexer"),
+        let (code, text) = run_indexer(
             &["verify", "--from", &start, "--to", &to.to_string()],
             &self.env,
-        )
-        .output()
-        .expect("run indexer verify");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
         );
-        (out.status.success(), text)
+        (code == 0, text)
     }
 
     /// `indexer verify-export FILE` as a merchant's auditor runs it: with nothing but
@@ -155,18 +147,20 @@ impl Services {
             .filter(|(k, _)| k == "RPC_URL")
             .cloned()
             .collect();
-        let out = service_command(
-            &bin_path("indexer"),
-            &["verify-export", &file.to_string_lossy()],
-            &rpc,
-        )
-        .output()
-        .expect("run indexer verify-export");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code().unwrap_or(-1), text)
+        run_indexer(&["verify-export", &file.to_string_lossy()], &rpc)
     }
+}
+
+/// Runs the `indexer` binary to completion with `args` and `env`: (exit code, stdout then
+/// stderr).
+fn run_indexer(args: &[&str], env: &[(String, String)]) -> (i32, String) {
+    let out = service_command(&bin_path("indexer"), args, env)
+        .output()
+        .unwrap_or_else(|e| panic!("run indexer {args:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
 }

@@ -46,30 +46,75 @@ async fn event_ids(client: &Client, sub: u64) -> Vec<String> {
         .collect()
 }
 
+/// The merchant's webhook pointed at a receiver, a dispatcher, the `indexer` binary with
+/// `CONFIRMATIONS`, and one plan of the merchant on chain.
+struct Scene {
+    chain: DevChain,
+    db: TestDb,
+    client: Client,
+    rx: WebhookReceiver,
+    merchant: chainsub_api::merchants::Merchant,
+    plan: U256,
+    /// The plan's (merchant, amount), as `subscribe` takes them.
+    terms: (Address, U256),
+    _dispatcher: (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ),
+    _indexer: chainsub_tests::ChildGuard,
+}
+
+impl Scene {
+    async fn start(confirmations: u64) -> Scene {
+        let chain = DevChain::start().await;
+        let db = TestDb::create().await;
+        let mut client = db.connect().await;
+        let rx = WebhookReceiver::ok().await;
+        let merchant =
+            chainsub_api::merchants::find_or_create(&client, DevChain::address(MERCHANT))
+                .await
+                .unwrap();
+        set_url(&mut client, &merchant, &rx.url()).await;
+        let dispatcher = spawn_dispatcher(&db.url, fast_config("0s,10ms"));
+        let indexer = spawn_indexer_on(&chain, &db, confirmations);
+        chainsub_tests::send_as!(
+            DevChain::address(OPERATOR),
+            chain.manager().createPlan(
+                DevChain::address(MERCHANT),
+                U256::from(5 * USDC),
+                B256::repeat_byte(7)
+            )
+        );
+        let plan = U256::from(1u64);
+        let terms = chain.plan_terms(plan).await;
+        Scene {
+            chain,
+            db,
+            client,
+            rx,
+            merchant,
+            plan,
+            terms,
+            _dispatcher: dispatcher,
+            _indexer: indexer,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reorg_that_removes_an_unconfirmed_event_never_produces_a_webhook() {
-    let chain = DevChain::start().await;
-    let db = TestDb::create().await;
-    let mut client = db.connect().await;
-    let rx = WebhookReceiver::ok().await;
-    let merchant = chainsub_api::merchants::find_or_create(&client, DevChain::address(MERCHANT))
-        .await
-        .unwrap();
-    set_url(&mut client, &merchant, &rx.url()).await;
-    let (_stop, _dispatcher) = spawn_dispatcher(&db.url, fast_config("0s,10ms"));
-    let _indexer = spawn_indexer_on(&chain, &db, 3);
-
-    let op = DevChain::address(OPERATOR);
-    chainsub_tests::send_as!(
-        op,
-        chain.manager().createPlan(
-            DevChain::address(MERCHANT),
-            U256::from(5 * USDC),
-            B256::repeat_byte(7)
-        )
-    );
-    let plan = U256::from(1u64);
-    let (merchant, amount) = chain.plan_terms(plan).await;
+    let Scene {
+        chain,
+        db: _db,
+        client,
+        rx,
+        plan,
+        terms: (merchant, amount),
+        // Bound, so they live to the end of the test.
+        _dispatcher: _keep_dispatcher,
+        _indexer: _keep_indexer,
+        ..
+    } = Scene::start(3).await;
     for who in [CUSTOMER, CUSTOMER_B] {
         let who: Address = DevChain::address(who);
         chain.mint(who, 100 * USDC).await;
@@ -152,26 +197,19 @@ async fn a_reorg_that_removes_an_unconfirmed_event_never_produces_a_webhook() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_come_back() {
     use alloy::providers::Provider;
-    let chain = DevChain::start().await;
-    let db = TestDb::create().await;
-    let mut client = db.connect().await;
-    let rx = WebhookReceiver::ok().await;
-    let merchant = chainsub_api::merchants::find_or_create(&client, DevChain::address(MERCHANT))
-        .await
-        .unwrap();
-    set_url(&mut client, &merchant, &rx.url()).await;
-    let (_stop, _dispatcher) = spawn_dispatcher(&db.url, fast_config("0s,10ms"));
-    let _indexer = spawn_indexer_on(&chain, &db, 1);
-    chainsub_tests::send_as!(
-        DevChain::address(OPERATOR),
-        chain.manager().createPlan(
-            DevChain::address(MERCHANT),
-            U256::from(5 * USDC),
-            B256::repeat_byte(7)
-        )
-    );
-    let plan = U256::from(1u64);
-    let (merchant_wallet, amount) = chain.plan_terms(plan).await;
+    let Scene {
+        chain,
+        db,
+        client,
+        rx,
+        merchant,
+        plan,
+        terms: (merchant_wallet, amount),
+        // Bound, so they live to the end of the test.
+        _dispatcher: _keep_dispatcher,
+        _indexer: _keep_indexer,
+        ..
+    } = Scene::start(1).await;
     let who: Address = DevChain::address(CUSTOMER);
     chain.mint(who, 100 * USDC).await;
     chainsub_tests::send_as!(who, chain.usdc().approve(chain.manager, U256::MAX));
