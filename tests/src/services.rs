@@ -123,6 +123,17 @@ impl Services {
         }
     }
 
+    /// A client of the stack's API, once the API answers its health check.
+    pub async fn api_client(&self) -> crate::merchant::ApiClient {
+        let api = crate::merchant::ApiClient::new(&self.api.url());
+        crate::merchant::wait_for("the API", 60, || async {
+            Ok(api.healthy().await.then_some(()))
+        })
+        .await
+        .expect("the API answers");
+        api
+    }
+
     /// `indexer verify --from START_BLOCK --to <to>` with the same settings: whether it
     /// found no difference, and its output.
     pub fn verify(&self, to: u64) -> (bool, String) {

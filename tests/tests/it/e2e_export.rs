@@ -52,12 +52,7 @@ async fn an_exported_ledger_verifies_against_the_chain_and_every_tampering_is_fo
         chain.mint(w, 1_000 * USDC).await;
     }
     let mut services = Services::start(test_env(&chain, &db, 1));
-    let api = ApiClient::new(&services.api.url());
-    wait_for("the API", 60, || async {
-        Ok(api.healthy().await.then_some(()))
-    })
-    .await
-    .unwrap();
+    let api = services.api_client().await;
     let session = api.sign_in(&dev_key(MERCHANT)).await.unwrap();
     let key = api.create_key(&session).await.unwrap();
     let plan = api.create_plan(&key, "Audit", "4.50").await.unwrap();

@@ -147,12 +147,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
         .await
         .unwrap();
     let mut services = Services::start(test_env(&chain, &db, CONFIRMATIONS));
-    let api = ApiClient::new(&services.api.url());
-    wait_for("the API", 60, || async {
-        Ok(api.healthy().await.then_some(()))
-    })
-    .await
-    .unwrap();
+    let api = services.api_client().await;
 
     // §1: the merchant signs in with its wallet, gets its key, sets its webhook URL.
     let session = api.sign_in(&dev_key(MERCHANT)).await.unwrap();
