@@ -118,7 +118,7 @@ async fn export(
             let indexed = chainsub_store::chain::cursor(&conn, chain_id)
                 .await?
                 .map_or(-1, |c| c.indexed_block);
-            indexed - ctx.cfg.confirmations.max(1) as i64 + 1
+            (indexed - ctx.cfg.confirmations.max(1) as i64 + 1).max(-1)
         }
     };
     // An empty range (toBlock below fromBlock, `to` not after `from`) exports nothing but
