@@ -225,8 +225,9 @@ pub struct Filter<'a> {
 /// `$4`, as a scalar subquery so `chain_events_subscription` serves it as an index condition.
 const SUB_IS: &str = "ce.subscription_id = (SELECT s.onchain_id FROM subscriptions s \
     WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
-const RSUB_IS: &str = "r.subscription_id = (SELECT s.onchain_id FROM subscriptions s \
-    WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
+/// For retractions, the subscription as the removed event served it (its snapshot's id): the
+/// subscription row may be gone with the reorg that removed its creation.
+const RSUB_IS: &str = "r.snapshot->>'id' = $4";
 
 /// The 6 list statements: leading filter (none, type, subscription) x 2 directions. `$3`
 /// type, `$4` subscription public id, `$5`/`$6` block range, `$7`/`$8` time range, `$9`

@@ -310,6 +310,33 @@ async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_co
         );
     }
 
+    // A subscription's retractions are found by its id even though the reorg had removed
+    // the subscription itself (its creation was among the removed events).
+    let pool = chainsub_api::db::pool(&db.url, 1).unwrap();
+    let conn = pool.get().await.unwrap();
+    let sub_id = got[0]["data"]["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sub_id = chainsub_core::SubscriptionId::parse(&sub_id).unwrap();
+    let of_sub = chainsub_store::events::list(
+        &conn,
+        &merchant,
+        chain.anvil.chain_id as i64,
+        &chainsub_store::events::Filter {
+            subscription: Some(&sub_id),
+            ..Default::default()
+        },
+        chainsub_store::Page {
+            limit: 100,
+            key: None,
+            direction: chainsub_store::Direction::Older,
+        },
+    )
+    .await
+    .unwrap()
+    .0;
+    assert_eq!(of_sub.len(), 2, "the two retractions of {sub_id}");
     // The same signed transaction is mined again on the new branch: its events come back
     // with the same ids and are delivered a second time.
     let _: alloy::primitives::B256 = chain
@@ -338,8 +365,6 @@ async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_co
 
     // The events list shows the retractions beside the events (type filter included), and
     // the old rows stay as history, marked retracted.
-    let pool = chainsub_api::db::pool(&db.url, 1).unwrap();
-    let conn = pool.get().await.unwrap();
     let all = chainsub_store::events::list(
         &conn,
         &merchant,
