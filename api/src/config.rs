@@ -112,6 +112,12 @@ pub struct Config {
     /// serialization queues the others). Set 1 when the API shares a small host.
     #[arg(long, env = "API_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
+    /// Request loops of `api serve`, each a single-threaded runtime with its own share of
+    /// the pool, all accepting on the one listening socket; a connection stays on the loop
+    /// that accepted it, so no wake-up crosses threads (see README, "Reads"). Unset: one per
+    /// core. `0`: one multi-threaded runtime of `API_WORKER_THREADS` threads instead.
+    #[arg(long, env = "API_SHARDS")]
+    pub shards: Option<usize>,
     /// Do not run the webhook dispatcher inside `serve` (run `api dispatch` apart instead).
     #[arg(long, env = "NO_DISPATCHER")]
     pub no_dispatcher: bool,

@@ -16,7 +16,7 @@ pub struct AppState {
     pub pool: Pool,
     pub limits: Arc<Limits>,
     /// Sends createPlan; `None` when no RELAYER_PRIVATE_KEY is configured.
-    pub relayer: Option<Relayer>,
+    pub relayer: Option<Arc<Relayer>>,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// Permits for concurrent ledger exports (`LEDGER_EXPORTS_MAX`).
     pub exports: Arc<tokio::sync::Semaphore>,

@@ -128,7 +128,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn serve(cfg: Config) -> anyhow::Result<()> {
     tracing::info!(config = ?cfg, "starting api");
-    let running = chainsub_api::server::start(cfg).await?;
+    let shards = chainsub_api::server::shards(&cfg);
+    let listener = cfg
+        .listen
+        .bind()
+        .map_err(|e| anyhow::anyhow!("listen on {}: {e}", cfg.listen))?;
+    let running = chainsub_api::server::start_sharded(cfg, listener, shards).await?;
     // Scripts and tests read the bound address (API_LISTEN may ask for port 0) from here.
     println!("listening on {}", running.addr);
     if let Some(m) = running.metrics_addr {

@@ -22,14 +22,15 @@ pub struct Running {
     /// The bound `/metrics` address, when `API_METRICS_LISTEN` is set.
     pub metrics_addr: Option<SocketAddr>,
     pub ctx: Ctx,
-    stop: Option<oneshot::Sender<()>>,
+    /// One per request loop: dropping or sending stops that loop's accepting.
+    stops: Vec<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
 
 /// Builds the shared state: pool, limiters, relayer, metrics.
 pub fn build_ctx(cfg: Config) -> Result<Ctx> {
     let pool = crate::db::pool(&cfg.database_url, cfg.database_pool_size)?;
-    let relayer = Relayer::from_config(&cfg)?;
+    let relayer = Relayer::from_config(&cfg)?.map(Arc::new);
     let limits = Limits::new(
         (cfg.rate_limit_key_per_sec, cfg.rate_limit_key_burst),
         (cfg.rate_limit_ip_per_sec, cfg.rate_limit_ip_burst),
@@ -45,6 +46,21 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
     }))
 }
 
+/// The state of one request loop of a sharded server: its own pool of `pool_size`
+/// connections (a pool's connections are driven by tasks of the runtime that made them),
+/// everything else — rate limits, the relayer and its nonces, export permits — shared, so
+/// limits stay per process.
+fn shard_ctx(base: &Ctx, pool_size: usize) -> Result<Ctx> {
+    Ok(Arc::new(AppState {
+        pool: crate::db::pool(&base.cfg.database_url, pool_size)?,
+        limits: base.limits.clone(),
+        relayer: base.relayer.clone(),
+        metrics: base.metrics.clone(),
+        exports: base.exports.clone(),
+        cfg: base.cfg.clone(),
+    }))
+}
+
 /// Binds `cfg.listen`, migrates (unless `--no-migrate`) and serves until
 /// [`Running::shutdown`].
 pub async fn start(cfg: Config) -> Result<Running> {
@@ -56,8 +72,28 @@ pub async fn start(cfg: Config) -> Result<Running> {
 }
 
 /// [`start`] on a socket bound beforehand (a harness that must know the port first; the
-/// `listen` setting is not used).
+/// `listen` setting is not used). Requests run on the calling runtime.
 pub async fn start_on(cfg: Config, listener: std::net::TcpListener) -> Result<Running> {
+    start_sharded(cfg, listener, 0).await
+}
+
+/// The number of request loops `api serve` runs: `API_SHARDS`, by default one per core.
+pub fn shards(cfg: &Config) -> usize {
+    cfg.shards.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
+}
+
+/// [`start_on`] with `shards` request loops, each a single-threaded runtime on a thread of
+/// its own accepting from the same socket (0: requests run on the calling runtime). The
+/// dispatcher, `/metrics` and the limiters' upkeep stay on the calling runtime.
+pub async fn start_sharded(
+    cfg: Config,
+    listener: std::net::TcpListener,
+    shards: usize,
+) -> Result<Running> {
     if !cfg.no_migrate {
         let deadline = std::time::Duration::from_secs(cfg.startup_deadline_secs);
         let applied = crate::db::migrate(&cfg.database_url, deadline).await?;
@@ -73,14 +109,9 @@ pub async fn start_on(cfg: Config, listener: std::net::TcpListener) -> Result<Ru
             tracing::warn!(error = %e, "relayer balance check at start");
         }
     }
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let listener = tokio::net::TcpListener::from_std(listener)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let internal = |e: std::io::Error| ApiError::Internal(e.to_string());
+    listener.set_nonblocking(true).map_err(internal)?;
+    let addr = listener.local_addr().map_err(internal)?;
     let mut metrics_bound = None;
     if let Some(metrics_addr) = ctx.cfg.metrics_listen {
         let l = bind(&metrics_addr)?;
@@ -94,21 +125,86 @@ pub async fn start_on(cfg: Config, listener: std::net::TcpListener) -> Result<Ru
             .run(),
         );
     }
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = warp::serve(app(ctx.clone()))
-        .incoming(listener)
-        .graceful(async move {
-            let _ = stopped.await;
-        });
-    let task = tokio::spawn(server.run());
-    tracing::info!(%addr, "api listening");
+    let mut stops = Vec::new();
+    let task = if shards == 0 {
+        let (stop, stopped) = oneshot::channel::<()>();
+        stops.push(stop);
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(internal)?;
+        let server = warp::serve(app(ctx.clone()))
+            .incoming(listener)
+            .graceful(async move {
+                let _ = stopped.await;
+            });
+        tokio::spawn(server.run())
+    } else {
+        let total = ctx.cfg.database_pool_size.max(shards);
+        let mut done = Vec::new();
+        for i in 0..shards {
+            // The pool split as evenly as it goes: the same number of database sessions
+            // in all as one pool of DATABASE_POOL_SIZE (at least one per loop).
+            let size = total / shards + usize::from(i < total % shards);
+            let shard = shard_ctx(&ctx, size)?;
+            let (stop, stopped) = oneshot::channel::<()>();
+            stops.push(stop);
+            done.push(spawn_loop(
+                i,
+                shard,
+                listener.try_clone().map_err(internal)?,
+                stopped,
+            )?);
+        }
+        tokio::spawn(async move {
+            for d in done {
+                let _ = d.await;
+            }
+        })
+    };
+    tracing::info!(%addr, shards, "api listening");
     Ok(Running {
         addr,
         metrics_addr: metrics_bound,
         ctx,
-        stop: Some(stop),
+        stops,
         task,
     })
+}
+
+/// One request loop: a thread running a single-threaded runtime that serves `listener`
+/// until `stopped`, then drains its connections. The receiver resolves when it is done.
+fn spawn_loop(
+    i: usize,
+    ctx: Ctx,
+    listener: std::net::TcpListener,
+    stopped: oneshot::Receiver<()>,
+) -> Result<oneshot::Receiver<()>> {
+    let (done, finished) = oneshot::channel::<()>();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ApiError::Internal(format!("runtime: {e}")))?;
+    std::thread::Builder::new()
+        .name(format!("api-loop-{i}"))
+        .spawn(move || {
+            rt.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(listener) => {
+                        warp::serve(app(ctx))
+                            .incoming(listener)
+                            .graceful(async move {
+                                let _ = stopped.await;
+                            })
+                            .run()
+                            .await
+                    }
+                    Err(e) => tracing::error!(error = %e, "request loop {i}: listener"),
+                }
+            });
+            // The runtime (its pool connections' tasks) goes before `done` is sent.
+            drop(rt);
+            let _ = done.send(());
+        })
+        .map_err(|e| ApiError::Internal(format!("request loop thread: {e}")))?;
+    Ok(finished)
 }
 
 impl Running {
@@ -119,7 +215,7 @@ impl Running {
 
     /// Stops accepting, lets in-flight requests finish, and returns when done.
     pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
+        for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }
         let _ = (&mut self.task).await;
