@@ -111,7 +111,12 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     )
     .await?;
     let data = rows.iter().map(EventView::listed).collect();
-    Ok(with_rate(Resp::view(&ListView::new(data, more)), &rate))
+    // A listed event is under 1536 bytes of JSON.
+    let size = 256 + rows.len() * 1536;
+    Ok(with_rate(
+        Resp::view_sized(&ListView::new(data, more), size),
+        &rate,
+    ))
 }
 
 async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {

@@ -95,7 +95,12 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     )
     .await?;
     let data = rows.iter().map(SubscriptionView::from).collect();
-    Ok(with_rate(Resp::view(&ListView::new(data, more)), &rate))
+    // A listed subscription is under 1024 bytes of JSON.
+    let size = 256 + rows.len() * 1024;
+    Ok(with_rate(
+        Resp::view_sized(&ListView::new(data, more), size),
+        &rate,
+    ))
 }
 
 async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
