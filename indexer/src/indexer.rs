@@ -33,6 +33,12 @@ pub struct Indexer<S: ?Sized> {
     status: Arc<Status>,
     /// When the idle writer last checked its database connection.
     last_ping: std::time::Instant,
+    /// The database's cursor (the stream's runs one item ahead while backfilling).
+    committed: Cursor,
+    /// The next item, fetched while the previous backfill batch committed (at most one:
+    /// memory stays bounded by two ranges). An error is kept for the step that would have
+    /// used the item.
+    ahead: Option<Result<Item>>,
 }
 
 impl<S: BlockSource + ?Sized> Indexer<S> {
@@ -76,34 +82,43 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
             sink,
             status,
             last_ping: std::time::Instant::now(),
+            committed: cursor,
+            ahead: None,
         })
     }
 
-    /// The stream's cursor (equal to the database's after a successful step).
+    /// The database's cursor after the last successful step.
     pub fn cursor(&self) -> Cursor {
-        self.stream.cursor()
+        self.committed
     }
 
-    /// Pulls one item and commits it.
-    pub async fn step(&mut self) -> Result<Progress> {
+    /// The next item: the one fetched ahead, or a fresh one.
+    async fn pull(&mut self) -> Result<Item> {
+        if let Some(item) = self.ahead.take() {
+            return item;
+        }
         // The writer's session ends on the server after INDEXER_WRITER_IDLE_TIMEOUT_MS
         // without a statement (so a frozen writer is replaced): while the stream waits on the
         // node — a slow range, or a node that is down and retried — keep the session busy.
-        let item = {
-            let next = self.stream.next();
-            tokio::pin!(next);
-            let mut tick =
-                tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
-            loop {
-                tokio::select! {
-                    item = &mut next => break item?,
-                    _ = tick.tick() => {
-                        self.sink.ping().await?;
-                        self.last_ping = std::time::Instant::now();
-                    }
+        let next = self.stream.next();
+        tokio::pin!(next);
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+        loop {
+            tokio::select! {
+                item = &mut next => return item,
+                _ = tick.tick() => {
+                    self.sink.ping().await?;
+                    self.last_ping = std::time::Instant::now();
                 }
             }
-        };
+        }
+    }
+
+    /// Pulls one item and commits it. While backfilling, the next range is fetched from
+    /// the node while this one is written (source and sink overlap instead of taking turns).
+    pub async fn step(&mut self) -> Result<Progress> {
+        let item = self.pull().await?;
         let progress = match item {
             Item::Idle { head } => {
                 if self.status.head() != head {
@@ -119,6 +134,7 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
             }
             Item::Undo { back_to, depth } => {
                 self.sink.undo(back_to).await?;
+                self.committed = back_to;
                 metrics::counter!("indexer_reorgs_total").increment(1);
                 metrics::histogram!("indexer_reorg_depth").record(depth as f64);
                 Progress::Undone { depth }
@@ -140,12 +156,24 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
                         total.enqueued += a.enqueued;
                     }
                 } else {
-                    total = self.sink.apply(&blocks, head, finalized).await?;
+                    // The stream's next item does not depend on this batch being written
+                    // (its cursor and window moved when it produced the batch); if the write
+                    // fails, the session restarts from the database's cursor and the item
+                    // fetched ahead is dropped with it.
+                    let (applied, next) = tokio::join!(
+                        self.sink.apply(&blocks, head, finalized),
+                        self.stream.next()
+                    );
+                    total = applied?;
+                    self.ahead = Some(next);
+                }
+                if let Some(b) = blocks.last() {
+                    self.committed = b.cursor();
                 }
                 Progress::Applied(total)
             }
         };
-        self.status.set_indexed(self.stream.cursor().number);
+        self.status.set_indexed(self.committed.number);
         Ok(progress)
     }
 }

@@ -9,6 +9,7 @@ mod common;
 
 mod lifecycle;
 mod outbox;
+mod pipeline;
 mod process;
 mod reorg;
 mod simulation;

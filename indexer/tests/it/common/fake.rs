@@ -29,6 +29,19 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// A node that always answers right.
+    pub fn none() -> Faults {
+        Faults {
+            error: 0.0,
+            too_large: 0.0,
+            truncate: 0.0,
+            empty: 0.0,
+            stale_hash: 0.0,
+            lagging_head: 0.0,
+            max_range: u64::MAX,
+        }
+    }
+
     /// A hostile node.
     pub fn hostile() -> Faults {
         Faults {

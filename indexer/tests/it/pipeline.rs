@@ -1,0 +1,114 @@
+//! The pipeline's shape: while backfilling, the next range is fetched from the node while
+//! the current one is being written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::fake::{FakeChain, Faults};
+use crate::common::*;
+use alloy::primitives::{Address, B256};
+use async_trait::async_trait;
+use chainsub_indexer::block::{Header, RawLog};
+use chainsub_indexer::indexer::{Indexer, Progress};
+use chainsub_indexer::ops::Status;
+use chainsub_indexer::source::{BlockSource, SourceError};
+use chainsub_indexer::writer;
+use chainsub_tests::TestDb;
+use tokio::sync::mpsc;
+
+/// A node that reports every `eth_getLogs` range it is asked for.
+struct Recording {
+    chain: Arc<FakeChain>,
+    ranges: mpsc::UnboundedSender<(u64, u64)>,
+}
+
+#[async_trait]
+impl BlockSource for Recording {
+    async fn head(&self) -> Result<u64, SourceError> {
+        self.chain.head().await
+    }
+    async fn finalized(&self) -> Result<Option<u64>, SourceError> {
+        self.chain.finalized().await
+    }
+    async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
+        self.chain.headers(from, to).await
+    }
+    async fn logs(&self, from: u64, to: u64) -> Result<Vec<RawLog>, SourceError> {
+        let _ = self.ranges.send((from, to));
+        self.chain.logs(from, to).await
+    }
+    async fn block_logs(&self, number: u64, hash: B256) -> Result<Vec<RawLog>, SourceError> {
+        self.chain.block_logs(number, hash).await
+    }
+}
+
+#[tokio::test]
+async fn backfill_fetches_the_next_range_while_the_current_one_commits() {
+    let contract = Address::repeat_byte(0xcc);
+    let chain = Arc::new(FakeChain::new(11, contract, 120, Faults::none()));
+    let mut cfg = test_config(7777, contract, 1);
+    cfg.fetch.initial_range = 20;
+    cfg.fetch.max_range = 20;
+    let db = TestDb::create().await;
+    let (ranges_tx, mut ranges) = mpsc::unbounded_channel();
+    let source = Arc::new(Recording {
+        chain: chain.clone(),
+        ranges: ranges_tx,
+    });
+    let client = writer::connect(&db.url).await.unwrap();
+    writer::acquire(&client, cfg.chain_id).await.unwrap();
+    let mut ix = Indexer::open(&cfg, source, client, Status::new(cfg.chain_id))
+        .await
+        .unwrap();
+    while ranges.try_recv().is_ok() {}
+
+    // Another session holds the cursor row: the first batch cannot commit.
+    let mut blocker = db.connect().await;
+    let hold = blocker.transaction().await.unwrap();
+    hold.execute("SELECT 1 FROM indexer_cursor FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let step = tokio::spawn(async move {
+        let p = ix.step().await;
+        (ix, p)
+    });
+    let (first_from, first_to) = tokio::time::timeout(Duration::from_secs(30), ranges.recv())
+        .await
+        .expect("the first range is fetched")
+        .unwrap();
+    assert_eq!(first_from, 1);
+    // The next range is asked for while the first batch still waits for the cursor row.
+    let (next_from, _) = tokio::time::timeout(Duration::from_secs(30), ranges.recv())
+        .await
+        .expect("the next range is fetched before the first batch commits")
+        .unwrap();
+    assert_eq!(next_from, first_to + 1);
+    assert!(
+        !step.is_finished(),
+        "the first batch committed while blocked"
+    );
+    let cursor: i64 = hold
+        .query_one("SELECT block_number FROM indexer_cursor", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(cursor < first_from as i64, "nothing is committed yet");
+    hold.rollback().await.unwrap();
+
+    let (mut ix, progress) = step.await.unwrap();
+    assert!(matches!(progress.unwrap(), Progress::Applied(a) if a.blocks as u64 == first_to));
+    assert_eq!(ix.cursor().number, first_to, "the cursor is the database's");
+    for _ in 0..100 {
+        if (ix.cursor().number, ix.cursor().hash) == chain.tip() {
+            break;
+        }
+        ix.step().await.unwrap();
+    }
+    assert_eq!((ix.cursor().number, ix.cursor().hash), chain.tip());
+    let stored: i64 = blocker
+        .query_one("SELECT count(*) FROM chain_events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored as usize, chain.canonical_logs().len());
+}
