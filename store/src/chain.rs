@@ -21,17 +21,35 @@ pub struct ChainRow {
     pub indexed_block: Option<i64>,
 }
 
+columns! {
+    /// Where [`ChainRow`]'s columns are in a result.
+    ChainCols {
+        chain_id,
+        contract,
+        block_number,
+        block_hash,
+        transaction_hash,
+        log_index,
+        indexed_block,
+    }
+}
+
 impl ChainRow {
     /// Reads the standard columns of a row.
     pub(crate) fn from_row(r: &Row) -> Result<ChainRow> {
+        ChainRow::at(r, &ChainCols::of(r.columns())?)
+    }
+
+    /// Reads the standard columns of a row whose positions are known.
+    pub(crate) fn at(r: &Row, c: &ChainCols) -> Result<ChainRow> {
         Ok(ChainRow {
-            chain_id: r.try_get("chain_id")?,
-            contract: address(r.try_get("contract")?)?,
-            block_number: r.try_get("block_number")?,
-            block_hash: b256(r.try_get("block_hash")?)?,
-            transaction_hash: b256(r.try_get("transaction_hash")?)?,
-            log_index: i64::from(r.try_get::<_, i32>("log_index")?),
-            indexed_block: r.try_get("indexed_block")?,
+            chain_id: r.try_get(c.chain_id)?,
+            contract: address(r.try_get(c.contract)?)?,
+            block_number: r.try_get(c.block_number)?,
+            block_hash: b256(r.try_get(c.block_hash)?)?,
+            transaction_hash: b256(r.try_get(c.transaction_hash)?)?,
+            log_index: i64::from(r.try_get::<_, i32>(c.log_index)?),
+            indexed_block: r.try_get(c.indexed_block)?,
         })
     }
 

@@ -71,7 +71,7 @@ pub(crate) async fn fetch<T>(
     text: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     page: Page,
-    typed: fn(tokio_postgres::Row) -> crate::Result<T>,
+    typed: impl FnMut(tokio_postgres::Row) -> crate::Result<T>,
 ) -> crate::Result<(Vec<T>, bool)> {
     let stmt = client.prepare_cached(text).await?;
     let mut rows = client.query(&stmt, params).await?;

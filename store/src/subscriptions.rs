@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use crate::chain::{ChainRow, address, units};
+use crate::chain::{ChainCols, ChainRow, address, units};
 use crate::page::{self, keyset};
 use crate::{Error, MerchantScope, Page, Result};
 
@@ -43,33 +43,78 @@ pub struct SubscriptionRow {
 
 impl SubscriptionRow {
     fn from_row(r: &Row) -> Result<SubscriptionRow> {
+        SubscriptionRow::at(r, &SubCols::of(r.columns())?)
+    }
+
+    /// A row of a result whose column positions are known.
+    fn at(r: &Row, c: &SubCols) -> Result<SubscriptionRow> {
+        let (s, chain) = (&c.sub, &c.chain);
         Ok(SubscriptionRow {
-            id: parse_id(r.try_get("public_id")?)?,
-            onchain_id: r.try_get("onchain_id")?,
-            status: SubscriptionStatus::parse(r.try_get("status")?)
+            id: parse_id(r.try_get(s.public_id)?)?,
+            onchain_id: r.try_get(s.onchain_id)?,
+            status: SubscriptionStatus::parse(r.try_get(s.status)?)
                 .map_err(|e| Error::Inconsistent(e.to_string()))?,
-            cancel_at_period_end: r.try_get("cancel_at_period_end")?,
+            cancel_at_period_end: r.try_get(s.cancel_at_period_end)?,
             plan_id: r
-                .try_get::<_, Option<&str>>("plan_public_id")?
+                .try_get::<_, Option<&str>>(s.plan_public_id)?
                 .and_then(PlanId::parse),
-            plan_onchain_id: r.try_get("plan_onchain_id")?,
+            plan_onchain_id: r.try_get(s.plan_onchain_id)?,
             customer_reference: CustomerReference::of(
-                r.try_get("customer_ref")?,
-                r.try_get::<_, Option<&str>>("customer_external_id")?
+                r.try_get(s.customer_ref)?,
+                r.try_get::<_, Option<&str>>(s.customer_external_id)?
                     .is_some(),
             ),
-            customer_external_id: r.try_get("customer_external_id")?,
-            subscriber: address(r.try_get("subscriber")?)?,
-            amount: units(r.try_get("amount")?),
-            period: r.try_get("period")?,
-            current_period_start: r.try_get("current_period_start")?,
-            current_period_end: r.try_get("current_period_end")?,
-            failed_attempts: r.try_get("failed_attempts")?,
-            next_retry_at: r.try_get("next_retry_at")?,
-            ended_reason: r.try_get("ended_reason")?,
-            created_at: r.try_get("created_at")?,
-            updated_at: r.try_get("updated_at")?,
-            chain: ChainRow::from_row(r)?,
+            customer_external_id: r.try_get(s.customer_external_id)?,
+            subscriber: address(r.try_get(s.subscriber)?)?,
+            amount: units(r.try_get(s.amount)?),
+            period: r.try_get(s.period)?,
+            current_period_start: r.try_get(s.current_period_start)?,
+            current_period_end: r.try_get(s.current_period_end)?,
+            failed_attempts: r.try_get(s.failed_attempts)?,
+            next_retry_at: r.try_get(s.next_retry_at)?,
+            ended_reason: r.try_get(s.ended_reason)?,
+            created_at: r.try_get(s.created_at)?,
+            updated_at: r.try_get(s.updated_at)?,
+            chain: ChainRow::at(r, chain)?,
+        })
+    }
+}
+
+columns! {
+    /// Where [`SubscriptionRow`]'s own columns are in a result.
+    SubscriptionCols {
+        public_id,
+        onchain_id,
+        status,
+        cancel_at_period_end,
+        plan_public_id,
+        plan_onchain_id,
+        customer_ref,
+        customer_external_id,
+        subscriber,
+        amount,
+        period,
+        current_period_start,
+        current_period_end,
+        failed_attempts,
+        next_retry_at,
+        ended_reason,
+        created_at,
+        updated_at,
+    }
+}
+
+/// Where all of [`SubscriptionRow`]'s columns are in a result.
+struct SubCols {
+    sub: SubscriptionCols,
+    chain: ChainCols,
+}
+
+impl SubCols {
+    fn of(columns: &[tokio_postgres::Column]) -> Result<SubCols> {
+        Ok(SubCols {
+            sub: SubscriptionCols::of(columns)?,
+            chain: ChainCols::of(columns)?,
         })
     }
 }
@@ -249,7 +294,16 @@ pub async fn list(
             &page.fetch(),
         ],
         page,
-        |r| SubscriptionRow::from_row(&r),
+        {
+            let mut cols = None;
+            move |r| {
+                let c = match &cols {
+                    Some(c) => c,
+                    None => cols.insert(SubCols::of(r.columns())?),
+                };
+                SubscriptionRow::at(&r, c)
+            }
+        },
     )
     .await
 }

@@ -49,7 +49,41 @@ impl<T> ListView<T> {
 
 /// RFC 3339 UTC with second precision and `Z` (every time the API serves).
 pub fn rfc3339(t: &DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+    let mut buf = [0u8; 20];
+    match rfc3339_into(t, &mut buf) {
+        Some(s) => s.to_owned(),
+        None => t.to_rfc3339_opts(SecondsFormat::Secs, true),
+    }
+}
+
+/// [`rfc3339`] written into `buf` without allocating (a list page writes thousands of
+/// times); `None` for a year outside 0000–9999, which chrono formats instead.
+fn rfc3339_into<'b>(t: &DateTime<Utc>, buf: &'b mut [u8; 20]) -> Option<&'b str> {
+    use chrono::{Datelike, Timelike};
+    let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
+    let two = |buf: &mut [u8; 20], at: usize, v: u32| {
+        buf[at] = b'0' + (v / 10) as u8;
+        buf[at + 1] = b'0' + (v % 10) as u8;
+    };
+    two(buf, 0, year / 100);
+    two(buf, 2, year % 100);
+    buf[4] = b'-';
+    two(buf, 5, t.month());
+    buf[7] = b'-';
+    two(buf, 8, t.day());
+    buf[10] = b'T';
+    two(buf, 11, t.hour());
+    buf[13] = b':';
+    two(buf, 14, t.minute());
+    buf[16] = b':';
+    // A leap second (nanosecond >= 1e9) is :60, as chrono writes it.
+    two(
+        buf,
+        17,
+        t.second() + u32::from(t.nanosecond() >= 1_000_000_000),
+    );
+    buf[19] = b'Z';
+    std::str::from_utf8(&buf[..]).ok()
 }
 
 /// RFC 3339 UTC with milliseconds: webhook delivery times (attempts are seconds apart at
@@ -65,13 +99,17 @@ fn usdc(units: Option<u128>) -> Option<String> {
 
 /// `serialize_with` for times.
 fn time<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&rfc3339(t))
+    let mut buf = [0u8; 20];
+    match rfc3339_into(t, &mut buf) {
+        Some(text) => s.serialize_str(text),
+        None => s.serialize_str(&rfc3339(t)),
+    }
 }
 
 /// `serialize_with` for optional times.
 fn opt_time<S: serde::Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
     match t {
-        Some(t) => s.serialize_str(&rfc3339(t)),
+        Some(t) => time(t, s),
         None => s.serialize_none(),
     }
 }
@@ -131,6 +169,33 @@ mod tests {
         // Twice round, more addresses than are remembered: every answer is still right.
         for a in addrs.iter().chain(addrs.iter()).chain(addrs.iter().rev()) {
             with_checksum(a, |text| assert_eq!(text, a.to_checksum(None)));
+        }
+    }
+
+    #[test]
+    fn times_are_written_as_chrono_writes_them() {
+        let chrono = |t: &DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+        // Every day of a few centuries at a varying time of day, the edges of the 4-digit
+        // years, and chrono's own extremes (which it formats itself).
+        let mut secs: Vec<i64> = (0..150_000i64)
+            .map(|d| -2_208_988_800 + d * 86_400 + (d * 7_919) % 86_400)
+            .collect();
+        secs.extend([
+            0,
+            59,
+            86_399,
+            253_402_300_799,
+            -62_167_219_200,
+            1_700_000_000,
+        ]);
+        for s in secs {
+            let t = DateTime::from_timestamp(s, 0).unwrap();
+            assert_eq!(rfc3339(&t), chrono(&t), "{s}");
+        }
+        let leap = DateTime::from_timestamp(1_483_228_799, 1_500_000_000).unwrap();
+        assert_eq!(rfc3339(&leap), chrono(&leap));
+        for t in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
+            assert_eq!(rfc3339(&t), chrono(&t));
         }
     }
 }
