@@ -104,12 +104,9 @@ pub struct Config {
     /// Do not apply pending migrations at start.
     #[arg(long, env = "NO_MIGRATE")]
     pub no_migrate: bool,
-    /// Threads of the async runtime that serves requests (and the dispatcher inside
-    /// `serve`); unset: one per core. Measured on 2 cores shared with Postgres
-    /// (`bench/api/run`'s data): one thread costs less API CPU per light request (no
-    /// wake-up crosses threads: ~82 against ~103 µs for `/subscriptions?limit=20`, +5 %
-    /// req/s) but serves heavy pages slower (`/events?limit=100`: −13 % req/s, a page's
-    /// serialization queues the others). Set 1 when the API shares a small host.
+    /// Threads of the multi-threaded runtime: it runs the dispatcher inside `serve`,
+    /// `/metrics` and, with `API_SHARDS=0` (and in-process test servers), the requests too.
+    /// Unset: one per core.
     #[arg(long, env = "API_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
     /// Request loops of `api serve`, each a single-threaded runtime with its own share of
