@@ -9,7 +9,7 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
-use crate::chain::ChainRow;
+use crate::chain::{ChainCols, ChainRow};
 use crate::page::{self, keyset};
 use crate::{Error, MerchantScope, Page, Result};
 
@@ -123,56 +123,105 @@ pub struct DeliveryRow {
 
 impl EventRow {
     fn from_row(r: &Row) -> Result<EventRow> {
-        let id: &str = r.try_get("public_id")?;
-        let subscriber: Option<&str> = r.try_get("log_subscriber")?;
+        EventRow::at(r, &EventCols::of(r.columns())?)
+    }
+
+    /// A row of a result whose column positions are known.
+    fn at(r: &Row, cols: &EventCols) -> Result<EventRow> {
+        let c = &cols.event;
+        let id: &str = r.try_get(c.public_id)?;
+        let subscriber: Option<&str> = r.try_get(c.log_subscriber)?;
         let log = LogFacts {
-            amount: r.try_get("log_amount")?,
+            amount: r.try_get(c.log_amount)?,
             subscriber: subscriber.and_then(|a| a.parse().ok()),
-            period: r.try_get("log_period")?,
-            attempt: r.try_get("log_attempt")?,
-            reason: r.try_get("log_reason")?,
-            next_retry_at: r.try_get("log_next_retry_at")?,
+            period: r.try_get(c.log_period)?,
+            attempt: r.try_get(c.log_attempt)?,
+            reason: r.try_get(c.log_reason)?,
+            next_retry_at: r.try_get(c.log_next_retry_at)?,
         };
         let snapshot = r
-            .try_get::<_, Option<Json<SubscriptionSnapshot>>>("snapshot")?
+            .try_get::<_, Option<Json<SubscriptionSnapshot>>>(c.snapshot)?
             .map(|Json(s)| s);
-        let delivery = match r.try_get::<_, Option<&str>>("delivery_status")? {
+        let delivery = match r.try_get::<_, Option<&str>>(c.delivery_status)? {
             None => None,
             Some(status) => Some(DeliveryRow {
                 status: OutboxStatus::parse(status)
                     .map_err(|e| Error::Inconsistent(e.to_string()))?,
-                attempts: r.try_get("delivery_attempts")?,
-                next_attempt_at: r.try_get("delivery_next_attempt_at")?,
-                delivered_at: r.try_get("delivery_delivered_at")?,
-                last_error: r.try_get("delivery_last_error")?,
+                attempts: r.try_get(c.delivery_attempts)?,
+                next_attempt_at: r.try_get(c.delivery_next_attempt_at)?,
+                delivered_at: r.try_get(c.delivery_delivered_at)?,
+                last_error: r.try_get(c.delivery_last_error)?,
             }),
         };
         Ok(EventRow {
             id: EventId::parse(id)
                 .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
-            kind: r.try_get("kind")?,
-            created_at: r.try_get("block_time")?,
-            onchain_subscription_id: r.try_get("subscription_id")?,
+            kind: r.try_get(c.kind)?,
+            created_at: r.try_get(c.block_time)?,
+            onchain_subscription_id: r.try_get(c.subscription_id)?,
             log,
             snapshot,
             plan_id: r
-                .try_get::<_, Option<&str>>("plan_public_id")?
+                .try_get::<_, Option<&str>>(c.plan_public_id)?
                 .and_then(PlanId::parse),
-            chain: ChainRow::from_row(r)?,
+            chain: ChainRow::at(r, &cols.chain)?,
             delivery,
             sequence: r
-                .try_get::<_, Option<i64>>("subscription_sequence")?
+                .try_get::<_, Option<i64>>(c.subscription_sequence)?
                 .filter(|n| *n > 0),
-            retraction: match r.try_get::<_, Option<&str>>("retracted_event_id")? {
+            retraction: match r.try_get::<_, Option<&str>>(c.retracted_event_id)? {
                 None => None,
                 Some(id) => Some(RetractionRow {
                     event_id: EventId::parse(id)
                         .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
-                    kind: r.try_get("retracted_kind")?,
-                    ancestor_block: r.try_get("ancestor_block")?,
-                    ancestor_hash: crate::chain::b256(r.try_get("ancestor_hash")?)?,
+                    kind: r.try_get(c.retracted_kind)?,
+                    ancestor_block: r.try_get(c.ancestor_block)?,
+                    ancestor_hash: crate::chain::b256(r.try_get(c.ancestor_hash)?)?,
                 }),
             },
+        })
+    }
+}
+
+columns! {
+    /// Where [`EventRow`]'s own columns are in a result.
+    EventOwnCols {
+        ancestor_block,
+        ancestor_hash,
+        block_time,
+        delivery_attempts,
+        delivery_delivered_at,
+        delivery_last_error,
+        delivery_next_attempt_at,
+        delivery_status,
+        kind,
+        log_amount,
+        log_attempt,
+        log_next_retry_at,
+        log_period,
+        log_reason,
+        log_subscriber,
+        plan_public_id,
+        public_id,
+        retracted_event_id,
+        retracted_kind,
+        snapshot,
+        subscription_id,
+        subscription_sequence,
+    }
+}
+
+/// Where all of [`EventRow`]'s columns are in a result.
+struct EventCols {
+    event: EventOwnCols,
+    chain: ChainCols,
+}
+
+impl EventCols {
+    fn of(columns: &[tokio_postgres::Column]) -> Result<EventCols> {
+        Ok(EventCols {
+            event: EventOwnCols::of(columns)?,
+            chain: ChainCols::of(columns)?,
         })
     }
 }
@@ -298,7 +347,16 @@ pub async fn list(
             &page.fetch(),
         ],
         page,
-        |r| EventRow::from_row(&r),
+        {
+            let mut cols = None;
+            move |r| {
+                let c = match &cols {
+                    Some(c) => c,
+                    None => cols.insert(EventCols::of(r.columns())?),
+                };
+                EventRow::at(&r, c)
+            }
+        },
     )
     .await
 }
