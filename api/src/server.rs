@@ -154,8 +154,10 @@ pub async fn start_sharded(
             )?);
         }
         tokio::spawn(async move {
-            for d in done {
-                let _ = d.await;
+            // Each loop drains, then its thread ends; shutdown returns after both.
+            for (finished, thread) in done {
+                let _ = finished.await;
+                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
             }
         })
     };
@@ -176,13 +178,13 @@ fn spawn_loop(
     ctx: Ctx,
     listener: std::net::TcpListener,
     stopped: oneshot::Receiver<()>,
-) -> Result<oneshot::Receiver<()>> {
+) -> Result<(oneshot::Receiver<()>, std::thread::JoinHandle<()>)> {
     let (done, finished) = oneshot::channel::<()>();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| ApiError::Internal(format!("runtime: {e}")))?;
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name(format!("api-loop-{i}"))
         .spawn(move || {
             rt.block_on(async move {
@@ -204,7 +206,7 @@ fn spawn_loop(
             let _ = done.send(());
         })
         .map_err(|e| ApiError::Internal(format!("request loop thread: {e}")))?;
-    Ok(finished)
+    Ok((finished, thread))
 }
 
 impl Running {

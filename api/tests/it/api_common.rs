@@ -178,7 +178,9 @@ async fn start_server(db_url: &str, chain: Option<&DevChain>, opts: &Opts) -> Ru
         args.push(chainsub_tests::chain::DEV_KEYS[0].into());
     }
     let cfg = Wrap::parse_from(args).cfg;
-    chainsub_api::server::start_on(cfg, listener)
+    // In-process servers run requests on the test's runtime unless `--shards N` is given.
+    let shards = cfg.shards.unwrap_or(0);
+    chainsub_api::server::start_sharded(cfg, listener, shards)
         .await
         .expect("api starts")
 }

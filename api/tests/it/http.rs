@@ -410,6 +410,48 @@ async fn graceful_shutdown_stops_listening() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
 
+/// The request loops (`API_SHARDS`) of this process: threads named `api-loop-N`.
+fn request_loops() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("api-loop-"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_sharded_server_serves_from_all_its_loops_and_stops_them_all() {
+    let app = spawn(Opts {
+        args: vec!["--shards".into(), "3".into()],
+        ..Opts::default()
+    })
+    .await;
+    // A thread takes its name once it runs.
+    chainsub_tests::wait_until("three request loops", || async { request_loops() == 3 }).await;
+    // Many connections at once (a client each), every one answered by some loop with a
+    // database round trip on that loop's own pool.
+    let url = app.url("/api/v1/health");
+    let answers = futures::future::join_all((0..24).map(|_| {
+        let url = url.clone();
+        async move {
+            reqwest::Client::new()
+                .get(&url)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    }))
+    .await;
+    assert!(answers.iter().all(|s| *s == 200), "{answers:?}");
+    let addr = app.running.addr;
+    let crate::api_common::App { running, .. } = app;
+    running.shutdown().await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    assert_eq!(request_loops(), 0, "every loop's thread ended");
+}
+
 #[tokio::test]
 async fn retry_after_a_forgotten_idempotent_request_resumes_the_same_plan() {
     // A request that ended in a 5xx is dropped from the replay store so the client may retry;
