@@ -21,6 +21,41 @@ pub struct ChainRow {
     pub indexed_block: Option<i64>,
 }
 
+/// Column positions of a row type, found by name in a result's columns (see `columns!`).
+pub(crate) trait Columns: Sized {
+    fn of(columns: &[tokio_postgres::Column]) -> Result<Self>;
+}
+
+/// A row type's own columns and the [`ChainRow`] it carries.
+pub(crate) struct WithChain<C> {
+    pub(crate) own: C,
+    pub(crate) chain: ChainCols,
+}
+
+impl<C: Columns> Columns for WithChain<C> {
+    fn of(columns: &[tokio_postgres::Column]) -> Result<Self> {
+        Ok(WithChain {
+            own: C::of(columns)?,
+            chain: ChainCols::of(columns)?,
+        })
+    }
+}
+
+/// Types each row of a result with `at`, finding the column positions once, from the first
+/// row (every row of a result has the same columns).
+pub(crate) fn typed_by<C: Columns, T>(
+    at: fn(&Row, &C) -> Result<T>,
+) -> impl FnMut(Row) -> Result<T> {
+    let mut cols: Option<C> = None;
+    move |r| {
+        let c = match &cols {
+            Some(c) => c,
+            None => cols.insert(C::of(r.columns())?),
+        };
+        at(&r, c)
+    }
+}
+
 columns! {
     /// Where [`ChainRow`]'s columns are in a result.
     ChainCols {

@@ -9,7 +9,7 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::types::Json;
 
-use crate::chain::{ChainCols, ChainRow};
+use crate::chain::{ChainRow, Columns, WithChain, typed_by};
 use crate::page::{self, keyset};
 use crate::{Error, MerchantScope, Page, Result};
 
@@ -128,7 +128,7 @@ impl EventRow {
 
     /// A row of a result whose column positions are known.
     fn at(r: &Row, cols: &EventCols) -> Result<EventRow> {
-        let c = &cols.event;
+        let c = &cols.own;
         let id: &str = r.try_get(c.public_id)?;
         let subscriber: Option<&str> = r.try_get(c.log_subscriber)?;
         let log = LogFacts {
@@ -212,19 +212,7 @@ columns! {
 }
 
 /// Where all of [`EventRow`]'s columns are in a result.
-struct EventCols {
-    event: EventOwnCols,
-    chain: ChainCols,
-}
-
-impl EventCols {
-    fn of(columns: &[tokio_postgres::Column]) -> Result<EventCols> {
-        Ok(EventCols {
-            event: EventOwnCols::of(columns)?,
-            chain: ChainCols::of(columns)?,
-        })
-    }
-}
+type EventCols = WithChain<EventOwnCols>;
 
 /// Events by public id, for webhook bodies (the outbox rows name them; not merchant-scoped:
 /// the dispatcher acts for the system). Unknown ids are absent.
@@ -347,16 +335,7 @@ pub async fn list(
             &page.fetch(),
         ],
         page,
-        {
-            let mut cols = None;
-            move |r| {
-                let c = match &cols {
-                    Some(c) => c,
-                    None => cols.insert(EventCols::of(r.columns())?),
-                };
-                EventRow::at(&r, c)
-            }
-        },
+        typed_by(EventRow::at),
     )
     .await
 }

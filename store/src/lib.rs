@@ -27,8 +27,8 @@ macro_rules! columns {
             $(pub(crate) $col: usize,)*
         }
 
-        impl $name {
-            pub(crate) fn of(columns: &[tokio_postgres::Column]) -> crate::Result<$name> {
+        impl crate::chain::Columns for $name {
+            fn of(columns: &[tokio_postgres::Column]) -> crate::Result<$name> {
                 let find = |name: &str| {
                     columns
                         .iter()

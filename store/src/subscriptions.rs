@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use crate::chain::{ChainCols, ChainRow, address, units};
+use crate::chain::{ChainRow, Columns, WithChain, address, typed_by, units};
 use crate::page::{self, keyset};
 use crate::{Error, MerchantScope, Page, Result};
 
@@ -48,7 +48,7 @@ impl SubscriptionRow {
 
     /// A row of a result whose column positions are known.
     fn at(r: &Row, c: &SubCols) -> Result<SubscriptionRow> {
-        let (s, chain) = (&c.sub, &c.chain);
+        let (s, chain) = (&c.own, &c.chain);
         Ok(SubscriptionRow {
             id: parse_id(r.try_get(s.public_id)?)?,
             onchain_id: r.try_get(s.onchain_id)?,
@@ -105,19 +105,7 @@ columns! {
 }
 
 /// Where all of [`SubscriptionRow`]'s columns are in a result.
-struct SubCols {
-    sub: SubscriptionCols,
-    chain: ChainCols,
-}
-
-impl SubCols {
-    fn of(columns: &[tokio_postgres::Column]) -> Result<SubCols> {
-        Ok(SubCols {
-            sub: SubscriptionCols::of(columns)?,
-            chain: ChainCols::of(columns)?,
-        })
-    }
-}
+type SubCols = WithChain<SubscriptionCols>;
 
 /// What a subscription's on-chain `customerRef` resolved to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,16 +282,7 @@ pub async fn list(
             &page.fetch(),
         ],
         page,
-        {
-            let mut cols = None;
-            move |r| {
-                let c = match &cols {
-                    Some(c) => c,
-                    None => cols.insert(SubCols::of(r.columns())?),
-                };
-                SubscriptionRow::at(&r, c)
-            }
-        },
+        typed_by(SubscriptionRow::at),
     )
     .await
 }
