@@ -112,7 +112,7 @@ pub struct Config {
     /// Request loops of `api serve`, each a single-threaded runtime with its own share of
     /// the pool, all accepting on the one listening socket; a connection stays on the loop
     /// that accepted it, so no wake-up crosses threads (see README, "Reads"). Unset: one per
-    /// core. `0`: one multi-threaded runtime of `API_WORKER_THREADS` threads instead.
+    /// core, but no more than leaves each loop 4 of `DATABASE_POOL_SIZE`'s connections. `0`: one multi-threaded runtime of `API_WORKER_THREADS` threads instead.
     #[arg(long, env = "API_SHARDS")]
     pub shards: Option<usize>,
     /// Do not run the webhook dispatcher inside `serve` (run `api dispatch` apart instead).

@@ -77,12 +77,18 @@ pub async fn start_on(cfg: Config, listener: std::net::TcpListener) -> Result<Ru
     start_sharded(cfg, listener, 0).await
 }
 
-/// The number of request loops `api serve` runs: `API_SHARDS`, by default one per core.
+/// Pool connections each request loop gets at least, by default: a ledger export holds one
+/// for its whole stream, and the loop's other requests must not queue behind it.
+const MIN_POOL_PER_LOOP: usize = 4;
+
+/// The number of request loops `api serve` runs: `API_SHARDS`, by default one per core but
+/// no more than leaves each loop [`MIN_POOL_PER_LOOP`] connections of `DATABASE_POOL_SIZE`.
 pub fn shards(cfg: &Config) -> usize {
     cfg.shards.unwrap_or_else(|| {
-        std::thread::available_parallelism()
+        let cores = std::thread::available_parallelism()
             .map(|n| n.get())
-            .unwrap_or(1)
+            .unwrap_or(1);
+        cores.min((cfg.database_pool_size / MIN_POOL_PER_LOOP).max(1))
     })
 }
 

@@ -160,12 +160,40 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
                     // (its cursor and window moved when it produced the batch); if the write
                     // fails, the session restarts from the database's cursor and the item
                     // fetched ahead is dropped with it.
-                    let (applied, next) = tokio::join!(
-                        self.sink.apply(&blocks, head, finalized),
-                        self.stream.next()
-                    );
+                    let next = self.stream.next();
+                    tokio::pin!(next);
+                    let mut fetched = None;
+                    let applied = {
+                        let apply = self.sink.apply(&blocks, head, finalized);
+                        tokio::pin!(apply);
+                        loop {
+                            tokio::select! {
+                                a = &mut apply => break a,
+                                n = &mut next, if fetched.is_none() => fetched = Some(n),
+                            }
+                        }
+                    };
                     total = applied?;
-                    self.ahead = Some(next);
+                    self.ahead = Some(match fetched {
+                        Some(n) => n,
+                        // Committed; the node is still answering: keep the writer's session
+                        // busy meanwhile, as `pull` does.
+                        None => {
+                            let mut tick = tokio::time::interval_at(
+                                tokio::time::Instant::now() + PING_EVERY,
+                                PING_EVERY,
+                            );
+                            loop {
+                                tokio::select! {
+                                    n = &mut next => break n,
+                                    _ = tick.tick() => {
+                                        self.sink.ping().await?;
+                                        self.last_ping = std::time::Instant::now();
+                                    }
+                                }
+                            }
+                        }
+                    });
                 }
                 if let Some(b) = blocks.last() {
                     self.committed = b.cursor();

@@ -88,7 +88,9 @@ async fn session<S: BlockSource + ?Sized>(
                 return match tokio::time::timeout(SHUTDOWN_GRACE, &mut step).await {
                     Ok(r) => r.map(|_| tracing::info!("finished the step in flight; stopping")),
                     Err(_) => {
-                        tracing::info!("step in flight rolled back; stopping");
+                        // Either its batch had not committed (rolled back with the
+                        // connection) or only the fetch of the next range was left.
+                        tracing::info!("step in flight dropped (an uncommitted batch rolls back); stopping");
                         Ok(())
                     }
                 };
