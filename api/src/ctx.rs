@@ -11,6 +11,7 @@ use crate::db::Pool;
 use crate::http::ratelimit::Limits;
 
 /// Everything a handler needs.
+#[derive(Clone)]
 pub struct AppState {
     pub cfg: Config,
     pub pool: Pool,

@@ -53,11 +53,7 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
 fn shard_ctx(base: &Ctx, pool_size: usize) -> Result<Ctx> {
     Ok(Arc::new(AppState {
         pool: crate::db::pool(&base.cfg.database_url, pool_size)?,
-        limits: base.limits.clone(),
-        relayer: base.relayer.clone(),
-        metrics: base.metrics.clone(),
-        exports: base.exports.clone(),
-        cfg: base.cfg.clone(),
+        ..AppState::clone(base)
     }))
 }
 

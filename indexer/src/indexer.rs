@@ -97,22 +97,9 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
         if let Some(item) = self.ahead.take() {
             return item;
         }
-        // The writer's session ends on the server after INDEXER_WRITER_IDLE_TIMEOUT_MS
-        // without a statement (so a frozen writer is replaced): while the stream waits on the
-        // node — a slow range, or a node that is down and retried — keep the session busy.
         let next = self.stream.next();
         tokio::pin!(next);
-        let mut tick =
-            tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
-        loop {
-            tokio::select! {
-                item = &mut next => return item,
-                _ = tick.tick() => {
-                    self.sink.ping().await?;
-                    self.last_ping = std::time::Instant::now();
-                }
-            }
-        }
+        pinging(&self.sink, &mut self.last_ping, next).await?
     }
 
     /// Pulls one item and commits it. While backfilling, the next range is fetched from
@@ -178,21 +165,7 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
                         Some(n) => n,
                         // Committed; the node is still answering: keep the writer's session
                         // busy meanwhile, as `pull` does.
-                        None => {
-                            let mut tick = tokio::time::interval_at(
-                                tokio::time::Instant::now() + PING_EVERY,
-                                PING_EVERY,
-                            );
-                            loop {
-                                tokio::select! {
-                                    n = &mut next => break n,
-                                    _ = tick.tick() => {
-                                        self.sink.ping().await?;
-                                        self.last_ping = std::time::Instant::now();
-                                    }
-                                }
-                            }
-                        }
+                        None => pinging(&self.sink, &mut self.last_ping, next).await?,
                     });
                 }
                 if let Some(b) = blocks.last() {
@@ -203,5 +176,26 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
         };
         self.status.set_indexed(self.committed.number);
         Ok(progress)
+    }
+}
+
+/// Waits for `next` while keeping the writer's session busy: the server ends it after
+/// INDEXER_WRITER_IDLE_TIMEOUT_MS without a statement (so a frozen writer is replaced), and a
+/// slow range or a node that is down and retried must not look like that. The outer error is
+/// the database's (a failed ping), the inner one the item's.
+async fn pinging(
+    sink: &Sink,
+    last_ping: &mut std::time::Instant,
+    mut next: std::pin::Pin<&mut impl std::future::Future<Output = Result<Item>>>,
+) -> Result<Result<Item>> {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    loop {
+        tokio::select! {
+            item = &mut next => return Ok(item),
+            _ = tick.tick() => {
+                sink.ping().await?;
+                *last_ping = std::time::Instant::now();
+            }
+        }
     }
 }
