@@ -15,7 +15,8 @@ interface IERC20 {
 /// per period) and reverts when the plan differs; plan references are scoped per merchant,
 /// so nobody can take another merchant's reference; a failed pull that is not the
 /// subscriber's fault does not count toward the grace attempts; plans can be deactivated;
-/// the operator is handed over in two steps.
+/// the operator is handed over in two steps. `chargeMany` (issue 13) renews many
+/// subscriptions in one transaction, each exactly as `charge` would.
 ///
 /// Lifecycle (DESIGN §3):
 ///   subscribe            -> Active (first period charged at once)
@@ -314,45 +315,24 @@ contract SubscriptionManager {
     /// ended. A cancel-at-period-end subscription is ended; otherwise the next period is
     /// pulled. A failed pull does not revert: it is recorded and `PaymentFailed` is emitted.
     function charge(uint256 subscriptionId) external nonReentrant {
-        Subscription storage s = _live(subscriptionId);
-        uint64 dueAt = nextAttemptAt(subscriptionId);
-        if (block.timestamp < dueAt) revert NotDue(dueAt);
+        _charge(subscriptionId, true);
+    }
 
-        if (s.cancelAtPeriodEnd) {
-            _end(subscriptionId, s, EndReason.CancelAtPeriodEnd);
-            return;
+    /// Charges many subscriptions in one transaction (the keeper's renewals, issue 13): each
+    /// id is processed exactly as `charge(id)` processes it — the same state change and the
+    /// same events, a failed pull recorded as `PaymentFailed` — except that an id `charge`
+    /// would refuse (unknown, not live, not due yet; also an id repeated in the list) is
+    /// skipped instead of reverting, so no id can revert the others. An id was acted on iff
+    /// the transaction carries a `SubscriptionCharged`, `PaymentFailed` or
+    /// `SubscriptionEnded` for it. Returns the number of ids acted on.
+    function chargeMany(uint256[] calldata subscriptionIds) external nonReentrant returns (uint256 acted) {
+        uint256 n = subscriptionIds.length;
+        for (uint256 i; i < n;) {
+            if (_charge(subscriptionIds[i], false)) acted++;
+            unchecked {
+                ++i;
+            }
         }
-
-        uint8 attempt = s.failedAttempts + 1;
-        FailureReason reason = _pull(s.subscriber, s.merchant, s.amount);
-        if (reason == FailureReason.None) {
-            uint32 period = s.period + 1;
-            uint64 start = s.periodEnd;
-            uint64 end = addMonths(s.anchor, period);
-            s.period = period;
-            s.periodStart = start;
-            s.periodEnd = end;
-            s.failedAttempts = 0;
-            s.lastFailureAt = 0;
-            s.status = Status.Active;
-            emit SubscriptionCharged(
-                subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, period, start, end, attempt
-            );
-            return;
-        }
-
-        // Not the subscriber's fault (allowance and balance sufficed): wait, but do not count.
-        bool counted = reason != FailureReason.TransferFailed;
-        if (!counted) attempt = s.failedAttempts;
-        s.failedAttempts = attempt;
-        s.lastFailureAt = uint64(block.timestamp);
-        s.status = Status.PastDue;
-        bool exhausted = counted && attempt >= MAX_PAYMENT_ATTEMPTS;
-        uint64 nextRetryAt = exhausted ? 0 : uint64(block.timestamp) + RETRY_INTERVAL;
-        emit PaymentFailed(
-            subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, s.period + 1, attempt, reason, nextRetryAt
-        );
-        if (exhausted) _end(subscriptionId, s, EndReason.PaymentFailed);
     }
 
     /// Marks the subscription to end when the current period is over. Subscriber or merchant.
@@ -409,6 +389,60 @@ contract SubscriptionManager {
         s = _subscriptions[subscriptionId];
         if (s.status == Status.None) revert UnknownSubscription(subscriptionId);
         if (s.status != Status.Active && s.status != Status.PastDue) revert NotLive(subscriptionId);
+    }
+
+    /// `charge` of one id. `strict`: revert when the id cannot be charged now (`charge`);
+    /// otherwise return false and change nothing (`chargeMany`). True when it acted.
+    function _charge(uint256 subscriptionId, bool strict) private returns (bool) {
+        Subscription storage s = _subscriptions[subscriptionId];
+        Status status = s.status;
+        if (status != Status.Active && status != Status.PastDue) {
+            if (!strict) return false;
+            if (status == Status.None) revert UnknownSubscription(subscriptionId);
+            revert NotLive(subscriptionId);
+        }
+        uint64 dueAt = nextAttemptAt(subscriptionId);
+        if (block.timestamp < dueAt) {
+            if (!strict) return false;
+            revert NotDue(dueAt);
+        }
+
+        if (s.cancelAtPeriodEnd) {
+            _end(subscriptionId, s, EndReason.CancelAtPeriodEnd);
+            return true;
+        }
+
+        uint8 attempt = s.failedAttempts + 1;
+        FailureReason reason = _pull(s.subscriber, s.merchant, s.amount);
+        if (reason == FailureReason.None) {
+            uint32 period = s.period + 1;
+            uint64 start = s.periodEnd;
+            uint64 end = addMonths(s.anchor, period);
+            s.period = period;
+            s.periodStart = start;
+            s.periodEnd = end;
+            s.failedAttempts = 0;
+            s.lastFailureAt = 0;
+            s.status = Status.Active;
+            emit SubscriptionCharged(
+                subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, period, start, end, attempt
+            );
+            return true;
+        }
+
+        // Not the subscriber's fault (allowance and balance sufficed): wait, but do not count.
+        bool counted = reason != FailureReason.TransferFailed;
+        if (!counted) attempt = s.failedAttempts;
+        s.failedAttempts = attempt;
+        s.lastFailureAt = uint64(block.timestamp);
+        s.status = Status.PastDue;
+        bool exhausted = counted && attempt >= MAX_PAYMENT_ATTEMPTS;
+        uint64 nextRetryAt = exhausted ? 0 : uint64(block.timestamp) + RETRY_INTERVAL;
+        emit PaymentFailed(
+            subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, s.period + 1, attempt, reason, nextRetryAt
+        );
+        if (exhausted) _end(subscriptionId, s, EndReason.PaymentFailed);
+        return true;
     }
 
     function _end(uint256 subscriptionId, Subscription storage s, EndReason reason) private {

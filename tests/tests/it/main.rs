@@ -16,6 +16,7 @@ mod browser_support;
 mod artifacts;
 mod browser;
 mod browser_pages;
+mod contract_batch;
 mod contract_calendar;
 mod contract_cancel;
 mod contract_charges;
