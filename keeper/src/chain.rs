@@ -97,11 +97,18 @@ impl Chain {
         Ok(self.provider.get_block_number().await?)
     }
 
-    fn charge_request(&self, subscription_id: u64) -> TransactionRequest {
-        let input = SubscriptionManager::chargeCall {
-            subscriptionId: U256::from(subscription_id),
-        }
-        .abi_encode();
+    /// `charge(id)` for one subscription, `chargeMany(ids)` for more.
+    fn charge_request(&self, subscription_ids: &[u64]) -> TransactionRequest {
+        let input = match subscription_ids {
+            [one] => SubscriptionManager::chargeCall {
+                subscriptionId: U256::from(*one),
+            }
+            .abi_encode(),
+            many => SubscriptionManager::chargeManyCall {
+                subscriptionIds: many.iter().map(|&id| U256::from(id)).collect(),
+            }
+            .abi_encode(),
+        };
         TransactionRequest::default()
             .with_from(self.keeper)
             .with_to(self.manager)
@@ -115,7 +122,7 @@ impl Chain {
         // kept unique by the journal, not by this check.
         match self
             .sender
-            .estimate(self.charge_request(subscription_id))
+            .estimate(self.charge_request(&[subscription_id]))
             .await
         {
             // The caller adds headroom: the estimate is against the latest block.
@@ -125,6 +132,15 @@ impl Chain {
                 None => Err(e.into()),
             },
         }
+    }
+
+    /// Estimates `chargeMany(ids)` (which skips rather than reverts, so only a transport
+    /// failure or an unexpected revert is an error).
+    pub async fn estimate_many(&self, subscription_ids: &[u64]) -> Result<u64> {
+        Ok(self
+            .sender
+            .estimate(self.charge_request(subscription_ids))
+            .await?)
     }
 
     /// The subscriber's token balance and allowance toward SubscriptionManager.
@@ -148,10 +164,10 @@ impl Chain {
         Ok(self.sender.fees(None).await?)
     }
 
-    /// Signs `charge(id)` with the given nonce, gas and fees.
+    /// Signs `charge(id)` (one id) or `chargeMany(ids)` with the given nonce, gas and fees.
     pub async fn sign(
         &self,
-        subscription_id: u64,
+        subscription_ids: &[u64],
         nonce: u64,
         gas_limit: u64,
         max_fee_per_gas: u128,
@@ -160,7 +176,7 @@ impl Chain {
         Ok(self
             .sender
             .sign(
-                self.charge_request(subscription_id),
+                self.charge_request(subscription_ids),
                 nonce,
                 gas_limit,
                 max_fee_per_gas,
@@ -175,9 +191,19 @@ impl Chain {
         Ok(self.sender.broadcast(raw).await?)
     }
 
-    /// The receipt of `hash`, if mined.
-    pub async fn receipt(&self, hash: B256) -> Result<Option<Outcome>> {
-        Ok(self.sender.receipt(hash).await?)
+    /// The receipt of `hash`, if mined, with the subscriptions the transaction acted on: the
+    /// ids its `SubscriptionCharged`, `PaymentFailed` and `SubscriptionEnded` events name
+    /// (`chargeMany` skips an id it cannot charge; `charge` reverts instead).
+    pub async fn receipt(&self, hash: B256) -> Result<Option<(Outcome, Vec<u64>)>> {
+        let Some((out, logs)) = self.sender.receipt_with_logs(hash).await? else {
+            return Ok(None);
+        };
+        let acted = logs
+            .iter()
+            .filter(|l| l.address() == self.manager)
+            .filter_map(|l| acted_on(l.topics()))
+            .collect();
+        Ok(Some((out, acted)))
     }
 
     /// The keeper's next nonce counting transactions in the node's pool.
@@ -194,6 +220,18 @@ impl Chain {
     pub async fn keeper_balance(&self) -> Result<U256> {
         Ok(self.sender.balance().await?)
     }
+}
+
+/// The subscription a manager log says was charged, failed or ended (its first indexed
+/// topic), if it is one of those events.
+fn acted_on(topics: &[B256]) -> Option<u64> {
+    use alloy::sol_types::SolEvent;
+    let sig = *topics.first()?;
+    let acted = sig == SubscriptionManager::SubscriptionCharged::SIGNATURE_HASH
+        || sig == SubscriptionManager::PaymentFailed::SIGNATURE_HASH
+        || sig == SubscriptionManager::SubscriptionEnded::SIGNATURE_HASH;
+    let id = U256::from_be_bytes(topics.get(1)?.0);
+    acted.then(|| u64::try_from(id).ok()).flatten()
 }
 
 fn classify_revert(e: &TransportError) -> Option<Skip> {

@@ -142,6 +142,13 @@ pub struct Config {
     /// re-broadcast if a reorg removed it).
     #[arg(long, env = "KEEPER_REORG_DEPTH", default_value_t = 64)]
     pub reorg_depth: u64,
+    /// Renewals per transaction: up to this many due steps go out as one
+    /// `chargeMany(ids)` (each id charged exactly as `charge(id)` would; an id the contract
+    /// cannot charge any more is skipped, never reverting the others), which costs less gas
+    /// per renewal than one `charge` each (README, "Gas"). 1: one `charge(id)` per step. A
+    /// step that reverted on chain is always retried alone.
+    #[arg(long, env = "KEEPER_CHARGES_PER_TX", default_value_t = 25)]
+    pub charges_per_tx: usize,
     /// Due subscriptions read per pass.
     #[arg(long, env = "KEEPER_BATCH_SIZE", default_value_t = 200)]
     pub batch_size: i64,
@@ -184,6 +191,9 @@ impl Config {
         }
         if self.fee_bump_percent < 10 {
             return Err("KEEPER_FEE_BUMP_PERCENT must be at least 10 (nodes refuse less)".into());
+        }
+        if self.charges_per_tx == 0 || self.charges_per_tx > 200 {
+            return Err("KEEPER_CHARGES_PER_TX must be between 1 and 200".into());
         }
         if self.batch_size < 1 {
             return Err("KEEPER_BATCH_SIZE must be at least 1".into());

@@ -1,5 +1,6 @@
 //! The renewal keeper (DESIGN §8): finds due subscriptions in the index and sends
-//! `SubscriptionManager.charge(id)` with its own key.
+//! `SubscriptionManager.chargeMany(ids)` — up to `--charges-per-tx` renewals per
+//! transaction, `charge(id)` for a lone one — with its own key.
 //!
 //! How it stays safe:
 //! - **Due by chain time.** "Due" compares the latest block's timestamp (never the wall
@@ -9,14 +10,19 @@
 //!   index may lag the chain) is skipped, not sent.
 //! - **One send per step, also across restarts.** A step is (subscription, period being
 //!   charged, attempt) — attempt 0 is the end of a cancel-at-period-end subscription. The
-//!   keeper signs locally, commits the step with its nonce and signed bytes to `keeper_steps`
-//!   / `keeper_txs` (unique on the step) and only then broadcasts. A restarted keeper
+//!   keeper signs locally, commits the steps of a transaction with its nonce and signed bytes
+//!   to `keeper_steps` / `keeper_txs` (unique on the step; the transaction names every step
+//!   it carries) and only then broadcasts. A restarted keeper
 //!   resumes open rows: a receipt closes them, a transaction that never reached the node is
 //!   re-broadcast byte for byte, and one stuck past `--replace-after-ms` is replaced with the
 //!   SAME nonce and a higher fee, so at most one of its transactions can ever be mined.
 //! - **Reorgs.** A step closed within `--reorg-depth` blocks of the head is re-checked each
 //!   pass; if a reorg removed its transaction, the step reopens and the same journaled bytes
 //!   (same nonce) are re-broadcast.
+//! - **Batches.** The receipt decides each step of a `chargeMany` on its own: acted on (an
+//!   event of the contract names the id) or skipped by the contract (no longer due or live
+//!   when mined; closed without a tx hash, so it is taken up again while due). A step that
+//!   reverted on chain is retried alone.
 //! - **Reverted on chain.** A charge that passed its preflight and still reverted (state
 //!   changed before it was mined, too little gas) is sent again after a backoff, with a new
 //!   nonce and 50% more gas, up to `--max-revert-retries` times; then the step is abandoned

@@ -5,7 +5,7 @@ use super::Keeper;
 use super::chain::Broadcast;
 use super::error::Result;
 use super::telemetry::names;
-use chainsub_store::keeper::{OpenStep, TxRow};
+use chainsub_store::keeper::{OpenSend, TxRow};
 
 /// `fee` raised by `percent`, rounded up (nodes compare with >=).
 fn bump(fee: u128, percent: u32) -> u128 {
@@ -35,19 +35,19 @@ pub(super) fn replacement_fees(
 }
 
 impl Keeper {
-    /// Walks every open step of this keeper, oldest nonce first.
+    /// Walks every send in flight of this keeper, oldest nonce first.
     pub(super) async fn reconcile(&self) -> Result<()> {
         self.recheck_recent().await?;
-        let steps = self.store.open_steps().await?;
+        let sends = self.store.open_sends().await?;
         let mut mined_nonce = None;
-        for step in &steps {
-            self.reconcile_step(step, &mut mined_nonce).await?;
+        for send in &sends {
+            self.reconcile_send(send, &mut mined_nonce).await?;
         }
         Ok(())
     }
 
-    /// Steps closed within `--reorg-depth` blocks of the head are checked again: if a reorg
-    /// removed their transaction, the step reopens and the same signed bytes (same nonce)
+    /// Transactions that closed steps within `--reorg-depth` blocks of the head are checked
+    /// again: if a reorg removed one, its steps reopen and the same signed bytes (same nonce)
     /// go out again. Never a new transaction for a step that may still come back.
     async fn recheck_recent(&self) -> Result<()> {
         let head = self.chain.head().await?;
@@ -55,48 +55,49 @@ impl Keeper {
             .store
             .recently_closed(head.saturating_sub(self.cfg.reorg_depth))
             .await?;
-        for (step_id, tx_id, hash, block) in recent {
+        for (tx_id, hash, block) in recent {
             match self.chain.receipt(hash).await? {
-                Some(out) if out.block_number == block => {}
-                Some(out) => self.store.move_block(step_id, out.block_number).await?,
+                Some((out, _)) if out.block_number == block => {}
+                Some((out, _)) => self.store.move_block(hash, out.block_number).await?,
                 None => {
                     metrics::counter!(names::REORGED).increment(1);
-                    tracing::warn!(step_id, tx = %hash, block, "keeper transaction reorged out; re-broadcasting it");
-                    self.store.reopen(step_id, tx_id).await?;
+                    tracing::warn!(tx_id, tx = %hash, block, "keeper transaction reorged out; re-broadcasting it");
+                    self.store.reopen(tx_id).await?;
                 }
             }
         }
         Ok(())
     }
 
-    async fn reconcile_step(&self, step: &OpenStep, mined_nonce: &mut Option<u64>) -> Result<()> {
-        if self.record_receipt(step).await? {
+    async fn reconcile_send(&self, send: &OpenSend, mined_nonce: &mut Option<u64>) -> Result<()> {
+        if self.record_receipt(send).await? {
             return Ok(());
         }
         let mined = match *mined_nonce {
             Some(n) => n,
             None => *mined_nonce.insert(self.chain.mined_nonce().await?),
         };
-        if mined > step.nonce {
+        if mined > send.nonce {
             // The nonce is used. One of ours may have been mined between the two reads.
-            if self.record_receipt(step).await? {
+            if self.record_receipt(send).await? {
                 return Ok(());
             }
             tracing::error!(
-                step_id = step.id,
-                nonce = step.nonce,
+                steps = ?send.step_ids(),
+                nonce = send.nonce,
                 "nonce used by a transaction the keeper did not journal"
             );
             return self
                 .store
-                .fail_step(
-                    step.id,
+                .fail_send(
+                    &send.step_ids(),
+                    send.nonce,
                     "nonce used by a transaction the keeper did not journal",
                 )
                 .await
                 .map_err(Into::into);
         }
-        let Some(latest) = step
+        let Some(latest) = send
             .txs
             .iter()
             .rev()
@@ -105,48 +106,57 @@ impl Keeper {
             *self.nonce.lock().await = None;
             return self
                 .store
-                .fail_step(step.id, "no transaction of this step is in a pool")
+                .fail_send(
+                    &send.step_ids(),
+                    send.nonce,
+                    "no transaction of this send is in a pool",
+                )
                 .await
                 .map_err(Into::into);
         };
         if latest.status == "pending" {
-            return self.rebroadcast(step, latest).await;
+            return self.rebroadcast(send, latest).await;
         }
         if latest.sent_age_ms.unwrap_or(0) < self.cfg.replace_after_ms as i64 {
             return Ok(());
         }
-        if step.txs.len() > self.cfg.max_replacements as usize {
+        if send.txs.len() > self.cfg.max_replacements as usize {
             // Out of replacements: keep the last one in the pools and wait.
-            return self.rebroadcast(step, latest).await;
+            return self.rebroadcast(send, latest).await;
         }
-        self.replace(step, latest).await
+        self.replace(send, latest).await
     }
 
-    /// Records a receipt of any transaction of the step; true when the step is now closed.
-    async fn record_receipt(&self, step: &OpenStep) -> Result<bool> {
-        for tx in step.txs.iter().rev() {
-            if let Some(out) = self.chain.receipt(tx.tx.hash).await? {
+    /// Records a receipt of any transaction of the send; true when its steps are now closed.
+    async fn record_receipt(&self, send: &OpenSend) -> Result<bool> {
+        for tx in send.txs.iter().rev() {
+            if let Some((out, acted)) = self.chain.receipt(tx.tx.hash).await? {
                 let backoff = std::time::Duration::from_millis(self.cfg.revert_backoff_ms);
-                let reverts = self.store.finish(step.id, tx.id, &out, backoff).await?;
+                let reverts = self.store.finish(tx.id, &out, &acted, backoff).await?;
                 let result = if out.success { "mined" } else { "reverted" };
                 metrics::counter!(names::RECEIPTS, "result" => result).increment(1);
-                if out.success {
-                    tracing::info!(subscription = step.subscription_id, period = step.period, attempt = step.attempt, tx = %tx.tx.hash, block = out.block_number, "charge mined");
-                } else if reverts as u32 > self.cfg.max_revert_retries {
-                    metrics::counter!(names::ABANDONED).increment(1);
-                    tracing::error!(
-                        subscription = step.subscription_id, period = step.period,
-                        attempt = step.attempt, tx = %tx.tx.hash, reverts,
-                        "charge reverted on chain again; retries used up, step ABANDONED: this \
-                         subscription is not renewed until an operator acts"
-                    );
-                } else {
-                    tracing::warn!(
-                        subscription = step.subscription_id, period = step.period,
-                        attempt = step.attempt, tx = %tx.tx.hash, reverts,
-                        retries_left = self.cfg.max_revert_retries - reverts as u32 + 1,
-                        "charge reverted on chain; it will be sent again after a backoff"
-                    );
+                for step in &send.steps {
+                    let (sub, period, attempt) = (step.subscription_id, step.period, step.attempt);
+                    if out.success && acted.contains(&sub) {
+                        tracing::info!(subscription = sub, period, attempt, tx = %tx.tx.hash, block = out.block_number, "charge mined");
+                    } else if out.success {
+                        metrics::counter!(names::SKIPPED, "reason" => "skipped_on_chain")
+                            .increment(1);
+                        tracing::info!(subscription = sub, period, attempt, tx = %tx.tx.hash, "chargeMany skipped it (no longer due or live when mined); taken up again if still due");
+                    } else if reverts as u32 > self.cfg.max_revert_retries {
+                        metrics::counter!(names::ABANDONED).increment(1);
+                        tracing::error!(
+                            subscription = sub, period, attempt, tx = %tx.tx.hash, reverts,
+                            "charge reverted on chain again; retries used up, step ABANDONED: this \
+                             subscription is not renewed until an operator acts"
+                        );
+                    } else {
+                        tracing::warn!(
+                            subscription = sub, period, attempt, tx = %tx.tx.hash, reverts,
+                            retries_left = self.cfg.max_revert_retries - reverts as u32 + 1,
+                            "charge reverted on chain; it will be sent again after a backoff"
+                        );
+                    }
                 }
                 return Ok(true);
             }
@@ -156,19 +166,19 @@ impl Keeper {
 
     /// Sends the journaled bytes again (a crash between journal and broadcast, or a node
     /// that dropped it). Byte-identical, so it can never become a second send.
-    async fn rebroadcast(&self, step: &OpenStep, tx: &TxRow) -> Result<()> {
+    async fn rebroadcast(&self, send: &OpenSend, tx: &TxRow) -> Result<()> {
         match self.chain.broadcast(&tx.tx.raw).await? {
             Broadcast::Accepted => {
                 if tx.status == "pending" {
-                    tracing::info!(subscription = step.subscription_id, period = step.period, tx = %tx.tx.hash, "resumed a journaled send");
+                    tracing::info!(subscriptions = ?send.subscription_ids(), tx = %tx.tx.hash, "resumed a journaled send");
                 }
-                Ok(self.store.mark_sent(step.id, tx.id).await?)
+                Ok(self.store.mark_sent(tx.id).await?)
             }
             // Mined meanwhile (the next pass sees the receipt) or a higher-fee twin of ours
             // is in the pool: nothing to do.
             Broadcast::NonceTooLow | Broadcast::Underpriced => Ok(()),
             Broadcast::Rejected(why) => {
-                let others = step
+                let others = send
                     .txs
                     .iter()
                     .any(|t| t.id != tx.id && (t.status == "pending" || t.status == "sent"));
@@ -176,14 +186,14 @@ impl Keeper {
                     Ok(self.store.mark_tx_rejected(tx.id, &why).await?)
                 } else {
                     *self.nonce.lock().await = None;
-                    self.reject(step.id, tx.id, &why).await
+                    self.reject(&send.step_ids(), send.nonce, tx.id, &why).await
                 }
             }
         }
     }
 
-    /// Replaces a stuck transaction: same nonce, same call, higher fee.
-    async fn replace(&self, step: &OpenStep, stuck: &TxRow) -> Result<()> {
+    /// Replaces a stuck transaction: same nonce, same steps, higher fee.
+    async fn replace(&self, send: &OpenSend, stuck: &TxRow) -> Result<()> {
         let suggested = self.chain.fees().await?;
         let Some((fee, prio)) = replacement_fees(
             (stuck.tx.max_fee_per_gas, stuck.tx.max_priority_fee_per_gas),
@@ -192,28 +202,31 @@ impl Keeper {
             self.cfg.max_fee_per_gas_wei,
         ) else {
             tracing::warn!(
-                step_id = step.id,
+                nonce = send.nonce,
                 "stuck transaction cannot be re-priced under the fee cap"
             );
-            return self.rebroadcast(step, stuck).await;
+            return self.rebroadcast(send, stuck).await;
         };
         let signed = self
             .chain
             .sign(
-                step.subscription_id,
-                step.nonce,
+                &send.subscription_ids(),
+                send.nonce,
                 stuck.tx.gas_limit,
                 fee,
                 prio,
             )
             .await?;
-        let tx_id = self.store.add_replacement(step.id, &signed).await?;
+        let tx_id = self
+            .store
+            .add_replacement(&send.step_ids(), &signed)
+            .await?;
         match self.chain.broadcast(&signed.raw).await? {
             Broadcast::Accepted => {
-                self.store.mark_sent(step.id, tx_id).await?;
+                self.store.mark_sent(tx_id).await?;
                 metrics::counter!(names::REPLACEMENTS).increment(1);
                 tracing::info!(
-                    subscription = step.subscription_id, nonce = step.nonce, old = %stuck.tx.hash,
+                    subscriptions = ?send.subscription_ids(), nonce = send.nonce, old = %stuck.tx.hash,
                     new = %signed.hash, max_fee_per_gas = fee, "replaced a stuck transaction"
                 );
                 Ok(())
@@ -222,7 +235,7 @@ impl Keeper {
                 .store
                 .mark_tx_rejected(
                     tx_id,
-                    "nonce too low: an earlier transaction of this step was mined",
+                    "nonce too low: an earlier transaction of this send was mined",
                 )
                 .await?),
             Broadcast::Underpriced => Ok(self

@@ -1,5 +1,6 @@
-//! Sending due steps: preflight in parallel, then nonce, budget, journal and broadcast in
-//! order under the nonce lock.
+//! Sending due steps: preflight in parallel, then — one transaction per up to
+//! `--charges-per-tx` steps (`chargeMany`) — nonce, budget, journal and broadcast in order
+//! under the nonce lock.
 
 use futures::StreamExt;
 
@@ -7,7 +8,7 @@ use super::chain::Broadcast;
 use super::error::Result;
 use super::telemetry::names;
 use super::{Keeper, PassReport, chain_datetime};
-use chainsub_store::keeper::{Action, DueSubscription, SignedTx};
+use chainsub_store::keeper::{Action, DueSubscription, Journaled, SignedTx};
 
 /// The gas limit of a send: `headroom_percent` of the estimate, and 50% more per earlier
 /// on-chain revert of the same step (an out-of-gas revert must not repeat as it was).
@@ -29,12 +30,18 @@ mod tests {
     }
 }
 
-/// What happened to one due subscription in a pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Handled {
-    Sent,
-    Skipped(&'static str),
-    BudgetStop,
+/// A due step that passed its checks, with the gas limit its own `charge` would get.
+struct Ready {
+    sub: DueSubscription,
+    gas: u64,
+}
+
+/// How the steps of one send went.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sent {
+    sent: usize,
+    skipped: usize,
+    budget_stopped: bool,
 }
 
 impl Keeper {
@@ -72,19 +79,49 @@ impl Keeper {
             report.budget_stopped = true;
             return Ok(report);
         }
-        let results: Vec<Result<Handled>> = futures::stream::iter(due)
-            .map(|sub| self.handle_due(sub, chain_now))
-            .buffer_unordered(self.cfg.concurrency)
+        // Preflights in parallel (in due order), then the sends one after another.
+        let prepared: Vec<Result<Option<Ready>>> = futures::stream::iter(due)
+            .map(|sub| self.check_due(sub, chain_now))
+            .buffered(self.cfg.concurrency)
             .collect()
             .await;
         let mut first_error = None;
-        for r in results {
-            match r {
-                Ok(Handled::Sent) => report.sent += 1,
-                Ok(Handled::Skipped(_)) => report.skipped += 1,
-                Ok(Handled::BudgetStop) => {
-                    report.skipped += 1;
-                    report.budget_stopped = true;
+        let mut sends: Vec<Vec<Ready>> = Vec::new();
+        let mut batch: Vec<Ready> = Vec::new();
+        for p in prepared {
+            match p {
+                Ok(Some(ready)) if ready.sub.reverts > 0 => {
+                    // A step that reverted on chain is retried alone: whatever made it
+                    // revert cannot take other renewals down with it.
+                    sends.push(vec![ready]);
+                }
+                Ok(Some(ready)) => {
+                    batch.push(ready);
+                    if batch.len() >= self.cfg.charges_per_tx {
+                        sends.push(std::mem::take(&mut batch));
+                    }
+                }
+                Ok(None) => report.skipped += 1,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if !batch.is_empty() {
+            sends.push(batch);
+        }
+        for group in sends {
+            let n = group.len();
+            if report.budget_stopped {
+                report.skipped += n;
+                metrics::counter!(names::SKIPPED, "reason" => "budget").increment(n as u64);
+                continue;
+            }
+            match self.send(group).await {
+                Ok(sent) => {
+                    report.sent += sent.sent;
+                    report.skipped += sent.skipped;
+                    report.budget_stopped |= sent.budget_stopped;
                 }
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -105,33 +142,30 @@ impl Keeper {
         }
     }
 
-    async fn handle_due(&self, sub: DueSubscription, chain_now: u64) -> Result<Handled> {
+    /// A due step not sent, counted and logged.
+    fn skip(&self, sub: &DueSubscription, reason: &'static str) {
         let step = sub.step();
-        let handled = self.try_send(&sub, chain_now).await?;
-        if let Handled::Skipped(reason) = handled {
-            metrics::counter!(names::SKIPPED, "reason" => reason).increment(1);
-            tracing::debug!(
-                subscription = step.subscription_id,
-                period = step.period,
-                attempt = step.attempt,
-                reason,
-                "due step not sent"
-            );
-        }
-        if handled == Handled::BudgetStop {
-            metrics::counter!(names::SKIPPED, "reason" => "budget").increment(1);
-        }
-        Ok(handled)
+        metrics::counter!(names::SKIPPED, "reason" => reason).increment(1);
+        tracing::debug!(
+            subscription = step.subscription_id,
+            period = step.period,
+            attempt = step.attempt,
+            reason,
+            "due step not sent"
+        );
     }
 
-    async fn try_send(&self, sub: &DueSubscription, chain_now: u64) -> Result<Handled> {
+    /// The checks of one due step that need no lock: funds (with `--precheck-funds`) and
+    /// the preflight of its own `charge`. None when it is not to be sent now.
+    async fn check_due(&self, sub: DueSubscription, chain_now: u64) -> Result<Option<Ready>> {
         let step = sub.step();
         if self.cfg.precheck_funds && step.action == Action::Charge {
             let (balance, allowance) = self.chain.funds(sub.subscriber).await?;
             if balance < sub.amount || allowance < sub.amount {
                 let due_at = sub.due_at.timestamp().max(0) as u64;
                 if chain_now < due_at.saturating_add(self.cfg.futile_defer_secs) {
-                    return Ok(Handled::Skipped("futile_deferred"));
+                    self.skip(&sub, "futile_deferred");
+                    return Ok(None);
                 }
                 tracing::info!(
                     subscription = sub.onchain_id,
@@ -140,8 +174,11 @@ impl Keeper {
                 );
             }
         }
-        let gas_limit = match self.chain.preflight(sub.onchain_id).await? {
-            Ok(gas) => gas_limit(gas, self.cfg.gas_headroom_percent, sub.reverts),
+        match self.chain.preflight(sub.onchain_id).await? {
+            Ok(gas) => Ok(Some(Ready {
+                gas: gas_limit(gas, self.cfg.gas_headroom_percent, sub.reverts),
+                sub,
+            })),
             Err(skip) => {
                 if let super::chain::Skip::Reverted(why) = &skip {
                     tracing::warn!(
@@ -150,89 +187,164 @@ impl Keeper {
                         "charge would revert; not sent"
                     );
                 }
-                return Ok(Handled::Skipped(skip.label()));
+                self.skip(&sub, skip.label());
+                Ok(None)
             }
-        };
+        }
+    }
+
+    /// Drops the steps whose merchant's gas budget they would exceed (each step counts its
+    /// own charge's gas limit, its merchant's other steps of this send included).
+    async fn within_merchant_budgets(
+        &self,
+        group: Vec<Ready>,
+        out: &mut Sent,
+    ) -> Result<Vec<Ready>> {
+        if self.cfg.merchant_gas_budget == 0 {
+            return Ok(group);
+        }
+        let mut used: std::collections::HashMap<alloy::primitives::Address, u64> =
+            std::collections::HashMap::new();
+        let mut kept = Vec::with_capacity(group.len());
+        for r in group {
+            let merchant = r.sub.merchant;
+            let so_far = match used.get(&merchant) {
+                Some(&u) => u,
+                None => {
+                    self.store
+                        .merchant_gas_in_window(merchant, self.cfg.budget_window_secs)
+                        .await?
+                }
+            };
+            if so_far.saturating_add(r.gas) > self.cfg.merchant_gas_budget {
+                tracing::warn!(
+                    merchant = %merchant, subscription = r.sub.onchain_id, used = so_far,
+                    budget = self.cfg.merchant_gas_budget,
+                    "merchant gas budget exhausted: charge not sent"
+                );
+                self.skip(&r.sub, "merchant_budget");
+                out.skipped += 1;
+                used.insert(merchant, so_far);
+                continue;
+            }
+            used.insert(merchant, so_far + r.gas);
+            kept.push(r);
+        }
+        Ok(kept)
+    }
+
+    /// Sends one transaction for `group`: `charge(id)` for one step, `chargeMany(ids)` for
+    /// more. Budget, nonce, journal and broadcast happen under the nonce lock, in order.
+    async fn send(&self, group: Vec<Ready>) -> Result<Sent> {
+        let mut out = Sent::default();
+        let mut group = self.within_merchant_budgets(group, &mut out).await?;
+        if group.is_empty() {
+            return Ok(out);
+        }
         let (max_fee, prio) = self.capped_fees().await?;
 
         // From here on, one send at a time: nonces reach the node in order.
         let mut next = self.nonce.lock().await;
         self.ensure_lock()?;
         if self.store.open_count().await? >= self.cfg.concurrency {
-            return Ok(Handled::Skipped("concurrency"));
+            for r in &group {
+                self.skip(&r.sub, "concurrency");
+            }
+            out.skipped += group.len();
+            return Ok(out);
         }
-        let spent = self
-            .store
-            .spent_in_window(self.cfg.budget_window_secs)
-            .await?;
-        let worst = max_fee.saturating_mul(gas_limit as u128);
-        if spent.saturating_add(worst) > self.cfg.gas_budget_wei {
-            return Ok(Handled::BudgetStop);
-        }
-        if self.cfg.merchant_gas_budget > 0 {
-            let used = self
+        let (ids, gas_limit, signed, step_ids, tx_id) = loop {
+            let ids: Vec<u64> = group.iter().map(|r| r.sub.onchain_id).collect();
+            let gas_limit = match group.as_slice() {
+                [one] => one.gas,
+                _ => gas_limit(
+                    self.chain.estimate_many(&ids).await?,
+                    self.cfg.gas_headroom_percent,
+                    0,
+                ),
+            };
+            let spent = self
                 .store
-                .merchant_gas_in_window(sub.merchant, self.cfg.budget_window_secs)
+                .spent_in_window(self.cfg.budget_window_secs)
                 .await?;
-            if used.saturating_add(gas_limit) > self.cfg.merchant_gas_budget {
-                tracing::warn!(
-                    merchant = %sub.merchant, subscription = sub.onchain_id, used,
-                    budget = self.cfg.merchant_gas_budget,
-                    "merchant gas budget exhausted: charge not sent"
-                );
-                return Ok(Handled::Skipped("merchant_budget"));
+            let worst = max_fee.saturating_mul(gas_limit as u128);
+            if spent.saturating_add(worst) > self.cfg.gas_budget_wei {
+                for r in &group {
+                    self.skip(&r.sub, "budget");
+                }
+                out.skipped += group.len();
+                out.budget_stopped = true;
+                return Ok(out);
             }
-        }
-        let nonce = match *next {
-            Some(n) => n,
-            None => self.synced_nonce().await?,
-        };
-        let signed = self
-            .chain
-            .sign(sub.onchain_id, nonce, gas_limit, max_fee, prio)
-            .await?;
-        let inserted = match self.store.insert_step(&step, &signed).await {
-            Ok(inserted) => inserted,
-            Err(e) => {
-                // The commit may have landed anyway: re-sync from the journal next time.
-                *next = None;
-                return Err(e.into());
+            let nonce = match *next {
+                Some(n) => n,
+                None => self.synced_nonce().await?,
+            };
+            let signed = self
+                .chain
+                .sign(&ids, nonce, gas_limit, max_fee, prio)
+                .await?;
+            let steps: Vec<_> = group.iter().map(|r| r.sub.step()).collect();
+            match self.store.insert_send(&steps, &signed).await {
+                Ok(Journaled::New { step_ids, tx_id }) => {
+                    break (ids, gas_limit, signed, step_ids, tx_id);
+                }
+                Ok(Journaled::Already(journaled)) => {
+                    // Journaled before (e.g. by a keeper that died): reconcile owns them.
+                    *next = Some(nonce);
+                    let mut i = 0;
+                    group.retain(|r| {
+                        let keep = !journaled.contains(&i);
+                        i += 1;
+                        if !keep {
+                            self.skip(&r.sub, "already_journaled");
+                        }
+                        keep
+                    });
+                    out.skipped += journaled.len();
+                    if group.is_empty() {
+                        return Ok(out);
+                    }
+                }
+                Err(e) => {
+                    // The commit may have landed anyway: re-sync from the journal next time.
+                    *next = None;
+                    return Err(e.into());
+                }
             }
         };
-        let Some((step_id, tx_id)) = inserted else {
-            // Journaled before (e.g. by a keeper that died): reconcile owns it.
-            *next = Some(nonce);
-            return Ok(Handled::Skipped("already_journaled"));
-        };
-        *next = Some(nonce + 1);
+        *next = Some(signed.nonce + 1);
         self.fail_point("after-persist");
 
+        let n = group.len();
         let mut current: (i64, SignedTx) = (tx_id, signed);
         for retry in 0..2 {
             match self.chain.broadcast(&current.1.raw).await {
                 Ok(Broadcast::Accepted) => {
-                    self.store.mark_sent(step_id, current.0).await?;
-                    metrics::counter!(names::SENDS, "action" => step.action.as_str()).increment(1);
-                    tracing::info!(
-                        subscription = sub.onchain_id, period = step.period, attempt = step.attempt,
-                        action = step.action.as_str(), nonce = current.1.nonce, tx = %current.1.hash,
-                        "charge sent"
-                    );
-                    return Ok(Handled::Sent);
+                    self.store.mark_sent(current.0).await?;
+                    for r in &group {
+                        let step = r.sub.step();
+                        metrics::counter!(names::SENDS, "action" => step.action.as_str())
+                            .increment(1);
+                        tracing::info!(
+                            subscription = r.sub.onchain_id, period = step.period, attempt = step.attempt,
+                            action = step.action.as_str(), nonce = current.1.nonce, tx = %current.1.hash,
+                            batch = n, "charge sent"
+                        );
+                    }
+                    out.sent += n;
+                    return Ok(out);
                 }
                 Ok(Broadcast::NonceTooLow) if retry == 0 => {
                     // Our counter is behind the chain (the key was used elsewhere, or a
-                    // restart raced): this tx can never be mined, so re-sign the step.
+                    // restart raced): this tx can never be mined, so re-sign the send.
                     let fresh = self.synced_nonce().await?;
                     tracing::warn!(old = current.1.nonce, fresh, "nonce too low; re-synced");
                     let resigned = self
                         .chain
-                        .sign(sub.onchain_id, fresh, gas_limit, max_fee, prio)
+                        .sign(&ids, fresh, gas_limit, max_fee, prio)
                         .await?;
-                    let id = self
-                        .store
-                        .renonce_step(step_id, current.0, &resigned)
-                        .await?;
+                    let id = self.store.renonce(&step_ids, current.0, &resigned).await?;
                     *next = Some(fresh + 1);
                     current = (id, resigned);
                 }
@@ -242,33 +354,46 @@ impl Keeper {
                         Broadcast::Underpriced => "underpriced".to_string(),
                         _ => "nonce too low after a re-sync".to_string(),
                     };
-                    self.reject(step_id, current.0, &why).await?;
+                    self.reject(&step_ids, current.1.nonce, current.0, &why)
+                        .await?;
                     *next = None;
-                    return Ok(Handled::Skipped("rejected"));
+                    for r in &group {
+                        self.skip(&r.sub, "rejected");
+                    }
+                    out.skipped += n;
+                    return Ok(out);
                 }
                 Err(e) => {
-                    // Unknown outcome: the row stays pending; reconcile re-broadcasts it.
+                    // Unknown outcome: the rows stay pending; reconcile re-broadcasts them.
                     tracing::warn!(error = %e, tx = %current.1.hash, "broadcast failed; will retry");
-                    return Ok(Handled::Sent);
+                    out.sent += n;
+                    return Ok(out);
                 }
             }
         }
-        Ok(Handled::Sent)
+        out.sent += n;
+        Ok(out)
     }
 
-    /// A refused transaction never entered a pool: close its step and leave the nonce to be
+    /// A refused transaction never entered a pool: close its send and leave the nonce to be
     /// re-synced (the gap would block every later transaction).
-    pub(super) async fn reject(&self, step_id: i64, tx_id: i64, why: &str) -> Result<()> {
+    pub(super) async fn reject(
+        &self,
+        step_ids: &[i64],
+        nonce: u64,
+        tx_id: i64,
+        why: &str,
+    ) -> Result<()> {
         metrics::counter!(names::REJECTED).increment(1);
         tracing::error!(
-            step_id,
+            ?step_ids,
             why,
-            "the node refused a keeper transaction; step closed as failed"
+            "the node refused a keeper transaction; its steps closed as failed"
         );
         self.store.mark_tx_rejected(tx_id, why).await?;
         Ok(self
             .store
-            .fail_step(step_id, &format!("rejected by the node: {why}"))
+            .fail_send(step_ids, nonce, &format!("rejected by the node: {why}"))
             .await?)
     }
 

@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "retractions",
         sql: include_str!("../sql/0013_retractions.sql"),
     },
+    Migration {
+        version: 14,
+        name: "keeper_batches",
+        sql: include_str!("../sql/0014_keeper_batches.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -166,15 +166,25 @@ impl Sender {
 
     /// The receipt of `hash`, if mined.
     pub async fn receipt(&self, hash: B256) -> Result<Option<Outcome>, TransportError> {
+        Ok(self.receipt_with_logs(hash).await?.map(|(out, _)| out))
+    }
+
+    /// [`Sender::receipt`] with the transaction's logs (what a call that acts on many
+    /// items did to each).
+    pub async fn receipt_with_logs(
+        &self,
+        hash: B256,
+    ) -> Result<Option<(Outcome, Vec<alloy::rpc::types::Log>)>, TransportError> {
         let Some(r) = self.provider.get_transaction_receipt(hash).await? else {
             return Ok(None);
         };
-        Ok(Some(Outcome {
+        let out = Outcome {
             success: r.status(),
             block_number: r.block_number.unwrap_or_default(),
             gas_used: r.gas_used,
             effective_gas_price: r.effective_gas_price,
-        }))
+        };
+        Ok(Some((out, r.inner.logs().to_vec())))
     }
 
     /// The key's next nonce counting transactions in the node's pool.

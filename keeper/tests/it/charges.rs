@@ -44,7 +44,8 @@ async fn after_time_travel_each_due_subscription_is_charged_exactly_once() {
         assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
         assert_eq!(stack.indexed_status(sub).await, "active");
     }
-    assert_eq!(stack.keeper_tx_count().await, 3);
+    // All three in one `chargeMany` (KEEPER_CHARGES_PER_TX defaults to 25).
+    assert_eq!(stack.keeper_tx_count().await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -399,4 +400,151 @@ async fn a_merchants_gas_budget_bounds_its_charges_and_leaves_the_others_alone()
         }],
         "the other merchant's renewal is charged"
     );
+}
+
+/// Issue 13, point 7: due renewals go out as one `chargeMany`; a subscriber who cannot pay is
+/// recorded exactly as a single `charge` would record it (PaymentFailed, attempt 1) and the
+/// others are renewed in the same transaction.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_transaction_renews_many_and_records_the_one_that_cannot_pay() {
+    let stack = Stack::start().await;
+    let plan_a = stack.create_plan().await;
+    let plan_b = stack.create_plan().await;
+    let paying = [
+        stack.subscribe(accounts::CUSTOMER, plan_a, 3).await,
+        stack.subscribe(accounts::CUSTOMER, plan_b, 3).await,
+        stack.subscribe(6, plan_a, 3).await,
+    ];
+    // Allowance for the first period only: its renewal fails.
+    let broke = stack.subscribe(accounts::CUSTOMER_B, plan_a, 1).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    stack.keeper_pass();
+    assert_eq!(stack.keeper_tx_count().await, 1, "one transaction");
+    stack.assert_each_charged_once(&paying).await;
+    assert_eq!(
+        stack.steps(broke).await,
+        vec![Step::Failed {
+            period: 2,
+            attempt: 1
+        }]
+    );
+    // Every step was decided by that one transaction's receipt.
+    let hashes = stack
+        .pg
+        .query_one(
+            "SELECT count(DISTINCT tx_hash), count(*) FILTER (WHERE status = 'mined')
+             FROM keeper_steps",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((hashes.get::<_, i64>(0), hashes.get::<_, i64>(1)), (1, 4));
+    let carried: Vec<i64> = stack
+        .pg
+        .query_one("SELECT step_ids FROM keeper_txs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(carried.len(), 4);
+
+    // The index catches up; nothing is due until the failed one's retry a day later, which
+    // is recorded as attempt 2.
+    stack.sync_index().await;
+    stack.keeper_pass();
+    assert_eq!(stack.keeper_tx_count().await, 1);
+    stack.chain.increase_time(DAY + 60).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    assert_eq!(
+        stack.steps(broke).await,
+        vec![
+            Step::Failed {
+                period: 2,
+                attempt: 1
+            },
+            Step::Failed {
+                period: 2,
+                attempt: 2
+            }
+        ]
+    );
+    stack.assert_each_charged_once(&paying).await;
+}
+
+/// A batch in the pool when someone else charges one of its subscriptions first: the contract
+/// skips that id (no double charge, the others still renew) and the keeper closes its step as
+/// skipped — without a transaction, so it would be taken up again were it still due.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_id_charged_by_someone_else_first_is_skipped_in_the_batch_and_journaled_so() {
+    use alloy::network::TransactionBuilder;
+    use alloy::primitives::U256;
+    use alloy::providers::Provider;
+    use alloy::sol_types::SolCall;
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let subs = [
+        stack.subscribe(accounts::CUSTOMER, plan, 3).await,
+        stack.subscribe(accounts::CUSTOMER_B, plan, 3).await,
+        stack.subscribe(6, plan, 3).await,
+    ];
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+    stack.automine(false).await;
+
+    stack.keeper_pass();
+    // The keeper's batch waits in the pool; a stranger's `charge` of the second subscription
+    // pays a far higher tip, so the block runs it first.
+    let call = chainsub_abi::SubscriptionManager::chargeCall {
+        subscriptionId: U256::from(subs[1]),
+    };
+    let tx = alloy::rpc::types::TransactionRequest::default()
+        .with_from(DevChain::address(accounts::STRANGER))
+        .with_to(stack.chain.manager)
+        .with_input(call.abi_encode())
+        .with_gas_limit(300_000)
+        .with_max_fee_per_gas(1_000_000_000_000)
+        .with_max_priority_fee_per_gas(500_000_000_000);
+    let pending = stack.chain.provider.send_transaction(tx).await.unwrap();
+    stack.chain.mine(1).await;
+    assert!(pending.get_receipt().await.unwrap().status());
+    stack.automine(true).await;
+
+    stack.keeper_pass();
+    stack.assert_each_charged_once(&subs).await;
+    let journal: Vec<(i64, String, bool, Option<String>)> = stack
+        .pg
+        .query(
+            "SELECT subscription_id, status, tx_hash IS NOT NULL, error FROM keeper_steps
+             ORDER BY subscription_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(journal.len(), 3);
+    assert_eq!(
+        (journal[0].1.as_str(), journal[0].2),
+        ("mined", true),
+        "{journal:?}"
+    );
+    assert_eq!(
+        (journal[1].1.as_str(), journal[1].2),
+        ("failed", false),
+        "{journal:?}"
+    );
+    assert!(journal[1].3.as_deref().unwrap().contains("skipped"));
+    assert_eq!(
+        (journal[2].1.as_str(), journal[2].2),
+        ("mined", true),
+        "{journal:?}"
+    );
+    // Once the index has the stranger's charge, nothing of period 2 is due any more.
+    stack.sync_index().await;
+    stack.keeper_pass();
+    assert_eq!(stack.keeper_tx_count().await, 1);
+    stack.assert_each_charged_once(&subs).await;
 }

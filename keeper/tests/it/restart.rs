@@ -182,9 +182,10 @@ async fn many_due_subscriptions_with_bounded_concurrency_are_each_charged_once()
     stack.chain.increase_time(32 * DAY).await;
     stack.sync_index().await;
 
-    // At most 3 in flight: the long-running keeper needs several passes, and is killed and
-    // restarted half way.
-    let mut keeper = spawn(stack.keeper(), &["--concurrency", "3"]);
+    // At most 3 in flight, one renewal each: the long-running keeper needs several passes,
+    // and is killed and restarted half way.
+    let one_each = ["--concurrency", "3", "--charges-per-tx", "1"];
+    let mut keeper = spawn(stack.keeper(), &one_each);
     stack
         .wait_count(
             "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
@@ -193,7 +194,7 @@ async fn many_due_subscriptions_with_bounded_concurrency_are_each_charged_once()
         .await;
     keeper.0.kill().unwrap();
     keeper.0.wait().unwrap();
-    let _keeper = spawn(stack.keeper(), &["--concurrency", "3"]);
+    let _keeper = spawn(stack.keeper(), &one_each);
     stack
         .wait_count(
             "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",

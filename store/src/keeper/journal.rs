@@ -1,61 +1,76 @@
 //! The send journal: `keeper_steps` (one row per due step, unique) and `keeper_txs` (every
-//! signed transaction of a step, all with the step's nonce).
+//! signed transaction of a send — one step, or many with `chargeMany` — all with the send's
+//! nonce, `step_ids` naming the steps it carries).
 
 use alloy::primitives::B256;
 
-use super::{OpenStep, Outcome, SignedTx, Step, Store, TxRow, parse_u128, to_i64};
+use super::{
+    Journaled, OpenSend, OpenStep, Outcome, SignedTx, Step, Store, TxRow, parse_u128, to_i64,
+};
 use crate::{Error, Result};
 
 impl Store {
-    /// Journals a step and its first transaction in one transaction. Returns the step and tx
-    /// ids, or None when the step already has a row (it was sent before: never send again)
-    /// unless that row was closed without ever reaching the chain.
-    pub async fn insert_step(&self, step: &Step, tx: &SignedTx) -> Result<Option<(i64, i64)>> {
+    /// Journals a send — its steps and its first transaction — in one transaction. A step
+    /// that already has a row is not taken again (it was sent before: never send twice)
+    /// unless that row was closed without ever reaching the chain, or reverted on chain and
+    /// may be retried; if any step of `steps` is such a row, nothing is written and
+    /// [`Journaled::Already`] names them.
+    pub async fn insert_send(&self, steps: &[Step], tx: &SignedTx) -> Result<Journaled> {
         let mut client = self.pool.get().await?;
         let db = client.transaction().await?;
-        let sub = to_i64(step.subscription_id, "subscription id")?;
         let nonce = to_i64(tx.nonce, "nonce")?;
-        let row = db
-            .query_opt(
-                "INSERT INTO keeper_steps
-                     (chain_id, contract, subscription_id, period, attempt, action, keeper_address, nonce)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                 ON CONFLICT (chain_id, subscription_id, period, attempt) DO UPDATE
-                     SET nonce = EXCLUDED.nonce, keeper_address = EXCLUDED.keeper_address,
-                         status = 'pending', error = NULL, finished_at = NULL, updated_at = now(),
-                         tx_hash = NULL, block_number = NULL, retry_at = NULL
-                     -- Only a step that provably never reached the chain, or one that reverted
-                     -- on chain and may be retried (after its backoff, a bounded number of
-                     -- times), is taken up again; its old transactions stay as the record.
-                     WHERE keeper_steps.status = 'failed'
-                       AND (keeper_steps.tx_hash IS NULL
-                            OR (keeper_steps.reverts <= $9 AND keeper_steps.retry_at <= now()))
-                 RETURNING id",
-                &[
-                    &self.chain_id,
-                    &self.contract.as_slice(),
-                    &sub,
-                    &step.period,
-                    &step.attempt,
-                    &step.action.as_str(),
-                    &self.keeper.as_slice(),
-                    &nonce,
-                    &self.max_revert_retries,
-                ],
-            )
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let step_id: i64 = row.get(0);
-        let tx_id = insert_tx(&db, step_id, tx).await?;
+        let mut ids = Vec::with_capacity(steps.len());
+        let mut already = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let row = db
+                .query_opt(
+                    "INSERT INTO keeper_steps
+                         (chain_id, contract, subscription_id, period, attempt, action, keeper_address, nonce)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                     ON CONFLICT (chain_id, subscription_id, period, attempt) DO UPDATE
+                         SET nonce = EXCLUDED.nonce, keeper_address = EXCLUDED.keeper_address,
+                             status = 'pending', error = NULL, finished_at = NULL, updated_at = now(),
+                             tx_hash = NULL, block_number = NULL, retry_at = NULL
+                         -- Only a step that provably never reached the chain, or one that reverted
+                         -- on chain and may be retried (after its backoff, a bounded number of
+                         -- times), is taken up again; its old transactions stay as the record.
+                         WHERE keeper_steps.status = 'failed'
+                           AND (keeper_steps.tx_hash IS NULL
+                                OR (keeper_steps.reverts <= $9 AND keeper_steps.retry_at <= now()))
+                     RETURNING id",
+                    &[
+                        &self.chain_id,
+                        &self.contract.as_slice(),
+                        &to_i64(step.subscription_id, "subscription id")?,
+                        &step.period,
+                        &step.attempt,
+                        &step.action.as_str(),
+                        &self.keeper.as_slice(),
+                        &nonce,
+                        &self.max_revert_retries,
+                    ],
+                )
+                .await?;
+            match row {
+                Some(row) => ids.push(row.get::<_, i64>(0)),
+                None => already.push(i),
+            }
+        }
+        if !already.is_empty() {
+            // Dropping the transaction rolls it back.
+            return Ok(Journaled::Already(already));
+        }
+        let tx_id = insert_tx(&db, &ids, tx).await?;
         db.commit().await?;
-        Ok(Some((step_id, tx_id)))
+        Ok(Journaled::New {
+            step_ids: ids,
+            tx_id,
+        })
     }
 
-    /// Re-signs a step whose transaction was refused for a too-low nonce (so it can never be
-    /// mined): the old transaction is marked failed and the step moves to `tx`'s nonce.
-    pub async fn renonce_step(&self, step_id: i64, old_tx_id: i64, tx: &SignedTx) -> Result<i64> {
+    /// Re-signs a send whose transaction was refused for a too-low nonce (so it can never be
+    /// mined): the old transaction is marked failed and the steps move to `tx`'s nonce.
+    pub async fn renonce(&self, step_ids: &[i64], old_tx_id: i64, tx: &SignedTx) -> Result<i64> {
         let mut client = self.pool.get().await?;
         let db = client.transaction().await?;
         db.execute(
@@ -65,37 +80,41 @@ impl Store {
         )
         .await?;
         db.execute(
-            "UPDATE keeper_steps SET nonce = $2, updated_at = now() WHERE id = $1",
-            &[&step_id, &to_i64(tx.nonce, "nonce")?],
+            "UPDATE keeper_steps SET nonce = $2, updated_at = now() WHERE id = ANY($1)",
+            &[&step_ids, &to_i64(tx.nonce, "nonce")?],
         )
         .await?;
-        let tx_id = insert_tx(&db, step_id, tx).await?;
+        let tx_id = insert_tx(&db, step_ids, tx).await?;
         db.commit().await?;
         Ok(tx_id)
     }
 
-    /// Journals a replacement (same nonce, higher fee) of an open step.
-    pub async fn add_replacement(&self, step_id: i64, tx: &SignedTx) -> Result<i64> {
+    /// Journals a replacement (same nonce, higher fee) of an open send.
+    pub async fn add_replacement(&self, step_ids: &[i64], tx: &SignedTx) -> Result<i64> {
         let client = self.pool.get().await?;
-        insert_tx(&client, step_id, tx).await
+        insert_tx(&client, step_ids, tx).await
     }
 
-    /// The node acknowledged `tx_id`: it and its step are `sent`; older transactions of the
-    /// step that were sent are now `replaced`.
-    pub async fn mark_sent(&self, step_id: i64, tx_id: i64) -> Result<()> {
+    /// The node acknowledged `tx_id`: it and its steps are `sent`; older transactions of the
+    /// send (same nonce, same steps) that were sent are now `replaced`.
+    pub async fn mark_sent(&self, tx_id: i64) -> Result<()> {
         let client = self.pool.get().await?;
         client
             .execute(
-                "WITH t AS (
+                "WITH me AS (SELECT nonce, step_ids FROM keeper_txs WHERE id = $1),
+                 t AS (
                      UPDATE keeper_txs SET status = 'sent', sent_at = COALESCE(sent_at, now()),
                                            updated_at = now()
-                     WHERE id = $2 AND status = 'pending' RETURNING id),
+                     WHERE id = $1 AND status = 'pending' RETURNING id),
                  older AS (
-                     UPDATE keeper_txs SET status = 'replaced', updated_at = now()
-                     WHERE step_id = $1 AND id < $2 AND status IN ('pending', 'sent') RETURNING id)
-                 UPDATE keeper_steps SET status = 'sent', updated_at = now()
-                 WHERE id = $1 AND status = 'pending'",
-                &[&step_id, &tx_id],
+                     UPDATE keeper_txs o SET status = 'replaced', updated_at = now()
+                     FROM me
+                     WHERE o.nonce = me.nonce AND o.step_ids && me.step_ids AND o.id < $1
+                       AND o.status IN ('pending', 'sent') RETURNING o.id)
+                 UPDATE keeper_steps k SET status = 'sent', updated_at = now()
+                 FROM me
+                 WHERE k.id = ANY(me.step_ids) AND k.nonce = me.nonce AND k.status = 'pending'",
+                &[&tx_id],
             )
             .await?;
         Ok(())
@@ -113,99 +132,118 @@ impl Store {
         Ok(())
     }
 
-    /// Records the receipt of `tx_id` and closes its step (mined, or failed when reverted: a
-    /// reverted step counts the revert and may be retried after `backoff` doubled per earlier
-    /// revert). Returns the step's reverts so far.
+    /// Records the receipt of `tx_id` and closes the steps it carried. Mined: a step whose
+    /// subscription is in `acted` (the ids the transaction's events name) is mined; any other
+    /// was skipped by the contract (not due or not live when it ran) and is closed without a
+    /// tx hash, so it is taken up again if still due. Reverted: every step is failed, counts
+    /// the revert and may be retried after `backoff` doubled per earlier revert. Returns the
+    /// most reverts of a step so far.
     pub async fn finish(
         &self,
-        step_id: i64,
         tx_id: i64,
         out: &Outcome,
+        acted: &[u64],
         backoff: std::time::Duration,
     ) -> Result<i32> {
         let mut client = self.pool.get().await?;
         let db = client.transaction().await?;
         let fee = (out.gas_used as u128).saturating_mul(out.effective_gas_price);
         let status = if out.success { "mined" } else { "failed" };
-        db.execute(
-            "UPDATE keeper_txs SET status = $2, gas_used = $3, effective_gas_price = $4::TEXT::NUMERIC,
-                                   fee_paid_wei = $5::TEXT::NUMERIC, updated_at = now()
-             WHERE id = $1",
-            &[
-                &tx_id,
-                &status,
-                &to_i64(out.gas_used, "gas used")?,
-                &out.effective_gas_price.to_string(),
-                &fee.to_string(),
-            ],
-        )
-        .await?;
+        let row = db
+            .query_one(
+                "UPDATE keeper_txs SET status = $2, gas_used = $3, effective_gas_price = $4::TEXT::NUMERIC,
+                                       fee_paid_wei = $5::TEXT::NUMERIC, updated_at = now()
+                 WHERE id = $1
+                 RETURNING nonce, step_ids, tx_hash",
+                &[
+                    &tx_id,
+                    &status,
+                    &to_i64(out.gas_used, "gas used")?,
+                    &out.effective_gas_price.to_string(),
+                    &fee.to_string(),
+                ],
+            )
+            .await?;
+        let (nonce, step_ids, hash): (i64, Vec<i64>, Vec<u8>) =
+            (row.get(0), row.get(1), row.get(2));
         db.execute(
             "UPDATE keeper_txs SET status = 'replaced', updated_at = now()
-             WHERE step_id = $1 AND id <> $2 AND status IN ('pending', 'sent')",
-            &[&step_id, &tx_id],
+             WHERE nonce = $1 AND step_ids && $2 AND id <> $3 AND status IN ('pending', 'sent')",
+            &[&nonce, &step_ids, &tx_id],
         )
         .await?;
-        let error = (!out.success).then_some("reverted on chain");
+        let acted: Vec<i64> = acted.iter().map(|&id| id as i64).collect();
         let backoff_ms = i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
-        let reverts: i32 = db
+        let reverts: Option<i32> = db
             .query_one(
-                "UPDATE keeper_steps SET status = $2,
-                     tx_hash = (SELECT tx_hash FROM keeper_txs WHERE id = $3),
-                     block_number = $4, error = $5, updated_at = now(), finished_at = now(),
-                     reverts = reverts + CASE WHEN $6 THEN 0 ELSE 1 END,
-                     retry_at = CASE WHEN $6 THEN NULL
-                                ELSE now() + make_interval(secs => $7::BIGINT * power(2, reverts) / 1000.0)
-                                END
-                 WHERE id = $1
-                 RETURNING reverts",
+                "WITH closed AS (
+                     UPDATE keeper_steps SET
+                         status = CASE WHEN NOT $4 OR subscription_id = ANY($6) THEN $2::TEXT
+                                       ELSE 'failed' END,
+                         tx_hash = CASE WHEN NOT $4 OR subscription_id = ANY($6) THEN $3::BYTEA END,
+                         block_number = CASE WHEN NOT $4 OR subscription_id = ANY($6)
+                                             THEN $5::BIGINT END,
+                         error = CASE WHEN NOT $4 THEN 'reverted on chain'
+                                      WHEN subscription_id = ANY($6) THEN NULL
+                                      ELSE 'skipped by chargeMany: not due or not live when mined' END,
+                         updated_at = now(), finished_at = now(),
+                         reverts = reverts + CASE WHEN $4::BOOL THEN 0 ELSE 1 END,
+                         retry_at = CASE WHEN $4 THEN NULL
+                                    ELSE now() + make_interval(secs => $7::BIGINT * power(2, reverts) / 1000.0)
+                                    END
+                     WHERE id = ANY($1) AND nonce = $8::BIGINT AND status IN ('pending', 'sent')
+                     RETURNING reverts)
+                 SELECT max(reverts) FROM closed",
                 &[
-                    &step_id,
+                    &step_ids,
                     &status,
-                    &tx_id,
-                    &to_i64(out.block_number, "block number")?,
-                    &error,
+                    &hash,
                     &out.success,
+                    &to_i64(out.block_number, "block number")?,
+                    &acted,
                     &backoff_ms,
+                    &nonce,
                 ],
             )
             .await?
             .get(0);
         db.commit().await?;
-        Ok(reverts)
+        Ok(reverts.unwrap_or(0))
     }
 
-    /// Closes a step that can never be mined (e.g. its nonce was used by another transaction).
-    pub async fn fail_step(&self, step_id: i64, error: &str) -> Result<()> {
+    /// Closes the steps of a send that can never be mined (e.g. its nonce was used by another
+    /// transaction, or the node refused it).
+    pub async fn fail_send(&self, step_ids: &[i64], nonce: u64, error: &str) -> Result<()> {
         let mut client = self.pool.get().await?;
         let db = client.transaction().await?;
+        let nonce = to_i64(nonce, "nonce")?;
         db.execute(
-            "UPDATE keeper_txs SET status = 'failed', error = $2, updated_at = now()
-             WHERE step_id = $1 AND status IN ('pending', 'sent')",
-            &[&step_id, &error],
+            "UPDATE keeper_txs SET status = 'failed', error = $3, updated_at = now()
+             WHERE nonce = $2 AND step_ids && $1 AND status IN ('pending', 'sent')",
+            &[&step_ids, &nonce, &error],
         )
         .await?;
         db.execute(
-            "UPDATE keeper_steps SET status = 'failed', error = $2, updated_at = now(), finished_at = now()
-             WHERE id = $1",
-            &[&step_id, &error],
+            "UPDATE keeper_steps SET status = 'failed', error = $3, updated_at = now(), finished_at = now()
+             WHERE id = ANY($1) AND nonce = $2 AND status IN ('pending', 'sent')",
+            &[&step_ids, &nonce, &error],
         )
         .await?;
         db.commit().await?;
         Ok(())
     }
 
-    /// Closed steps whose deciding transaction was mined at or above `min_block`: a reorg
-    /// may still take them back. (step id, tx id, tx hash, block number).
-    pub async fn recently_closed(&self, min_block: u64) -> Result<Vec<(i64, i64, B256, u64)>> {
+    /// Transactions that closed steps at or above `min_block`: a reorg may still take them
+    /// back. (tx id, tx hash, block number), by nonce.
+    pub async fn recently_closed(&self, min_block: u64) -> Result<Vec<(i64, B256, u64)>> {
         let client = self.pool.get().await?;
         let rows = client
             .query(
-                "SELECT k.id, t.id, t.tx_hash, k.block_number FROM keeper_steps k
-                 JOIN keeper_txs t ON t.step_id = k.id AND t.tx_hash = k.tx_hash
+                "SELECT DISTINCT t.nonce, t.id, t.tx_hash, k.block_number FROM keeper_steps k
+                 JOIN keeper_txs t ON t.tx_hash = k.tx_hash
                  WHERE k.chain_id = $1 AND k.keeper_address = $2
                    AND k.status IN ('mined', 'failed') AND k.block_number >= $3
-                 ORDER BY k.nonce",
+                 ORDER BY t.nonce, t.id",
                 &[
                     &self.chain_id,
                     &self.keeper.as_slice(),
@@ -217,7 +255,6 @@ impl Store {
             .map(|r| {
                 let hash: Vec<u8> = r.get(2);
                 Ok((
-                    r.get(0),
                     r.get(1),
                     B256::try_from(hash.as_slice())
                         .map_err(|_| Error::Inconsistent("keeper_txs: bad hash".into()))?,
@@ -227,44 +264,47 @@ impl Store {
             .collect()
     }
 
-    /// A reorg took a closed step's transaction out of the chain: the step is open again and
+    /// A reorg took a transaction out of the chain: the steps it decided are open again and
     /// its journaled bytes (same nonce) are re-broadcast by the next reconcile.
-    pub async fn reopen(&self, step_id: i64, tx_id: i64) -> Result<()> {
+    pub async fn reopen(&self, tx_id: i64) -> Result<()> {
         let mut client = self.pool.get().await?;
         let db = client.transaction().await?;
         db.execute(
-            "UPDATE keeper_txs SET status = 'pending', gas_used = NULL, effective_gas_price = NULL,
-                                   fee_paid_wei = NULL, sent_at = NULL, updated_at = now()
-             WHERE id = $1",
+            "WITH t AS (
+                 UPDATE keeper_txs SET status = 'pending', gas_used = NULL, effective_gas_price = NULL,
+                                       fee_paid_wei = NULL, sent_at = NULL, updated_at = now()
+                 WHERE id = $1 RETURNING tx_hash, step_ids)
+             UPDATE keeper_steps k SET status = 'pending', tx_hash = NULL, block_number = NULL,
+                                       error = 'reorged out; re-broadcasting', finished_at = NULL,
+                                       updated_at = now()
+             FROM t
+             WHERE k.id = ANY(t.step_ids) AND k.tx_hash = t.tx_hash",
             &[&tx_id],
-        )
-        .await?;
-        db.execute(
-            "UPDATE keeper_steps SET status = 'pending', tx_hash = NULL, block_number = NULL,
-                                     error = 'reorged out; re-broadcasting', finished_at = NULL,
-                                     updated_at = now()
-             WHERE id = $1",
-            &[&step_id],
         )
         .await?;
         db.commit().await?;
         Ok(())
     }
 
-    /// The deciding transaction of a closed step was re-mined in another block.
-    pub async fn move_block(&self, step_id: i64, block: u64) -> Result<()> {
+    /// The transaction `hash` that decided closed steps was re-mined in another block.
+    pub async fn move_block(&self, hash: B256, block: u64) -> Result<()> {
         let client = self.pool.get().await?;
         client
             .execute(
-                "UPDATE keeper_steps SET block_number = $2, updated_at = now() WHERE id = $1",
-                &[&step_id, &to_i64(block, "block number")?],
+                "UPDATE keeper_steps SET block_number = $3, updated_at = now()
+                 WHERE chain_id = $1 AND tx_hash = $2",
+                &[
+                    &self.chain_id,
+                    &hash.as_slice(),
+                    &to_i64(block, "block number")?,
+                ],
             )
             .await?;
         Ok(())
     }
 
-    /// Every open step of this keeper, by nonce, with its transactions.
-    pub async fn open_steps(&self) -> Result<Vec<OpenStep>> {
+    /// Every send in flight of this keeper, by nonce, with its transactions.
+    pub async fn open_sends(&self) -> Result<Vec<OpenSend>> {
         let client = self.pool.get().await?;
         let steps = client
             .query(
@@ -275,27 +315,51 @@ impl Store {
             )
             .await?;
         let ids: Vec<i64> = steps.iter().map(|r| r.get(0)).collect();
+        let nonces: Vec<i64> = steps.iter().map(|r| r.get(4)).collect();
         let txs = client
             .query(
-                "SELECT step_id, id, nonce, tx_hash, raw_tx, gas_limit, max_fee_per_gas::TEXT,
+                "SELECT step_ids, id, nonce, tx_hash, raw_tx, gas_limit, max_fee_per_gas::TEXT,
                         max_priority_fee_per_gas::TEXT, status,
                         (EXTRACT(EPOCH FROM (now() - sent_at)) * 1000)::BIGINT
-                 FROM keeper_txs WHERE step_id = ANY($1) ORDER BY id",
-                &[&ids],
+                 FROM keeper_txs WHERE nonce = ANY($2) AND step_ids && $1 ORDER BY id",
+                &[&ids, &nonces],
             )
             .await?;
-        let mut out = Vec::with_capacity(steps.len());
+        let mut out: Vec<OpenSend> = Vec::new();
         for s in &steps {
-            let id: i64 = s.get(0);
-            let mut rows = Vec::new();
-            for t in txs.iter().filter(|t| t.get::<_, i64>(0) == id) {
+            let nonce = s.get::<_, i64>(4) as u64;
+            let step = OpenStep {
+                id: s.get(0),
+                subscription_id: s.get::<_, i64>(1) as u64,
+                period: s.get(2),
+                attempt: s.get(3),
+            };
+            match out.last_mut() {
+                Some(send) if send.nonce == nonce => send.steps.push(step),
+                _ => out.push(OpenSend {
+                    nonce,
+                    steps: vec![step],
+                    txs: Vec::new(),
+                }),
+            }
+        }
+        for send in &mut out {
+            let ids = send.step_ids();
+            for t in &txs {
+                let carried: Vec<i64> = t.get(0);
+                if t.get::<_, i64>(2) as u64 != send.nonce
+                    || !carried.iter().any(|c| ids.contains(c))
+                {
+                    continue;
+                }
+                let id: i64 = t.get(1);
                 let hash: Vec<u8> = t.get(3);
                 let fee: String = t.get(6);
                 let prio: String = t.get(7);
-                rows.push(TxRow {
-                    id: t.get(1),
+                send.txs.push(TxRow {
+                    id,
                     tx: SignedTx {
-                        nonce: t.get::<_, i64>(2) as u64,
+                        nonce: send.nonce,
                         hash: B256::try_from(hash.as_slice()).map_err(|_| {
                             Error::Inconsistent(format!("keeper_txs {id}: bad hash"))
                         })?,
@@ -308,24 +372,16 @@ impl Store {
                     sent_age_ms: t.get(9),
                 });
             }
-            out.push(OpenStep {
-                id,
-                subscription_id: s.get::<_, i64>(1) as u64,
-                period: s.get(2),
-                attempt: s.get(3),
-                nonce: s.get::<_, i64>(4) as u64,
-                txs: rows,
-            });
         }
         Ok(out)
     }
 
-    /// Number of open (pending or sent) steps of this keeper.
+    /// Number of sends in flight (transactions not yet decided, one per nonce) of this keeper.
     pub async fn open_count(&self) -> Result<usize> {
         let client = self.pool.get().await?;
         let n: i64 = client
             .query_one(
-                "SELECT count(*) FROM keeper_steps
+                "SELECT count(DISTINCT nonce) FROM keeper_steps
                  WHERE chain_id = $1 AND keeper_address = $2 AND status IN ('pending', 'sent')",
                 &[&self.chain_id, &self.keeper.as_slice()],
             )
@@ -371,21 +427,26 @@ impl Store {
 
 async fn insert_tx<C: deadpool_postgres::GenericClient>(
     db: &C,
-    step_id: i64,
+    step_ids: &[i64],
     tx: &SignedTx,
 ) -> Result<i64> {
+    let first = *step_ids
+        .first()
+        .ok_or_else(|| Error::Inconsistent("a keeper transaction carries no step".into()))?;
     let row = db
         .query_one(
-            "INSERT INTO keeper_txs (step_id, nonce, tx_hash, raw_tx, gas_limit, max_fee_per_gas,
-                                     max_priority_fee_per_gas)
-             VALUES ($1, $2, $3, $4, $5, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC)
-             -- A step taken up again after a refusal may sign the very same bytes (same
-             -- nonce, same fees): that is the same transaction, so its row is reused.
+            "INSERT INTO keeper_txs (step_id, step_ids, nonce, tx_hash, raw_tx, gas_limit,
+                                     max_fee_per_gas, max_priority_fee_per_gas)
+             VALUES ($1, $2, $3, $4, $5, $6, $7::TEXT::NUMERIC, $8::TEXT::NUMERIC)
+             -- A send taken up again after a refusal may sign the very same bytes (same
+             -- nonce, same fees, same steps): that is the same transaction, so its row is
+             -- reused.
              ON CONFLICT (tx_hash) DO UPDATE SET status = 'pending', error = NULL, updated_at = now()
-                 WHERE keeper_txs.step_id = EXCLUDED.step_id AND keeper_txs.status = 'failed'
+                 WHERE keeper_txs.step_ids = EXCLUDED.step_ids AND keeper_txs.status = 'failed'
              RETURNING id",
             &[
-                &step_id,
+                &first,
+                &step_ids,
                 &to_i64(tx.nonce, "nonce")?,
                 &tx.hash.as_slice(),
                 &tx.raw,

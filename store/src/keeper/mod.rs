@@ -91,15 +91,45 @@ pub struct TxRow {
     pub sent_age_ms: Option<i64>,
 }
 
-/// A step that is not finished (pending or sent), with its transactions, oldest first.
-#[derive(Debug, Clone)]
+/// A step that is not finished (pending or sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenStep {
     pub id: i64,
     pub subscription_id: u64,
     pub period: i32,
     pub attempt: i32,
+}
+
+/// A send in flight: the open steps that share one nonce (one transaction carries them all:
+/// `charge(id)` for one step, `chargeMany(ids)` for more, and any replacement carries the
+/// same), with its transactions, oldest first.
+#[derive(Debug, Clone)]
+pub struct OpenSend {
     pub nonce: u64,
+    pub steps: Vec<OpenStep>,
     pub txs: Vec<TxRow>,
+}
+
+impl OpenSend {
+    /// The journal ids of its steps.
+    pub fn step_ids(&self) -> Vec<i64> {
+        self.steps.iter().map(|s| s.id).collect()
+    }
+
+    /// The on-chain ids its transaction charges, in the order it charges them.
+    pub fn subscription_ids(&self) -> Vec<u64> {
+        self.steps.iter().map(|s| s.subscription_id).collect()
+    }
+}
+
+/// What journaling a send did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Journaled {
+    /// Every step is journaled with the transaction: (step ids in order, tx id).
+    New { step_ids: Vec<i64>, tx_id: i64 },
+    /// Nothing was written: these steps (indexes into the request) were journaled before
+    /// (sent by an earlier pass or a keeper that died), so they must not be sent again.
+    Already(Vec<usize>),
 }
 
 /// Journal and index access for one chain, contract and keeper key.
@@ -153,14 +183,19 @@ impl Store {
     }
 
     /// Gas units the charges of `merchant`'s subscriptions used in the last `window_secs`:
-    /// gas used once mined, the gas limit while in flight.
+    /// gas used once mined, the gas limit while in flight (a batch's shared equally by its
+    /// steps).
     pub async fn merchant_gas_in_window(&self, merchant: Address, window_secs: u64) -> Result<u64> {
         let client = self.pool.get().await?;
         let gas: i64 = client
             .query_one(
+                // A transaction carrying many steps counts for each step's merchant in equal
+                // parts.
                 "SELECT COALESCE(SUM(COALESCE(t.gas_used,
-                            CASE WHEN t.status IN ('pending', 'sent') THEN t.gas_limit ELSE 0 END)), 0)::BIGINT
-                 FROM keeper_txs t JOIN keeper_steps k ON k.id = t.step_id
+                            CASE WHEN t.status IN ('pending', 'sent') THEN t.gas_limit ELSE 0 END)::NUMERIC
+                            / cardinality(t.step_ids)), 0)::BIGINT
+                 FROM keeper_txs t CROSS JOIN LATERAL unnest(t.step_ids) AS carried(step_id)
+                 JOIN keeper_steps k ON k.id = carried.step_id
                  JOIN subscriptions s ON s.chain_id = k.chain_id AND s.onchain_id = k.subscription_id
                  WHERE k.chain_id = $1 AND s.merchant_wallet = $2
                    AND t.created_at > now() - make_interval(secs => $3)",
