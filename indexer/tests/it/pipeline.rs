@@ -112,3 +112,85 @@ async fn backfill_fetches_the_next_range_while_the_current_one_commits() {
         .get(0);
     assert_eq!(stored as usize, chain.canonical_logs().len());
 }
+
+/// Issue 13, point 5: a dense chain must never kill the indexer. One block with 50,001 logs
+/// (a plan, then 25,000 subscriptions created and charged — some 50 MB of `eth_getLogs`
+/// JSON), built on a real anvil by `contracts/LogFlood.sol` installed at the manager's
+/// address, is indexed whole: every event, subscription, ledger row and outbox row, in one
+/// batch with the cursor.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_block_with_50_thousand_events_is_indexed_whole() {
+    use alloy::network::TransactionBuilder;
+    use alloy::primitives::U256;
+    use alloy::providers::Provider;
+    use alloy::sol_types::SolCall;
+    use chainsub_tests::DevChain;
+    use chainsub_tests::anvil::Anvil;
+
+    alloy::sol! {
+        function flood(uint256 planId, address merchant, uint256 amount, uint256 firstId, uint256 count);
+    }
+    const SUBS: u64 = 25_000;
+
+    let chain = DevChain::with_anvil(Anvil::start_with(&["--disable-block-gas-limit"])).await;
+    let artifact: serde_json::Value =
+        serde_json::from_str(include_str!("../../../abi/artifacts/LogFlood.json")).unwrap();
+    let code = artifact["deployedBytecode"]["object"].as_str().unwrap();
+    let _: serde_json::Value = chain
+        .provider
+        .raw_request("anvil_setCode".into(), (chain.manager, code))
+        .await
+        .unwrap();
+    let merchant = DevChain::address(chainsub_tests::chain::accounts::MERCHANT);
+    let call = floodCall {
+        planId: U256::from(1),
+        merchant,
+        amount: U256::from(9_990_000u64),
+        firstId: U256::from(1),
+        count: U256::from(SUBS),
+    };
+    let tx = alloy::rpc::types::TransactionRequest::default()
+        .with_from(DevChain::address(0))
+        .with_to(chain.manager)
+        .with_input(call.abi_encode())
+        .with_gas_limit(400_000_000);
+    let receipt = chain
+        .provider
+        .send_transaction(tx)
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    assert!(receipt.status());
+    let block = receipt.block_number.unwrap();
+    assert_eq!(receipt.inner.logs().len() as u64, 2 * SUBS + 1);
+
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let ix = start(chain_config(&chain), &db, &chain);
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    while cursor(&client).await.map(|(n, _)| n) < Some(block as i64) {
+        assert!(!ix.is_finished(), "the indexer stopped");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the indexer never got past the dense block"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let counts = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM chain_events WHERE block_number = $1),
+                    (SELECT count(*) FROM subscriptions),
+                    (SELECT count(*) FROM ledger_entries),
+                    (SELECT count(*) FROM webhook_outbox),
+                    (SELECT count(*) FROM chain_plans)",
+            &[&(block as i64)],
+        )
+        .await
+        .unwrap();
+    let got: Vec<i64> = (0..5).map(|i| counts.get(i)).collect();
+    let subs = SUBS as i64;
+    assert_eq!(got, vec![2 * subs + 1, subs, subs, 2 * subs, 1]);
+    ix.stop().await.unwrap();
+}
