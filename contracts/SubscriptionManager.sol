@@ -321,9 +321,10 @@ contract SubscriptionManager {
     /// Charges many subscriptions in one transaction (the keeper's renewals, issue 13): each
     /// id is processed exactly as `charge(id)` processes it — the same state change and the
     /// same events, a failed pull recorded as `PaymentFailed` — except that an id `charge`
-    /// would refuse (unknown, not live, not due yet; also an id repeated in the list) is
-    /// skipped instead of reverting, so no id can revert the others. An id was acted on iff
-    /// the transaction carries a `SubscriptionCharged`, `PaymentFailed` or
+    /// would refuse (unknown, not live, not due yet) is skipped instead of reverting, so no
+    /// id can revert the others. An id listed twice is processed twice, as two `charge` calls
+    /// would be (the second is skipped unless yet another period is due). An id was acted on
+    /// iff the transaction carries a `SubscriptionCharged`, `PaymentFailed` or
     /// `SubscriptionEnded` for it. Returns the number of ids acted on.
     function chargeMany(uint256[] calldata subscriptionIds) external nonReentrant returns (uint256 acted) {
         uint256 n = subscriptionIds.length;

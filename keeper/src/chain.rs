@@ -97,10 +97,10 @@ impl Chain {
         Ok(self.provider.get_block_number().await?)
     }
 
-    /// `charge(id)` for one subscription, `chargeMany(ids)` for more.
-    fn charge_request(&self, subscription_ids: &[u64]) -> TransactionRequest {
+    /// `charge(id)` for one subscription (unless `many`), `chargeMany(ids)` otherwise.
+    fn charge_request(&self, subscription_ids: &[u64], many: bool) -> TransactionRequest {
         let input = match subscription_ids {
-            [one] => SubscriptionManager::chargeCall {
+            [one] if !many => SubscriptionManager::chargeCall {
                 subscriptionId: U256::from(*one),
             }
             .abi_encode(),
@@ -122,7 +122,7 @@ impl Chain {
         // kept unique by the journal, not by this check.
         match self
             .sender
-            .estimate(self.charge_request(&[subscription_id]))
+            .estimate(self.charge_request(&[subscription_id], false))
             .await
         {
             // The caller adds headroom: the estimate is against the latest block.
@@ -139,7 +139,7 @@ impl Chain {
     pub async fn estimate_many(&self, subscription_ids: &[u64]) -> Result<u64> {
         Ok(self
             .sender
-            .estimate(self.charge_request(subscription_ids))
+            .estimate(self.charge_request(subscription_ids, true))
             .await?)
     }
 
@@ -164,10 +164,12 @@ impl Chain {
         Ok(self.sender.fees(None).await?)
     }
 
-    /// Signs `charge(id)` (one id) or `chargeMany(ids)` with the given nonce, gas and fees.
+    /// Signs `charge(id)` (one id, unless `many`) or `chargeMany(ids)` with the given nonce,
+    /// gas and fees.
     pub async fn sign(
         &self,
         subscription_ids: &[u64],
+        many: bool,
         nonce: u64,
         gas_limit: u64,
         max_fee_per_gas: u128,
@@ -176,7 +178,7 @@ impl Chain {
         Ok(self
             .sender
             .sign(
-                self.charge_request(subscription_ids),
+                self.charge_request(subscription_ids, many),
                 nonce,
                 gas_limit,
                 max_fee_per_gas,

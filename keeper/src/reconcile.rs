@@ -62,7 +62,14 @@ impl Keeper {
                 None => {
                     metrics::counter!(names::REORGED).increment(1);
                     tracing::warn!(tx_id, tx = %hash, block, "keeper transaction reorged out; re-broadcasting it");
-                    self.store.reopen(tx_id).await?;
+                    let (reopened, raw) = self.store.reopen(tx_id).await?;
+                    if reopened == 0 {
+                        // Every step it carried went out again in a later send; its nonce
+                        // must still be used, or every later transaction waits behind it.
+                        if let Broadcast::Accepted = self.chain.broadcast(&raw).await? {
+                            self.store.mark_orphan_sent(tx_id).await?;
+                        }
+                    }
                 }
             }
         }
@@ -207,20 +214,33 @@ impl Keeper {
             );
             return self.rebroadcast(send, stuck).await;
         };
+        // The same call as the stuck transaction: its steps in its order (those still open),
+        // and `chargeMany` if it was one (a lone `charge` would revert where it skips).
+        let (step_ids, subscription_ids): (Vec<i64>, Vec<u64>) = stuck
+            .step_ids
+            .iter()
+            .filter_map(|id| {
+                send.steps
+                    .iter()
+                    .find(|s| s.id == *id)
+                    .map(|s| (s.id, s.subscription_id))
+            })
+            .unzip();
+        if step_ids.is_empty() {
+            return self.rebroadcast(send, stuck).await;
+        }
         let signed = self
             .chain
             .sign(
-                &send.subscription_ids(),
+                &subscription_ids,
+                stuck.step_ids.len() > 1,
                 send.nonce,
                 stuck.tx.gas_limit,
                 fee,
                 prio,
             )
             .await?;
-        let tx_id = self
-            .store
-            .add_replacement(&send.step_ids(), &signed)
-            .await?;
+        let tx_id = self.store.add_replacement(&step_ids, &signed).await?;
         match self.chain.broadcast(&signed.raw).await? {
             Broadcast::Accepted => {
                 self.store.mark_sent(tx_id).await?;

@@ -282,7 +282,7 @@ impl Keeper {
             };
             let signed = self
                 .chain
-                .sign(&ids, nonce, gas_limit, max_fee, prio)
+                .sign(&ids, ids.len() > 1, nonce, gas_limit, max_fee, prio)
                 .await?;
             let steps: Vec<_> = group.iter().map(|r| r.sub.step()).collect();
             match self.store.insert_send(&steps, &signed).await {
@@ -342,7 +342,7 @@ impl Keeper {
                     tracing::warn!(old = current.1.nonce, fresh, "nonce too low; re-synced");
                     let resigned = self
                         .chain
-                        .sign(&ids, fresh, gas_limit, max_fee, prio)
+                        .sign(&ids, ids.len() > 1, fresh, gas_limit, max_fee, prio)
                         .await?;
                     let id = self.store.renonce(&step_ids, current.0, &resigned).await?;
                     *next = Some(fresh + 1);

@@ -10,3 +10,9 @@ ALTER TABLE keeper_txs ALTER COLUMN step_ids SET NOT NULL,
     ADD CONSTRAINT keeper_txs_carries_its_step CHECK (step_ids[1] = step_id);
 -- The transactions of one send: same nonce, overlapping steps.
 CREATE INDEX keeper_txs_nonce ON keeper_txs (nonce);
+-- The block a transaction was mined in: the reorg re-check walks transactions, not steps (a
+-- `chargeMany` whose every id was skipped decided no step with its hash, and must still be
+-- re-broadcast if a reorg drops it, or its nonce would become a gap).
+ALTER TABLE keeper_txs ADD COLUMN block_number BIGINT;
+UPDATE keeper_txs t SET block_number = k.block_number
+FROM keeper_steps k WHERE k.tx_hash = t.tx_hash;

@@ -5,6 +5,7 @@
 pub mod anvil;
 pub mod chain;
 pub mod db;
+pub mod flood;
 pub mod merchant;
 pub mod process;
 pub mod proxy;

@@ -120,43 +120,27 @@ async fn backfill_fetches_the_next_range_while_the_current_one_commits() {
 /// batch with the cursor.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_block_with_50_thousand_events_is_indexed_whole() {
-    use alloy::network::TransactionBuilder;
     use alloy::primitives::U256;
-    use alloy::providers::Provider;
-    use alloy::sol_types::SolCall;
     use chainsub_tests::DevChain;
     use chainsub_tests::anvil::Anvil;
-
-    alloy::sol! {
-        function flood(uint256 planId, address merchant, uint256 amount, uint256 firstId, uint256 count);
-    }
     const SUBS: u64 = 25_000;
 
     let chain = DevChain::with_anvil(Anvil::start_with(&["--disable-block-gas-limit"])).await;
-    let artifact: serde_json::Value =
-        serde_json::from_str(include_str!("../../../abi/artifacts/LogFlood.json")).unwrap();
-    let code = artifact["deployedBytecode"]["object"].as_str().unwrap();
-    let _: serde_json::Value = chain
-        .provider
-        .raw_request("anvil_setCode".into(), (chain.manager, code))
-        .await
-        .unwrap();
+    let flood = chainsub_tests::flood::install(&chain).await;
     let merchant = DevChain::address(chainsub_tests::chain::accounts::MERCHANT);
-    let call = floodCall {
-        planId: U256::from(1),
-        merchant,
-        amount: U256::from(9_990_000u64),
-        firstId: U256::from(1),
-        count: U256::from(SUBS),
-    };
-    let tx = alloy::rpc::types::TransactionRequest::default()
-        .with_from(DevChain::address(0))
-        .with_to(chain.manager)
-        .with_input(call.abi_encode())
-        .with_gas_limit(400_000_000);
-    let receipt = chain
-        .provider
-        .send_transaction(tx)
+    let receipt = flood
+        .flood(
+            U256::from(1),
+            merchant,
+            U256::from(9_990_000u64),
+            U256::from(1),
+            U256::from(SUBS),
+            chain.now().await,
+            true,
+        )
+        .from(DevChain::address(0))
+        .gas(400_000_000)
+        .send()
         .await
         .unwrap()
         .get_receipt()

@@ -548,3 +548,51 @@ async fn an_id_charged_by_someone_else_first_is_skipped_in_the_batch_and_journal
     assert_eq!(stack.keeper_tx_count().await, 1);
     stack.assert_each_charged_once(&subs).await;
 }
+
+/// A `chargeMany` that reverts on chain (here: too little gas, 60% of the estimate) takes none
+/// of its renewals down for good: each step counts the revert and is retried ALONE with more
+/// gas (60% → 90% → 135% of its own estimate), so one cause of reverts cannot keep failing a
+/// whole batch, and every subscription is charged exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_that_reverted_on_chain_is_retried_one_renewal_at_a_time() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let subs = [
+        stack.subscribe(accounts::CUSTOMER, plan, 3).await,
+        stack.subscribe(accounts::CUSTOMER_B, plan, 3).await,
+        stack.subscribe(6, plan, 3).await,
+    ];
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    let mut cmd = stack.keeper();
+    cmd.env("KEEPER_GAS_HEADROOM_PERCENT", "60")
+        .env("KEEPER_REVERT_BACKOFF_MS", "100");
+    let _keeper = crate::support::spawn(cmd, &[]);
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
+            3,
+        )
+        .await;
+
+    stack.assert_each_charged_once(&subs).await;
+    let txs: Vec<(i32, String)> = stack
+        .pg
+        .query(
+            "SELECT cardinality(step_ids), status FROM keeper_txs ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(txs[0], (3, "failed".to_string()), "{txs:?}");
+    assert!(txs[1..].iter().all(|(n, _)| *n == 1), "{txs:?}");
+    assert_eq!(
+        txs.iter().filter(|(_, s)| s == "mined").count(),
+        3,
+        "{txs:?}"
+    );
+}

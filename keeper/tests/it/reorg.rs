@@ -65,3 +65,48 @@ async fn charge_reorged_out_is_rebroadcast_with_the_same_bytes_and_lands_once() 
     );
     assert_eq!(stack.indexed_status(sub).await, "active");
 }
+
+/// The same for a batch: the reorged-out `chargeMany` goes out again byte for byte, and each
+/// of its renewals lands once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_reorged_out_is_rebroadcast_with_the_same_bytes_and_each_renewal_lands_once() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let subs = [
+        stack.subscribe(accounts::CUSTOMER, plan, 3).await,
+        stack.subscribe(accounts::CUSTOMER_B, plan, 3).await,
+    ];
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+    stack.assert_each_charged_once(&subs).await;
+
+    let _: serde_json::Value = stack
+        .chain
+        .provider
+        .raw_request(
+            "anvil_reorg".into(),
+            (1u64, Vec::<serde_json::Value>::new()),
+        )
+        .await
+        .expect("anvil_reorg");
+    stack.chain.mine(1).await;
+    stack.keeper_pass();
+    stack.chain.mine(1).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+
+    stack.assert_each_charged_once(&subs).await;
+    for sub in subs {
+        assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
+    }
+    assert_eq!(stack.keeper_tx_count().await, 1);
+    let txs: i64 = stack
+        .pg
+        .query_one("SELECT count(*) FROM keeper_txs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(txs, 1, "re-broadcast, not re-signed");
+}

@@ -294,3 +294,60 @@ async fn nonce_used_outside_the_keeper_is_detected_and_the_counter_resyncs() {
         ]
     );
 }
+
+/// A stuck `chargeMany` is replaced by the same call — the same steps in the same order,
+/// still `chargeMany` — at the same nonce with a higher fee; exactly one of them is mined and
+/// renews every subscription of the batch once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stuck_batch_is_replaced_by_the_same_call_at_the_same_nonce() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let subs = [
+        stack.subscribe(accounts::CUSTOMER, plan, 3).await,
+        stack.subscribe(accounts::CUSTOMER_B, plan, 3).await,
+    ];
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+    stack.automine(false).await;
+
+    let mut keeper = spawn(
+        stack.keeper(),
+        &["--replace-after-ms", "300", "--max-replacements", "2"],
+    );
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_txs WHERE status = 'replaced'",
+            1,
+        )
+        .await;
+    keeper.0.kill().unwrap();
+    keeper.0.wait().unwrap();
+    stack.automine(true).await;
+    stack.chain.mine(1).await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+    stack.keeper_pass();
+
+    stack.assert_each_charged_once(&subs).await;
+    let rows = stack
+        .pg
+        .query(
+            "SELECT step_ids, nonce, status FROM keeper_txs ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(rows.len() >= 2, "a replacement was journaled");
+    let first: Vec<i64> = rows[0].get(0);
+    assert_eq!(first.len(), 2);
+    for r in &rows {
+        assert_eq!(r.get::<_, Vec<i64>>(0), first, "the same steps, same order");
+        assert_eq!(r.get::<_, i64>(1), 0, "one nonce for every tx");
+    }
+    let mined = rows
+        .iter()
+        .filter(|r| r.get::<_, String>(2) == "mined")
+        .count();
+    assert_eq!(mined, 1);
+    assert_eq!(stack.keeper_tx_count().await, 1);
+}

@@ -152,7 +152,8 @@ impl Store {
         let row = db
             .query_one(
                 "UPDATE keeper_txs SET status = $2, gas_used = $3, effective_gas_price = $4::TEXT::NUMERIC,
-                                       fee_paid_wei = $5::TEXT::NUMERIC, updated_at = now()
+                                       fee_paid_wei = $5::TEXT::NUMERIC, block_number = $6,
+                                       updated_at = now()
                  WHERE id = $1
                  RETURNING nonce, step_ids, tx_hash",
                 &[
@@ -161,6 +162,7 @@ impl Store {
                     &to_i64(out.gas_used, "gas used")?,
                     &out.effective_gas_price.to_string(),
                     &fee.to_string(),
+                    &to_i64(out.block_number, "block number")?,
                 ],
             )
             .await?;
@@ -233,16 +235,16 @@ impl Store {
         Ok(())
     }
 
-    /// Transactions that closed steps at or above `min_block`: a reorg may still take them
+    /// Transactions of this keeper mined at or above `min_block`: a reorg may still take them
     /// back. (tx id, tx hash, block number), by nonce.
     pub async fn recently_closed(&self, min_block: u64) -> Result<Vec<(i64, B256, u64)>> {
         let client = self.pool.get().await?;
         let rows = client
             .query(
-                "SELECT DISTINCT t.nonce, t.id, t.tx_hash, k.block_number FROM keeper_steps k
-                 JOIN keeper_txs t ON t.tx_hash = k.tx_hash
+                "SELECT t.id, t.tx_hash, t.block_number FROM keeper_txs t
+                 JOIN keeper_steps k ON k.id = t.step_id
                  WHERE k.chain_id = $1 AND k.keeper_address = $2
-                   AND k.status IN ('mined', 'failed') AND k.block_number >= $3
+                   AND t.status IN ('mined', 'failed') AND t.block_number >= $3
                  ORDER BY t.nonce, t.id",
                 &[
                     &self.chain_id,
@@ -253,51 +255,73 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| {
-                let hash: Vec<u8> = r.get(2);
+                let hash: Vec<u8> = r.get(1);
                 Ok((
-                    r.get(1),
+                    r.get(0),
                     B256::try_from(hash.as_slice())
                         .map_err(|_| Error::Inconsistent("keeper_txs: bad hash".into()))?,
-                    r.get::<_, i64>(3) as u64,
+                    r.get::<_, i64>(2) as u64,
                 ))
             })
             .collect()
     }
 
-    /// A reorg took a transaction out of the chain: the steps it decided are open again and
-    /// its journaled bytes (same nonce) are re-broadcast by the next reconcile.
-    pub async fn reopen(&self, tx_id: i64) -> Result<()> {
+    /// A reorg took a transaction out of the chain: the steps it carried that were not taken
+    /// up by a later send (still at its nonce) are open again, and its journaled bytes (same
+    /// nonce) are re-broadcast by the next reconcile. Returns how many steps reopened, and
+    /// the signed bytes: with none reopened (every one taken up elsewhere) the caller
+    /// re-broadcasts them itself, or the nonce would stay a gap.
+    pub async fn reopen(&self, tx_id: i64) -> Result<(i64, Vec<u8>)> {
         let mut client = self.pool.get().await?;
         let db = client.transaction().await?;
-        db.execute(
-            "WITH t AS (
-                 UPDATE keeper_txs SET status = 'pending', gas_used = NULL, effective_gas_price = NULL,
-                                       fee_paid_wei = NULL, sent_at = NULL, updated_at = now()
-                 WHERE id = $1 RETURNING tx_hash, step_ids)
-             UPDATE keeper_steps k SET status = 'pending', tx_hash = NULL, block_number = NULL,
-                                       error = 'reorged out; re-broadcasting', finished_at = NULL,
-                                       updated_at = now()
-             FROM t
-             WHERE k.id = ANY(t.step_ids) AND k.tx_hash = t.tx_hash",
-            &[&tx_id],
-        )
-        .await?;
+        let row = db
+            .query_one(
+                "WITH t AS (
+                     UPDATE keeper_txs SET status = 'pending', gas_used = NULL,
+                                           effective_gas_price = NULL, fee_paid_wei = NULL,
+                                           block_number = NULL, sent_at = NULL, updated_at = now()
+                     WHERE id = $1 RETURNING nonce, step_ids, raw_tx),
+                 s AS (
+                     UPDATE keeper_steps k SET status = 'pending', tx_hash = NULL, block_number = NULL,
+                                               error = 'reorged out; re-broadcasting',
+                                               finished_at = NULL, updated_at = now()
+                     FROM t
+                     WHERE k.id = ANY(t.step_ids) AND k.nonce = t.nonce
+                       AND k.status IN ('mined', 'failed')
+                     RETURNING k.id)
+                 SELECT (SELECT count(*) FROM s), (SELECT raw_tx FROM t)",
+                &[&tx_id],
+            )
+            .await?;
         db.commit().await?;
-        Ok(())
+        Ok((row.get(0), row.get(1)))
     }
 
-    /// The transaction `hash` that decided closed steps was re-mined in another block.
-    pub async fn move_block(&self, hash: B256, block: u64) -> Result<()> {
+    /// A re-broadcast transaction that no step owns any more (see [`Store::reopen`]) is in
+    /// the pools again.
+    pub async fn mark_orphan_sent(&self, tx_id: i64) -> Result<()> {
         let client = self.pool.get().await?;
         client
             .execute(
-                "UPDATE keeper_steps SET block_number = $3, updated_at = now()
+                "UPDATE keeper_txs SET status = 'sent', sent_at = now(), updated_at = now()
+                 WHERE id = $1",
+                &[&tx_id],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The transaction `hash` was re-mined in another block.
+    pub async fn move_block(&self, hash: B256, block: u64) -> Result<()> {
+        let client = self.pool.get().await?;
+        let block = to_i64(block, "block number")?;
+        client
+            .execute(
+                "WITH t AS (UPDATE keeper_txs SET block_number = $3, updated_at = now()
+                            WHERE tx_hash = $2 RETURNING id)
+                 UPDATE keeper_steps SET block_number = $3, updated_at = now()
                  WHERE chain_id = $1 AND tx_hash = $2",
-                &[
-                    &self.chain_id,
-                    &hash.as_slice(),
-                    &to_i64(block, "block number")?,
-                ],
+                &[&self.chain_id, &hash.as_slice(), &block],
             )
             .await?;
         Ok(())
@@ -358,6 +382,7 @@ impl Store {
                 let prio: String = t.get(7);
                 send.txs.push(TxRow {
                     id,
+                    step_ids: carried,
                     tx: SignedTx {
                         nonce: send.nonce,
                         hash: B256::try_from(hash.as_slice()).map_err(|_| {

@@ -85,6 +85,8 @@ pub use chainsub_core::{Outcome, SignedTx};
 #[derive(Debug, Clone)]
 pub struct TxRow {
     pub id: i64,
+    /// The steps it carries, in the order its call names them.
+    pub step_ids: Vec<i64>,
     pub tx: SignedTx,
     pub status: String,
     /// Milliseconds since the node acknowledged it (None while pending).

@@ -122,7 +122,7 @@ async fn charge_many_processes_each_id_as_charge_would_and_skips_the_ones_charge
         not_due,
         unknown,
         cancelling,
-        paying, // twice in one list: the second is not due any more
+        paying, // twice in one list: processed twice, and the second time it is not due
     ];
     let acted = crowd
         .manager()
