@@ -47,8 +47,10 @@ contract LogFlood {
         uint64 nextRetryAt
     );
 
-    /// Plans created through `createPlan` (numbered from 1e9 up, clear of `flood`'s ids).
-    uint256 public livePlans;
+    /// Plans created through `createPlan` (numbered from 1e9 up, clear of `flood`'s ids),
+    /// under key "live". A mapping, so the count lives far from the slots the manager's own
+    /// constructor wrote at this address (slot 0 holds its operator).
+    mapping(bytes32 => uint256) public counters;
 
     /// Emits plan `planId` for `merchant` (with `withPlan`), then `count` subscriptions to it
     /// from `firstId` on (each `SubscriptionCreated` then `SubscriptionCharged` of period 1,
@@ -98,7 +100,7 @@ contract LogFlood {
     /// `SubscriptionManager.createPlan`'s selector and event, so a caller written for the
     /// manager (a benchmark's live blocks, a reorg's replacement transaction) works unchanged.
     function createPlan(address merchant, uint256 amount, bytes32 planRef) external returns (uint256 planId) {
-        planId = 1e9 + ++livePlans;
+        planId = 1e9 + ++counters["live"];
         emit PlanCreated(planId, merchant, planRef, amount, msg.sender);
     }
 

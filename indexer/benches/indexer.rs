@@ -4,7 +4,10 @@
 //! at the RPC -> committed) and recovery from a depth-10 reorg. Prints a table.
 //!
 //! `bench/indexer.sh` runs it. Knobs: BENCH_ACCOUNTS (default 200), BENCH_PLANS (170),
-//! BENCH_SHAPES (`spread,dense`), BENCH_LIVE_SAMPLES (200). Not a test: no timing is asserted.
+//! BENCH_SHAPES (`spread,dense`), BENCH_LIVE_SAMPLES (200), BENCH_CHAIN (`generated`: the
+//! events emitted directly by `contracts/LogFlood.sol`, seconds to build; `contract`: real
+//! `subscribe`/`charge` transactions, ~40 minutes for 100k events on 2 cores). Not a test: no
+//! timing is asserted.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -220,6 +223,110 @@ async fn build_chain(shape: &str, accounts: u64, plans: u64) -> Built {
     }
 }
 
+/// The same shapes generated directly (issue 13, point 4): `contracts/LogFlood.sol` at the
+/// manager's address emits the manager's own events — every plan, every subscription created
+/// and charged (period 1), and a month later every renewal charged or, for every fourth,
+/// failed — in one transaction per block (spread: 5 subscriptions or 10 renewals, ~10
+/// events) or 25 per block (dense: a plan's subscriptions per transaction, ~10,000 events per
+/// block). The logs are what a real chain of that shape holds; building them takes seconds
+/// instead of the ~40 minutes of real `subscribe`/`charge` transactions for 100k events here.
+async fn build_generated(shape: &str, accounts: u64, plans: u64) -> Built {
+    use chainsub_tests::flood::LogFlood;
+    let t = Instant::now();
+    let anvil = Anvil::start_with(&["--gas-limit", "4000000000", "--block-base-fee-per-gas", "0"]);
+    let chain = DevChain::with_anvil(anvil).await;
+    chainsub_tests::flood::install(&chain).await;
+    let rpc = Rpc { chain: &chain };
+    let op = DevChain::address(0);
+    let merchants = [DevChain::address(2), DevChain::address(3)];
+    let mut nonce: u64 = serde_json::from_value::<U256>(
+        rpc.raw("eth_getTransactionCount", json!([op, "latest"]))
+            .await,
+    )
+    .unwrap()
+    .to();
+    let spread = shape == "spread";
+    // (subscriptions per tx, renewals per tx, gas per tx, txs per block)
+    let (subs_per_tx, renewals_per_tx, tx_gas, per_block) = if spread {
+        (5, 10, 300_000u64, 1u64)
+    } else {
+        (accounts, accounts, 4_000_000, 25)
+    };
+    let start = chain.now().await;
+    let amount = U256::from(1_000_000u64);
+    let (mut created, mut renewals) = (Vec::new(), Vec::new());
+    let mut next_id = 1u64;
+    for p in 0..plans {
+        let merchant = merchants[(p % 2) as usize];
+        let first = next_id;
+        next_id += accounts;
+        let mut id = first;
+        while id < first + accounts {
+            let count = subs_per_tx.min(first + accounts - id);
+            let call = LogFlood::floodCall {
+                planId: U256::from(p + 1),
+                merchant,
+                amount,
+                firstId: U256::from(id),
+                count: U256::from(count),
+                start,
+                withPlan: id == first,
+            };
+            created.push((op, chain.manager, call.abi_encode(), 0));
+            id += count;
+        }
+        let mut id = first;
+        while id < first + accounts {
+            let count = renewals_per_tx.min(first + accounts - id);
+            let call = LogFlood::renewCall {
+                planId: U256::from(p + 1),
+                merchant,
+                amount,
+                firstId: U256::from(id),
+                count: U256::from(count),
+                failEvery: U256::from(4),
+                start: start + 30 * 86_400,
+            };
+            renewals.push((op, chain.manager, call.abi_encode(), 0));
+            id += count;
+        }
+    }
+    for tx in created.iter_mut().chain(renewals.iter_mut()) {
+        tx.3 = nonce;
+        nonce += 1;
+    }
+    rpc.raw("evm_setAutomine", json!([false])).await;
+    rpc.raw(
+        "evm_setBlockGasLimit",
+        json!([format!("{:#x}", tx_gas * per_block)]),
+    )
+    .await;
+    rpc.send_and_mine(&created, tx_gas, Some(per_block)).await;
+    rpc.raw("evm_increaseTime", json!([32 * 86_400])).await;
+    rpc.send_and_mine(&renewals, tx_gas, Some(per_block)).await;
+    rpc.raw(
+        "evm_setBlockGasLimit",
+        json!([format!("{:#x}", 30_000_000u64)]),
+    )
+    .await;
+    rpc.raw("evm_setAutomine", json!([true])).await;
+    let head = chain.provider.get_block_number().await.unwrap();
+    let logs = RpcSource::new(&chain.anvil.url, chain.manager).unwrap();
+    let events = count_logs(&logs, chain.deploy_block, head).await;
+    // + the real manager's OperatorChanged, emitted when it was deployed.
+    assert_eq!(
+        events,
+        plans + 3 * plans * accounts + 1,
+        "every generated event is on the chain (a transaction ran out of gas?)"
+    );
+    Built {
+        blocks: head - chain.deploy_block,
+        events,
+        chain,
+        build_secs: t.elapsed().as_secs_f64(),
+    }
+}
+
 async fn count_logs(src: &RpcSource, from: u64, to: u64) -> u64 {
     let mut n = 0;
     let mut start = from;
@@ -272,6 +379,132 @@ async fn head(chain: &DevChain) -> (u64, B256) {
     (b.header.number, b.header.hash)
 }
 
+/// This process's peak resident set (VmHWM), in MB.
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Starts a new peak-RSS window (`VmHWM`): writing 5 to `/proc/self/clear_refs` resets it.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The tables the sink writes.
+const SINK_TABLES: [&str; 6] = [
+    "chain_events",
+    "chain_plans",
+    "subscriptions",
+    "ledger_entries",
+    "webhook_outbox",
+    "block_checkpoints",
+];
+
+/// The physical limit of the sink, measured on the rows it wrote: each table's rows read out
+/// with a binary COPY, then a timed binary COPY of all of them into empty copies of the tables
+/// (`LIKE ... INCLUDING ALL`: the same columns, defaults, constraints and indexes) in one
+/// transaction. Returns (seconds, of which the events table, table + index bytes the sink's
+/// tables hold).
+async fn copy_limit(url: &str) -> (f64, f64, i64) {
+    use futures::{SinkExt, TryStreamExt};
+    let (mut client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut data = Vec::new();
+    for t in SINK_TABLES {
+        client
+            .batch_execute(&format!("CREATE TABLE copy_{t} (LIKE {t} INCLUDING ALL)"))
+            .await
+            .unwrap();
+        let out = client
+            .copy_out(&format!("COPY {t} TO STDOUT (FORMAT binary)"))
+            .await
+            .unwrap();
+        let chunks: Vec<bytes::Bytes> = out.try_collect().await.unwrap();
+        data.push((t, chunks));
+    }
+    let bytes: i64 = client
+        .query_one(
+            "SELECT sum(pg_total_relation_size(t::regclass))::BIGINT FROM unnest($1::TEXT[]) t",
+            &[&SINK_TABLES.to_vec()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let t0 = Instant::now();
+    let tx = client.transaction().await.unwrap();
+    let mut events_secs = 0.0;
+    for (t, chunks) in &data {
+        let t1 = Instant::now();
+        let sink = tx
+            .copy_in(&format!("COPY copy_{t} FROM STDIN (FORMAT binary)"))
+            .await
+            .unwrap();
+        futures::pin_mut!(sink);
+        for c in chunks {
+            sink.send(c.clone()).await.unwrap();
+        }
+        sink.close().await.unwrap();
+        if *t == "chain_events" {
+            events_secs = t1.elapsed().as_secs_f64();
+        }
+    }
+    tx.commit().await.unwrap();
+    (t0.elapsed().as_secs_f64(), events_secs, bytes)
+}
+
+/// What a lean event row would cost (issue 13, point 1, not built): the same events as typed
+/// columns only — no `decoded` JSON, no `snapshot` JSON, no text ids — with just the primary
+/// key and the idempotency key (chain, block hash, log index), copied the same way. Seconds.
+async fn copy_lean(url: &str) -> f64 {
+    use futures::{SinkExt, TryStreamExt};
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "CREATE TABLE lean_events (
+                 id BIGINT PRIMARY KEY, chain_id BIGINT NOT NULL, block_number BIGINT NOT NULL,
+                 block_hash BYTEA NOT NULL, block_time TIMESTAMPTZ NOT NULL,
+                 transaction_hash BYTEA NOT NULL, transaction_index INTEGER NOT NULL,
+                 log_index INTEGER NOT NULL, kind SMALLINT, merchant_wallet BYTEA,
+                 subscription_id BIGINT, plan_id BIGINT, topics BYTEA[] NOT NULL, data BYTEA NOT NULL,
+                 UNIQUE (chain_id, block_hash, log_index))",
+        )
+        .await
+        .unwrap();
+    let out = client
+        .copy_out(
+            "COPY (SELECT id, chain_id, block_number, block_hash, block_time, transaction_hash,
+                          transaction_index, log_index, NULLIF(length(kind), 0)::SMALLINT,
+                          merchant_wallet, subscription_id, plan_id, topics, data
+                   FROM chain_events) TO STDOUT (FORMAT binary)",
+        )
+        .await
+        .unwrap();
+    let chunks: Vec<bytes::Bytes> = out.try_collect().await.unwrap();
+    let t0 = Instant::now();
+    let sink = client
+        .copy_in("COPY lean_events FROM STDIN (FORMAT binary)")
+        .await
+        .unwrap();
+    futures::pin_mut!(sink);
+    for c in chunks {
+        sink.send(c).await.unwrap();
+    }
+    sink.close().await.unwrap();
+    t0.elapsed().as_secs_f64()
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -286,14 +519,35 @@ struct Row {
     decode_secs: f64,
     sink_secs: f64,
     sink_batches: usize,
+    /// Where the sink's time went, by step (share of `sink_secs`).
+    stages: String,
+    /// A plain binary COPY of every row the sink wrote into empty tables of the same
+    /// definitions (indexes included), in one transaction: the physical limit of the sink.
+    copy_secs: f64,
+    /// Of which the events table.
+    copy_events_secs: f64,
+    /// The events alone as lean typed rows, COPY'd ([`copy_lean`]).
+    lean_secs: f64,
+    /// Table + index bytes of everything the sink wrote, per event.
+    bytes_per_event: f64,
+    /// The bench process's peak RSS after the end-to-end backfill (the indexer runs in it).
+    e2e_peak_rss_mb: f64,
     live_p50_ms: f64,
     live_p99_ms: f64,
     reorg_ms: f64,
 }
 
 async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> Row {
-    eprintln!("[{shape}] building chain ...");
-    let built = build_chain(shape, accounts, plans).await;
+    let generated = std::env::var("BENCH_CHAIN").as_deref() != Ok("contract");
+    eprintln!(
+        "[{shape}] building chain ({}) ...",
+        if generated { "generated" } else { "contract" }
+    );
+    let built = if generated {
+        build_generated(shape, accounts, plans).await
+    } else {
+        build_chain(shape, accounts, plans).await
+    };
     let chain = &built.chain;
     eprintln!(
         "[{shape}] {} events in {} blocks, built in {:.1}s",
@@ -308,12 +562,14 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
     let source = Arc::new(RpcSource::new(&chain.anvil.url, chain.manager).unwrap());
     let status = Status::new(cfg.chain_id);
     let (c2, u2, s2, st2) = (cfg.clone(), db.url.clone(), source.clone(), status.clone());
+    reset_peak_rss();
     let t = Instant::now();
     let task = tokio::spawn(async move { run::run(&c2, &u2, s2, st2, rx).await });
     let tip = head(chain).await;
     wait_cursor(&client, tip).await;
     let e2e_secs = t.elapsed().as_secs_f64();
-    eprintln!("[{shape}] end to end {e2e_secs:.2}s");
+    let e2e_peak_rss_mb = peak_rss_mb();
+    eprintln!("[{shape}] end to end {e2e_secs:.2}s, peak RSS {e2e_peak_rss_mb:.0} MB");
 
     // Live latency: one block with a transaction at a time, from `evm_mine` returning (the
     // block is available at the RPC) to the cursor naming it.
@@ -417,6 +673,16 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
         sink.apply(batch, to, to.saturating_sub(64)).await.unwrap();
     }
     let sink_secs = t.elapsed().as_secs_f64();
+    let stages = sink
+        .stage_times()
+        .0
+        .iter()
+        .map(|(s, d)| format!("{s} {:.0} %", 100.0 * d.as_secs_f64() / sink_secs))
+        .collect::<Vec<_>>()
+        .join(", ");
+    eprintln!("[{shape}] sink alone {sink_secs:.2}s: {stages}");
+    let (copy_secs, copy_events_secs, bytes) = copy_limit(&sink_db.url).await;
+    let lean_secs = copy_lean(&sink_db.url).await;
 
     Row {
         shape: shape.to_string(),
@@ -428,6 +694,12 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
         decode_secs,
         sink_secs,
         sink_batches: batches.len(),
+        stages,
+        copy_secs,
+        copy_events_secs,
+        lean_secs,
+        bytes_per_event: bytes as f64 / built.events as f64,
+        e2e_peak_rss_mb,
         live_p50_ms: pct(&lat, 0.5),
         live_p99_ms: pct(&lat, 0.99),
         reorg_ms,
@@ -440,19 +712,21 @@ async fn main() {
     let plans = env_u64("BENCH_PLANS", 170);
     let samples = env_u64("BENCH_LIVE_SAMPLES", 200) as usize;
     let shapes = std::env::var("BENCH_SHAPES").unwrap_or_else(|_| "spread,dense".into());
+    let load_before = loadavg();
+    eprintln!("load average before: {load_before}");
     let mut rows = Vec::new();
     for shape in shapes.split(',') {
         rows.push(bench_shape(shape.trim(), accounts, plans, samples).await);
     }
     println!();
     println!(
-        "| shape | events | blocks | ev/block | e2e backfill | e2e ev/s | e2e blocks/s | source alone ev/s | decode alone ev/s | sink alone ev/s (batches) | live p50 | live p99 | depth-10 reorg | chain build |"
+        "| shape | events | blocks | ev/block | e2e backfill | e2e ev/s | e2e blocks/s | source alone ev/s | decode alone ev/s | sink alone ev/s (batches) | live p50 | live p99 | depth-10 reorg | chain build | COPY limit ev/s | sink / COPY | bytes/event | e2e peak RSS |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for r in rows {
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
         let ev = r.events as f64;
         println!(
-            "| {} | {} | {} | {:.1} | {:.2} s | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} ({}) | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} s |",
+            "| {} | {} | {} | {:.1} | {:.2} s | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} ({}) | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} s | {:.0} | {:.0} % | {:.0} | {:.0} MB |",
             r.shape,
             r.events,
             r.blocks,
@@ -468,9 +742,35 @@ async fn main() {
             r.live_p99_ms,
             r.reorg_ms,
             r.build_secs,
+            ev / r.copy_secs,
+            100.0 * r.copy_secs / r.sink_secs,
+            r.bytes_per_event,
+            r.e2e_peak_rss_mb,
         );
     }
     println!(
         "\nlive latency: poll interval 10 ms, {samples} samples; e2e and sink: CONFIRMATIONS=0, fresh database each."
     );
+    for r in &rows {
+        println!("sink alone, {}: {}", r.shape, r.stages);
+        println!(
+            "events table alone, {}: COPY {:.0} ev/s as it is (JSON columns, 8 indexes); {:.0} ev/s as lean typed rows (2 indexes; not built)",
+            r.shape,
+            r.events as f64 / r.copy_events_secs,
+            r.events as f64 / r.lean_secs
+        );
+    }
+    println!(
+        "COPY limit: the rows the sink wrote (events, plans, subscriptions, ledger, outbox, checkpoints; final state, each once) \
+         copied with a plain binary COPY into empty tables of the same definitions and indexes, one transaction. \
+         bytes/event: table + index size of those tables / events. Chain: {}. Load average before: {load_before}; after: {}.",
+        std::env::var("BENCH_CHAIN").unwrap_or_else(|_| "generated".into()),
+        loadavg()
+    );
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }

@@ -3,6 +3,7 @@
 //! or none of it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use alloy::primitives::{Address, B256};
 use chainsub_abi::ContractEvent;
@@ -27,6 +28,45 @@ pub struct Applied {
 pub struct Sink {
     client: Client,
     ctx: Ctx,
+    times: StageTimes,
+}
+
+/// Where [`Sink::apply`]'s time goes, by step, summed over every batch applied (also
+/// recorded as the histogram `indexer_sink_stage_seconds{stage}`). The benchmark prints it
+/// next to the sink's throughput.
+#[derive(Debug, Clone, Default)]
+pub struct StageTimes(pub Vec<(&'static str, Duration)>);
+
+impl StageTimes {
+    fn add(&mut self, stage: &'static str, d: Duration) {
+        metrics::histogram!("indexer_sink_stage_seconds", "stage" => stage).record(d.as_secs_f64());
+        match self.0.iter_mut().find(|(s, _)| *s == stage) {
+            Some((_, total)) => *total += d,
+            None => self.0.push((stage, d)),
+        }
+    }
+}
+
+/// A stopwatch over the steps of one batch.
+struct Laps {
+    at: Instant,
+    laps: Vec<(&'static str, Duration)>,
+}
+
+impl Laps {
+    fn start() -> Laps {
+        Laps {
+            at: Instant::now(),
+            laps: Vec::new(),
+        }
+    }
+
+    /// Ends the step `stage` now.
+    fn lap(&mut self, stage: &'static str) {
+        let now = Instant::now();
+        self.laps.push((stage, now - self.at));
+        self.at = now;
+    }
 }
 
 /// The sink's identity and settings, copied out so a transaction can borrow the client.
@@ -55,7 +95,13 @@ impl Sink {
                 epoch,
                 confirmations,
             },
+            times: StageTimes::default(),
         }
+    }
+
+    /// Time spent in each step of [`Sink::apply`] so far.
+    pub fn stage_times(&self) -> &StageTimes {
+        &self.times
     }
 
     /// The cursor and the checkpoints of the unfinalized window.
@@ -82,6 +128,7 @@ impl Sink {
             return Ok(Applied::default());
         };
         let ctx = self.ctx;
+        let mut laps = Laps::start();
         let tx = self.client.transaction().await?;
         let cur = ctx.lock_cursor(&tx).await?;
         if first.parent_hash != cur.hash || first.number != cur.number + 1 {
@@ -91,14 +138,18 @@ impl Sink {
                 parent: first.parent_hash,
             });
         }
+        laps.lap("begin_and_lock");
         let mut events: Vec<MappedEvent> = Vec::new();
         for b in blocks {
             events.extend(map::map_block(ctx.chain_id as u64, b)?);
         }
+        laps.lap("decode");
         let snapshots = ctx.fold_batch(&tx, &events).await?;
+        laps.lap("fold");
         // Older events this batch confirms go to the outbox first (chain order); the batch's
         // own confirmed events are inserted already marked, so no row is written twice.
         let mut enqueued = ctx.enqueue_confirmed(&tx, last.number).await?;
+        laps.lap("enqueue_confirmed");
         let upto = ctx.confirmed_upto(last.number);
         let confirmed: Vec<bool> = events
             .iter()
@@ -111,8 +162,11 @@ impl Sink {
             .map(|((e, snapshot), &enqueued)| new_event(e, snapshot.as_ref(), enqueued))
             .collect();
         let ids = store::insert_events(&tx, ctx.chain_id, &ctx.contract, &rows).await?;
+        laps.lap("insert_events");
         enqueued += insert_outbox(&tx, &events, &confirmed).await?;
+        laps.lap("insert_outbox");
         insert_projections(&tx, ctx.chain_id, &events, &ids).await?;
+        laps.lap("ledger_and_plans");
         let mut subs = snapshots.1;
         for s in subs.iter_mut() {
             // Swap the batch placeholders for the ids the insert assigned.
@@ -123,9 +177,15 @@ impl Sink {
             }
         }
         store::upsert_subscriptions(&tx, ctx.chain_id, &subs).await?;
+        laps.lap("upsert_subscriptions");
         write_checkpoints(&tx, ctx.chain_id, blocks, finalized).await?;
         ctx.move_cursor(&tx, last.cursor(), Some(head)).await?;
+        laps.lap("checkpoints_and_cursor");
         tx.commit().await?;
+        laps.lap("commit");
+        for (stage, d) in laps.laps {
+            self.times.add(stage, d);
+        }
         metrics::counter!("indexer_blocks_total").increment(blocks.len() as u64);
         metrics::counter!("indexer_events_total").increment(events.len() as u64);
         metrics::counter!("indexer_outbox_enqueued_total").increment(enqueued);
