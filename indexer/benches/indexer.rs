@@ -461,6 +461,46 @@ async fn copy_limit(url: &str) -> (f64, f64, i64) {
     (t0.elapsed().as_secs_f64(), events_secs, bytes)
 }
 
+/// What each index of the sink's tables costs: the table's rows COPY'd into a copy without
+/// indexes, then every index of the original built on it one at a time (a bulk build, so a
+/// lower bound of what maintaining it row by row costs the sink, but comparable between
+/// indexes). Returns "table.index seconds" entries, most expensive first.
+async fn index_costs(url: &str) -> Vec<(String, f64)> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut out = Vec::new();
+    for t in SINK_TABLES {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE bare_{t} (LIKE {t} INCLUDING DEFAULTS);
+                 INSERT INTO bare_{t} SELECT * FROM {t};"
+            ))
+            .await
+            .unwrap();
+        let defs = client
+            .query(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = $1",
+                &[&t],
+            )
+            .await
+            .unwrap();
+        for d in defs {
+            let (name, def): (String, String) = (d.get(0), d.get(1));
+            let on = format!(" ON public.{t} ");
+            let def = def
+                .replacen(&format!("INDEX {name} "), &format!("INDEX bare_{name} "), 1)
+                .replacen(&on, &format!(" ON public.bare_{t} "), 1);
+            let t0 = Instant::now();
+            client.batch_execute(&def).await.unwrap();
+            out.push((format!("{t}.{name}"), t0.elapsed().as_secs_f64()));
+        }
+    }
+    out.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+    out
+}
+
 /// What a lean event row would cost (issue 13, point 1, not built): the same events as typed
 /// columns only — no `decoded` JSON, no `snapshot` JSON, no text ids — with just the primary
 /// key and the idempotency key (chain, block hash, log index), copied the same way. Seconds.
@@ -528,6 +568,8 @@ struct Row {
     copy_events_secs: f64,
     /// The events alone as lean typed rows, COPY'd ([`copy_lean`]).
     lean_secs: f64,
+    /// Each index's bulk build time on the sink's rows ([`index_costs`]).
+    indexes: String,
     /// Table + index bytes of everything the sink wrote, per event.
     bytes_per_event: f64,
     /// The bench process's peak RSS after the end-to-end backfill (the indexer runs in it).
@@ -683,6 +725,12 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
     eprintln!("[{shape}] sink alone {sink_secs:.2}s: {stages}");
     let (copy_secs, copy_events_secs, bytes) = copy_limit(&sink_db.url).await;
     let lean_secs = copy_lean(&sink_db.url).await;
+    let indexes = index_costs(&sink_db.url)
+        .await
+        .iter()
+        .map(|(i, secs)| format!("{i} {:.0} ms", secs * 1e3))
+        .collect::<Vec<_>>()
+        .join(", ");
 
     Row {
         shape: shape.to_string(),
@@ -698,6 +746,7 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
         copy_secs,
         copy_events_secs,
         lean_secs,
+        indexes,
         bytes_per_event: bytes as f64 / built.events as f64,
         e2e_peak_rss_mb,
         live_p50_ms: pct(&lat, 0.5),
@@ -759,6 +808,7 @@ async fn main() {
             r.events as f64 / r.copy_events_secs,
             r.events as f64 / r.lean_secs
         );
+        println!("index build cost, {}: {}", r.shape, r.indexes);
     }
     println!(
         "COPY limit: the rows the sink wrote (events, plans, subscriptions, ledger, outbox, checkpoints; final state, each once) \
