@@ -260,9 +260,7 @@ async fn build_generated(shape: &str, accounts: u64, plans: u64) -> Built {
         let merchant = merchants[(p % 2) as usize];
         let first = next_id;
         next_id += accounts;
-        let mut id = first;
-        while id < first + accounts {
-            let count = subs_per_tx.min(first + accounts - id);
+        for (id, count) in chunks(first, accounts, subs_per_tx) {
             let call = LogFlood::floodCall {
                 planId: U256::from(p + 1),
                 merchant,
@@ -273,11 +271,8 @@ async fn build_generated(shape: &str, accounts: u64, plans: u64) -> Built {
                 withPlan: id == first,
             };
             created.push((op, chain.manager, call.abi_encode(), 0));
-            id += count;
         }
-        let mut id = first;
-        while id < first + accounts {
-            let count = renewals_per_tx.min(first + accounts - id);
+        for (id, count) in chunks(first, accounts, renewals_per_tx) {
             let call = LogFlood::renewCall {
                 planId: U256::from(p + 1),
                 merchant,
@@ -288,7 +283,6 @@ async fn build_generated(shape: &str, accounts: u64, plans: u64) -> Built {
                 start: start + 30 * 86_400,
             };
             renewals.push((op, chain.manager, call.abi_encode(), 0));
-            id += count;
         }
     }
     for tx in created.iter_mut().chain(renewals.iter_mut()) {
@@ -325,6 +319,13 @@ async fn build_generated(shape: &str, accounts: u64, plans: u64) -> Built {
         chain,
         build_secs: t.elapsed().as_secs_f64(),
     }
+}
+
+/// `first..first + total` in runs of at most `per`: (first id, count) of each.
+fn chunks(first: u64, total: u64, per: u64) -> impl Iterator<Item = (u64, u64)> {
+    (first..first + total)
+        .step_by(per as usize)
+        .map(move |id| (id, per.min(first + total - id)))
 }
 
 async fn count_logs(src: &RpcSource, from: u64, to: u64) -> u64 {

@@ -483,14 +483,9 @@ async fn an_id_charged_by_someone_else_first_is_skipped_in_the_batch_and_journal
     use alloy::providers::Provider;
     use alloy::sol_types::SolCall;
     let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let subs = [
-        stack.subscribe(accounts::CUSTOMER, plan, 3).await,
-        stack.subscribe(accounts::CUSTOMER_B, plan, 3).await,
-        stack.subscribe(6, plan, 3).await,
-    ];
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
+    let subs = stack
+        .due_renewals(&[accounts::CUSTOMER, accounts::CUSTOMER_B, 6])
+        .await;
     stack.automine(false).await;
 
     stack.keeper_pass();
@@ -556,14 +551,9 @@ async fn an_id_charged_by_someone_else_first_is_skipped_in_the_batch_and_journal
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_that_reverted_on_chain_is_retried_one_renewal_at_a_time() {
     let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let subs = [
-        stack.subscribe(accounts::CUSTOMER, plan, 3).await,
-        stack.subscribe(accounts::CUSTOMER_B, plan, 3).await,
-        stack.subscribe(6, plan, 3).await,
-    ];
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
+    let subs = stack
+        .due_renewals(&[accounts::CUSTOMER, accounts::CUSTOMER_B, 6])
+        .await;
 
     let mut cmd = stack.keeper();
     cmd.env("KEEPER_GAS_HEADROOM_PERCENT", "60")

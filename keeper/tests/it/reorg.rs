@@ -2,7 +2,6 @@
 //! signed transaction (same nonce) instead of forgetting the step or signing a second one.
 
 use crate::support::{DAY, Stack, Step};
-use alloy::providers::Provider;
 use chainsub_tests::chain::accounts;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -24,15 +23,7 @@ async fn charge_reorged_out_is_rebroadcast_with_the_same_bytes_and_lands_once() 
     );
 
     // Replace the charge's block with an empty one.
-    let _: serde_json::Value = stack
-        .chain
-        .provider
-        .raw_request(
-            "anvil_reorg".into(),
-            (1u64, Vec::<serde_json::Value>::new()),
-        )
-        .await
-        .expect("anvil_reorg");
+    stack.chain.reorg(1, &[]).await;
     stack.chain.mine(1).await;
     // The chain may or may not have re-queued the dropped transaction; either way it is gone
     // from the canonical chain until someone re-broadcasts it.
@@ -71,26 +62,14 @@ async fn charge_reorged_out_is_rebroadcast_with_the_same_bytes_and_lands_once() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_reorged_out_is_rebroadcast_with_the_same_bytes_and_each_renewal_lands_once() {
     let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let subs = [
-        stack.subscribe(accounts::CUSTOMER, plan, 3).await,
-        stack.subscribe(accounts::CUSTOMER_B, plan, 3).await,
-    ];
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
+    let subs = stack
+        .due_renewals(&[accounts::CUSTOMER, accounts::CUSTOMER_B])
+        .await;
     stack.keeper_pass();
     stack.sync_index().await;
     stack.assert_each_charged_once(&subs).await;
 
-    let _: serde_json::Value = stack
-        .chain
-        .provider
-        .raw_request(
-            "anvil_reorg".into(),
-            (1u64, Vec::<serde_json::Value>::new()),
-        )
-        .await
-        .expect("anvil_reorg");
+    stack.chain.reorg(1, &[]).await;
     stack.chain.mine(1).await;
     stack.keeper_pass();
     stack.chain.mine(1).await;

@@ -18,6 +18,30 @@ async fn due_subscription() -> (Stack, u64) {
     (stack, sub)
 }
 
+/// With mining off, a keeper replaces its stuck transaction at least once (same nonce,
+/// higher fee) and is killed; then blocks are mined again and keeper passes record the
+/// outcome and let the index catch up.
+async fn replace_while_stuck_then_mine(stack: &Stack) {
+    stack.automine(false).await;
+    let mut keeper = spawn(
+        stack.keeper(),
+        &["--replace-after-ms", "300", "--max-replacements", "2"],
+    );
+    stack
+        .wait_count(
+            "SELECT count(*) FROM keeper_txs WHERE status = 'replaced'",
+            1,
+        )
+        .await;
+    keeper.0.kill().unwrap();
+    keeper.0.wait().unwrap();
+    stack.automine(true).await;
+    stack.chain.mine(1).await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+    stack.keeper_pass();
+}
+
 async fn pending_nonce(stack: &Stack) -> u64 {
     stack
         .chain
@@ -111,26 +135,7 @@ async fn keeper_killed_with_a_send_in_the_pool_does_not_send_again_after_restart
 #[tokio::test(flavor = "multi_thread")]
 async fn stuck_transaction_is_replaced_with_the_same_nonce_and_a_higher_fee() {
     let (stack, sub) = due_subscription().await;
-    stack.automine(false).await;
-
-    let mut keeper = spawn(
-        stack.keeper(),
-        &["--replace-after-ms", "300", "--max-replacements", "2"],
-    );
-    stack
-        .wait_count(
-            "SELECT count(*) FROM keeper_txs WHERE status = 'replaced'",
-            1,
-        )
-        .await;
-    keeper.0.kill().unwrap();
-    keeper.0.wait().unwrap();
-
-    stack.automine(true).await;
-    stack.chain.mine(1).await;
-    stack.keeper_pass();
-    stack.sync_index().await;
-    stack.keeper_pass();
+    replace_while_stuck_then_mine(&stack).await;
 
     let rows = stack
         .pg
@@ -301,32 +306,10 @@ async fn nonce_used_outside_the_keeper_is_detected_and_the_counter_resyncs() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stuck_batch_is_replaced_by_the_same_call_at_the_same_nonce() {
     let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let subs = [
-        stack.subscribe(accounts::CUSTOMER, plan, 3).await,
-        stack.subscribe(accounts::CUSTOMER_B, plan, 3).await,
-    ];
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
-    stack.automine(false).await;
-
-    let mut keeper = spawn(
-        stack.keeper(),
-        &["--replace-after-ms", "300", "--max-replacements", "2"],
-    );
-    stack
-        .wait_count(
-            "SELECT count(*) FROM keeper_txs WHERE status = 'replaced'",
-            1,
-        )
+    let subs = stack
+        .due_renewals(&[accounts::CUSTOMER, accounts::CUSTOMER_B])
         .await;
-    keeper.0.kill().unwrap();
-    keeper.0.wait().unwrap();
-    stack.automine(true).await;
-    stack.chain.mine(1).await;
-    stack.keeper_pass();
-    stack.sync_index().await;
-    stack.keeper_pass();
+    replace_while_stuck_then_mine(&stack).await;
 
     stack.assert_each_charged_once(&subs).await;
     let rows = stack

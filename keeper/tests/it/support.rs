@@ -192,6 +192,19 @@ impl Stack {
             .to::<u64>()
     }
 
+    /// One plan and a subscription of each of `customers` (three periods paid), a month
+    /// later, indexed: every renewal is due. Returns the subscription ids.
+    pub async fn due_renewals(&self, customers: &[usize]) -> Vec<u64> {
+        let plan = self.create_plan().await;
+        let mut subs = Vec::new();
+        for &c in customers {
+            subs.push(self.subscribe(c, plan, 3).await);
+        }
+        self.chain.increase_time(32 * DAY).await;
+        self.sync_index().await;
+        subs
+    }
+
     /// The keeper binary with this stack's configuration and a fast poll interval (its
     /// health/metrics endpoint on a port nobody asks for).
     pub fn keeper(&self) -> Command {
