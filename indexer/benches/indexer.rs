@@ -213,7 +213,10 @@ async fn build_chain(shape: &str, accounts: u64, plans: u64) -> Built {
     .await;
     rpc.raw("evm_setAutomine", json!([true])).await;
     let head = chain.provider.get_block_number().await.unwrap();
-    let logs = RpcSource::new(&chain.anvil.url, chain.manager).unwrap();
+    // Counting only: no cap on the answer.
+    let logs = RpcSource::new(&chain.anvil.url, chain.manager)
+        .unwrap()
+        .with_max_logs_response_bytes(usize::MAX);
     let events = count_logs(&logs, chain.deploy_block, head).await;
     Built {
         blocks: head - chain.deploy_block,
@@ -305,7 +308,10 @@ async fn build_generated(shape: &str, accounts: u64, plans: u64) -> Built {
     .await;
     rpc.raw("evm_setAutomine", json!([true])).await;
     let head = chain.provider.get_block_number().await.unwrap();
-    let logs = RpcSource::new(&chain.anvil.url, chain.manager).unwrap();
+    // Counting only: no cap on the answer.
+    let logs = RpcSource::new(&chain.anvil.url, chain.manager)
+        .unwrap()
+        .with_max_logs_response_bytes(usize::MAX);
     let events = count_logs(&logs, chain.deploy_block, head).await;
     // + the real manager's OperatorChanged, emitted when it was deployed.
     assert_eq!(

@@ -1,4 +1,5 @@
-//! The production [`BlockSource`]: an alloy HTTP provider.
+//! The production [`BlockSource`]: an alloy HTTP provider, and `eth_getLogs` read with a
+//! byte cap.
 
 use alloy::eips::{BlockId, BlockNumberOrTag};
 use alloy::primitives::{Address, B256, Bloom, U64};
@@ -14,10 +15,21 @@ use crate::block::{Header, RawLog};
 /// Headers are fetched in JSON-RPC batches of this many calls.
 const HEADER_BATCH: u64 = 500;
 
+/// The largest `eth_getLogs` answer read, by default: one that grows past it is abandoned
+/// while it arrives and counts as "range too large", so the range shrinks before a dense
+/// range is ever held in memory whole. A node without a limit of its own (anvil) answers a
+/// 100-block range of a dense chain with ~100 MB of JSON. 10,000 of our logs (the fetcher's
+/// cap by count, above which an answer is discarded anyway) are ~10 MB of JSON.
+pub const MAX_LOGS_RESPONSE_BYTES: usize = 16 << 20;
+
 /// Reads blocks and the contract's logs from a JSON-RPC node.
 pub struct RpcSource {
     provider: DynProvider,
     contract: Address,
+    /// `eth_getLogs` goes through its own HTTP client, so its answer can be read with a cap.
+    http: reqwest::Client,
+    url: String,
+    max_logs_response_bytes: usize,
 }
 
 /// The header fields we read; serde skips the rest of the block object.
@@ -46,10 +58,22 @@ impl From<RpcHeader> for Header {
 impl RpcSource {
     /// Connects (lazily) to `rpc_url`.
     pub fn new(rpc_url: &str, contract: Address) -> crate::Result<RpcSource> {
+        let http = reqwest::Client::builder()
+            .build()
+            .map_err(|e| crate::Error::Config(format!("HTTP client: {e}")))?;
         Ok(RpcSource {
             provider: provider(rpc_url)?,
             contract,
+            http,
+            url: rpc_url.to_string(),
+            max_logs_response_bytes: MAX_LOGS_RESPONSE_BYTES,
         })
+    }
+
+    /// Caps `eth_getLogs` answers at `bytes` instead of [`MAX_LOGS_RESPONSE_BYTES`].
+    pub fn with_max_logs_response_bytes(mut self, bytes: usize) -> RpcSource {
+        self.max_logs_response_bytes = bytes;
+        self
     }
 
     /// The chain id the node reports.
@@ -118,6 +142,13 @@ fn suggested_end(text: &str) -> Option<u64> {
     let end = parts.next()?.trim_matches('"');
     let hex = end.strip_prefix("0x")?;
     u64::from_str_radix(hex, 16).ok()
+}
+
+/// A JSON-RPC answer to `eth_getLogs`.
+#[derive(Deserialize)]
+struct LogsAnswer {
+    result: Option<Vec<Log>>,
+    error: Option<alloy::rpc::json_rpc::ErrorPayload>,
 }
 
 fn raw_log(l: Log) -> Result<RawLog, SourceError> {
@@ -198,8 +229,48 @@ impl BlockSource for RpcSource {
             .address(self.contract)
             .from_block(from)
             .to_block(to);
-        let logs = self.provider.get_logs(&filter).await.map_err(classify)?;
-        logs.into_iter().map(raw_log).collect()
+        let request = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "eth_getLogs", "params": [filter],
+        });
+        let transient = |e: reqwest::Error| SourceError::Transient(format!("eth_getLogs: {e}"));
+        let mut resp = self
+            .http
+            .post(&self.url)
+            .json(&request)
+            .send()
+            .await
+            .map_err(transient)?;
+        if resp.status() == reqwest::StatusCode::PAYLOAD_TOO_LARGE {
+            return Err(SourceError::TooLarge { suggested_to: None });
+        }
+        if !resp.status().is_success() {
+            return Err(SourceError::Transient(format!(
+                "eth_getLogs: HTTP {}",
+                resp.status()
+            )));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(transient)? {
+            if body.len() + chunk.len() > self.max_logs_response_bytes {
+                metrics::counter!("indexer_rpc_errors_total", "call" => "logs_response_capped")
+                    .increment(1);
+                return Err(SourceError::TooLarge { suggested_to: None });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let answer: LogsAnswer = serde_json::from_slice(&body)
+            .map_err(|e| SourceError::Transient(format!("eth_getLogs answer: {e}")))?;
+        match answer {
+            LogsAnswer {
+                error: Some(error), ..
+            } => Err(classify(RpcError::ErrorResp(error))),
+            LogsAnswer {
+                result: Some(logs), ..
+            } => logs.into_iter().map(raw_log).collect(),
+            _ => Err(SourceError::Transient(
+                "eth_getLogs answer without result or error".into(),
+            )),
+        }
     }
 
     async fn block_logs(&self, number: u64, hash: B256) -> Result<Vec<RawLog>, SourceError> {

@@ -178,3 +178,49 @@ async fn a_block_with_50_thousand_events_is_indexed_whole() {
     assert_eq!(got, vec![2 * subs + 1, subs, subs, 2 * subs, 1]);
     ix.stop().await.unwrap();
 }
+
+/// `eth_getLogs` answers are read with a byte cap: a larger one counts as "range too large"
+/// (the fetcher then shrinks the range, down to receipts for one block) instead of being held
+/// in memory whole — a dense range on a node without a limit of its own used to arrive as one
+/// ~100 MB answer. Under the cap the same call answers every log.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eth_get_logs_answer_over_the_byte_cap_is_refused_as_too_large() {
+    use alloy::primitives::U256;
+    use chainsub_indexer::source::RpcSource;
+    use chainsub_tests::DevChain;
+
+    let chain = DevChain::start().await;
+    let flood = chainsub_tests::flood::install(&chain).await;
+    let receipt = flood
+        .flood(
+            U256::from(1),
+            DevChain::address(chainsub_tests::chain::accounts::MERCHANT),
+            U256::from(9_990_000u64),
+            U256::from(1),
+            U256::from(500),
+            chain.now().await,
+            true,
+        )
+        .from(DevChain::address(0))
+        .gas(20_000_000)
+        .send()
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    let block = receipt.block_number.unwrap();
+
+    let capped = RpcSource::new(&chain.anvil.url, chain.manager)
+        .unwrap()
+        .with_max_logs_response_bytes(100_000);
+    assert!(
+        matches!(
+            capped.logs(block, block).await,
+            Err(SourceError::TooLarge { suggested_to: None })
+        ),
+        "a ~1 MB answer over a 100 kB cap"
+    );
+    let uncapped = RpcSource::new(&chain.anvil.url, chain.manager).unwrap();
+    assert_eq!(uncapped.logs(block, block).await.unwrap().len(), 1_001);
+}
