@@ -206,6 +206,12 @@ async fn build_chain(shape: &str, accounts: u64, plans: u64) -> Built {
         .collect();
     rpc.send_and_mine(&charges, GAS / 2, spread.then_some(10))
         .await;
+    finish(chain, t).await
+}
+
+/// Back to a normal block gas limit and automine, then the chain's events counted.
+async fn finish(chain: DevChain, started: Instant) -> Built {
+    let rpc = Rpc { chain: &chain };
     rpc.raw(
         "evm_setBlockGasLimit",
         json!([format!("{:#x}", 30_000_000u64)]),
@@ -222,7 +228,7 @@ async fn build_chain(shape: &str, accounts: u64, plans: u64) -> Built {
         blocks: head - chain.deploy_block,
         events,
         chain,
-        build_secs: t.elapsed().as_secs_f64(),
+        build_secs: started.elapsed().as_secs_f64(),
     }
 }
 
@@ -301,30 +307,14 @@ async fn build_generated(shape: &str, accounts: u64, plans: u64) -> Built {
     rpc.send_and_mine(&created, tx_gas, Some(per_block)).await;
     rpc.raw("evm_increaseTime", json!([32 * 86_400])).await;
     rpc.send_and_mine(&renewals, tx_gas, Some(per_block)).await;
-    rpc.raw(
-        "evm_setBlockGasLimit",
-        json!([format!("{:#x}", 30_000_000u64)]),
-    )
-    .await;
-    rpc.raw("evm_setAutomine", json!([true])).await;
-    let head = chain.provider.get_block_number().await.unwrap();
-    // Counting only: no cap on the answer.
-    let logs = RpcSource::new(&chain.anvil.url, chain.manager)
-        .unwrap()
-        .with_max_logs_response_bytes(usize::MAX);
-    let events = count_logs(&logs, chain.deploy_block, head).await;
+    let built = finish(chain, t).await;
     // + the real manager's OperatorChanged, emitted when it was deployed.
     assert_eq!(
-        events,
+        built.events,
         plans + 3 * plans * accounts + 1,
         "every generated event is on the chain (a transaction ran out of gas?)"
     );
-    Built {
-        blocks: head - chain.deploy_block,
-        events,
-        chain,
-        build_secs: t.elapsed().as_secs_f64(),
-    }
+    built
 }
 
 /// `first..first + total` in runs of at most `per`: (first id, count) of each.
@@ -768,7 +758,7 @@ async fn main() {
     let plans = env_u64("BENCH_PLANS", 170);
     let samples = env_u64("BENCH_LIVE_SAMPLES", 200) as usize;
     let shapes = std::env::var("BENCH_SHAPES").unwrap_or_else(|_| "spread,dense".into());
-    let load_before = loadavg();
+    let load_before = chainsub_tests::load_average();
     eprintln!("load average before: {load_before}");
     let mut rows = Vec::new();
     for shape in shapes.split(',') {
@@ -822,12 +812,6 @@ async fn main() {
          copied with a plain binary COPY into empty tables of the same definitions and indexes, one transaction. \
          bytes/event: table + index size of those tables / events. Chain: {}. Load average before: {load_before}; after: {}.",
         std::env::var("BENCH_CHAIN").unwrap_or_else(|_| "generated".into()),
-        loadavg()
+        chainsub_tests::load_average()
     );
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }

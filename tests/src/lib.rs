@@ -21,6 +21,14 @@ pub use process::{
 };
 pub use wait::{wait_for_some, wait_until};
 
+/// The 1-, 5- and 15-minute load averages (`/proc/loadavg`), which every benchmark prints
+/// beside its figures.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 /// Sends a contract call as `$from`, waits for its receipt and returns it; panics when the
 /// transaction reverts on chain. Tests use it for the setup steps that must succeed.
 #[macro_export]

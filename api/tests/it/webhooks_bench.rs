@@ -212,7 +212,7 @@ async fn webhook_dispatch_benchmark() {
     let events = env_or("BENCH_EVENTS", 20_000);
     let merchants = env_or("BENCH_MERCHANTS", 100);
     let latency_events = env_or("BENCH_LATENCY_EVENTS", 500);
-    let load_before = loadavg();
+    let load_before = chainsub_tests::load_average();
     let (bare, bare_dupes) = bare_client(merchants, events).await;
     let mut rows = Vec::new();
     for d in [1, 3] {
@@ -247,12 +247,6 @@ async fn webhook_dispatch_benchmark() {
     );
     println!(
         "webhook load average: before {load_before}, after {}",
-        loadavg()
+        chainsub_tests::load_average()
     );
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }

@@ -120,33 +120,13 @@ async fn backfill_fetches_the_next_range_while_the_current_one_commits() {
 /// batch with the cursor.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_block_with_50_thousand_events_is_indexed_whole() {
-    use alloy::primitives::U256;
     use chainsub_tests::DevChain;
     use chainsub_tests::anvil::Anvil;
     const SUBS: u64 = 25_000;
 
     let chain = DevChain::with_anvil(Anvil::start_with(&["--disable-block-gas-limit"])).await;
     let flood = chainsub_tests::flood::install(&chain).await;
-    let merchant = DevChain::address(chainsub_tests::chain::accounts::MERCHANT);
-    let receipt = flood
-        .flood(
-            U256::from(1),
-            merchant,
-            U256::from(9_990_000u64),
-            U256::from(1),
-            U256::from(SUBS),
-            chain.now().await,
-            true,
-        )
-        .from(DevChain::address(0))
-        .gas(400_000_000)
-        .send()
-        .await
-        .unwrap()
-        .get_receipt()
-        .await
-        .unwrap();
-    assert!(receipt.status());
+    let receipt = chainsub_tests::flood::flood_block(&flood, &chain, SUBS, 400_000_000).await;
     let block = receipt.block_number.unwrap();
     assert_eq!(receipt.inner.logs().len() as u64, 2 * SUBS + 1);
 
@@ -185,30 +165,12 @@ async fn a_block_with_50_thousand_events_is_indexed_whole() {
 /// ~100 MB answer. Under the cap the same call answers every log.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_eth_get_logs_answer_over_the_byte_cap_is_refused_as_too_large() {
-    use alloy::primitives::U256;
     use chainsub_indexer::source::RpcSource;
     use chainsub_tests::DevChain;
 
     let chain = DevChain::start().await;
     let flood = chainsub_tests::flood::install(&chain).await;
-    let receipt = flood
-        .flood(
-            U256::from(1),
-            DevChain::address(chainsub_tests::chain::accounts::MERCHANT),
-            U256::from(9_990_000u64),
-            U256::from(1),
-            U256::from(500),
-            chain.now().await,
-            true,
-        )
-        .from(DevChain::address(0))
-        .gas(20_000_000)
-        .send()
-        .await
-        .unwrap()
-        .get_receipt()
-        .await
-        .unwrap();
+    let receipt = chainsub_tests::flood::flood_block(&flood, &chain, 500, 20_000_000).await;
     let block = receipt.block_number.unwrap();
 
     let capped = RpcSource::new(&chain.anvil.url, chain.manager)

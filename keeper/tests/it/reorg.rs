@@ -44,12 +44,7 @@ async fn charge_reorged_out_is_rebroadcast_with_the_same_bytes_and_lands_once() 
     );
     assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
     assert_eq!(stack.keeper_tx_count().await, 1);
-    let txs: i64 = stack
-        .pg
-        .query_one("SELECT count(*) FROM keeper_txs", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let txs = stack.journaled_tx_count().await;
     assert_eq!(
         txs, 1,
         "the journaled bytes were re-broadcast, not re-signed"
@@ -81,11 +76,6 @@ async fn a_batch_reorged_out_is_rebroadcast_with_the_same_bytes_and_each_renewal
         assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
     }
     assert_eq!(stack.keeper_tx_count().await, 1);
-    let txs: i64 = stack
-        .pg
-        .query_one("SELECT count(*) FROM keeper_txs", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let txs = stack.journaled_tx_count().await;
     assert_eq!(txs, 1, "re-broadcast, not re-signed");
 }

@@ -81,12 +81,7 @@ async fn keeper_crashing_between_journal_and_broadcast_resumes_the_same_transact
     );
     assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
     assert_eq!(stack.keeper_tx_count().await, 1);
-    let txs: i64 = stack
-        .pg
-        .query_one("SELECT count(*) FROM keeper_txs", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let txs = stack.journaled_tx_count().await;
     assert_eq!(
         txs, 1,
         "the journaled bytes were re-broadcast, not re-signed"

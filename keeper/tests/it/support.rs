@@ -309,6 +309,15 @@ impl Stack {
             .unwrap()
     }
 
+    /// Transactions the keeper journaled (signed), replacements included.
+    pub async fn journaled_tx_count(&self) -> i64 {
+        self.pg
+            .query_one("SELECT count(*) FROM keeper_txs", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
     /// The index's status of `sub`.
     pub async fn indexed_status(&self, sub: u64) -> String {
         self.pg
