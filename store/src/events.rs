@@ -217,7 +217,7 @@ type EventCols = WithChain<EventOwnCols>;
 /// Events by public id, for webhook bodies (the outbox rows name them; not merchant-scoped:
 /// the dispatcher acts for the system). Unknown ids are absent.
 pub async fn by_ids(
-    client: &impl tokio_postgres::GenericClient,
+    client: &impl deadpool_postgres::GenericClient,
     ids: &[&str],
 ) -> Result<Vec<EventRow>> {
     static BY_IDS: LazyLock<String> = LazyLock::new(|| {
@@ -225,7 +225,8 @@ pub async fn by_ids(
             "{SELECT} WHERE ce.public_id = ANY($1) UNION ALL {RSELECT} WHERE r.public_id = ANY($1)"
         )
     });
-    let rows = client.query(BY_IDS.as_str(), &[&ids]).await?;
+    let stmt = client.prepare_cached(&BY_IDS).await?;
+    let rows = client.query(&stmt, &[&ids]).await?;
     // A row that does not read as an event is left out (logged): its delivery then fails as
     // "event not found" instead of one bad row stalling every body of the claim round.
     Ok(rows

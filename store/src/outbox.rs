@@ -23,10 +23,12 @@
 //!   [`MerchantScope`]; they never take a row a dispatcher holds.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chainsub_core::OutboxStatus;
 use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient as Cached;
 use tokio_postgres::{Client, GenericClient};
 
 use crate::{MerchantScope, Result};
@@ -65,31 +67,30 @@ pub struct Endpoint {
 
 /// Merchants that have due rows, a URL, an enabled endpoint and a live secret, oldest due
 /// first. Rows of other merchants wait in `pending`: no URL yet, or disabled after a 410.
-pub async fn due_endpoints(client: &Client, limit: i64) -> Result<Vec<Endpoint>> {
-    let rows = client
-        .query(
-            &format!(
-                // A skip scan over the merchants that have live rows (one index probe per
-                // merchant instead of reading every due row), then each one's oldest due row.
-                "WITH RECURSIVE w AS (
-                    (SELECT o.merchant_wallet AS wallet FROM webhook_outbox o
-                     WHERE o.status IN ('pending', 'delivering') ORDER BY o.merchant_wallet LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT o.merchant_wallet FROM webhook_outbox o
-                            WHERE o.status IN ('pending', 'delivering') AND o.merchant_wallet > w.wallet
-                            ORDER BY o.merchant_wallet LIMIT 1)
-                    FROM w WHERE w.wallet IS NOT NULL)
-                 SELECT m.wallet, m.webhook_url, d.first_due FROM w
-                 JOIN merchants m ON m.wallet = w.wallet
-                 CROSS JOIN LATERAL (SELECT o.next_attempt_at AS first_due FROM webhook_outbox o
-                                     WHERE o.merchant_wallet = m.wallet AND {DUE}
-                                     ORDER BY o.next_attempt_at LIMIT 1) d
-                 WHERE m.webhook_url IS NOT NULL AND m.webhook_enabled
-                 ORDER BY d.first_due LIMIT $1"
-            ),
-            &[&limit],
+pub async fn due_endpoints(client: &impl Cached, limit: i64) -> Result<Vec<Endpoint>> {
+    static DUE_ENDPOINTS: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            // A skip scan over the merchants that have live rows (one index probe per
+            // merchant instead of reading every due row), then each one's oldest due row.
+            "WITH RECURSIVE w AS (
+                (SELECT o.merchant_wallet AS wallet FROM webhook_outbox o
+                 WHERE o.status IN ('pending', 'delivering') ORDER BY o.merchant_wallet LIMIT 1)
+                UNION ALL
+                SELECT (SELECT o.merchant_wallet FROM webhook_outbox o
+                        WHERE o.status IN ('pending', 'delivering') AND o.merchant_wallet > w.wallet
+                        ORDER BY o.merchant_wallet LIMIT 1)
+                FROM w WHERE w.wallet IS NOT NULL)
+             SELECT m.wallet, m.webhook_url, d.first_due FROM w
+             JOIN merchants m ON m.wallet = w.wallet
+             CROSS JOIN LATERAL (SELECT o.next_attempt_at AS first_due FROM webhook_outbox o
+                                 WHERE o.merchant_wallet = m.wallet AND {DUE}
+                                 ORDER BY o.next_attempt_at LIMIT 1) d
+             WHERE m.webhook_url IS NOT NULL AND m.webhook_enabled
+             ORDER BY d.first_due LIMIT $1"
         )
-        .await?;
+    });
+    let stmt = client.prepare_cached(&DUE_ENDPOINTS).await?;
+    let rows = client.query(&stmt, &[&limit]).await?;
     if rows.is_empty() {
         return Ok(Vec::new());
     }
@@ -110,17 +111,17 @@ pub async fn due_endpoints(client: &Client, limit: i64) -> Result<Vec<Endpoint>>
 }
 
 async fn live_secrets_by_wallet(
-    client: &Client,
+    client: &impl Cached,
     wallets: &[Vec<u8>],
 ) -> Result<HashMap<Vec<u8>, Vec<String>>> {
-    let rows = client
-        .query(
+    let stmt = client
+        .prepare_cached(
             "SELECT m.wallet, s.secret FROM webhook_secrets s JOIN merchants m ON m.id = s.merchant_id
              WHERE m.wallet = ANY($1) AND (s.expires_at IS NULL OR s.expires_at > now())
              ORDER BY s.created_at DESC, s.id DESC",
-            &[&wallets],
         )
         .await?;
+    let rows = client.query(&stmt, &[&wallets]).await?;
     let mut out: HashMap<Vec<u8>, Vec<String>> = HashMap::new();
     for r in rows {
         out.entry(r.get(0)).or_default().push(r.get(1));
@@ -142,26 +143,27 @@ pub struct Claimed {
 /// Claims up to `limit` due rows of each merchant in `wallets` in one statement: marks them
 /// `delivering`, counts the attempt, and leases them for `lease`. Returns (wallet, row).
 pub async fn claim(
-    client: &Client,
+    client: &impl Cached,
     wallets: &[Vec<u8>],
     limit: i64,
     lease: Duration,
 ) -> Result<Vec<(Vec<u8>, Claimed)>> {
-    let rows = client
-        .query(
-            &format!(
-                "WITH c AS (SELECT x.id FROM unnest($1::bytea[]) AS w(wallet)
-                            CROSS JOIN LATERAL (
-                                SELECT o.id FROM webhook_outbox o WHERE o.merchant_wallet = w.wallet AND {DUE}
-                                AND {IN_ORDER}
-                                ORDER BY o.next_attempt_at, o.id LIMIT $2 FOR UPDATE SKIP LOCKED) x)
-                 UPDATE webhook_outbox o SET status = 'delivering', attempts = o.attempts + 1,
-                        locked_until = clock_timestamp() + make_interval(secs => $3)
-                 FROM c WHERE o.id = c.id
-                 RETURNING o.id, o.event_public_id, o.test_payload, o.attempts, o.created_at, o.merchant_wallet"
-            ),
-            &[&wallets, &limit, &lease.as_secs_f64()],
+    static CLAIM: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH c AS (SELECT x.id FROM unnest($1::bytea[]) AS w(wallet)
+                        CROSS JOIN LATERAL (
+                            SELECT o.id FROM webhook_outbox o WHERE o.merchant_wallet = w.wallet AND {DUE}
+                            AND {IN_ORDER}
+                            ORDER BY o.next_attempt_at, o.id LIMIT $2 FOR UPDATE SKIP LOCKED) x)
+             UPDATE webhook_outbox o SET status = 'delivering', attempts = o.attempts + 1,
+                    locked_until = clock_timestamp() + make_interval(secs => $3)
+             FROM c WHERE o.id = c.id
+             RETURNING o.id, o.event_public_id, o.test_payload, o.attempts, o.created_at, o.merchant_wallet"
         )
+    });
+    let stmt = client.prepare_cached(&CLAIM).await?;
+    let rows = client
+        .query(&stmt, &[&wallets, &limit, &lease.as_secs_f64()])
         .await?;
     Ok(rows
         .iter()
@@ -206,12 +208,25 @@ pub struct Outcome {
     pub disable_wallet: Option<Vec<u8>>,
 }
 
-/// Persists a batch of attempts and moves their rows on, in one transaction. A failure is
-/// applied only if the row is still ours (same attempt number, still `delivering`): if our
-/// lease ran out and another dispatcher took the row, its outcome wins. A success is always
-/// applied: the receiver has the event.
-pub async fn record(client: &mut Client, outcomes: &[Outcome]) -> Result<()> {
-    let tx = client.transaction().await?;
+/// Persists a batch of attempts and moves their rows on, in one statement (so one round
+/// trip and one commit): the attempts, the rows' new states and the endpoints a 410 disabled.
+/// A failure is applied only if the row is still ours (same attempt number, still
+/// `delivering`): if our lease ran out and another dispatcher took the row, its outcome wins.
+/// A success is always applied: the receiver has the event.
+pub async fn record(client: &impl Cached, outcomes: &[Outcome]) -> Result<()> {
+    const RECORD: &str = "WITH attempts AS (
+            INSERT INTO webhook_attempts (outbox_id, attempt, attempted_at, url, status_code, latency_ms, error, response_excerpt)
+            SELECT * FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::text[], $5::int[], $6::int[], $7::text[], $8::text[])),
+         gone AS (
+            UPDATE merchants m SET webhook_enabled = FALSE, webhook_disabled_reason = g.reason
+            FROM unnest($11::bytea[], $12::text[]) AS g(wallet, reason)
+            WHERE m.wallet = g.wallet AND m.webhook_enabled)
+         UPDATE webhook_outbox o SET status = u.status, next_attempt_at = u.next_at, locked_until = NULL,
+                last_error = u.err,
+                delivered_at = CASE WHEN u.status = 'delivered' THEN clock_timestamp() ELSE o.delivered_at END
+         FROM unnest($1::bigint[], $2::int[], $9::text[], $10::timestamptz[], $7::text[]) AS u(id, attempt, status, next_at, err)
+         WHERE o.id = u.id
+           AND (u.status = 'delivered' OR (o.status = 'delivering' AND o.attempts = u.attempt))";
     let ids: Vec<i64> = outcomes.iter().map(|o| o.outbox_id).collect();
     let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempt).collect();
     let at: Vec<DateTime<Utc>> = outcomes.iter().map(|o| o.attempted_at).collect();
@@ -223,12 +238,6 @@ pub async fn record(client: &mut Client, outcomes: &[Outcome]) -> Result<()> {
         .iter()
         .map(|o| o.response_excerpt.as_deref())
         .collect();
-    tx.execute(
-        "INSERT INTO webhook_attempts (outbox_id, attempt, attempted_at, url, status_code, latency_ms, error, response_excerpt)
-         SELECT * FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::text[], $5::int[], $6::int[], $7::text[], $8::text[])",
-        &[&ids, &attempts, &at, &urls, &codes, &latency, &errors, &excerpts],
-    )
-    .await?;
     let now = Utc::now();
     let status: Vec<&str> = outcomes
         .iter()
@@ -248,33 +257,39 @@ pub async fn record(client: &mut Client, outcomes: &[Outcome]) -> Result<()> {
             _ => now,
         })
         .collect();
-    tx.execute(
-        "UPDATE webhook_outbox o SET status = u.status, next_attempt_at = u.next_at, locked_until = NULL,
-                last_error = u.err,
-                delivered_at = CASE WHEN u.status = 'delivered' THEN clock_timestamp() ELSE o.delivered_at END
-         FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::text[]) AS u(id, attempt, status, next_at, err)
-         WHERE o.id = u.id
-           AND (u.status = 'delivered' OR (o.status = 'delivering' AND o.attempts = u.attempt))",
-        &[&ids, &attempts, &status, &next_at, &errors],
-    )
-    .await?;
+    // One reason per endpoint (the first 410 of the batch names it).
+    let mut gone: HashMap<&[u8], String> = HashMap::new();
     for o in outcomes {
         if let Some(wallet) = &o.disable_wallet {
-            tx.execute(
-                "UPDATE merchants SET webhook_enabled = FALSE, webhook_disabled_reason = $2
-                 WHERE wallet = $1 AND webhook_enabled",
-                &[
-                    wallet,
-                    &format!(
-                        "endpoint answered 410 Gone at {}",
-                        o.attempted_at.to_rfc3339()
-                    ),
-                ],
-            )
-            .await?;
+            gone.entry(wallet.as_slice()).or_insert_with(|| {
+                format!(
+                    "endpoint answered 410 Gone at {}",
+                    o.attempted_at.to_rfc3339()
+                )
+            });
         }
     }
-    tx.commit().await?;
+    let (gone_wallets, gone_reasons): (Vec<&[u8]>, Vec<String>) = gone.into_iter().unzip();
+    let stmt = client.prepare_cached(RECORD).await?;
+    client
+        .execute(
+            &stmt,
+            &[
+                &ids,
+                &attempts,
+                &at,
+                &urls,
+                &codes,
+                &latency,
+                &errors,
+                &excerpts,
+                &status,
+                &next_at,
+                &gone_wallets,
+                &gone_reasons,
+            ],
+        )
+        .await?;
     Ok(())
 }
 

@@ -58,6 +58,29 @@ impl TestDb {
     pub async fn connect(&self) -> Client {
         connect(&self.url).await
     }
+
+    /// A pool of up to 8 connections to this database (what the services' store calls take
+    /// where they cache statements).
+    pub fn pool(&self) -> deadpool_postgres::Pool {
+        pool(&self.url)
+    }
+}
+
+/// A pool of up to 8 plaintext connections to `url`.
+pub fn pool(url: &str) -> deadpool_postgres::Pool {
+    use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+    let mgr = Manager::from_config(
+        url.parse().expect("database url"),
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(mgr)
+        .max_size(8)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .expect("pool")
 }
 
 /// Connects and drives the connection on a background task.

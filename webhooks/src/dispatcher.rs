@@ -7,6 +7,13 @@
 //! attempts go through a channel to one writer that persists them in batches. Nothing is
 //! marked done before the writer commits, so a crash anywhere leaves leased rows that
 //! another dispatcher redelivers when the lease runs out (at-least-once, same webhook-id).
+//!
+//! The claimer works ahead: it holds up to twice `WEBHOOK_CONCURRENCY` claimed rows while
+//! at most `WEBHOOK_CONCURRENCY` requests are in flight, so a claim round (a few queries,
+//! whatever it claims) runs while earlier rows are being sent instead of between them, and
+//! each round claims a large batch. Before this, each round claimed the ~16 rows that had
+//! just finished, and a dispatcher spent its time waiting for the next round (3.6k
+//! deliveries/s against 29k for a bare client on the same receiver).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,7 +23,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use futures::StreamExt;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_postgres::AsyncMessage;
 
 use super::config::WebhookConfig;
@@ -69,7 +76,11 @@ struct Shared {
     deliverer: Deliverer,
     /// Woken by NOTIFY, by finished deliveries and by retries requested from the dashboard.
     wake: Notify,
+    /// Claimed rows not yet finished (waiting to be sent or being sent), at most
+    /// [`Shared::claim_capacity`].
     inflight: AtomicUsize,
+    /// Requests in flight, at most `WEBHOOK_CONCURRENCY`.
+    sending: Semaphore,
     per_merchant: Mutex<HashMap<Vec<u8>, usize>>,
     outcomes: mpsc::UnboundedSender<Outcome>,
     stopping: AtomicBool,
@@ -92,13 +103,14 @@ pub async fn run(
     let (tx, rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         deliverer: Deliverer::new(cfg.clone()),
-        cfg,
         pool,
         wake: Notify::new(),
         inflight: AtomicUsize::new(0),
+        sending: Semaphore::new(cfg.concurrency.max(1)),
         per_merchant: Mutex::new(HashMap::new()),
         outcomes: tx,
         stopping: AtomicBool::new(false),
+        cfg,
     });
     let writer = tokio::spawn(write_outcomes(shared.pool.clone(), rx, shared.cfg.lease));
     let listener = tokio::spawn(listen(database_url, shared.clone()));
@@ -129,14 +141,23 @@ pub async fn run(
     Ok(())
 }
 
+impl Shared {
+    /// Claimed rows held at most: the requests in flight and as many waiting their turn.
+    fn claim_capacity(&self) -> usize {
+        self.cfg.concurrency.max(1) * 2
+    }
+}
+
 async fn claim_loop(shared: Arc<Shared>) {
     let mut backoff = Duration::from_millis(100);
+    let capacity = shared.claim_capacity();
     loop {
         let inflight = shared.inflight.load(Ordering::SeqCst);
-        let spare = shared.cfg.concurrency.saturating_sub(inflight);
+        let spare = capacity.saturating_sub(inflight);
         // Under load, claim in batches rather than one row per finished delivery: each round
-        // costs a few queries whatever it claims.
-        if inflight > 0 && spare < shared.cfg.concurrency.div_ceil(4) {
+        // costs a few queries whatever it claims. Claiming when a quarter of the capacity is
+        // free leaves the other rows to keep every request slot busy meanwhile.
+        if inflight > 0 && spare < capacity.div_ceil(4) {
             let _ = tokio::time::timeout(shared.cfg.poll_interval, shared.wake.notified()).await;
             continue;
         }
@@ -253,6 +274,8 @@ async fn deliver(
 ) {
     let outcome = match body {
         Some(body) => {
+            // Closed only on shutdown, which waits for in-flight rows instead.
+            let _permit = shared.sending.acquire().await;
             shared
                 .deliverer
                 .send(Attempt {
@@ -316,8 +339,8 @@ async fn write_outcomes(pool: Pool, mut rx: mpsc::UnboundedReceiver<Outcome>, le
         let mut wait = Duration::from_millis(50);
         loop {
             let res: Result<()> = async {
-                let mut conn = pool.get().await?;
-                Ok(store::record(&mut conn, &batch).await?)
+                let conn = pool.get().await?;
+                Ok(store::record(&conn, &batch).await?)
             }
             .await;
             match res {

@@ -6,14 +6,16 @@
 use std::collections::HashMap;
 
 use chainsub_store::events::EventRow;
-use tokio_postgres::Client;
 
 use crate::error::Result;
 use chainsub_store::outbox::Claimed;
 use chainsub_views::EventView;
 
 /// Bodies keyed by outbox id. A row whose event no longer exists is absent.
-pub async fn bodies(client: &Client, rows_in: &[&Claimed]) -> Result<HashMap<i64, Vec<u8>>> {
+pub async fn bodies(
+    client: &impl deadpool_postgres::GenericClient,
+    rows_in: &[&Claimed],
+) -> Result<HashMap<i64, Vec<u8>>> {
     let mut out = HashMap::with_capacity(rows_in.len());
     let mut wanted = Vec::new();
     for r in rows_in {

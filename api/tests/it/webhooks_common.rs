@@ -6,27 +6,12 @@ use std::time::Duration;
 use chainsub_api::webhook_settings::{self as settings, WebhookUrl};
 use chainsub_store::MerchantScope;
 use chainsub_webhooks::WebhookConfig;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::oneshot;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 pub use chainsub_tests::receiver::WebhookReceiver;
 
-/// A pool on the test database.
-pub fn pool(url: &str) -> Pool {
-    let mgr = Manager::from_config(
-        url.parse().unwrap(),
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(mgr)
-        .max_size(8)
-        .runtime(Runtime::Tokio1)
-        .build()
-        .unwrap()
-}
+pub use chainsub_tests::db::pool;
 
 /// Millisecond-scale settings that allow loopback receivers.
 pub fn fast_config(schedule: &str) -> WebhookConfig {

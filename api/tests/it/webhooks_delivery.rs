@@ -334,6 +334,59 @@ async fn a_hung_endpoint_does_not_starve_other_merchants() {
     }
 }
 
+/// Issue 13, point 6: the claimer works ahead of the senders. With a concurrency of 2 and a
+/// hung endpoint, exactly 2 requests are in flight while 4 rows (twice the concurrency) are
+/// claimed, so the next batch is ready the moment a slot frees; released, everything arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dispatcher_claims_ahead_but_sends_at_most_its_concurrency() {
+    let db = TestDb::create().await;
+    let mut client = db.connect().await;
+    let rx = WebhookReceiver::ok().await;
+    let gate = Arc::new(Notify::new());
+    *rx.gate.lock().unwrap() = Some(gate.clone());
+    let m = merchant(&client, 1).await;
+    set_url(&mut client, &m, &rx.url()).await;
+    let ids = enqueue(&client, 1, "ahead", 10).await;
+    let mut cfg = fast_config("0s,5ms");
+    cfg.concurrency = 2;
+    cfg.per_merchant_concurrency = 8;
+    let (_stop, _task) = spawn_dispatcher(&db.url, cfg);
+    let claimed = || async {
+        client
+            .query_one(
+                "SELECT count(*) FROM webhook_outbox WHERE status = 'delivering'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !(rx.count() == 2 && claimed().await == 4) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "expected 2 in flight and 4 claimed; saw {} and {}",
+            rx.count(),
+            claimed().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing more goes out while the two requests hang.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        rx.count(),
+        2,
+        "at most WEBHOOK_CONCURRENCY requests in flight"
+    );
+    assert_eq!(claimed().await, 4, "twice the concurrency claimed, no more");
+    *rx.gate.lock().unwrap() = None;
+    gate.notify_waiters();
+    for id in &ids {
+        wait_status(&client, id, "delivered").await;
+    }
+    assert_eq!(rx.count(), 10);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_timeout_is_a_failed_attempt() {
     let db = TestDb::create().await;
@@ -414,4 +467,22 @@ async fn delivery_list(
         .await
         .unwrap();
     serde_json::to_value(settings::deliveries_view(&rows, &attempts, more)).unwrap()["data"].clone()
+}
+
+/// The dispatcher's connections commit asynchronously (its bookkeeping is re-done by
+/// redelivery if Postgres loses it); the API's connections keep synchronous commit.
+#[tokio::test]
+async fn only_the_dispatchers_pool_commits_asynchronously() {
+    let db = TestDb::create().await;
+    let setting = |pool: deadpool_postgres::Pool| async move {
+        let c = pool.get().await.unwrap();
+        c.query_one("SHOW synchronous_commit", &[])
+            .await
+            .unwrap()
+            .get::<_, String>(0)
+    };
+    let dispatcher = chainsub_api::db::dispatcher_pool(&db.url, 1).unwrap();
+    let api = chainsub_api::db::pool(&db.url, 1).unwrap();
+    assert_eq!(setting(dispatcher).await, "off");
+    assert_eq!(setting(api).await, "on");
 }

@@ -191,7 +191,8 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
     use chainsub_store::outbox;
     use std::time::Duration;
     let db = TestDb::create().await;
-    let c = db.connect().await;
+    let pool = db.pool();
+    let c = pool.get().await.unwrap();
     let wallet = vec![0x11u8; 20];
     for (i, sub) in [(1i32, 7i64), (2, 7), (3, 8)] {
         c.execute(
@@ -212,7 +213,7 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
         .iter()
         .map(|(id, w)| (id.as_str(), w.clone()))
         .collect();
-    assert_eq!(outbox::enqueue(&c, &refs).await.unwrap(), 3);
+    assert_eq!(outbox::enqueue(&**c, &refs).await.unwrap(), 3);
 
     let lease = Duration::from_secs(30);
     let claimed = |rows: Vec<(Vec<u8>, outbox::Claimed)>| {
