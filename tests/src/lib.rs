@@ -29,6 +29,34 @@ pub fn load_average() -> String {
         .unwrap_or_default()
 }
 
+/// CPU seconds (user + system) a process has used so far, from `/proc/<pid>/stat` (Linux
+/// clock ticks of 1/100 s); 0 for a process that is gone.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name (which may hold spaces): state is the
+    // first, utime the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// The pids of every process whose command name (`/proc/<pid>/comm`) is `name`, e.g. all
+/// of Postgres's backends (`postgres`).
+pub fn pids_named(name: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .collect()
+}
+
 /// Sends a contract call as `$from`, waits for its receipt and returns it; panics when the
 /// transaction reverts on chain. Tests use it for the setup steps that must succeed.
 #[macro_export]

@@ -41,7 +41,8 @@ pub struct WebhookConfig {
     pub per_merchant_concurrency: usize,
     /// How long a claimed delivery is reserved; a dispatcher that dies mid-delivery loses
     /// its claims when this runs out and another dispatcher redelivers (same webhook-id).
-    /// Must exceed the timeout.
+    /// Must exceed twice the timeout: a claimed row may wait up to one timeout for a
+    /// request slot, then send for up to another.
     #[arg(long = "webhook-lease", env = "WEBHOOK_LEASE", value_parser = duration, default_value = "60s")]
     pub lease: Duration,
     /// Fallback poll interval for due retries (new outbox rows also wake dispatchers

@@ -94,11 +94,12 @@ pub async fn run(
     cfg: WebhookConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
-    if cfg.lease <= cfg.timeout {
+    if cfg.lease <= cfg.timeout * 2 {
         // Allowed (tests use it to force redelivery), but in production a slow receiver
-        // would then get the same event from two dispatchers.
+        // would then get the same event from two dispatchers: a claimed row may wait up to
+        // one timeout for a request slot (the claimer works ahead), then take one to send.
         tracing::warn!(lease = ?cfg.lease, timeout = ?cfg.timeout,
-            "WEBHOOK_LEASE should exceed WEBHOOK_TIMEOUT; slow deliveries may be duplicated");
+            "WEBHOOK_LEASE should exceed twice WEBHOOK_TIMEOUT; slow deliveries may be duplicated");
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {

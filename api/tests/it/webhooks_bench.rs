@@ -125,10 +125,35 @@ async fn bare_client(merchants: usize, events: usize) -> (f64, usize) {
     (per_sec, dupes)
 }
 
+/// CPU seconds so far of the dispatchers, of every Postgres process, and of this process
+/// (the receiver and the test's own client).
+fn cpu_now(dispatchers: &[u32]) -> (f64, HashMap<u32, f64>, f64) {
+    use chainsub_tests::{cpu_seconds, pids_named};
+    let d = dispatchers.iter().map(|p| cpu_seconds(*p)).sum();
+    let pg = pids_named("postgres")
+        .into_iter()
+        .map(|p| (p, cpu_seconds(p)))
+        .collect();
+    (d, pg, cpu_seconds(std::process::id()))
+}
+
+/// CPU used between two [`cpu_now`] readings: (dispatchers, Postgres, receiver) seconds.
+/// A Postgres process that started in between counts from zero.
+fn cpu_between(a: &(f64, HashMap<u32, f64>, f64), b: &(f64, HashMap<u32, f64>, f64)) -> [f64; 3] {
+    let pg =
+        b.1.iter()
+            .map(|(pid, t)| t - a.1.get(pid).copied().unwrap_or(0.0))
+            .sum();
+    [b.0 - a.0, pg, b.2 - a.2]
+}
+
 struct Row {
     dispatchers: usize,
     events: usize,
     per_sec: f64,
+    /// CPU seconds of the throughput phase: dispatchers, Postgres, receiver.
+    cpu: [f64; 3],
+    wall: f64,
     p50: Duration,
     p99: Duration,
     dupes: usize,
@@ -165,12 +190,16 @@ async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events
     let ws: Vec<Vec<u8>> = (0..events)
         .map(|i| wallets[i % merchants].clone())
         .collect();
+    let pids: Vec<u32> = procs.iter().map(|p| p.id()).collect();
     let tx = client.transaction().await.unwrap();
     tx.execute(insert, &[&ids, &ws]).await.unwrap();
+    let cpu0 = cpu_now(&pids);
     tx.commit().await.unwrap();
     let t0 = Instant::now();
     wait_for(&arrivals, events).await;
-    let per_sec = events as f64 / t0.elapsed().as_secs_f64();
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_between(&cpu0, &cpu_now(&pids));
+    let per_sec = events as f64 / wall;
 
     // Latency: one event per transaction, ~200/s, commit -> arrival.
     let mut committed = HashMap::new();
@@ -200,6 +229,8 @@ async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events
         dispatchers,
         events,
         per_sec,
+        cpu,
+        wall,
         p50: pct(0.50),
         p99: pct(0.99),
         dupes,
@@ -236,6 +267,18 @@ async fn webhook_dispatch_benchmark() {
             r.p99.as_secs_f64() * 1e3,
             r.dupes,
             100.0 * r.per_sec / bare
+        );
+    }
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    for r in &rows {
+        let per_k = |s: f64| 1e6 * s / r.events as f64;
+        println!(
+            "webhook cpu: {} dispatcher(s): {:.0} / {:.0} / {:.0} ms per 1,000 deliveries (dispatchers / Postgres / receiver); {:.2} of {cores} cores busy",
+            r.dispatchers,
+            per_k(r.cpu[0]),
+            per_k(r.cpu[1]),
+            per_k(r.cpu[2]),
+            r.cpu.iter().sum::<f64>() / r.wall
         );
     }
     println!(
