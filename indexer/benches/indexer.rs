@@ -6,7 +6,9 @@
 //! `bench/indexer.sh` runs it. Knobs: BENCH_ACCOUNTS (default 200), BENCH_PLANS (170),
 //! BENCH_SHAPES (`spread,dense`), BENCH_LIVE_SAMPLES (200), BENCH_CHAIN (`generated`: the
 //! events emitted directly by `contracts/LogFlood.sol`, seconds to build; `contract`: real
-//! `subscribe`/`charge` transactions, ~40 minutes for 100k events on 2 cores). Not a test: no
+//! `subscribe`/`charge` transactions, ~40 minutes for 100k events on 2 cores),
+//! BENCH_BINARY_ONLY=1 (only the release `indexer` binary's backfill and its own peak RSS),
+//! BENCH_INDEXER_WRAPPER (a profiler command to run that binary under). Not a test: no
 //! timing is asserted.
 
 use std::sync::Arc;
@@ -378,7 +380,12 @@ async fn head(chain: &DevChain) -> (u64, B256) {
 
 /// This process's peak resident set (VmHWM), in MB.
 fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    peak_rss_mb_of("self")
+}
+
+/// A process's peak resident set (VmHWM), in MB (`pid`: a number or `self`).
+fn peak_rss_mb_of(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -392,6 +399,46 @@ fn peak_rss_mb() -> f64 {
 /// Starts a new peak-RSS window (`VmHWM`): writing 5 to `/proc/self/clear_refs` resets it.
 fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The `indexer` binary (release, as an operator runs it) backfilling the chain into a fresh
+/// database, alone in its process: seconds until its cursor reaches the tip, and its peak RSS
+/// (VmHWM) in MB. The in-process figures share the bench's heap; this one is the indexer's.
+async fn binary_backfill(chain: &DevChain) -> (f64, f64) {
+    use std::process::{Command, Stdio};
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let tip = head(chain).await;
+    let t = Instant::now();
+    // BENCH_INDEXER_WRAPPER runs it under a profiler, e.g. `heaptrack -o /tmp/indexer` (the
+    // guard then kills the wrapper: stop the indexer with SIGTERM to have the profile written).
+    let wrapper = std::env::var("BENCH_INDEXER_WRAPPER").unwrap_or_default();
+    let mut argv: Vec<std::ffi::OsString> = wrapper.split_whitespace().map(Into::into).collect();
+    argv.push(chainsub_tests::bin_path("indexer").into());
+    let child = chainsub_tests::ChildGuard(
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .envs(chainsub_tests::services::test_env(chain, &db, 0))
+            .env("INDEXER_POLL_INTERVAL_MS", "10")
+            .env("INDEXER_METRICS_LISTEN", "127.0.0.1:0")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn the indexer binary (bench/indexer.sh builds it)"),
+    );
+    wait_cursor(&client, tip).await;
+    let secs = t.elapsed().as_secs_f64();
+    let peak = peak_rss_mb_of(&child.id().to_string());
+    drop(child);
+    (secs, peak)
+}
+
+/// Prints the `indexer binary backfill:` line `scripts/bench` reads.
+fn print_binary(shape: &str, events: u64, blocks: u64, (secs, peak): (f64, f64)) {
+    println!(
+        "indexer binary backfill: {shape} | {events} events in {blocks} blocks | {:.0} ev/s ({secs:.2} s) | peak RSS {peak:.0} MB",
+        events as f64 / secs
+    );
 }
 
 /// The tables the sink writes.
@@ -571,6 +618,8 @@ struct Row {
     bytes_per_event: f64,
     /// The bench process's peak RSS after the end-to-end backfill (the indexer runs in it).
     e2e_peak_rss_mb: f64,
+    /// The indexer binary's own backfill: seconds, peak RSS in MB ([`binary_backfill`]).
+    binary: (f64, f64),
     live_p50_ms: f64,
     live_p99_ms: f64,
     reorg_ms: f64,
@@ -609,6 +658,11 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
     let e2e_secs = t.elapsed().as_secs_f64();
     let e2e_peak_rss_mb = peak_rss_mb();
     eprintln!("[{shape}] end to end {e2e_secs:.2}s, peak RSS {e2e_peak_rss_mb:.0} MB");
+    let binary = binary_backfill(chain).await;
+    eprintln!(
+        "[{shape}] the indexer binary: {:.2}s, peak RSS {:.0} MB",
+        binary.0, binary.1
+    );
 
     // Live latency: one block with a transaction at a time, from `evm_mine` returning (the
     // block is available at the RPC) to the cursor naming it.
@@ -746,6 +800,7 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
         indexes,
         bytes_per_event: bytes as f64 / built.events as f64,
         e2e_peak_rss_mb,
+        binary,
         live_p50_ms: pct(&lat, 0.5),
         live_p99_ms: pct(&lat, 0.99),
         reorg_ms,
@@ -760,6 +815,23 @@ async fn main() {
     let shapes = std::env::var("BENCH_SHAPES").unwrap_or_else(|_| "spread,dense".into());
     let load_before = chainsub_tests::load_average();
     eprintln!("load average before: {load_before}");
+    if std::env::var("BENCH_BINARY_ONLY").is_ok_and(|v| v == "1") {
+        // Only the indexer binary's backfill (e.g. 1M dense events: BENCH_PLANS=1700).
+        for shape in shapes.split(',') {
+            let built = build_generated(shape.trim(), accounts, plans).await;
+            eprintln!(
+                "[{shape}] {} events in {} blocks, built in {:.1}s",
+                built.events, built.blocks, built.build_secs
+            );
+            let measured = binary_backfill(&built.chain).await;
+            print_binary(shape.trim(), built.events, built.blocks, measured);
+        }
+        println!(
+            "Load average before: {load_before}; after: {}.",
+            chainsub_tests::load_average()
+        );
+        return;
+    }
     let mut rows = Vec::new();
     for shape in shapes.split(',') {
         rows.push(bench_shape(shape.trim(), accounts, plans, samples).await);
@@ -793,6 +865,10 @@ async fn main() {
             r.bytes_per_event,
             r.e2e_peak_rss_mb,
         );
+    }
+    println!();
+    for r in &rows {
+        print_binary(&r.shape, r.events, r.blocks, r.binary);
     }
     println!(
         "\nlive latency: poll interval 10 ms, {samples} samples; e2e and sink: CONFIRMATIONS=0, fresh database each."

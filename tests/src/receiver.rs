@@ -137,6 +137,18 @@ impl WebhookReceiver {
         })
     }
 
+    /// Holds every request from now on (a hung endpoint) until [`release`](Self::release).
+    pub fn hold(&self) {
+        *self.gate.lock().unwrap() = Some(Arc::new(Notify::new()));
+    }
+
+    /// Lets the held requests, and every later one, through.
+    pub fn release(&self) {
+        if let Some(gate) = self.gate.lock().unwrap().take() {
+            gate.notify_waiters();
+        }
+    }
+
     /// The URL to give the dashboard.
     pub fn url(&self) -> String {
         format!("http://{}/webhooks/chainsub", self.addr)

@@ -9,7 +9,6 @@ use crate::webhooks_common::*;
 use chainsub_api::webhook_settings as settings;
 use chainsub_tests::TestDb;
 use standardwebhooks::Webhook;
-use tokio::sync::Notify;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn signature_verifies_with_standardwebhooks_and_tampering_or_old_timestamps_fail() {
@@ -305,8 +304,7 @@ async fn a_hung_endpoint_does_not_starve_other_merchants() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
     let slow = WebhookReceiver::ok().await;
-    let gate = Arc::new(Notify::new());
-    *slow.gate.lock().unwrap() = Some(gate.clone());
+    slow.hold();
     let fast = WebhookReceiver::ok().await;
     let (a, b) = (merchant(&client, 1).await, merchant(&client, 2).await);
     set_url(&mut client, &a, &slow.url()).await;
@@ -327,8 +325,7 @@ async fn a_hung_endpoint_does_not_starve_other_merchants() {
         "the hung endpoint holds only its own per-merchant share"
     );
     // Release the hung endpoint: its backlog drains too.
-    *slow.gate.lock().unwrap() = None;
-    gate.notify_waiters();
+    slow.release();
     for id in &slow_ids {
         wait_status(&client, id, "delivered").await;
     }
@@ -342,8 +339,7 @@ async fn a_dispatcher_claims_ahead_but_sends_at_most_its_concurrency() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
     let rx = WebhookReceiver::ok().await;
-    let gate = Arc::new(Notify::new());
-    *rx.gate.lock().unwrap() = Some(gate.clone());
+    rx.hold();
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let ids = enqueue(&client, 1, "ahead", 10).await;
@@ -379,8 +375,7 @@ async fn a_dispatcher_claims_ahead_but_sends_at_most_its_concurrency() {
         "at most WEBHOOK_CONCURRENCY requests in flight"
     );
     assert_eq!(claimed().await, 4, "twice the concurrency claimed, no more");
-    *rx.gate.lock().unwrap() = None;
-    gate.notify_waiters();
+    rx.release();
     for id in &ids {
         wait_status(&client, id, "delivered").await;
     }
@@ -392,8 +387,7 @@ async fn a_timeout_is_a_failed_attempt() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
     let rx = WebhookReceiver::ok().await;
-    let gate = Arc::new(Notify::new());
-    *rx.gate.lock().unwrap() = Some(gate.clone());
+    rx.hold();
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let ids = enqueue(&client, 1, "slow", 1).await;
@@ -405,7 +399,7 @@ async fn a_timeout_is_a_failed_attempt() {
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].1, None);
     assert_eq!(a[0].2.as_deref(), Some("timeout"));
-    gate.notify_waiters();
+    rx.release();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,12 +4,10 @@
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::webhooks_common::*;
 use chainsub_tests::{ChildGuard, TestDb, bin_path};
-use tokio::sync::Notify;
 
 fn dispatcher_process(db_url: &str, extra: &[(&str, &str)]) -> ChildGuard {
     let mut cmd = Command::new(bin_path("api"));
@@ -87,8 +85,7 @@ async fn killing_a_dispatcher_mid_delivery_loses_nothing() {
     let db = TestDb::create().await;
     let mut client = db.connect().await;
     let rx = WebhookReceiver::ok().await;
-    let gate = Arc::new(Notify::new());
-    *rx.gate.lock().unwrap() = Some(gate.clone());
+    rx.hold();
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
     let ids = enqueue(&client, 1, "kill", 5).await;
@@ -108,8 +105,7 @@ async fn killing_a_dispatcher_mid_delivery_loses_nothing() {
         "claimed, not finished"
     );
 
-    *rx.gate.lock().unwrap() = None;
-    gate.notify_waiters();
+    rx.release();
     let _survivor = dispatcher_process(&db.url, &lease);
     wait_all_delivered(&client, 5).await;
 

@@ -15,9 +15,10 @@ use crate::block::{Header, RawLog};
 /// Headers are fetched in JSON-RPC batches of this many calls.
 const HEADER_BATCH: u64 = 500;
 
-/// The largest `eth_getLogs` answer read, by default: one that grows past it is abandoned
-/// while it arrives and counts as "range too large", so the range shrinks before a dense
-/// range is ever held in memory whole. A node without a limit of its own (anvil) answers a
+/// The largest `eth_getLogs` answer for a range of blocks read, by default: one that grows
+/// past it is abandoned while it arrives and counts as "range too large", so the range
+/// shrinks before a dense range is ever held in memory whole (one block is read whole: the
+/// fetcher's only other way to read it, the block's receipts, is a larger answer). A node without a limit of its own (anvil) answers a
 /// 100-block range of a dense chain with ~100 MB of JSON. 10,000 of our logs (the fetcher's
 /// cap by count, above which an answer is discarded anyway) are ~10 MB of JSON.
 pub const MAX_LOGS_RESPONSE_BYTES: usize = 16 << 20;
@@ -249,9 +250,18 @@ impl BlockSource for RpcSource {
                 resp.status()
             )));
         }
-        let mut body = Vec::new();
+        // A range of blocks is capped (the fetcher then asks for fewer blocks); one block is
+        // not: its only other source, the block's receipts, is a larger answer (a dense
+        // block of 7,300 logs, ~17 MB here, went to receipts — 26 MB, read whole).
+        let cap = if from < to {
+            self.max_logs_response_bytes
+        } else {
+            usize::MAX
+        };
+        let expected = resp.content_length().unwrap_or(0) as usize;
+        let mut body = Vec::with_capacity(expected.min(self.max_logs_response_bytes));
         while let Some(chunk) = resp.chunk().await.map_err(transient)? {
-            if body.len() + chunk.len() > self.max_logs_response_bytes {
+            if body.len() + chunk.len() > cap {
                 metrics::counter!("indexer_rpc_errors_total", "call" => "logs_response_capped")
                     .increment(1);
                 return Err(SourceError::TooLarge { suggested_to: None });
