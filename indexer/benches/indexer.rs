@@ -411,7 +411,8 @@ async fn binary_backfill(chain: &DevChain) -> (f64, f64) {
     let tip = head(chain).await;
     let t = Instant::now();
     // BENCH_INDEXER_WRAPPER runs it under a profiler, e.g. `heaptrack -o /tmp/indexer` (the
-    // guard then kills the wrapper: stop the indexer with SIGTERM to have the profile written).
+    // guard then kills the wrapper, and the VmHWM read is the wrapper's: stop the indexer with
+    // SIGTERM to have the profile written; the profiler reports its peak).
     let wrapper = std::env::var("BENCH_INDEXER_WRAPPER").unwrap_or_default();
     let mut argv: Vec<std::ffi::OsString> = wrapper.split_whitespace().map(Into::into).collect();
     argv.push(chainsub_tests::bin_path("indexer").into());

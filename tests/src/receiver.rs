@@ -106,7 +106,19 @@ impl WebhookReceiver {
                     arrived.notify_waiters();
                     let wait = gate.lock().unwrap().clone();
                     if let Some(w) = wait {
-                        w.notified().await;
+                        // Registered before looking again, so a release in between (which
+                        // takes the gate, then notifies) is never missed.
+                        let notified = w.notified();
+                        tokio::pin!(notified);
+                        notified.as_mut().enable();
+                        let still = gate
+                            .lock()
+                            .unwrap()
+                            .as_ref()
+                            .is_some_and(|g| Arc::ptr_eq(g, &w));
+                        if still {
+                            notified.await;
+                        }
                     }
                     let (status, headers) = script(n, &d);
                     let mut resp = warp::http::Response::builder()

@@ -95,11 +95,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     if cfg.lease <= cfg.timeout * 2 {
-        // Allowed (tests use it to force redelivery), but in production a slow receiver
-        // would then get the same event from two dispatchers: a claimed row may wait up to
-        // one timeout for a request slot (the claimer works ahead), then take one to send.
+        // Allowed (tests use it to force redelivery), but rows claimed ahead wait up to one
+        // timeout for a request slot, and one whose lease could run out during its request is
+        // handed back unsent (`may_send`): with a short lease that happens often.
         tracing::warn!(lease = ?cfg.lease, timeout = ?cfg.timeout,
-            "WEBHOOK_LEASE should exceed twice WEBHOOK_TIMEOUT; slow deliveries may be duplicated");
+            "WEBHOOK_LEASE should exceed twice WEBHOOK_TIMEOUT; rows may be handed back unsent, and a slow delivery duplicated");
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
@@ -131,6 +131,7 @@ pub async fn run(
     shared.stopping.store(true, Ordering::SeqCst);
     listener.abort();
     gauge.abort();
+    // Rows still waiting for a request slot are handed back; requests in flight finish.
     while shared.inflight.load(Ordering::SeqCst) > 0 {
         // Deliveries notify `wake` as they finish; the tick covers a lost wakeup.
         let _ = tokio::time::timeout(Duration::from_millis(100), shared.wake.notified()).await;
@@ -227,6 +228,8 @@ async fn claim_round(shared: &Arc<Shared>, spare: usize) -> Result<usize> {
     for (e, n) in &wanted {
         by_quota.entry(*n).or_default().push(e.wallet.clone());
     }
+    // The leases start in the claim statement: time them (conservatively) from before it.
+    let claimed_at = std::time::Instant::now();
     let claims = futures::future::join_all(
         by_quota
             .iter()
@@ -261,10 +264,25 @@ async fn claim_round(shared: &Arc<Shared>, spare: usize) -> Result<usize> {
         shared.inflight.fetch_add(claimed.len(), Ordering::SeqCst);
         for row in claimed {
             let body = bodies.remove(&row.id);
-            tokio::spawn(deliver(shared.clone(), endpoint.clone(), row, body));
+            tokio::spawn(deliver(
+                shared.clone(),
+                endpoint.clone(),
+                row,
+                body,
+                claimed_at,
+            ));
         }
     }
     Ok(count)
+}
+
+/// Whether a row claimed `waited` ago may still be sent: what is left of its lease must
+/// outlast the request (or, with a lease set shorter than the timeout — tests force
+/// redelivery that way — be at least half the lease). A row claimed ahead waits for a request
+/// slot; one that waited too long is handed back instead, so a lease never runs out while its
+/// request is in flight and another dispatcher cannot send the same row meanwhile.
+pub(crate) fn may_send(waited: Duration, lease: Duration, timeout: Duration) -> bool {
+    lease.saturating_sub(waited) >= timeout.min(lease / 2)
 }
 
 async fn deliver(
@@ -272,26 +290,37 @@ async fn deliver(
     endpoint: Arc<Endpoint>,
     row: Claimed,
     body: Option<Vec<u8>>,
+    claimed_at: std::time::Instant,
 ) {
     let outcome = match body {
         Some(body) => {
-            // Closed only on shutdown, which waits for in-flight rows instead.
+            // The semaphore is never closed.
             let _permit = shared.sending.acquire().await;
-            shared
-                .deliverer
-                .send(Attempt {
-                    outbox_id: row.id,
-                    attempt: row.attempt,
-                    msg_id: &row.event_public_id,
-                    url: &endpoint.url,
-                    secrets: &endpoint.secrets,
-                    body: &body,
-                    wallet: &endpoint.wallet,
-                })
-                .await
+            let stale = !may_send(claimed_at.elapsed(), shared.cfg.lease, shared.cfg.timeout);
+            if stale || shared.stopping.load(Ordering::SeqCst) {
+                // Not sent: back to `pending` for the next claim (this dispatcher's or
+                // another's). Stopping, only requests already in flight are finished.
+                hand_back(&shared, &row, stale).await;
+                None
+            } else {
+                Some(
+                    shared
+                        .deliverer
+                        .send(Attempt {
+                            outbox_id: row.id,
+                            attempt: row.attempt,
+                            msg_id: &row.event_public_id,
+                            url: &endpoint.url,
+                            secrets: &endpoint.secrets,
+                            body: &body,
+                            wallet: &endpoint.wallet,
+                        })
+                        .await,
+                )
+            }
         }
         // The event row is gone (it never should be once confirmed): nothing to send, ever.
-        None => Outcome {
+        None => Some(Outcome {
             outbox_id: row.id,
             attempt: row.attempt,
             attempted_at: Utc::now(),
@@ -302,16 +331,11 @@ async fn deliver(
             response_excerpt: None,
             next: NextState::Failed,
             disable_wallet: None,
-        },
+        }),
     };
-    if outcome.next == NextState::Delivered && row.attempt == 1 {
-        let age = (Utc::now() - row.created_at).to_std().unwrap_or_default();
-        metrics::histogram!("chainsub_webhook_enqueue_to_delivery_seconds")
-            .record(age.as_secs_f64());
+    if let Some(outcome) = outcome {
+        record_outcome(&shared, &row, outcome);
     }
-    // The writer outlives every delivery; a send error only happens if it panicked, and
-    // then the lease brings the row back.
-    let _ = shared.outcomes.send(outcome);
     {
         let mut busy = shared.per_merchant.lock().expect("per-merchant lock");
         if let Some(n) = busy.get_mut(&endpoint.wallet) {
@@ -323,6 +347,33 @@ async fn deliver(
     }
     shared.inflight.fetch_sub(1, Ordering::SeqCst);
     shared.wake.notify_one();
+}
+
+/// Hands a claimed, unsent row back (its attempt uncounted). If that fails, its lease runs
+/// out and it is claimed again anyway.
+async fn hand_back(shared: &Shared, row: &Claimed, stale: bool) {
+    let reason = if stale { "lease" } else { "shutdown" };
+    metrics::counter!("chainsub_webhook_handed_back_total", "reason" => reason).increment(1);
+    let res: Result<()> = async {
+        let conn = shared.pool.get().await?;
+        Ok(store::release(&conn, row.id, row.attempt).await?)
+    }
+    .await;
+    if let Err(e) = res {
+        tracing::warn!(error = %e, outbox_id = row.id, "handing back an unsent webhook failed; its lease will expire");
+    }
+}
+
+/// Passes a finished attempt to the writer.
+fn record_outcome(shared: &Shared, row: &Claimed, outcome: Outcome) {
+    if outcome.next == NextState::Delivered && row.attempt == 1 {
+        let age = (Utc::now() - row.created_at).to_std().unwrap_or_default();
+        metrics::histogram!("chainsub_webhook_enqueue_to_delivery_seconds")
+            .record(age.as_secs_f64());
+    }
+    // The writer outlives every delivery; a send error only happens if it panicked, and
+    // then the lease brings the row back.
+    let _ = shared.outcomes.send(outcome);
 }
 
 /// Persists outcomes in batches. A failed write is retried for up to one lease; after
@@ -414,5 +465,26 @@ async fn queue_gauge(pool: Pool) {
             metrics::gauge!("chainsub_webhook_queue_depth").set(n as f64);
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_send;
+    use std::time::Duration;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn a_row_is_sent_only_while_its_lease_outlasts_the_request() {
+        // Defaults: 60 s lease, 15 s timeout.
+        assert!(may_send(S(0), S(60), S(15)));
+        assert!(may_send(S(45), S(60), S(15)));
+        assert!(!may_send(S(46), S(60), S(15)));
+        assert!(!may_send(S(90), S(60), S(15)));
+        // A lease shorter than the timeout (tests forcing redelivery): half the lease left.
+        assert!(may_send(Duration::ZERO, S(1), S(30)));
+        assert!(may_send(Duration::from_millis(500), S(1), S(30)));
+        assert!(!may_send(Duration::from_millis(501), S(1), S(30)));
     }
 }

@@ -382,6 +382,62 @@ async fn a_dispatcher_claims_ahead_but_sends_at_most_its_concurrency() {
     assert_eq!(rx.count(), 10);
 }
 
+/// A stopping dispatcher finishes the requests in flight and hands back the rows it claimed
+/// ahead but never sent: they are `pending` again with no attempt counted, for the next
+/// dispatcher (not sent during shutdown, not left leased).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopping_dispatcher_hands_back_the_rows_it_claimed_ahead() {
+    let db = TestDb::create().await;
+    let mut client = db.connect().await;
+    let rx = WebhookReceiver::ok().await;
+    rx.hold();
+    let m = merchant(&client, 1).await;
+    set_url(&mut client, &m, &rx.url()).await;
+    let ids = enqueue(&client, 1, "stop", 3).await;
+    let mut cfg = fast_config("0s,5ms");
+    cfg.concurrency = 1;
+    let (stop, task) = spawn_dispatcher(&db.url, cfg);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let delivering = || async {
+        client
+            .query_one(
+                "SELECT count(*) FROM webhook_outbox WHERE status = 'delivering'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    while !(rx.count() == 1 && delivering().await == 2) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never claimed ahead"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(()).unwrap();
+    // Let the dispatcher see the stop before the hung request (and so its slot) comes back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rx.release();
+    task.await.unwrap();
+    // Of the two claimed, the one sent is delivered; the other was handed back unsent, and
+    // the third was never claimed.
+    let mut states = Vec::new();
+    for id in &ids {
+        states.push(outbox_state(&client, id).await);
+    }
+    states.sort();
+    assert_eq!(
+        states,
+        [
+            ("delivered".to_string(), 1),
+            ("pending".to_string(), 0),
+            ("pending".to_string(), 0)
+        ]
+    );
+    assert_eq!(rx.count(), 1, "nothing new is sent while stopping");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_timeout_is_a_failed_attempt() {
     let db = TestDb::create().await;
@@ -464,19 +520,30 @@ async fn delivery_list(
 }
 
 /// The dispatcher's connections commit asynchronously (its bookkeeping is re-done by
-/// redelivery if Postgres loses it); the API's connections keep synchronous commit.
+/// redelivery if Postgres loses it) and plan each execution; the API's connections keep
+/// synchronous commit and generic plans.
 #[tokio::test]
 async fn only_the_dispatchers_pool_commits_asynchronously() {
     let db = TestDb::create().await;
-    let setting = |pool: deadpool_postgres::Pool| async move {
+    let settings = |pool: deadpool_postgres::Pool| async move {
         let c = pool.get().await.unwrap();
-        c.query_one("SHOW synchronous_commit", &[])
+        let row = c
+            .query_one(
+                "SELECT current_setting('synchronous_commit'), current_setting('plan_cache_mode')",
+                &[],
+            )
             .await
-            .unwrap()
-            .get::<_, String>(0)
+            .unwrap();
+        (row.get::<_, String>(0), row.get::<_, String>(1))
     };
     let dispatcher = chainsub_api::db::dispatcher_pool(&db.url, 1).unwrap();
     let api = chainsub_api::db::pool(&db.url, 1).unwrap();
-    assert_eq!(setting(dispatcher).await, "off");
-    assert_eq!(setting(api).await, "on");
+    assert_eq!(
+        settings(dispatcher).await,
+        ("off".into(), "force_custom_plan".into())
+    );
+    assert_eq!(
+        settings(api).await,
+        ("on".into(), "force_generic_plan".into())
+    );
 }

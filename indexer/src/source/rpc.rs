@@ -259,7 +259,7 @@ impl BlockSource for RpcSource {
             usize::MAX
         };
         let expected = resp.content_length().unwrap_or(0) as usize;
-        let mut body = Vec::with_capacity(expected.min(self.max_logs_response_bytes));
+        let mut body = Vec::with_capacity(expected.min(cap));
         while let Some(chunk) = resp.chunk().await.map_err(transient)? {
             if body.len() + chunk.len() > cap {
                 metrics::counter!("indexer_rpc_errors_total", "call" => "logs_response_capped")
