@@ -119,3 +119,26 @@ pub async fn attempts(client: &Client, event_id: &str) -> Vec<(i32, Option<i32>,
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect()
 }
+
+/// A connection to `db` and merchant 1 whose endpoint is a receiver that holds every request
+/// (a hung endpoint) until `release()`.
+pub async fn held_endpoint(db: &chainsub_tests::TestDb) -> (Client, WebhookReceiver) {
+    let mut client = db.connect().await;
+    let rx = WebhookReceiver::ok().await;
+    rx.hold();
+    let m = merchant(&client, 1).await;
+    set_url(&mut client, &m, &rx.url()).await;
+    (client, rx)
+}
+
+/// How many outbox rows are in `status`.
+pub async fn count_status(client: &Client, status: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM webhook_outbox WHERE status = $1",
+            &[&status],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}

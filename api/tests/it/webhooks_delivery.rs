@@ -337,33 +337,19 @@ async fn a_hung_endpoint_does_not_starve_other_merchants() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dispatcher_claims_ahead_but_sends_at_most_its_concurrency() {
     let db = TestDb::create().await;
-    let mut client = db.connect().await;
-    let rx = WebhookReceiver::ok().await;
-    rx.hold();
-    let m = merchant(&client, 1).await;
-    set_url(&mut client, &m, &rx.url()).await;
+    let (client, rx) = held_endpoint(&db).await;
     let ids = enqueue(&client, 1, "ahead", 10).await;
     let mut cfg = fast_config("0s,5ms");
     cfg.concurrency = 2;
     cfg.per_merchant_concurrency = 8;
     let (_stop, _task) = spawn_dispatcher(&db.url, cfg);
-    let claimed = || async {
-        client
-            .query_one(
-                "SELECT count(*) FROM webhook_outbox WHERE status = 'delivering'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !(rx.count() == 2 && claimed().await == 4) {
+    while !(rx.count() == 2 && count_status(&client, "delivering").await == 4) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "expected 2 in flight and 4 claimed; saw {} and {}",
             rx.count(),
-            claimed().await
+            count_status(&client, "delivering").await
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -374,7 +360,11 @@ async fn a_dispatcher_claims_ahead_but_sends_at_most_its_concurrency() {
         2,
         "at most WEBHOOK_CONCURRENCY requests in flight"
     );
-    assert_eq!(claimed().await, 4, "twice the concurrency claimed, no more");
+    assert_eq!(
+        count_status(&client, "delivering").await,
+        4,
+        "twice the concurrency claimed, no more"
+    );
     rx.release();
     for id in &ids {
         wait_status(&client, id, "delivered").await;
@@ -388,27 +378,13 @@ async fn a_dispatcher_claims_ahead_but_sends_at_most_its_concurrency() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stopping_dispatcher_hands_back_the_rows_it_claimed_ahead() {
     let db = TestDb::create().await;
-    let mut client = db.connect().await;
-    let rx = WebhookReceiver::ok().await;
-    rx.hold();
-    let m = merchant(&client, 1).await;
-    set_url(&mut client, &m, &rx.url()).await;
+    let (client, rx) = held_endpoint(&db).await;
     let ids = enqueue(&client, 1, "stop", 3).await;
     let mut cfg = fast_config("0s,5ms");
     cfg.concurrency = 1;
     let (stop, task) = spawn_dispatcher(&db.url, cfg);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let delivering = || async {
-        client
-            .query_one(
-                "SELECT count(*) FROM webhook_outbox WHERE status = 'delivering'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-    };
-    while !(rx.count() == 1 && delivering().await == 2) {
+    while !(rx.count() == 1 && count_status(&client, "delivering").await == 2) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "never claimed ahead"
@@ -441,11 +417,7 @@ async fn a_stopping_dispatcher_hands_back_the_rows_it_claimed_ahead() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_timeout_is_a_failed_attempt() {
     let db = TestDb::create().await;
-    let mut client = db.connect().await;
-    let rx = WebhookReceiver::ok().await;
-    rx.hold();
-    let m = merchant(&client, 1).await;
-    set_url(&mut client, &m, &rx.url()).await;
+    let (client, rx) = held_endpoint(&db).await;
     let ids = enqueue(&client, 1, "slow", 1).await;
     let mut cfg = fast_config("0s");
     cfg.timeout = Duration::from_millis(200);

@@ -83,11 +83,7 @@ async fn three_dispatcher_processes_deliver_1000_events_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_a_dispatcher_mid_delivery_loses_nothing() {
     let db = TestDb::create().await;
-    let mut client = db.connect().await;
-    let rx = WebhookReceiver::ok().await;
-    rx.hold();
-    let m = merchant(&client, 1).await;
-    set_url(&mut client, &m, &rx.url()).await;
+    let (client, rx) = held_endpoint(&db).await;
     let ids = enqueue(&client, 1, "kill", 5).await;
 
     // A short lease, so the victim's claims come back quickly.
