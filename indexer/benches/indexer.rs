@@ -459,10 +459,7 @@ const SINK_TABLES: [&str; 6] = [
 /// tables hold).
 async fn copy_limit(url: &str) -> (f64, f64, i64) {
     use futures::{SinkExt, TryStreamExt};
-    let (mut client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let mut client = chainsub_tests::db::connect(url).await;
     let mut data = Vec::new();
     for t in SINK_TABLES {
         client
@@ -511,10 +508,7 @@ async fn copy_limit(url: &str) -> (f64, f64, i64) {
 /// lower bound of what maintaining it row by row costs the sink, but comparable between
 /// indexes). Returns "table.index seconds" entries, most expensive first.
 async fn index_costs(url: &str) -> Vec<(String, f64)> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = chainsub_tests::db::connect(url).await;
     let mut out = Vec::new();
     for t in SINK_TABLES {
         client
@@ -551,10 +545,7 @@ async fn index_costs(url: &str) -> Vec<(String, f64)> {
 /// key and the idempotency key (chain, block hash, log index), copied the same way. Seconds.
 async fn copy_lean(url: &str) -> f64 {
     use futures::{SinkExt, TryStreamExt};
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = chainsub_tests::db::connect(url).await;
     client
         .batch_execute(
             "CREATE TABLE lean_events (

@@ -162,6 +162,12 @@ impl ChildGuard {
         self.0.id()
     }
 
+    /// Kills (SIGKILL) and reaps the child now: a crash at this point of a test.
+    pub fn kill(mut self) {
+        self.0.kill().expect("SIGKILL the child");
+        self.0.wait().expect("reap the child");
+    }
+
     /// Sends `signal` (e.g. `-STOP`, `-CONT`) with kill(1); panics if it cannot be sent.
     pub fn signal(&self, signal: &str) {
         let sent = std::process::Command::new("kill")

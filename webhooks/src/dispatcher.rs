@@ -281,7 +281,7 @@ async fn claim_round(shared: &Arc<Shared>, spare: usize) -> Result<usize> {
 /// redelivery that way — be at least half the lease). A row claimed ahead waits for a request
 /// slot; one that waited too long is handed back instead, so a lease never runs out while its
 /// request is in flight and another dispatcher cannot send the same row meanwhile.
-pub(crate) fn may_send(waited: Duration, lease: Duration, timeout: Duration) -> bool {
+fn may_send(waited: Duration, lease: Duration, timeout: Duration) -> bool {
     lease.saturating_sub(waited) >= timeout.min(lease / 2)
 }
 

@@ -88,12 +88,11 @@ async fn killing_a_dispatcher_mid_delivery_loses_nothing() {
 
     // A short lease, so the victim's claims come back quickly.
     let lease = [("WEBHOOK_LEASE", "1s"), ("WEBHOOK_TIMEOUT", "30s")];
-    let mut victim = dispatcher_process(&db.url, &lease);
+    let victim = dispatcher_process(&db.url, &lease);
     rx.wait_until("the victim's requests in flight", |r| r.len() == 5)
         .await;
     let in_flight: Vec<String> = rx.received().iter().map(|r| r.webhook_id()).collect();
-    victim.0.kill().unwrap();
-    victim.0.wait().unwrap();
+    victim.kill();
     let (status, attempts) = outbox_state(&client, &ids[0]).await;
     assert_eq!(
         (status.as_str(), attempts),

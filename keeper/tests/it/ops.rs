@@ -112,7 +112,7 @@ async fn second_keeper_on_the_same_chain_stands_by_until_the_first_is_gone() {
     let stack = Stack::start().await;
     let socket = Reserved::new();
     let port = socket.port;
-    let mut first = spawn(stack.keeper_on(&socket), &[]);
+    let first = spawn(stack.keeper_on(&socket), &[]);
     wait_health(port, |h| h["lockHeld"] == true);
 
     // --once gives up at once with status 3; a long-running one waits as a standby.
@@ -125,8 +125,7 @@ async fn second_keeper_on_the_same_chain_stands_by_until_the_first_is_gone() {
     });
 
     // The first one dies; the standby takes over.
-    first.0.kill().unwrap();
-    first.0.wait().unwrap();
+    first.kill();
     wait_health(standby_port, |h| {
         h["lockHeld"] == true && h["status"] == "ok"
     });

@@ -23,7 +23,7 @@ async fn due_subscription() -> (Stack, u64) {
 /// outcome and let the index catch up.
 async fn replace_while_stuck_then_mine(stack: &Stack) {
     stack.automine(false).await;
-    let mut keeper = spawn(
+    let keeper = spawn(
         stack.keeper(),
         &["--replace-after-ms", "300", "--max-replacements", "2"],
     );
@@ -33,8 +33,7 @@ async fn replace_while_stuck_then_mine(stack: &Stack) {
             1,
         )
         .await;
-    keeper.0.kill().unwrap();
-    keeper.0.wait().unwrap();
+    keeper.kill();
     stack.automine(true).await;
     stack.chain.mine(1).await;
     stack.keeper_pass();
@@ -93,13 +92,12 @@ async fn keeper_killed_with_a_send_in_the_pool_does_not_send_again_after_restart
     let (stack, sub) = due_subscription().await;
     stack.automine(false).await;
 
-    let mut first = spawn(stack.keeper(), &[]);
+    let first = spawn(stack.keeper(), &[]);
     stack
         .wait_count("SELECT count(*) FROM keeper_steps WHERE status = 'sent'", 1)
         .await;
     // kill -9: no chance to clean up.
-    first.0.kill().unwrap();
-    first.0.wait().unwrap();
+    first.kill();
     assert_eq!(pending_nonce(&stack).await, 1);
 
     // The restarted keeper finds the step in flight and sends nothing new.
@@ -185,15 +183,14 @@ async fn many_due_subscriptions_with_bounded_concurrency_are_each_charged_once()
     // At most 3 in flight, one renewal each: the long-running keeper needs several passes,
     // and is killed and restarted half way.
     let one_each = ["--concurrency", "3", "--charges-per-tx", "1"];
-    let mut keeper = spawn(stack.keeper(), &one_each);
+    let keeper = spawn(stack.keeper(), &one_each);
     stack
         .wait_count(
             "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
             4,
         )
         .await;
-    keeper.0.kill().unwrap();
-    keeper.0.wait().unwrap();
+    keeper.kill();
     let _keeper = spawn(stack.keeper(), &one_each);
     stack
         .wait_count(
@@ -224,7 +221,7 @@ async fn nonce_used_outside_the_keeper_is_detected_and_the_counter_resyncs() {
     stack.chain.increase_time(22 * DAY).await;
     stack.sync_index().await;
 
-    let mut keeper = spawn(stack.keeper(), &[]);
+    let keeper = spawn(stack.keeper(), &[]);
     stack
         .wait_count(
             "SELECT count(*) FROM keeper_steps WHERE status = 'mined'",
@@ -255,8 +252,7 @@ async fn nonce_used_outside_the_keeper_is_detected_and_the_counter_resyncs() {
             2,
         )
         .await;
-    keeper.0.kill().unwrap();
-    keeper.0.wait().unwrap();
+    keeper.kill();
 
     assert_eq!(
         stack.steps(first).await,
