@@ -1,20 +1,16 @@
 //! Prometheus metrics: request counts and latencies, served at `/metrics`.
 
-use std::sync::OnceLock;
-
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::reply::Resp;
 
-/// Installs the global recorder once per process (tests start several servers in one).
+/// Installs the global recorder (with its upkeep) once per process (tests start several
+/// servers in one).
 pub fn install() -> Option<PrometheusHandle> {
-    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
-        .clone()
+    chainsub_core::metrics::install()
 }
 
 /// Counts one request.

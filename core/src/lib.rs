@@ -9,6 +9,7 @@ pub mod address;
 pub mod amount;
 pub mod ids;
 pub mod listen;
+pub mod metrics;
 pub mod slug;
 pub mod snapshot;
 pub mod state;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use warp::Filter;
 use warp::http::StatusCode;
@@ -184,11 +184,10 @@ impl Status {
     }
 }
 
-/// Installs the global Prometheus recorder (once per process).
+/// Installs the global Prometheus recorder and its upkeep (once per process).
 pub fn install_metrics() -> crate::Result<PrometheusHandle> {
-    PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| crate::Error::Config(format!("metrics recorder: {e}")))
+    chainsub_core::metrics::install()
+        .ok_or_else(|| crate::Error::Config("metrics recorder: another one is installed".into()))
 }
 
 /// Serves `/health` (= `/ready`), `/live` and `/metrics` until the process ends; returns the

@@ -4,7 +4,7 @@ use chainsub_core::Listen;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use tokio::sync::watch;
 use warp::Filter;
@@ -108,11 +108,9 @@ impl Health {
 /// Shared, updated by the keeper loop, read by `/health`.
 pub type SharedHealth = Arc<Mutex<Health>>;
 
-/// Installs the global Prometheus recorder.
+/// Installs the global Prometheus recorder and its upkeep (once per process).
 pub fn install_metrics() -> std::result::Result<PrometheusHandle, String> {
-    PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| e.to_string())
+    chainsub_core::metrics::install().ok_or_else(|| "another recorder is installed".to_string())
 }
 
 /// Binds `addr` and serves `/health` (= `/ready`), `/live` and `/metrics` until `shutdown` flips to true. Returns
