@@ -7,7 +7,7 @@ use chainsub_core::{EventId, OutboxStatus, PlanId, SubscriptionId, SubscriptionS
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{FromSql, Type};
 
 use crate::chain::{ChainRow, Columns, WithChain, typed_by};
 use crate::page::{self, keyset};
@@ -140,8 +140,9 @@ impl EventRow {
             next_retry_at: r.try_get(c.log_next_retry_at)?,
         };
         let snapshot = r
-            .try_get::<_, Option<Json<SubscriptionSnapshot>>>(c.snapshot)?
-            .map(|Json(s)| s);
+            .try_get::<_, Option<JsonText>>(c.snapshot)?
+            .map(|t| t.parse::<SubscriptionSnapshot>())
+            .transpose()?;
         let delivery = match r.try_get::<_, Option<&str>>(c.delivery_status)? {
             None => None,
             Some(status) => Some(DeliveryRow {
@@ -180,6 +181,36 @@ impl EventRow {
                 }),
             },
         })
+    }
+}
+
+/// A `jsonb` (or `json`) column's text, borrowed from the row: parsed straight into its type
+/// with sonic-rs (SIMD), where `Json<T>` parses with serde_json. The snapshot is the largest
+/// column of an event row, and parsing it was ~18 % of the API's CPU on an events page.
+struct JsonText<'a>(&'a [u8]);
+
+impl JsonText<'_> {
+    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        sonic_rs::from_slice(self.0)
+            .map_err(|e| Error::Inconsistent(format!("stored JSON does not parse: {e}")))
+    }
+}
+
+impl<'a> FromSql<'a> for JsonText<'a> {
+    fn from_sql(
+        ty: &Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        // jsonb's binary form is a version byte (1) and the text; json's is the text.
+        match (ty, raw.split_first()) {
+            (&Type::JSONB, Some((1, text))) => Ok(JsonText(text)),
+            (&Type::JSONB, _) => Err("unsupported jsonb version".into()),
+            _ => Ok(JsonText(raw)),
+        }
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(*ty, Type::JSONB | Type::JSON)
     }
 }
 
@@ -386,4 +417,60 @@ pub async fn get(
 #[doc(hidden)]
 pub fn list_statements() -> Vec<&'static str> {
     LIST.iter().flatten().map(String::as_str).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::primitives::B256;
+    use chainsub_core::SubscriptionStatus;
+
+    fn jsonb(text: &str) -> Vec<u8> {
+        let mut raw = vec![1];
+        raw.extend_from_slice(text.as_bytes());
+        raw
+    }
+
+    #[test]
+    fn a_stored_snapshot_parses_as_serde_json_parses_it() {
+        for external in [None, Some("cus_\"1\" \\ é ✓ \u{1F600} \t")] {
+            let s = SubscriptionSnapshot {
+                id: SubscriptionId::of_creation(1, B256::repeat_byte(7), 5),
+                status: SubscriptionStatus::PastDue,
+                cancel_at_period_end: true,
+                period: 7,
+                current_period_start: "2026-01-01T00:00:00Z".into(),
+                current_period_end: "2026-02-01T00:00:00Z".into(),
+                next_payment_at: None,
+                failed_attempts: 2,
+                subscriber: Address::repeat_byte(0xbb),
+                customer_external_id: external.map(Into::into),
+                amount: "9990000".into(),
+                plan_onchain_id: 3,
+            };
+            // As Postgres returns it: jsonb's own key order and spacing, \u escapes kept.
+            let text = serde_json::to_string(&serde_json::to_value(&s).unwrap())
+                .unwrap()
+                .replace("\\\\", "\\u005c");
+            let raw = jsonb(&text);
+            let parsed: SubscriptionSnapshot = JsonText::from_sql(&Type::JSONB, &raw)
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(parsed, serde_json::from_str(&text).unwrap());
+            assert_eq!(parsed, s);
+            let as_json: SubscriptionSnapshot = JsonText::from_sql(&Type::JSON, text.as_bytes())
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(as_json, s);
+            // A snapshot whose id is not a subscription id is refused, as before.
+            let bad = jsonb(&text.replace(s.id.as_str(), "sub_5"));
+            let refused = JsonText::from_sql(&Type::JSONB, &bad)
+                .unwrap()
+                .parse::<SubscriptionSnapshot>();
+            assert!(refused.is_err());
+        }
+        assert!(JsonText::from_sql(&Type::JSONB, &[2, b'{', b'}']).is_err());
+    }
 }
