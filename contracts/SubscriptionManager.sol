@@ -16,7 +16,10 @@ interface IERC20 {
 /// so nobody can take another merchant's reference; a failed pull that is not the
 /// subscriber's fault does not count toward the grace attempts; plans can be deactivated;
 /// the operator is handed over in two steps. `chargeMany` (issue 13) renews many
-/// subscriptions in one transaction, each exactly as `charge` would.
+/// subscriptions in one transaction, each exactly as `charge` would. The operator may cancel
+/// (at once or at period end) the subscriptions of plans it created for a merchant, on the
+/// merchant's behalf (issue 14: a merchant cancels through the API); plans a merchant created
+/// itself stay out of the operator's reach.
 ///
 /// Lifecycle (DESIGN §3):
 ///   subscribe            -> Active (first period charged at once)
@@ -113,6 +116,9 @@ contract SubscriptionManager {
     mapping(uint256 => Subscription) private _subscriptions;
     /// planId => subscriber => live subscription id (0 when none).
     mapping(uint256 => mapping(address => uint256)) public liveSubscriptionOf;
+    /// Plans the operator created on a merchant's behalf: the operator may cancel their
+    /// subscriptions for the merchant. A plan the merchant created itself is never marked.
+    mapping(uint256 => bool) public createdByOperator;
 
     uint256 private _lock = 1;
 
@@ -244,6 +250,7 @@ contract SubscriptionManager {
         planId = ++planCount;
         _plans[planId] = Plan({merchant: merchant, active: true, amount: amount, planRef: planRef});
         planIdByRef[merchant][planRef] = planId;
+        if (msg.sender == operator) createdByOperator[planId] = true;
         emit PlanCreated(planId, merchant, planRef, amount, msg.sender);
     }
 
@@ -336,19 +343,20 @@ contract SubscriptionManager {
         }
     }
 
-    /// Marks the subscription to end when the current period is over. Subscriber or merchant.
+    /// Marks the subscription to end when the current period is over. Subscriber, merchant,
+    /// or the operator for a plan it created.
     function cancelAtPeriodEnd(uint256 subscriptionId) external {
         Subscription storage s = _live(subscriptionId);
-        if (msg.sender != s.subscriber && msg.sender != s.merchant) revert NotAuthorized();
+        _mayCancel(s);
         if (s.cancelAtPeriodEnd) revert AlreadyCancelling(subscriptionId);
         s.cancelAtPeriodEnd = true;
         emit CancelAtPeriodEndSet(subscriptionId, s.merchant, s.subscriber, s.planId, msg.sender, s.periodEnd);
     }
 
-    /// Cancels at once. Subscriber or merchant.
+    /// Cancels at once. Subscriber, merchant, or the operator for a plan it created.
     function cancel(uint256 subscriptionId) external {
         Subscription storage s = _live(subscriptionId);
-        if (msg.sender != s.subscriber && msg.sender != s.merchant) revert NotAuthorized();
+        _mayCancel(s);
         s.status = Status.Cancelled;
         liveSubscriptionOf[s.planId][s.subscriber] = 0;
         emit SubscriptionCancelled(subscriptionId, s.merchant, s.subscriber, s.planId, msg.sender);
@@ -385,6 +393,14 @@ contract SubscriptionManager {
     }
 
     // ------------------------------------------------------------ internals
+
+    /// The subscriber, the merchant, or the operator acting for the merchant on a plan the
+    /// operator created.
+    function _mayCancel(Subscription storage s) private view {
+        if (msg.sender == s.subscriber || msg.sender == s.merchant) return;
+        if (msg.sender == operator && createdByOperator[s.planId]) return;
+        revert NotAuthorized();
+    }
 
     function _live(uint256 subscriptionId) private view returns (Subscription storage s) {
         s = _subscriptions[subscriptionId];

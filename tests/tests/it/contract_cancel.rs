@@ -1,7 +1,11 @@
 //! Cancelling on a real anvil: at period end (ended by the keeper's charge), at once by the
-//! subscriber or the merchant, never by a stranger, and nothing acts on a terminal one.
+//! subscriber or the merchant, by the operator for the merchant on a plan the operator created
+//! (never on one the merchant created itself), never by a stranger, and nothing acts on a
+//! terminal one.
 
 use crate::contract_support::{Fixture, PRICE, Sub, manager_events, months_after, status};
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts;
 use alloy::primitives::{Address, B256, U256};
 use chainsub_abi::SubscriptionManager::{self as SM, SubscriptionManagerErrors as E};
 use chainsub_abi::{ContractEvent, EndReason};
@@ -204,5 +208,103 @@ async fn unknown_subscription_is_reported_as_unknown() {
         E::UnknownSubscription(SM::UnknownSubscription {
             subscriptionId: missing
         })
+    );
+}
+
+#[tokio::test]
+async fn the_operator_cancels_for_the_merchant_on_a_plan_it_created() {
+    let fx = Fixture::new().await;
+    let operator = DevChain::address(accounts::OPERATOR);
+    assert!(
+        fx.chain
+            .manager()
+            .createdByOperator(fx.plan_id)
+            .call()
+            .await
+            .unwrap()
+    );
+    let first = fx.subscribe().await;
+
+    let receipt = send_as!(operator, fx.chain.manager().cancelAtPeriodEnd(first.id));
+    assert_eq!(
+        manager_events(&fx.chain, &receipt),
+        vec![ContractEvent::CancelAtPeriodEndSet(
+            SM::CancelAtPeriodEndSet {
+                subscriptionId: first.id,
+                merchant: fx.merchant,
+                subscriber: fx.customer,
+                planId: fx.plan_id,
+                by: operator,
+                periodEnd: months_after(first.anchor, 1),
+            }
+        )]
+    );
+    // Cancelling at once after asking for period end is still allowed.
+    let receipt = send_as!(operator, fx.chain.manager().cancel(first.id));
+    assert_eq!(
+        manager_events(&fx.chain, &receipt),
+        vec![cancelled(&fx, &first, operator)]
+    );
+    assert_eq!(fx.record(first.id).await.status, status::CANCELLED);
+    let again = revert_as!(operator, fx.chain.manager().cancel(first.id));
+    assert_eq!(again, E::NotLive(SM::NotLive { subscriptionId: first.id }));
+}
+
+#[tokio::test]
+async fn the_operator_cannot_cancel_on_a_plan_the_merchant_created_itself() {
+    let fx = Fixture::new().await;
+    let operator = DevChain::address(accounts::OPERATOR);
+    send_as!(
+        fx.merchant,
+        fx.chain
+            .manager()
+            .createPlan(fx.merchant, U256::from(PRICE), B256::repeat_byte(0x22))
+    );
+    let own_plan = U256::from(2);
+    assert!(
+        !fx.chain
+            .manager()
+            .createdByOperator(own_plan)
+            .call()
+            .await
+            .unwrap()
+    );
+    let receipt = send_as!(
+        fx.customer,
+        fx.chain
+            .manager()
+            .subscribe(own_plan, fx.merchant, fx.amount, B256::repeat_byte(0xdd))
+    );
+    let id = match manager_events(&fx.chain, &receipt).first() {
+        Some(ContractEvent::SubscriptionCreated(e)) => e.subscriptionId,
+        other => panic!("subscribe emitted {other:?} first"),
+    };
+
+    let cancel = revert_as!(operator, fx.chain.manager().cancel(id));
+    let at_end = revert_as!(operator, fx.chain.manager().cancelAtPeriodEnd(id));
+    let refused = E::NotAuthorized(SM::NotAuthorized {});
+    assert_eq!((cancel, at_end), (refused.clone(), refused));
+    let rec = fx.record(id).await;
+    assert_eq!((rec.status, rec.cancelAtPeriodEnd), (status::ACTIVE, false));
+    // The merchant still can.
+    send_as!(fx.merchant, fx.chain.manager().cancel(id));
+    assert_eq!(fx.record(id).await.status, status::CANCELLED);
+}
+
+#[tokio::test]
+async fn after_a_hand_over_only_the_new_operator_cancels_for_merchants() {
+    let fx = Fixture::new().await;
+    let old = DevChain::address(accounts::OPERATOR);
+    let new = fx.stranger;
+    let sub = fx.subscribe().await;
+    send_as!(old, fx.chain.manager().transferOperator(new));
+    send_as!(new, fx.chain.manager().acceptOperator());
+
+    let refused = revert_as!(old, fx.chain.manager().cancel(sub.id));
+    assert_eq!(refused, E::NotAuthorized(SM::NotAuthorized {}));
+    let receipt = send_as!(new, fx.chain.manager().cancel(sub.id));
+    assert_eq!(
+        manager_events(&fx.chain, &receipt),
+        vec![cancelled(&fx, &sub, new)]
     );
 }
