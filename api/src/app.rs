@@ -33,6 +33,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/checkouts"),
     ("GET", "/api/v1/subscriptions"),
     ("GET", "/api/v1/subscriptions/{id}"),
+    ("POST", "/api/v1/subscriptions/{id}/cancel"),
     ("GET", "/api/v1/events"),
     ("GET", "/api/v1/events/{id}"),
     ("GET", "/api/v1/ledger"),

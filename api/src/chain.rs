@@ -42,11 +42,107 @@ pub struct PlanTerms {
     pub plan_ref: B256,
 }
 
-/// Where a send is journaled before it is broadcast: the plan row it provisions.
+/// Where a send is journaled before it is broadcast: the plan row it provisions, or the
+/// cancellation request it carries out.
 #[derive(Debug, Clone, Copy)]
-pub struct Journal<'a> {
-    pub scope: &'a chainsub_store::MerchantScope,
-    pub row_id: i64,
+pub enum Journal<'a> {
+    Plan {
+        scope: &'a chainsub_store::MerchantScope,
+        row_id: i64,
+    },
+    Cancellation {
+        scope: &'a chainsub_store::MerchantScope,
+        row_id: i64,
+    },
+}
+
+impl Journal<'_> {
+    /// Records `tx` (signed, not yet broadcast) on the journal's row.
+    async fn record(&self, pool: &crate::db::Pool, tx: Sent) -> Result<(), String> {
+        let conn = pool.get().await.map_err(|e| format!("journal: {e}"))?;
+        let done = match *self {
+            Journal::Plan { scope, row_id } => {
+                chainsub_store::plans::journal_send(
+                    &conn,
+                    scope,
+                    row_id,
+                    tx.hash.as_slice(),
+                    tx.nonce as i64,
+                    tx.max_fee_per_gas,
+                    tx.priority_fee_per_gas,
+                )
+                .await
+            }
+            Journal::Cancellation { scope, row_id } => {
+                chainsub_store::cancellations::journal_send(
+                    &conn,
+                    scope,
+                    row_id,
+                    chainsub_store::cancellations::JournaledTx {
+                        hash: tx.hash,
+                        nonce: tx.nonce,
+                        max_fee_per_gas: tx.max_fee_per_gas,
+                        priority_fee_per_gas: tx.priority_fee_per_gas,
+                    },
+                )
+                .await
+            }
+        };
+        done.map_err(|e| format!("journal: {e}"))
+    }
+}
+
+/// Why the contract refuses a cancellation (from the estimate's revert).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Cancelled or ended already (or unknown on chain).
+    NotLive,
+    /// Already set to cancel at period end.
+    AlreadyCancelling,
+    /// The operator may not act for this subscription's plan (the merchant created it
+    /// itself, or the operator changed).
+    NotAuthorized,
+}
+
+/// Why a cancellation was not sent.
+#[derive(Debug, Clone)]
+pub enum CancelError {
+    /// The contract refuses it (nothing sent).
+    Refused(Refusal),
+    /// Nothing sent; retrying may succeed.
+    Unavailable(String),
+}
+
+/// Where a journaled transaction stands on chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxState {
+    /// Mined and succeeded.
+    Succeeded,
+    /// Mined and reverted, or its nonce was taken by another transaction: it can never act.
+    Dead,
+    /// No receipt and its nonce unused: pending, or lost before the node saw it.
+    Unmined,
+}
+
+/// A failed send: the estimate's error (a revert carries the contract's reason) or another.
+enum SendFailure {
+    Estimate(alloy::transports::TransportError),
+    Other(String),
+}
+
+impl std::fmt::Display for SendFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendFailure::Estimate(e) => write!(f, "estimate: {e}"),
+            SendFailure::Other(e) => f.write_str(e),
+        }
+    }
+}
+
+impl From<String> for SendFailure {
+    fn from(e: String) -> SendFailure {
+        SendFailure::Other(e)
+    }
 }
 
 impl std::fmt::Debug for Relayer {
@@ -257,7 +353,10 @@ impl Relayer {
             },
             None => None,
         };
-        let this = match self.send(pool, terms, replace.as_ref(), journal).await {
+        let request = SubscriptionManager::new(self.manager, self.provider.clone())
+            .createPlan(merchant, terms.amount, plan_ref)
+            .into_transaction_request();
+        let this = match self.send(pool, request, replace.as_ref(), journal).await {
             Ok(p) => p,
             Err(e) => {
                 return self
@@ -318,26 +417,17 @@ impl Relayer {
     async fn send(
         &self,
         pool: &crate::db::Pool,
-        terms: PlanTerms,
+        request: alloy::rpc::types::TransactionRequest,
         replace: Option<&Sent>,
         journal: Journal<'_>,
-    ) -> Result<Sent, String> {
-        let PlanTerms {
-            merchant,
-            amount,
-            plan_ref,
-        } = terms;
-        let c = SubscriptionManager::new(self.manager, self.provider.clone());
-        let request = c
-            .createPlan(merchant, amount, plan_ref)
-            .into_transaction_request();
+    ) -> Result<Sent, SendFailure> {
         // Against the latest block (the sender's rule): the pending state may hold the very
         // transaction a replacement replaces, whose reference it would find taken.
         let gas = self
             .sender
             .estimate(request.clone())
             .await
-            .map_err(|e| format!("estimate: {e}"))?;
+            .map_err(SendFailure::Estimate)?;
         let mut conn = pool.get().await.map_err(|e| format!("relayer lock: {e}"))?;
         let lock = conn
             .transaction()
@@ -375,22 +465,19 @@ impl Relayer {
                 .await
                 .map_err(|e| e.to_string())?;
             // Journaled (committed, outside the lock's transaction) before the node sees it:
-            // a crash from here on leaves the plan `submitted` with this transaction, and a
+            // a crash from here on leaves the row `submitted` with this transaction, and a
             // retry replaces it at this nonce rather than queueing a second one behind it.
-            {
-                let conn = pool.get().await.map_err(|e| format!("journal: {e}"))?;
-                chainsub_store::plans::journal_send(
-                    &conn,
-                    journal.scope,
-                    journal.row_id,
-                    signed.hash.as_slice(),
-                    nonce as i64,
-                    max_fee,
-                    prio,
+            journal
+                .record(
+                    pool,
+                    Sent {
+                        hash: signed.hash,
+                        nonce,
+                        max_fee_per_gas: max_fee,
+                        priority_fee_per_gas: prio,
+                    },
                 )
-                .await
-                .map_err(|e| format!("journal: {e}"))?;
-            }
+                .await?;
             if self.fail_point.as_deref() == Some("relayer-after-journal") {
                 tracing::warn!("fail point relayer-after-journal reached: aborting");
                 std::process::abort();
@@ -422,12 +509,67 @@ impl Relayer {
                         .await
                         .map_err(|e| format!("nonce: {e}"))?;
                 }
-                Broadcast::NonceTooLow => return Err("send: nonce too low".into()),
-                Broadcast::Underpriced => return Err("send: replacement underpriced".into()),
-                Broadcast::Rejected(why) => return Err(format!("send: {why}")),
+                Broadcast::NonceTooLow => return Err("send: nonce too low".to_string().into()),
+                Broadcast::Underpriced => {
+                    return Err("send: replacement underpriced".to_string().into());
+                }
+                Broadcast::Rejected(why) => return Err(format!("send: {why}").into()),
             }
         }
-        Err("send: nonce too low".into())
+        Err("send: nonce too low".to_string().into())
+    }
+
+    /// Sends `cancel(id)` (or `cancelAtPeriodEnd(id)`) for a merchant, journaled on its
+    /// cancellation row before the broadcast, and returns once the node acknowledged it (the
+    /// lifecycle event comes from the chain through the indexer). `replace`: that request's
+    /// earlier transaction, still unmined — replaced at its nonce with higher fees, so a lost
+    /// or stuck send never leaves two. The contract's refusals (the estimate reverts) come
+    /// back as [`CancelError::Refused`].
+    pub async fn cancel(
+        &self,
+        pool: &crate::db::Pool,
+        onchain_id: u64,
+        at_period_end: bool,
+        replace: Option<Sent>,
+        journal: Journal<'_>,
+    ) -> Result<Sent, CancelError> {
+        let c = SubscriptionManager::new(self.manager, self.provider.clone());
+        let id = U256::from(onchain_id);
+        let request = if at_period_end {
+            c.cancelAtPeriodEnd(id).into_transaction_request()
+        } else {
+            c.cancel(id).into_transaction_request()
+        };
+        match self.send(pool, request, replace.as_ref(), journal).await {
+            Ok(sent) => Ok(sent),
+            Err(SendFailure::Estimate(e)) => Err(match refusal(&e) {
+                Some(r) => CancelError::Refused(r),
+                None => CancelError::Unavailable(format!("estimate: {e}")),
+            }),
+            Err(SendFailure::Other(e)) => Err(CancelError::Unavailable(e)),
+        }
+    }
+
+    /// Where the journaled transaction `tx` stands (see [`TxState`]).
+    pub async fn tx_state(&self, tx: &Sent) -> Result<TxState, String> {
+        if let Some(receipt) = self
+            .provider
+            .get_transaction_receipt(tx.hash)
+            .await
+            .map_err(|e| format!("receipt: {e}"))?
+        {
+            return Ok(if receipt.status() {
+                TxState::Succeeded
+            } else {
+                TxState::Dead
+            });
+        }
+        if self.stuck(tx).await? {
+            Ok(TxState::Unmined)
+        } else {
+            // No receipt, and a mined transaction took its nonce.
+            Ok(TxState::Dead)
+        }
     }
 
     /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef
@@ -454,4 +596,16 @@ impl Relayer {
             _ => Outcome::Failed { error },
         }
     }
+}
+
+/// The contract's reason in a reverted estimate of `cancel` / `cancelAtPeriodEnd`.
+fn refusal(e: &alloy::transports::TransportError) -> Option<Refusal> {
+    use chainsub_abi::SubscriptionManager::SubscriptionManagerErrors as E;
+    let decoded = e.as_error_resp()?.as_decoded_interface_error::<E>()?;
+    Some(match decoded {
+        E::NotLive(_) | E::UnknownSubscription(_) => Refusal::NotLive,
+        E::AlreadyCancelling(_) => Refusal::AlreadyCancelling,
+        E::NotAuthorized(_) => Refusal::NotAuthorized,
+        _ => return None,
+    })
 }

@@ -53,6 +53,7 @@ pub fn route_label(path: &str) -> &'static str {
         ["api", "v1", "checkouts"] => "/api/v1/checkouts",
         ["api", "v1", "subscriptions"] => "/api/v1/subscriptions",
         ["api", "v1", "subscriptions", _] => "/api/v1/subscriptions/{id}",
+        ["api", "v1", "subscriptions", _, "cancel"] => "/api/v1/subscriptions/{id}/cancel",
         ["api", "v1", "events"] => "/api/v1/events",
         ["api", "v1", "events", _] => "/api/v1/events/{id}",
         ["api", "v1", "ledger"] => "/api/v1/ledger",

@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "keeper_batches",
         sql: include_str!("../sql/0014_keeper_batches.sql"),
     },
+    Migration {
+        version: 15,
+        name: "subscription_cancellations",
+        sql: include_str!("../sql/0015_subscription_cancellations.sql"),
+    },
 ];
 
 /// Migration failures.

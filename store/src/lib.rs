@@ -43,6 +43,7 @@ macro_rules! columns {
     };
 }
 
+pub mod cancellations;
 pub mod chain;
 pub mod checkouts;
 pub mod events;

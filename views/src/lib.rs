@@ -19,7 +19,9 @@ pub use chain::ChainView;
 pub use event::{DeliveryView, EventView};
 pub use export::{EXPORT_COLUMNS, ExportEntryView, ExportTotalView, ExportTotals, csv_header};
 pub use plan::{PlanView, ProvisioningView};
-pub use subscription::{LedgerEntryView, SubscriptionView, SubscriptionWithLedger};
+pub use subscription::{
+    CancellationView, LedgerEntryView, SubscriptionView, SubscriptionWithLedger,
+};
 pub use webhook::{
     AttemptView, PreviousSecretView, QueuedDeliveryView, RotatedSecretView, WebhookDeliveryView,
     WebhookEndpointView, WebhookSecretsView,

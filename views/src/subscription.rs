@@ -125,3 +125,21 @@ impl<'a> From<&'a LedgerRow> for LedgerEntryView<'a> {
         }
     }
 }
+
+/// `POST /api/v1/subscriptions/{id}/cancel` → 202: the cancellation as sent on chain for the
+/// merchant, with the subscription as indexed so far. The lifecycle event
+/// (`subscription.cancel_at_period_end_set` or `subscription.cancelled`) follows through `/events`
+/// and webhooks once the transaction is mined and confirmed.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancellationView<'a> {
+    pub object: &'static str,
+    pub subscription_id: &'a SubscriptionId,
+    pub at_period_end: bool,
+    /// `pending`: sent, the index has not seen it yet.
+    pub status: &'static str,
+    pub transaction_hash: alloy::primitives::B256,
+    #[serde(serialize_with = "super::time")]
+    pub requested_at: DateTime<Utc>,
+    pub subscription: SubscriptionView<'a>,
+}

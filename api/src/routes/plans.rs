@@ -387,7 +387,7 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
                 },
                 ctx.cfg.provision_timeout(),
                 previous,
-                Journal {
+                Journal::Plan {
                     scope: merchant,
                     row_id: id,
                 },

@@ -4,11 +4,11 @@
 //! terminal one.
 
 use crate::contract_support::{Fixture, PRICE, Sub, manager_events, months_after, status};
-use chainsub_tests::DevChain;
-use chainsub_tests::chain::accounts;
 use alloy::primitives::{Address, B256, U256};
 use chainsub_abi::SubscriptionManager::{self as SM, SubscriptionManagerErrors as E};
 use chainsub_abi::{ContractEvent, EndReason};
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts;
 
 fn cancelled(fx: &Fixture, sub: &Sub, by: Address) -> ContractEvent {
     ContractEvent::SubscriptionCancelled(SM::SubscriptionCancelled {
@@ -247,7 +247,12 @@ async fn the_operator_cancels_for_the_merchant_on_a_plan_it_created() {
     );
     assert_eq!(fx.record(first.id).await.status, status::CANCELLED);
     let again = revert_as!(operator, fx.chain.manager().cancel(first.id));
-    assert_eq!(again, E::NotLive(SM::NotLive { subscriptionId: first.id }));
+    assert_eq!(
+        again,
+        E::NotLive(SM::NotLive {
+            subscriptionId: first.id
+        })
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,308 @@
+//! A merchant cancels through the API (issue 14, point 2): `POST
+//! /api/v1/subscriptions/{id}/cancel` sends the transaction with the relayer (the operator,
+//! which the contract lets act on plans it created), answers 202 with the pending state, and
+//! the lifecycle events arrive through `/events` and signed webhooks from the chain. Real
+//! anvil, the real `indexer` binary, the API and a dispatcher in process, a verifying
+//! receiver.
+
+use crate::api_common::{App, Opts, spawn, spawn_indexer};
+use crate::webhooks_common::{WebhookReceiver, fast_config, set_url, spawn_dispatcher};
+use alloy::primitives::{Address, B256, U256};
+use chainsub_tests::DevChain;
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, MERCHANT_B};
+use chainsub_tests::send_as;
+use serde_json::{Value, json};
+
+const CONFIRMATIONS: u64 = 2;
+const PRICE: u64 = 9_990_000;
+
+async fn subscribe(app: &App, customer: Address, plan: U256) {
+    let chain = app.chain.as_ref().unwrap();
+    chain.mint(customer, 10 * PRICE).await;
+    send_as!(customer, chain.usdc().approve(chain.manager, U256::MAX));
+    send_as!(
+        customer,
+        chain.manager().subscribe(
+            plan,
+            DevChain::address(MERCHANT),
+            U256::from(PRICE),
+            B256::repeat_byte(0xcc)
+        )
+    );
+    chain.mine(CONFIRMATIONS).await;
+}
+
+/// The merchant's subscriptions as listed, once the index has `n` of them.
+async fn listed(app: &App, key: &str, n: usize) -> Vec<Value> {
+    chainsub_tests::wait_for_some("the subscriptions indexed", || async {
+        let r = app.get("/api/v1/subscriptions", key).await;
+        let out = r.body["data"].as_array().cloned().unwrap_or_default();
+        (out.len() >= n).then_some(out)
+    })
+    .await
+}
+
+/// Waits until the subscription `id` satisfies `ok`; returns it.
+async fn wait_for(app: &App, key: &str, id: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let chain = app.chain.as_ref().unwrap();
+    chainsub_tests::wait_for_some("the subscription's new state indexed", || async {
+        chain.mine(1).await;
+        let now = app
+            .get(&format!("/api/v1/subscriptions/{id}"), key)
+            .await
+            .body;
+        ok(&now).then_some(now)
+    })
+    .await
+}
+
+/// The merchant's event of `kind` for `id` in `/events`, once listed.
+async fn event(app: &App, key: &str, id: &str, kind: &str) -> Value {
+    chainsub_tests::wait_for_some("the lifecycle event listed", || async {
+        let r = app.get("/api/v1/events?limit=100", key).await;
+        r.body["data"].as_array().and_then(|d| {
+            d.iter()
+                .find(|e| e["type"] == kind && e["data"]["subscriptionId"] == id)
+                .cloned()
+        })
+    })
+    .await
+}
+
+fn code(r: &chainsub_tests::merchant::Res) -> (u16, Option<&str>) {
+    (r.status, r.body["error"]["code"].as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_the_chain() {
+    let app = spawn(Opts {
+        chain: true,
+        confirmations: Some(CONFIRMATIONS),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let other = app.merchant_key(DevChain::address(MERCHANT_B)).await;
+    let rx = WebhookReceiver::ok().await;
+    let mut pg = app.db().await;
+    let scope = chainsub_api::merchants::find_or_create(&pg, DevChain::address(MERCHANT))
+        .await
+        .unwrap();
+    set_url(&mut pg, &scope, &rx.url()).await;
+    let secret = chainsub_api::webhook_settings::reveal_secrets(&mut pg, &scope)
+        .await
+        .unwrap()[0]
+        .secret
+        .expose()
+        .to_string();
+    let _dispatcher = spawn_dispatcher(&app.db.url, fast_config("0s,10ms"));
+    let _indexer = spawn_indexer(&app, CONFIRMATIONS);
+    let plan = app
+        .post(
+            "/api/v1/plans",
+            &key,
+            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
+            None,
+        )
+        .await;
+    assert_eq!(plan.body["status"], "active", "{:?}", plan.body);
+    subscribe(&app, DevChain::address(CUSTOMER), U256::from(1)).await;
+    let sub = listed(&app, &key, 1).await.remove(0);
+    let id = sub["id"].as_str().unwrap().to_string();
+    let path = format!("/api/v1/subscriptions/{id}/cancel");
+
+    // Bad bodies change nothing.
+    for bad in [
+        json!({}),
+        json!({"atPeriodEnd": "yes"}),
+        json!({"atPeriodEnd": true, "x": 1}),
+    ] {
+        let r = app.post(&path, &key, &bad, None).await;
+        assert_eq!(r.status, 400, "{bad}: {:?}", r.body);
+    }
+    // Another merchant's key, or an unknown id: 404, nothing sent.
+    let r = app
+        .post(&path, &other, &json!({"atPeriodEnd": true}), None)
+        .await;
+    assert_eq!(code(&r), (404, Some("resource_missing")), "{:?}", r.body);
+    let unknown = "/api/v1/subscriptions/sub_00000000000000000000000000000000/cancel";
+    let r = app
+        .post(unknown, &key, &json!({"atPeriodEnd": true}), None)
+        .await;
+    assert_eq!(r.status, 404, "{:?}", r.body);
+
+    // At period end: 202 with the pending state.
+    let first = app
+        .post(&path, &key, &json!({"atPeriodEnd": true}), Some("cancel-1"))
+        .await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    assert_eq!(first.body["object"], "subscription_cancellation");
+    assert_eq!(first.body["status"], "pending");
+    assert_eq!(first.body["atPeriodEnd"], true);
+    assert_eq!(first.body["subscriptionId"], id.as_str());
+    assert_eq!(first.body["subscription"]["id"], id.as_str());
+    let tx = first.body["transactionHash"].as_str().unwrap().to_string();
+    // The same key replays the same answer; the same key for another request is refused.
+    let replay = app
+        .post(&path, &key, &json!({"atPeriodEnd": true}), Some("cancel-1"))
+        .await;
+    assert_eq!((replay.status, &replay.body), (202, &first.body));
+    assert_eq!(replay.headers["idempotent-replayed"], "true");
+    let reused = app
+        .post(
+            &path,
+            &key,
+            &json!({"atPeriodEnd": false}),
+            Some("cancel-1"),
+        )
+        .await;
+    assert_eq!(code(&reused), (409, Some("idempotency_key_reused")));
+    // Asked again without a key before the index saw it: the same transaction, not a second.
+    let again = app
+        .post(&path, &key, &json!({"atPeriodEnd": true}), None)
+        .await;
+    if again.status == 202 {
+        assert_eq!(again.body["transactionHash"], tx.as_str());
+    } else {
+        assert_eq!(code(&again), (409, Some("subscription_already_cancelling")));
+    }
+
+    // The chain's event, through the index: the subscription, and /events naming the tx.
+    let now = wait_for(&app, &key, &id, |s| s["cancelAtPeriodEnd"] == true).await;
+    assert_eq!(now["status"], "active");
+    let e = event(&app, &key, &id, "subscription.cancel_at_period_end_set").await;
+    assert_eq!(e["chain"]["transactionHash"], tx.as_str(), "{e}");
+    let r = app
+        .post(&path, &key, &json!({"atPeriodEnd": true}), None)
+        .await;
+    assert_eq!(code(&r), (409, Some("subscription_already_cancelling")));
+
+    // At once, after asking for period end: allowed, then terminal.
+    let now_req = app
+        .post(&path, &key, &json!({"atPeriodEnd": false}), None)
+        .await;
+    assert_eq!(now_req.status, 202, "{:?}", now_req.body);
+    let tx2 = now_req.body["transactionHash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(tx2, tx);
+    let now = wait_for(&app, &key, &id, |s| s["status"] == "cancelled").await;
+    assert_eq!(now["status"], "cancelled");
+    let e = event(&app, &key, &id, "subscription.cancelled").await;
+    assert_eq!(e["chain"]["transactionHash"], tx2.as_str(), "{e}");
+    for at_period_end in [true, false] {
+        let r = app
+            .post(&path, &key, &json!({"atPeriodEnd": at_period_end}), None)
+            .await;
+        assert_eq!(
+            code(&r),
+            (409, Some("subscription_terminal")),
+            "{:?}",
+            r.body
+        );
+    }
+    // The same two events reached the merchant's endpoint, signed, naming the transactions.
+    let wh = standardwebhooks::Webhook::new(&secret).unwrap();
+    rx.wait_until("both cancellation webhooks", |got| {
+        [
+            "subscription.cancel_at_period_end_set",
+            "subscription.cancelled",
+        ]
+        .iter()
+        .all(|k| got.iter().any(|d| d.kind == *k))
+    })
+    .await;
+    for (kind, hash) in [
+        ("subscription.cancel_at_period_end_set", &tx),
+        ("subscription.cancelled", &tx2),
+    ] {
+        let got = rx.received();
+        let d = got.iter().find(|d| d.kind == kind).unwrap();
+        wh.verify(&d.body, &d.headers).expect("signature verifies");
+        assert_eq!(d.json["chain"]["transactionHash"], hash.as_str());
+        assert_eq!(d.json["data"]["subscriptionId"], id.as_str());
+    }
+
+    // One transaction per request, journaled.
+    let rows: Vec<(bool, String, Vec<u8>)> = app
+        .db()
+        .await
+        .query(
+            "SELECT at_period_end, status, tx_hash FROM subscription_cancellations ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let hex = |b: &Vec<u8>| format!("0x{}", alloy::hex::encode(b));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(
+        (rows[0].0, rows[0].1.as_str(), hex(&rows[0].2)),
+        (true, "submitted", tx.clone())
+    );
+    assert_eq!(
+        (rows[1].0, rows[1].1.as_str(), hex(&rows[1].2)),
+        (false, "submitted", tx2)
+    );
+}
+
+/// A plan the merchant created from its own wallet is out of the operator's reach: 409, and
+/// the request is closed so nothing stays pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_to_a_plan_the_merchant_created_itself_is_not_cancellable_by_the_service() {
+    let app = spawn(Opts {
+        chain: true,
+        confirmations: Some(CONFIRMATIONS),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let _indexer = spawn_indexer(&app, CONFIRMATIONS);
+    let chain = app.chain.as_ref().unwrap();
+    let merchant = DevChain::address(MERCHANT);
+    send_as!(
+        merchant,
+        chain
+            .manager()
+            .createPlan(merchant, U256::from(PRICE), B256::repeat_byte(0x42))
+    );
+    subscribe(&app, DevChain::address(CUSTOMER_B), U256::from(1)).await;
+    let sub = listed(&app, &key, 1).await.remove(0);
+    let id = sub["id"].as_str().unwrap();
+
+    let r = app
+        .post(
+            &format!("/api/v1/subscriptions/{id}/cancel"),
+            &key,
+            &json!({"atPeriodEnd": false}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        code(&r),
+        (409, Some("subscription_not_cancellable")),
+        "{:?}",
+        r.body
+    );
+    let statuses: Vec<String> = app
+        .db()
+        .await
+        .query("SELECT status FROM subscription_cancellations", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(statuses, ["failed"]);
+    let rec = chain
+        .manager()
+        .getSubscription(U256::from(1))
+        .call()
+        .await
+        .unwrap();
+    assert!(!rec.cancelAtPeriodEnd);
+    assert_eq!(rec.status, 1, "still active");
+}

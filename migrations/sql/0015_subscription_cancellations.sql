@@ -1,0 +1,30 @@
+-- Cancellations a merchant asks for through the API (issue 14, point 2): the relayer sends
+-- `cancel` or `cancelAtPeriodEnd` for the merchant (the contract lets the operator act on the
+-- plans it created). Each row journals its transaction as signed, BEFORE the broadcast (hash,
+-- nonce, fees), as plans do: a crash never loses a cancellation nor sends it twice, since a
+-- retry finds the row and replaces a stuck transaction at its nonce instead of queueing a
+-- second one. The lifecycle event itself comes from the chain through the indexer.
+CREATE TABLE subscription_cancellations (
+    id                     BIGSERIAL PRIMARY KEY,
+    merchant_id            BIGINT NOT NULL REFERENCES merchants (id),
+    chain_id               BIGINT NOT NULL,
+    onchain_id             BIGINT NOT NULL,
+    subscription_public_id TEXT NOT NULL,
+    at_period_end          BOOLEAN NOT NULL,
+    -- sending: decided, nothing signed yet; submitted: signed and journaled (maybe
+    -- broadcast); failed: not sent, or its transaction can never be mined.
+    status                 TEXT NOT NULL CHECK (status IN ('sending', 'submitted', 'failed')),
+    tx_hash                BYTEA,
+    nonce                  BIGINT,
+    max_fee_per_gas        NUMERIC(78, 0),
+    priority_fee_per_gas   NUMERIC(78, 0),
+    error                  TEXT,
+    created_at             TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at             TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- At most one live request per subscription and kind: two concurrent requests never send two
+-- transactions.
+CREATE UNIQUE INDEX subscription_cancellations_live
+    ON subscription_cancellations (chain_id, onchain_id, at_period_end)
+    WHERE status <> 'failed';

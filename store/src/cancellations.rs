@@ -1,0 +1,167 @@
+//! Cancellations a merchant asks for through the API (migration 0015): one row per request
+//! that reached the relayer, journaling its transaction before the broadcast. At most one
+//! live (not `failed`) row per subscription and kind, so concurrent requests send one
+//! transaction.
+
+use alloy::primitives::B256;
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use crate::{Error, MerchantScope, Result};
+
+/// A cancellation's transaction as journaled: what replacing it at its nonce needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournaledTx {
+    pub hash: B256,
+    pub nonce: u64,
+    pub max_fee_per_gas: u128,
+    pub priority_fee_per_gas: u128,
+}
+
+/// A live cancellation request.
+#[derive(Debug, Clone)]
+pub struct Cancellation {
+    pub row_id: i64,
+    pub at_period_end: bool,
+    /// `None` while nothing is signed yet (`sending`).
+    pub tx: Option<JournaledTx>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The columns [`from_row`] reads, in order (repeated literally in each statement: texts
+/// are fixed).
+macro_rules! columns_text {
+    () => {
+        "id, at_period_end, tx_hash, nonce, max_fee_per_gas::TEXT, \
+         priority_fee_per_gas::TEXT, created_at"
+    };
+}
+
+fn from_row(r: &Row) -> Result<Cancellation> {
+    let hash: Option<Vec<u8>> = r.try_get(2)?;
+    let nonce: Option<i64> = r.try_get(3)?;
+    let fee = |i: usize| -> Result<u128> {
+        let text: Option<String> = r.try_get(i)?;
+        text.unwrap_or_default()
+            .parse()
+            .map_err(|_| Error::Inconsistent(format!("cancellation fee column {i}")))
+    };
+    let tx = match (hash, nonce) {
+        (Some(hash), Some(nonce)) => Some(JournaledTx {
+            hash: crate::chain::b256(&hash)?,
+            nonce: u64::try_from(nonce)
+                .map_err(|_| Error::Inconsistent("negative cancellation nonce".into()))?,
+            max_fee_per_gas: fee(4)?,
+            priority_fee_per_gas: fee(5)?,
+        }),
+        _ => None,
+    };
+    Ok(Cancellation {
+        row_id: r.try_get(0)?,
+        at_period_end: r.try_get(1)?,
+        tx,
+        created_at: r.try_get(6)?,
+    })
+}
+
+/// The live request of `scope` for this subscription and kind, if any.
+pub async fn live(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    chain_id: i64,
+    onchain_id: i64,
+    at_period_end: bool,
+) -> Result<Option<Cancellation>> {
+    let sql = concat!(
+        "SELECT ",
+        columns_text!(),
+        " FROM subscription_cancellations WHERE merchant_id = $1 AND chain_id = $2 \
+         AND onchain_id = $3 AND at_period_end = $4 AND status <> 'failed'"
+    );
+    client
+        .query_opt(sql, &[&scope.id(), &chain_id, &onchain_id, &at_period_end])
+        .await?
+        .as_ref()
+        .map(from_row)
+        .transpose()
+}
+
+/// Records a new request (`sending`). `None` when a live one exists already (a concurrent
+/// request): the caller reads that one instead of sending a second transaction.
+pub async fn insert(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    chain_id: i64,
+    onchain_id: i64,
+    subscription_public_id: &str,
+    at_period_end: bool,
+) -> Result<Option<Cancellation>> {
+    let sql = concat!(
+        "INSERT INTO subscription_cancellations (merchant_id, chain_id, onchain_id, \
+         subscription_public_id, at_period_end, status) VALUES ($1, $2, $3, $4, $5, 'sending') \
+         ON CONFLICT (chain_id, onchain_id, at_period_end) WHERE status <> 'failed' DO NOTHING \
+         RETURNING ",
+        columns_text!()
+    );
+    client
+        .query_opt(
+            sql,
+            &[
+                &scope.id(),
+                &chain_id,
+                &onchain_id,
+                &subscription_public_id,
+                &at_period_end,
+            ],
+        )
+        .await?
+        .as_ref()
+        .map(from_row)
+        .transpose()
+}
+
+/// Journals the request's transaction as signed, BEFORE it is broadcast (`submitted`): a
+/// process that dies before or after the broadcast leaves a retry enough to replace it at the
+/// same nonce rather than send a second one.
+pub async fn journal_send(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+    tx: JournaledTx,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE subscription_cancellations SET status = 'submitted', tx_hash = $3, \
+             nonce = $4, max_fee_per_gas = $5::TEXT::NUMERIC, \
+             priority_fee_per_gas = $6::TEXT::NUMERIC, error = NULL, updated_at = now() \
+             WHERE id = $1 AND merchant_id = $2 AND status <> 'failed'",
+            &[
+                &row_id,
+                &scope.id(),
+                &tx.hash.as_slice(),
+                &(tx.nonce as i64),
+                &tx.max_fee_per_gas.to_string(),
+                &tx.priority_fee_per_gas.to_string(),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Ends a request that sent nothing, or whose transaction can never be mined: the
+/// subscription may be asked again.
+pub async fn fail(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+    error: &str,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE subscription_cancellations SET status = 'failed', error = $3, \
+             updated_at = now() WHERE id = $1 AND merchant_id = $2",
+            &[&row_id, &scope.id(), &error],
+        )
+        .await?;
+    Ok(())
+}
