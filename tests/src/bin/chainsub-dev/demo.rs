@@ -133,7 +133,7 @@ pub async fn run(api_base: &str, rpc_url: &str, key_file: &std::path::Path) -> R
         jump / 86_400
     );
     let path = format!("/api/v1/subscriptions/{sub_id}");
-    let detail = wait_for("the keeper's renewal charge", 120, || async {
+    wait_for("the keeper's renewal charge", 120, || async {
         let s = api.get_ok(&path, &key).await?;
         let charges = s["ledger"]
             .as_array()
@@ -143,6 +143,29 @@ pub async fn run(api_base: &str, rpc_url: &str, key_file: &std::path::Path) -> R
     .await?;
     next += 1;
     println!("{next}. the keeper charged period 2");
+
+    // The merchant's backend cancels at the end of the paid period through the API; the
+    // service sends the transaction, and the event comes back from the chain.
+    let (status, cancel) = api
+        .post(
+            &format!("/api/v1/subscriptions/{sub_id}/cancel"),
+            &key,
+            &serde_json::json!({"atPeriodEnd": true}),
+        )
+        .await?;
+    anyhow::ensure!(status == 202, "cancel: {status} {cancel}");
+    next += 1;
+    println!(
+        "{next}. the merchant cancelled at period end through the API (POST \
+         /api/v1/subscriptions/{sub_id}/cancel): 202 {}, tx {}",
+        cancel["status"].as_str().unwrap_or("?"),
+        short(&cancel["transactionHash"])
+    );
+    let detail = wait_for("the cancellation indexed", 120, || async {
+        let s = api.get_ok(&path, &key).await?;
+        Ok((s["cancelAtPeriodEnd"] == true).then_some(s))
+    })
+    .await?;
 
     // The receiver may answer before the dispatcher records the attempt: wait for both, so
     // what is printed is settled.
