@@ -57,33 +57,37 @@ pub enum Journal<'a> {
 }
 
 impl Journal<'_> {
-    /// Records `tx` (signed, not yet broadcast) on the journal's row.
-    async fn record(&self, pool: &crate::db::Pool, tx: Sent) -> Result<(), String> {
+    /// Records `tx` (signed as `raw`, not yet broadcast) on the journal's row. `replacing`:
+    /// the transaction the row must still name (`None`: a cancellation row still `sending`).
+    /// `false` when a cancellation row is no longer as this send left it (another request
+    /// took it over): nothing may be broadcast then.
+    async fn record(
+        &self,
+        pool: &crate::db::Pool,
+        tx: Sent,
+        raw: &[u8],
+        replacing: Option<B256>,
+    ) -> Result<bool, String> {
         let conn = pool.get().await.map_err(|e| format!("journal: {e}"))?;
         let done = match *self {
-            Journal::Plan { scope, row_id } => {
-                chainsub_store::plans::journal_send(
-                    &conn,
-                    scope,
-                    row_id,
-                    tx.hash.as_slice(),
-                    tx.nonce as i64,
-                    tx.max_fee_per_gas,
-                    tx.priority_fee_per_gas,
-                )
-                .await
-            }
+            Journal::Plan { scope, row_id } => chainsub_store::plans::journal_send(
+                &conn,
+                scope,
+                row_id,
+                tx.hash.as_slice(),
+                tx.nonce as i64,
+                tx.max_fee_per_gas,
+                tx.priority_fee_per_gas,
+            )
+            .await
+            .map(|()| true),
             Journal::Cancellation { scope, row_id } => {
                 chainsub_store::cancellations::journal_send(
                     &conn,
                     scope,
                     row_id,
-                    chainsub_store::cancellations::JournaledTx {
-                        hash: tx.hash,
-                        nonce: tx.nonce,
-                        max_fee_per_gas: tx.max_fee_per_gas,
-                        priority_fee_per_gas: tx.priority_fee_per_gas,
-                    },
+                    &tx.journaled(raw),
+                    replacing,
                 )
                 .await
             }
@@ -92,7 +96,21 @@ impl Journal<'_> {
     }
 }
 
-/// Why the contract refuses a cancellation (from the estimate's revert).
+impl Sent {
+    /// This transaction as a cancellation row journals it.
+    pub fn journaled(&self, raw: &[u8]) -> chainsub_store::cancellations::JournaledTx {
+        chainsub_store::cancellations::JournaledTx {
+            hash: self.hash,
+            nonce: self.nonce,
+            max_fee_per_gas: self.max_fee_per_gas,
+            priority_fee_per_gas: self.priority_fee_per_gas,
+            raw: raw.to_vec(),
+        }
+    }
+}
+
+/// Why the contract refuses a cancellation (from the estimate's revert), or why it must not
+/// be sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// Cancelled or ended already (or unknown on chain).
@@ -100,17 +118,27 @@ pub enum Refusal {
     /// Already set to cancel at period end.
     AlreadyCancelling,
     /// The operator may not act for this subscription's plan (the merchant created it
-    /// itself, or the operator changed).
+    /// itself).
     NotAuthorized,
+    /// The relayer's key is not the contract's operator (an operator fault).
+    NotOperator,
+    /// On chain, the id is not the subscription the index shows (a reorg gave it to another
+    /// merchant or subscriber): nothing is sent to the wrong place.
+    Changed,
 }
 
-/// Why a cancellation was not sent.
+/// Why a cancellation was not (surely) sent.
 #[derive(Debug, Clone)]
 pub enum CancelError {
-    /// The contract refuses it (nothing sent).
+    /// The contract refuses it, or it must not be sent (nothing sent).
     Refused(Refusal),
-    /// Nothing sent; retrying may succeed.
-    Unavailable(String),
+    /// Nothing sent (before the journal); retrying may succeed.
+    NotSent(String),
+    /// Journaled, and the node refused it: it is not in the pool.
+    NodeRefused(String),
+    /// Journaled, and the broadcast went unanswered: it may be in the pool. The journal
+    /// keeps it, and the next request sends the same bytes again.
+    MaybeSent(String),
 }
 
 /// Where a journaled transaction stands on chain.
@@ -124,24 +152,29 @@ pub enum TxState {
     Unmined,
 }
 
-/// A failed send: the estimate's error (a revert carries the contract's reason) or another.
+/// A failed send: the estimate's error (a revert carries the contract's reason), nothing sent
+/// for another reason, or — once journaled — refused by the node or unanswered.
 enum SendFailure {
     Estimate(alloy::transports::TransportError),
-    Other(String),
+    NotSent(String),
+    NodeRefused(String),
+    MaybeSent(String),
 }
 
 impl std::fmt::Display for SendFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SendFailure::Estimate(e) => write!(f, "estimate: {e}"),
-            SendFailure::Other(e) => f.write_str(e),
+            SendFailure::NotSent(e) | SendFailure::NodeRefused(e) | SendFailure::MaybeSent(e) => {
+                f.write_str(e)
+            }
         }
     }
 }
 
 impl From<String> for SendFailure {
     fn from(e: String) -> SendFailure {
-        SendFailure::Other(e)
+        SendFailure::NotSent(e)
     }
 }
 
@@ -233,7 +266,7 @@ impl Relayer {
         tracing::error!(relayer = %self.address, %balance, min = %self.min_balance, "relayer balance below RELAYER_MIN_BALANCE_WEI: provisioning refused");
         Err(ApiError::Dependency {
             code: "relayer_underfunded",
-            message: "the service's relayer cannot pay for provisioning right now; the \
+            message: "the service's relayer cannot pay for transactions right now; the \
                       operator has been alerted — retry later"
                 .into(),
         })
@@ -458,6 +491,8 @@ impl Relayer {
                 .map_err(|e| format!("nonce: {e}"))?,
         };
         let gas_limit = gas.saturating_mul(6) / 5;
+        // The transaction the journal's row names now (a replacement replaces that one).
+        let mut journaled = replace.map(|p| p.hash);
         for retry in 0..2 {
             let signed = self
                 .sender
@@ -467,17 +502,18 @@ impl Relayer {
             // Journaled (committed, outside the lock's transaction) before the node sees it:
             // a crash from here on leaves the row `submitted` with this transaction, and a
             // retry replaces it at this nonce rather than queueing a second one behind it.
-            journal
-                .record(
-                    pool,
-                    Sent {
-                        hash: signed.hash,
-                        nonce,
-                        max_fee_per_gas: max_fee,
-                        priority_fee_per_gas: prio,
-                    },
-                )
-                .await?;
+            let this = Sent {
+                hash: signed.hash,
+                nonce,
+                max_fee_per_gas: max_fee,
+                priority_fee_per_gas: prio,
+            };
+            if !journal.record(pool, this, &signed.raw, journaled).await? {
+                return Err(SendFailure::NotSent(
+                    "journal: the request was taken over by another; nothing sent".into(),
+                ));
+            }
+            journaled = Some(signed.hash);
             if self.fail_point.as_deref() == Some("relayer-after-journal") {
                 tracing::warn!("fail point relayer-after-journal reached: aborting");
                 std::process::abort();
@@ -486,7 +522,7 @@ impl Relayer {
                 .sender
                 .broadcast(&signed.raw)
                 .await
-                .map_err(|e| format!("send: {e}"))?
+                .map_err(|e| SendFailure::MaybeSent(format!("send: {e}")))?
             {
                 Broadcast::Accepted => {
                     // Acknowledged: the next reader of the pending nonce sees this one.
@@ -509,32 +545,49 @@ impl Relayer {
                         .await
                         .map_err(|e| format!("nonce: {e}"))?;
                 }
-                Broadcast::NonceTooLow => return Err("send: nonce too low".to_string().into()),
-                Broadcast::Underpriced => {
-                    return Err("send: replacement underpriced".to_string().into());
+                Broadcast::NonceTooLow => {
+                    return Err(SendFailure::NodeRefused("send: nonce too low".into()));
                 }
-                Broadcast::Rejected(why) => return Err(format!("send: {why}").into()),
+                Broadcast::Underpriced => {
+                    return Err(SendFailure::NodeRefused(
+                        "send: replacement underpriced".into(),
+                    ));
+                }
+                Broadcast::Rejected(why) => {
+                    return Err(SendFailure::NodeRefused(format!("send: {why}")));
+                }
             }
         }
-        Err("send: nonce too low".to_string().into())
+        Err(SendFailure::NodeRefused("send: nonce too low".into()))
     }
 
     /// Sends `cancel(id)` (or `cancelAtPeriodEnd(id)`) for a merchant, journaled on its
     /// cancellation row before the broadcast, and returns once the node acknowledged it (the
-    /// lifecycle event comes from the chain through the indexer). `replace`: that request's
-    /// earlier transaction, still unmined — replaced at its nonce with higher fees, so a lost
-    /// or stuck send never leaves two. The contract's refusals (the estimate reverts) come
-    /// back as [`CancelError::Refused`].
+    /// lifecycle event comes from the chain through the indexer). `expected`: the (merchant,
+    /// subscriber) the index shows for the id — checked on chain first, so a reorg that gave
+    /// the id to someone else never gets it cancelled. `replace`: that request's earlier
+    /// transaction, still unmined — replaced at its nonce with higher fees, never a second
+    /// transaction beside it. The contract's refusals (the estimate reverts) come back as
+    /// [`CancelError::Refused`].
     pub async fn cancel(
         &self,
         pool: &crate::db::Pool,
         onchain_id: u64,
+        expected: (Address, Address),
         at_period_end: bool,
         replace: Option<Sent>,
         journal: Journal<'_>,
     ) -> Result<Sent, CancelError> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let id = U256::from(onchain_id);
+        let on_chain = c
+            .getSubscription(id)
+            .call()
+            .await
+            .map_err(|e| CancelError::NotSent(format!("getSubscription: {e}")))?;
+        if (on_chain.merchant, on_chain.subscriber) != expected {
+            return Err(CancelError::Refused(Refusal::Changed));
+        }
         let request = if at_period_end {
             c.cancelAtPeriodEnd(id).into_transaction_request()
         } else {
@@ -542,12 +595,38 @@ impl Relayer {
         };
         match self.send(pool, request, replace.as_ref(), journal).await {
             Ok(sent) => Ok(sent),
-            Err(SendFailure::Estimate(e)) => Err(match refusal(&e) {
-                Some(r) => CancelError::Refused(r),
-                None => CancelError::Unavailable(format!("estimate: {e}")),
-            }),
-            Err(SendFailure::Other(e)) => Err(CancelError::Unavailable(e)),
+            Err(SendFailure::Estimate(e)) => match refusal(&e) {
+                Some(Refusal::NotAuthorized) if !self.is_operator().await.unwrap_or(true) => {
+                    Err(CancelError::Refused(Refusal::NotOperator))
+                }
+                Some(r) => Err(CancelError::Refused(r)),
+                None => Err(CancelError::NotSent(format!("estimate: {e}"))),
+            },
+            Err(SendFailure::NotSent(e)) => Err(CancelError::NotSent(e)),
+            Err(SendFailure::NodeRefused(e)) => Err(CancelError::NodeRefused(e)),
+            Err(SendFailure::MaybeSent(e)) => Err(CancelError::MaybeSent(e)),
         }
+    }
+
+    /// Sends a journaled transaction's bytes again (the node may never have seen them); the
+    /// node's "already known" counts as accepted.
+    pub async fn rebroadcast(&self, raw: &[u8]) -> Result<(), String> {
+        match self.sender.broadcast(raw).await {
+            Ok(Broadcast::Accepted) => Ok(()),
+            Ok(other) => Err(format!("rebroadcast: {other:?}")),
+            Err(e) => Err(format!("rebroadcast: {e}")),
+        }
+    }
+
+    /// Whether the relayer's key is the contract's operator now.
+    async fn is_operator(&self) -> Result<bool, String> {
+        let c = SubscriptionManager::new(self.manager, self.provider.clone());
+        let operator = c
+            .operator()
+            .call()
+            .await
+            .map_err(|e| format!("operator: {e}"))?;
+        Ok(operator == self.address)
     }
 
     /// Where the journaled transaction `tx` stands (see [`TxState`]).

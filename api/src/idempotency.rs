@@ -18,6 +18,10 @@ use crate::ctx::Ctx;
 use crate::http::error::{ApiError, Result};
 use crate::http::reply::{Resp, RespBody};
 
+/// The 409 code of "the same work is in progress in another request; retry shortly": never
+/// stored under the key.
+pub const IN_PROGRESS: &str = "cancellation_in_progress";
+
 /// A validated key: 1-255 visible ASCII characters.
 fn parse_key(k: &str) -> Result<String> {
     if k.is_empty() || k.len() > 255 || !k.bytes().all(|b| (0x21..0x7f).contains(&b)) {
@@ -69,12 +73,13 @@ where
     }
     drop(conn);
     let outcome = f().await;
-    // The request found the key already bound to another request (the plan-resume path):
-    // that refusal must not bind the key to this request in turn.
+    // The request found the key already bound to another request (the plan-resume path),
+    // or found the work in progress elsewhere ("retry shortly"): that answer must not bind
+    // the key to this request, or a retry with the key would replay it for a day.
     let refused = matches!(
         &outcome,
         Err(ApiError::Conflict {
-            code: "idempotency_key_reused",
+            code: "idempotency_key_reused" | IN_PROGRESS,
             ..
         })
     );

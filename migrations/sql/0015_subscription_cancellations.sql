@@ -15,6 +15,12 @@ CREATE TABLE subscription_cancellations (
     -- broadcast); failed: not sent, or its transaction can never be mined.
     status                 TEXT NOT NULL CHECK (status IN ('sending', 'submitted', 'failed')),
     tx_hash                BYTEA,
+    -- The signed transaction itself: sent again as is when the node may never have seen it
+    -- (a crash between the journal and the broadcast, or an unanswered broadcast).
+    raw_tx                 BYTEA,
+    -- Transactions signed for this request (the first and its replacements): replacements
+    -- raise fees by 25 % each, so they are capped.
+    sends                  INT NOT NULL DEFAULT 0,
     nonce                  BIGINT,
     max_fee_per_gas        NUMERIC(78, 0),
     priority_fee_per_gas   NUMERIC(78, 0),

@@ -1,7 +1,9 @@
 //! Cancellations a merchant asks for through the API (migration 0015): one row per request
 //! that reached the relayer, journaling its transaction before the broadcast. At most one
 //! live (not `failed`) row per subscription and kind, so concurrent requests send one
-//! transaction.
+//! transaction. Every write names the state it expects (`sending`, or the transaction it
+//! replaces), so a request whose row was taken over can never journal — nor then broadcast —
+//! a transaction of its own.
 
 use alloy::primitives::B256;
 use deadpool_postgres::GenericClient;
@@ -9,13 +11,16 @@ use tokio_postgres::Row;
 
 use crate::{Error, MerchantScope, Result};
 
-/// A cancellation's transaction as journaled: what replacing it at its nonce needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A cancellation's transaction as journaled: what sending it again or replacing it at its
+/// nonce needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournaledTx {
     pub hash: B256,
     pub nonce: u64,
     pub max_fee_per_gas: u128,
     pub priority_fee_per_gas: u128,
+    /// The signed transaction.
+    pub raw: Vec<u8>,
 }
 
 /// A live cancellation request.
@@ -25,7 +30,11 @@ pub struct Cancellation {
     pub at_period_end: bool,
     /// `None` while nothing is signed yet (`sending`).
     pub tx: Option<JournaledTx>,
+    /// Transactions signed for it so far.
+    pub sends: i32,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    /// The last journal write (the last transaction signed).
+    pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// The columns [`from_row`] reads, in order (repeated literally in each statement: texts
@@ -33,26 +42,28 @@ pub struct Cancellation {
 macro_rules! columns_text {
     () => {
         "id, at_period_end, tx_hash, nonce, max_fee_per_gas::TEXT, \
-         priority_fee_per_gas::TEXT, created_at"
+         priority_fee_per_gas::TEXT, created_at, raw_tx, sends, updated_at"
     };
 }
 
 fn from_row(r: &Row) -> Result<Cancellation> {
     let hash: Option<Vec<u8>> = r.try_get(2)?;
     let nonce: Option<i64> = r.try_get(3)?;
+    let raw: Option<Vec<u8>> = r.try_get(7)?;
     let fee = |i: usize| -> Result<u128> {
         let text: Option<String> = r.try_get(i)?;
         text.unwrap_or_default()
             .parse()
             .map_err(|_| Error::Inconsistent(format!("cancellation fee column {i}")))
     };
-    let tx = match (hash, nonce) {
-        (Some(hash), Some(nonce)) => Some(JournaledTx {
+    let tx = match (hash, nonce, raw) {
+        (Some(hash), Some(nonce), Some(raw)) => Some(JournaledTx {
             hash: crate::chain::b256(&hash)?,
             nonce: u64::try_from(nonce)
                 .map_err(|_| Error::Inconsistent("negative cancellation nonce".into()))?,
             max_fee_per_gas: fee(4)?,
             priority_fee_per_gas: fee(5)?,
+            raw,
         }),
         _ => None,
     };
@@ -60,7 +71,9 @@ fn from_row(r: &Row) -> Result<Cancellation> {
         row_id: r.try_get(0)?,
         at_period_end: r.try_get(1)?,
         tx,
+        sends: r.try_get(8)?,
         created_at: r.try_get(6)?,
+        updated_at: r.try_get(9)?,
     })
 }
 
@@ -120,21 +133,26 @@ pub async fn insert(
         .transpose()
 }
 
-/// Journals the request's transaction as signed, BEFORE it is broadcast (`submitted`): a
-/// process that dies before or after the broadcast leaves a retry enough to replace it at the
-/// same nonce rather than send a second one.
+/// Journals the request's transaction as signed, BEFORE it is broadcast (`submitted`), if
+/// the row is still as this request left it: `sending` (`replacing` = `None`), or journaling
+/// the transaction `replacing`. `false` when it is not (another request took it over): the
+/// caller must not broadcast.
 pub async fn journal_send(
     client: &impl GenericClient,
     scope: &MerchantScope,
     row_id: i64,
-    tx: JournaledTx,
-) -> Result<()> {
-    client
+    tx: &JournaledTx,
+    replacing: Option<B256>,
+) -> Result<bool> {
+    let replacing = replacing.map(|h| h.to_vec());
+    let n = client
         .execute(
             "UPDATE subscription_cancellations SET status = 'submitted', tx_hash = $3, \
              nonce = $4, max_fee_per_gas = $5::TEXT::NUMERIC, \
-             priority_fee_per_gas = $6::TEXT::NUMERIC, error = NULL, updated_at = now() \
-             WHERE id = $1 AND merchant_id = $2 AND status <> 'failed'",
+             priority_fee_per_gas = $6::TEXT::NUMERIC, raw_tx = $7, sends = sends + 1, \
+             error = NULL, updated_at = now() \
+             WHERE id = $1 AND merchant_id = $2 AND CASE WHEN $8::BYTEA IS NULL \
+             THEN status = 'sending' ELSE status = 'submitted' AND tx_hash = $8 END",
             &[
                 &row_id,
                 &scope.id(),
@@ -142,6 +160,38 @@ pub async fn journal_send(
                 &(tx.nonce as i64),
                 &tx.max_fee_per_gas.to_string(),
                 &tx.priority_fee_per_gas.to_string(),
+                &tx.raw,
+                &replacing,
+            ],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Puts `previous` back where the node refused its replacement `refused` (it never entered
+/// the pool): the row names the transaction that may still be mined.
+pub async fn restore(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+    refused: B256,
+    previous: &JournaledTx,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE subscription_cancellations SET tx_hash = $4, nonce = $5, \
+             max_fee_per_gas = $6::TEXT::NUMERIC, priority_fee_per_gas = $7::TEXT::NUMERIC, \
+             raw_tx = $8, updated_at = now() \
+             WHERE id = $1 AND merchant_id = $2 AND status = 'submitted' AND tx_hash = $3",
+            &[
+                &row_id,
+                &scope.id(),
+                &refused.as_slice(),
+                &previous.hash.as_slice(),
+                &(previous.nonce as i64),
+                &previous.max_fee_per_gas.to_string(),
+                &previous.priority_fee_per_gas.to_string(),
+                &previous.raw,
             ],
         )
         .await?;

@@ -151,12 +151,21 @@ fn parse_cancel(body: &serde_json::Map<String, serde_json::Value>) -> Result<boo
 }
 
 /// A `sending` request older than this was left by a process that died before signing:
-/// nothing of it reached the chain, so a new request may take its place.
+/// nothing of it reached the chain, so a new request may take its place. A live request never
+/// stays `sending` this long: its send is bounded by [`SEND_TIMEOUT`], and a request whose
+/// row was taken over cannot journal, hence cannot broadcast.
 const ABANDONED_SENDING: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
-/// A request's unmined transaction is replaced (same nonce, higher fees) only when a new
-/// request comes this long after the first: sooner, it is simply still pending.
+/// Bound on one request's work with the chain (estimate, lock, sign, journal, broadcast).
+const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A request's unmined transaction is replaced (same nonce, +25 % fees) only when a new
+/// request comes this long after the last one was signed; sooner, its bytes are sent again.
 const REPLACE_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+
+/// At most this many transactions per request (the first and its replacements): fees grow
+/// by 25 % per replacement, and a caller retrying in a loop must not drain the relayer.
+const MAX_SENDS: i32 = 4;
 
 /// `POST /api/v1/subscriptions/{id}/cancel`: the service cancels on chain for the merchant
 /// (the contract lets the operator act on plans it created) and answers 202 with the pending
@@ -198,13 +207,30 @@ fn already_cancelling() -> ApiError {
     }
 }
 
+fn in_progress(message: &str) -> ApiError {
+    ApiError::Conflict {
+        code: crate::idempotency::IN_PROGRESS,
+        message: message.into(),
+        param: None,
+    }
+}
+
+fn sent_of(tx: &chainsub_store::cancellations::JournaledTx) -> crate::chain::Sent {
+    crate::chain::Sent {
+        hash: tx.hash,
+        nonce: tx.nonce,
+        max_fee_per_gas: tx.max_fee_per_gas,
+        priority_fee_per_gas: tx.priority_fee_per_gas,
+    }
+}
+
 async fn cancel_once(
     ctx: &Ctx,
     merchant: &chainsub_store::MerchantScope,
     id: &str,
     body: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Resp> {
-    use crate::chain::{CancelError, Journal, Refusal, Sent, TxState};
+    use crate::chain::{CancelError, Journal, Refusal, TxState};
     use chainsub_store::cancellations;
 
     let at_period_end = parse_cancel(body)?;
@@ -237,6 +263,10 @@ async fn cancel_once(
             },
         )
     };
+    let unreachable = |e: String| {
+        tracing::warn!(error = %e, "cancellation: chain unreachable");
+        chain_unreachable()
+    };
     // What the index knows refuses first (a cancellation the index has seen is done); the
     // chain has the last word (the estimate).
     if matches!(
@@ -248,56 +278,57 @@ async fn cancel_once(
     if at_period_end && row.cancel_at_period_end {
         return Err(already_cancelling());
     }
-    // A request already under way for this subscription and kind: report it, or carry it
-    // on (replace its transaction at its nonce) — never a second transaction beside it.
+    if at_period_end
+        && let Some(now) =
+            cancellations::live(&conn, merchant, chain_id, row.onchain_id, false).await?
+    {
+        // A cancellation at once is on its way: cancelling at period end would revert.
+        let pending = match &now.tx {
+            Some(tx) => relayer.tx_state(&sent_of(tx)).await.map_err(unreachable)? != TxState::Dead,
+            None => chrono::Utc::now() - now.created_at <= ABANDONED_SENDING,
+        };
+        if pending {
+            return Err(in_progress(
+                "this subscription is being cancelled at once; its event follows",
+            ));
+        }
+    }
+    // A request already under way for this subscription and kind: report it, send its bytes
+    // again, or replace its transaction at its nonce — never a second transaction beside it.
     let mut replace = None;
     let existing =
         cancellations::live(&conn, merchant, chain_id, row.onchain_id, at_period_end).await?;
     if let Some(found) = existing {
-        match found.tx {
-            Some(tx) => {
-                let sent = Sent {
-                    hash: tx.hash,
-                    nonce: tx.nonce,
-                    max_fee_per_gas: tx.max_fee_per_gas,
-                    priority_fee_per_gas: tx.priority_fee_per_gas,
-                };
-                match relayer.tx_state(&sent).await {
-                    Ok(TxState::Succeeded) => return Ok(accepted(tx.hash, found.created_at)),
-                    // Just sent: waiting is all there is to do. Older: stuck (fees below what
-                    // blocks take) or lost before the node saw it — replace it at its nonce.
-                    Ok(TxState::Unmined)
-                        if chrono::Utc::now() - found.created_at < REPLACE_AFTER =>
-                    {
-                        return Ok(accepted(tx.hash, found.created_at));
-                    }
-                    Ok(TxState::Unmined) => replace = Some((found.row_id, sent, found.created_at)),
-                    Ok(TxState::Dead) => {
-                        cancellations::fail(&conn, merchant, found.row_id, "never mined").await?;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cancellation: chain unreachable");
-                        return Err(chain_unreachable());
-                    }
+        match &found.tx {
+            Some(tx) => match relayer.tx_state(&sent_of(tx)).await.map_err(unreachable)? {
+                TxState::Succeeded => return Ok(accepted(tx.hash, found.created_at)),
+                TxState::Unmined
+                    if chrono::Utc::now() - found.updated_at < REPLACE_AFTER
+                        || found.sends >= MAX_SENDS =>
+                {
+                    // Pending, or lost before the node saw it: the same bytes again.
+                    relayer.rebroadcast(&tx.raw).await.map_err(unreachable)?;
+                    return Ok(accepted(tx.hash, found.created_at));
                 }
-            }
+                TxState::Unmined => replace = Some((found.row_id, tx.clone(), found.created_at)),
+                TxState::Dead => {
+                    cancellations::fail(&conn, merchant, found.row_id, "never mined").await?;
+                }
+            },
             None if chrono::Utc::now() - found.created_at > ABANDONED_SENDING => {
                 cancellations::fail(&conn, merchant, found.row_id, "abandoned before signing")
                     .await?;
             }
             None => {
-                return Err(ApiError::Conflict {
-                    code: "cancellation_in_progress",
-                    message: "a cancellation of this subscription is being sent; retry shortly"
-                        .into(),
-                    param: None,
-                });
+                return Err(in_progress(
+                    "a cancellation of this subscription is being sent; retry shortly",
+                ));
             }
         }
     }
     relayer.ensure_funded().await?;
-    let (row_id, replace, requested_at) = match replace {
-        Some((row_id, sent, at)) => (row_id, Some(sent), at),
+    let (row_id, previous, requested_at) = match replace {
+        Some((row_id, tx, at)) => (row_id, Some(tx), at),
         None => {
             let inserted = cancellations::insert(
                 &conn,
@@ -309,12 +340,9 @@ async fn cancel_once(
             )
             .await?;
             let Some(new) = inserted else {
-                return Err(ApiError::Conflict {
-                    code: "cancellation_in_progress",
-                    message: "a cancellation of this subscription is being sent; retry shortly"
-                        .into(),
-                    param: None,
-                });
+                return Err(in_progress(
+                    "a cancellation of this subscription is being sent; retry shortly",
+                ));
             };
             (new.row_id, None, new.created_at)
         }
@@ -322,51 +350,114 @@ async fn cancel_once(
     drop(conn);
     let onchain_id = u64::try_from(row.onchain_id)
         .map_err(|_| ApiError::Internal(format!("subscription {} has a negative id", row.id)))?;
-    let outcome = relayer
-        .cancel(
-            &ctx.pool,
-            onchain_id,
-            at_period_end,
-            replace,
-            Journal::Cancellation {
-                scope: merchant,
-                row_id,
-            },
-        )
-        .await;
-    match outcome {
-        Ok(sent) => Ok(accepted(sent.hash, requested_at)),
-        Err(e) => {
-            let conn = ctx.pool.get().await?;
-            let (why, err) = match e {
-                CancelError::Refused(Refusal::NotLive) => ("not live on chain", terminal()),
-                CancelError::Refused(Refusal::AlreadyCancelling) => {
-                    ("already cancelling on chain", already_cancelling())
-                }
-                CancelError::Refused(Refusal::NotAuthorized) => (
-                    "the operator may not act for this plan",
-                    ApiError::Conflict {
-                        code: "subscription_not_cancellable",
-                        message: "this subscription's plan was not created through the \
-                                  service, so only the merchant's or the subscriber's wallet \
-                                  can cancel it"
-                            .into(),
-                        param: None,
-                    },
-                ),
-                CancelError::Unavailable(detail) => {
-                    tracing::warn!(error = %detail, "cancellation: not sent");
-                    ("not sent", chain_unreachable())
-                }
-            };
-            // A replacement that failed leaves the earlier transaction as it was: it may
-            // still be mined, so its row stays live.
-            if replace.is_none() || !matches!(err, ApiError::Dependency { .. }) {
-                cancellations::fail(&conn, merchant, row_id, why).await?;
-            }
-            Err(err)
+    let send = relayer.cancel(
+        &ctx.pool,
+        onchain_id,
+        (merchant.wallet(), row.subscriber),
+        at_period_end,
+        previous.as_ref().map(sent_of),
+        Journal::Cancellation {
+            scope: merchant,
+            row_id,
+        },
+    );
+    let outcome = match tokio::time::timeout(SEND_TIMEOUT, send).await {
+        Ok(outcome) => outcome,
+        // Maybe journaled, maybe broadcast: the row says; the next request carries it on.
+        Err(_) => Err(CancelError::MaybeSent(
+            "no answer from the chain in time".into(),
+        )),
+    };
+    let e = match outcome {
+        Ok(sent) => return Ok(accepted(sent.hash, requested_at)),
+        Err(e) => e,
+    };
+    let conn = ctx.pool.get().await?;
+    let replacing = previous.is_some();
+    // Nothing of this request is in the pool: its row closes. A replacement's row stays: the
+    // earlier transaction is still journaled and may be mined.
+    let close = async |why: &'static str| -> Result<()> {
+        if !replacing {
+            cancellations::fail(&conn, merchant, row_id, why).await?;
         }
-    }
+        Ok(())
+    };
+    Err(match e {
+        CancelError::Refused(Refusal::NotLive) => {
+            close("not live on chain").await?;
+            terminal()
+        }
+        CancelError::Refused(Refusal::AlreadyCancelling) => {
+            close("already cancelling on chain").await?;
+            already_cancelling()
+        }
+        CancelError::Refused(Refusal::NotAuthorized) => {
+            close("the operator may not act for this plan").await?;
+            ApiError::Conflict {
+                code: "subscription_not_cancellable",
+                message: "this subscription's plan was not created through the service, so \
+                          only the merchant's or the subscriber's wallet can cancel it"
+                    .into(),
+                param: None,
+            }
+        }
+        CancelError::Refused(Refusal::NotOperator) => {
+            close("the relayer is not the operator").await?;
+            tracing::error!("cancellation: RELAYER_PRIVATE_KEY is not the contract's operator");
+            ApiError::Dependency {
+                code: "relayer_not_operator",
+                message: "the service's relayer cannot act for merchants right now; the \
+                          operator has been alerted — retry later"
+                    .into(),
+            }
+        }
+        CancelError::Refused(Refusal::Changed) => {
+            close("the id is another subscription on chain").await?;
+            ApiError::Conflict {
+                code: "subscription_changed",
+                message: "the chain no longer shows this subscription as indexed (a \
+                          reorganization); nothing was sent — retry once the index has caught up"
+                    .into(),
+                param: None,
+            }
+        }
+        CancelError::NotSent(detail) => {
+            close("not sent").await?;
+            unreachable(detail)
+        }
+        CancelError::NodeRefused(detail) => {
+            tracing::warn!(error = %detail, "cancellation: the node refused the transaction");
+            let conn = ctx.pool.get().await?;
+            match &previous {
+                // Its replacement never entered the pool: the row names the earlier one again.
+                Some(tx) => {
+                    if let Some(now) = cancellations::live(
+                        &conn,
+                        merchant,
+                        chain_id,
+                        row.onchain_id,
+                        at_period_end,
+                    )
+                    .await?
+                        && let Some(refused) = now.tx.filter(|t| t.hash != tx.hash)
+                    {
+                        cancellations::restore(&conn, merchant, row_id, refused.hash, tx).await?;
+                    }
+                }
+                None => cancellations::fail(&conn, merchant, row_id, "refused by the node").await?,
+            }
+            chain_unreachable()
+        }
+        CancelError::MaybeSent(detail) => {
+            tracing::warn!(error = %detail, "cancellation: broadcast unanswered");
+            ApiError::Dependency {
+                code: "chain_unavailable",
+                message: "the chain did not answer; the cancellation may have been sent — \
+                          retry: a retry never sends a second one"
+                    .into(),
+            }
+        }
+    })
 }
 
 fn chain_unreachable() -> ApiError {

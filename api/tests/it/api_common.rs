@@ -571,3 +571,28 @@ pub async fn seed_cursor(c: &Client, block: i64) {
 }
 
 pub use chainsub_tests::proxy::{Proxy, target_of, via};
+
+/// The `api` binary over `db` and `chain` on `socket` (plus `extra` environment).
+pub fn api_process(
+    db: &TestDb,
+    chain: &DevChain,
+    socket: &chainsub_tests::Reserved,
+    extra: &[(&str, &str)],
+) -> chainsub_tests::ChildGuard {
+    use chainsub_tests::services::{service_command, test_env};
+    let mut env = test_env(chain, db, 0);
+    env.push(("API_LISTEN".into(), "stdin".into()));
+    env.push(("BASE_URL".into(), socket.url()));
+    env.push(("NO_DISPATCHER".into(), "true".into()));
+    for (k, v) in extra {
+        env.push((k.to_string(), v.to_string()));
+    }
+    chainsub_tests::ChildGuard(
+        service_command(&chainsub_tests::bin_path("api"), &[], &env)
+            .stdin(socket.stdin())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn api"),
+    )
+}

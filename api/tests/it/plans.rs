@@ -2,8 +2,8 @@
 //! checkouts — with every validation error naming its field.
 
 use crate::api_common::{
-    App, Opts, Proxy, seed_chain_plan, seed_cursor, seed_subscription, spawn, spawn_with,
-    target_of, via,
+    App, Opts, Proxy, api_process, seed_chain_plan, seed_cursor, seed_subscription, spawn,
+    spawn_with, target_of, via,
 };
 use alloy::primitives::{B256, U256};
 use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B, STRANGER};
@@ -711,31 +711,6 @@ async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
             .is_none(),
         "the original was replaced, never mined"
     );
-}
-
-/// The `api` binary over `db` and `chain` on `socket` (plus `extra` environment).
-fn api_process(
-    db: &TestDb,
-    chain: &DevChain,
-    socket: &chainsub_tests::Reserved,
-    extra: &[(&str, &str)],
-) -> chainsub_tests::ChildGuard {
-    use chainsub_tests::services::{service_command, test_env};
-    let mut env = test_env(chain, db, 0);
-    env.push(("API_LISTEN".into(), "stdin".into()));
-    env.push(("BASE_URL".into(), socket.url()));
-    env.push(("NO_DISPATCHER".into(), "true".into()));
-    for (k, v) in extra {
-        env.push((k.to_string(), v.to_string()));
-    }
-    chainsub_tests::ChildGuard(
-        service_command(&chainsub_tests::bin_path("api"), &[], &env)
-            .stdin(socket.stdin())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn api"),
-    )
 }
 
 /// Issue 11, point 7 (journal): the API dies right after journaling a signed createPlan on

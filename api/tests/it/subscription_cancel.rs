@@ -5,11 +5,14 @@
 //! anvil, the real `indexer` binary, the API and a dispatcher in process, a verifying
 //! receiver.
 
-use crate::api_common::{App, Opts, spawn, spawn_indexer};
+use crate::api_common::{App, Opts, api_process, spawn, spawn_indexer, spawn_indexer_on};
 use crate::webhooks_common::{WebhookReceiver, fast_config, set_url, spawn_dispatcher};
 use alloy::primitives::{Address, B256, U256};
+use alloy::providers::Provider;
 use chainsub_tests::DevChain;
-use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, MERCHANT_B};
+use chainsub_tests::TestDb;
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, MERCHANT_B, OPERATOR};
+use chainsub_tests::merchant::ApiClient;
 use chainsub_tests::send_as;
 use serde_json::{Value, json};
 
@@ -17,7 +20,10 @@ const CONFIRMATIONS: u64 = 2;
 const PRICE: u64 = 9_990_000;
 
 async fn subscribe(app: &App, customer: Address, plan: U256) {
-    let chain = app.chain.as_ref().unwrap();
+    subscribe_on(app.chain.as_ref().unwrap(), customer, plan).await;
+}
+
+async fn subscribe_on(chain: &DevChain, customer: Address, plan: U256) {
     chain.mint(customer, 10 * PRICE).await;
     send_as!(customer, chain.usdc().approve(chain.manager, U256::MAX));
     send_as!(
@@ -71,6 +77,16 @@ async fn event(app: &App, key: &str, id: &str, kind: &str) -> Value {
 
 fn code(r: &chainsub_tests::merchant::Res) -> (u16, Option<&str>) {
     (r.status, r.body["error"]["code"].as_str())
+}
+
+/// The relayer's next nonce counting the node's pool: how many transactions it has sent.
+async fn relayer_nonce(chain: &DevChain) -> u64 {
+    chain
+        .provider
+        .get_transaction_count(DevChain::address(OPERATOR))
+        .pending()
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,6 +148,8 @@ async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_
     assert_eq!(r.status, 404, "{:?}", r.body);
 
     // At period end: 202 with the pending state.
+    let chain = app.chain.as_ref().unwrap();
+    let nonce_before = relayer_nonce(chain).await;
     let first = app
         .post(&path, &key, &json!({"atPeriodEnd": true}), Some("cancel-1"))
         .await;
@@ -157,7 +175,8 @@ async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_
         )
         .await;
     assert_eq!(code(&reused), (409, Some("idempotency_key_reused")));
-    // Asked again without a key before the index saw it: the same transaction, not a second.
+    // Asked again without a key: the same transaction (202) or, once the index saw it, 409 —
+    // never a second transaction.
     let again = app
         .post(&path, &key, &json!({"atPeriodEnd": true}), None)
         .await;
@@ -166,6 +185,11 @@ async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_
     } else {
         assert_eq!(code(&again), (409, Some("subscription_already_cancelling")));
     }
+    assert_eq!(
+        relayer_nonce(chain).await,
+        nonce_before + 1,
+        "one transaction"
+    );
 
     // The chain's event, through the index: the subscription, and /events naming the tx.
     let now = wait_for(&app, &key, &id, |s| s["cancelAtPeriodEnd"] == true).await;
@@ -187,6 +211,7 @@ async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_
         .unwrap()
         .to_string();
     assert_ne!(tx2, tx);
+    assert_eq!(relayer_nonce(chain).await, nonce_before + 2);
     let now = wait_for(&app, &key, &id, |s| s["status"] == "cancelled").await;
     assert_eq!(now["status"], "cancelled");
     let e = event(&app, &key, &id, "subscription.cancelled").await;
@@ -202,6 +227,11 @@ async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_
             r.body
         );
     }
+    assert_eq!(
+        relayer_nonce(chain).await,
+        nonce_before + 2,
+        "refusals send nothing"
+    );
     // The same two events reached the merchant's endpoint, signed, naming the transactions.
     let wh = standardwebhooks::Webhook::new(&secret).unwrap();
     rx.wait_until("both cancellation webhooks", |got| {
@@ -305,4 +335,239 @@ async fn a_subscription_to_a_plan_the_merchant_created_itself_is_not_cancellable
         .unwrap();
     assert!(!rec.cancelAtPeriodEnd);
     assert_eq!(rec.status, 1, "still active");
+}
+
+/// Concurrent requests for the same cancellation send one transaction: every answer is that
+/// transaction's 202 or a "retry shortly" 409, and the relayer's nonce moves by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_requests_send_one_transaction() {
+    let app = spawn(Opts {
+        chain: true,
+        confirmations: Some(CONFIRMATIONS),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let _indexer = spawn_indexer(&app, CONFIRMATIONS);
+    let plan = app
+        .post(
+            "/api/v1/plans",
+            &key,
+            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
+            None,
+        )
+        .await;
+    assert_eq!(plan.body["status"], "active", "{:?}", plan.body);
+    subscribe(&app, DevChain::address(CUSTOMER), U256::from(1)).await;
+    let id = listed(&app, &key, 1).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let chain = app.chain.as_ref().unwrap();
+    let before = relayer_nonce(chain).await;
+    let path = format!("/api/v1/subscriptions/{id}/cancel");
+    let body = json!({"atPeriodEnd": false});
+    let answers =
+        futures::future::join_all((0..6).map(|_| app.post(&path, &key, &body, None))).await;
+    let mut hashes = std::collections::BTreeSet::new();
+    for r in &answers {
+        match r.status {
+            202 => {
+                hashes.insert(r.body["transactionHash"].as_str().unwrap().to_string());
+            }
+            _ => assert!(
+                matches!(
+                    code(r),
+                    (
+                        409,
+                        Some("cancellation_in_progress" | "subscription_terminal")
+                    )
+                ),
+                "{:?}",
+                r.body
+            ),
+        }
+    }
+    assert_eq!(hashes.len(), 1, "one transaction answered: {answers:?}");
+    assert_eq!(
+        relayer_nonce(chain).await,
+        before + 1,
+        "one transaction sent"
+    );
+}
+
+/// The API dies right after journaling the signed cancellation and before broadcasting it.
+/// After the restart, asking again sends the journaled bytes — the same transaction, same
+/// nonce — and the subscription is cancelled on chain: nothing lost, nothing doubled.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_that_dies_between_journal_and_broadcast_sends_the_same_cancellation_again() {
+    let db = TestDb::create().await;
+    let chain = DevChain::start().await;
+    let merchant = DevChain::address(MERCHANT);
+    send_as!(
+        DevChain::address(OPERATOR),
+        chain
+            .manager()
+            .createPlan(merchant, U256::from(PRICE), B256::repeat_byte(0x33))
+    );
+    subscribe_on(&chain, DevChain::address(CUSTOMER), U256::from(1)).await;
+    let mut client = db.connect().await;
+    let (_, key) = chainsub_api::auth::api_key::admin_create_key(&mut client, merchant)
+        .await
+        .unwrap();
+    let key = key.expose().to_string();
+    let _indexer = spawn_indexer_on(&chain, &db, CONFIRMATIONS);
+    let before = relayer_nonce(&chain).await;
+
+    let socket = chainsub_tests::Reserved::new();
+    let mut dying = api_process(
+        &db,
+        &chain,
+        &socket,
+        &[("API_FAIL_POINT", "relayer-after-journal")],
+    );
+    let api = ApiClient::new(&socket.url());
+    chainsub_tests::wait_until("the api to answer", || async { api.healthy().await }).await;
+    let id = chainsub_tests::wait_for_some("the subscription indexed", || async {
+        let r = api.get_res("/api/v1/subscriptions", &key).await.ok()?;
+        r.body["data"][0]["id"].as_str().map(str::to_string)
+    })
+    .await;
+    let path = format!("/api/v1/subscriptions/{id}/cancel");
+    let died = api
+        .post_res(&path, &key, &json!({"atPeriodEnd": false}), None)
+        .await;
+    assert!(died.is_err(), "the request dies with the process: {died:?}");
+    let status = tokio::task::spawn_blocking(move || dying.0.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(!status.success());
+    assert_eq!(
+        relayer_nonce(&chain).await,
+        before,
+        "nothing reached the node"
+    );
+    let journaled: Vec<u8> = client
+        .query_one(
+            "SELECT tx_hash FROM subscription_cancellations WHERE status = 'submitted'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let journaled = format!("0x{}", alloy::hex::encode(journaled));
+
+    let socket = chainsub_tests::Reserved::new();
+    let api = ApiClient::new(&socket.url());
+    let _restarted = api_process(&db, &chain, &socket, &[]);
+    chainsub_tests::wait_until("the restarted api", || async { api.healthy().await }).await;
+    let r = api
+        .post_res(&path, &key, &json!({"atPeriodEnd": false}), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    assert_eq!(r.body["transactionHash"], journaled.as_str());
+    assert_eq!(relayer_nonce(&chain).await, before + 1, "one transaction");
+    chainsub_tests::wait_until("the cancellation mined", || async {
+        chain
+            .manager()
+            .getSubscription(U256::from(1))
+            .call()
+            .await
+            .unwrap()
+            .status
+            == 3
+    })
+    .await;
+}
+
+/// A request whose row another request took over (it was `sending` past the abandonment
+/// time) can no longer journal — so it never broadcasts — and a replacement journals only
+/// over the transaction it replaces; a refused replacement puts the earlier one back.
+#[tokio::test]
+async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone() {
+    use chainsub_store::cancellations::{self as store, JournaledTx};
+    let db = TestDb::create().await;
+    let pool = db.pool();
+    let client = pool.get().await.unwrap();
+    let scope = chainsub_api::merchants::find_or_create(&**client, DevChain::address(MERCHANT))
+        .await
+        .unwrap();
+    let tx = |b: u8, nonce: u64| JournaledTx {
+        hash: B256::repeat_byte(b),
+        nonce,
+        max_fee_per_gas: 10,
+        priority_fee_per_gas: 1,
+        raw: vec![b; 3],
+    };
+    let slow = store::insert(&client, &scope, 31337, 7, "sub_x", false)
+        .await
+        .unwrap()
+        .unwrap();
+    // A concurrent request for the same cancellation gets nothing to send.
+    assert!(
+        store::insert(&client, &scope, 31337, 7, "sub_x", false)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The next request closes the abandoned row and starts its own.
+    store::fail(&client, &scope, slow.row_id, "abandoned before signing")
+        .await
+        .unwrap();
+    let next = store::insert(&client, &scope, 31337, 7, "sub_x", false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        store::journal_send(&client, &scope, next.row_id, &tx(1, 5), None)
+            .await
+            .unwrap()
+    );
+    // The slow request wakes up: it may not journal (so it never broadcasts).
+    assert!(
+        !store::journal_send(&client, &scope, slow.row_id, &tx(2, 6), None)
+            .await
+            .unwrap()
+    );
+    // Nor may anyone journal over a transaction it does not replace.
+    assert!(
+        !store::journal_send(
+            &client,
+            &scope,
+            next.row_id,
+            &tx(3, 5),
+            Some(B256::repeat_byte(9))
+        )
+        .await
+        .unwrap()
+    );
+    // A replacement journals over the one it replaces; refused by the node, it is undone.
+    assert!(
+        store::journal_send(
+            &client,
+            &scope,
+            next.row_id,
+            &tx(4, 5),
+            Some(B256::repeat_byte(1))
+        )
+        .await
+        .unwrap()
+    );
+    store::restore(
+        &client,
+        &scope,
+        next.row_id,
+        B256::repeat_byte(4),
+        &tx(1, 5),
+    )
+    .await
+    .unwrap();
+    let live = store::live(&client, &scope, 31337, 7, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(live.row_id, next.row_id);
+    assert_eq!(live.tx, Some(tx(1, 5)));
+    assert_eq!(live.sends, 2);
 }
