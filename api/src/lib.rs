@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cancellations;
 pub mod chain;
 pub mod checkout;
 pub mod config;

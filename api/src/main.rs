@@ -150,9 +150,23 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
             },
         ))
     });
+    // Journaled cancellations whose outcome is unknown are carried on beside the server.
+    let (stop_redrive, redrive_stopped) = tokio::sync::oneshot::channel::<()>();
+    let redriver = running.ctx.relayer.is_some().then(|| {
+        tokio::spawn(chainsub_api::cancellations::redrive(
+            running.ctx.clone(),
+            async move {
+                let _ = redrive_stopped.await;
+            },
+        ))
+    });
     shutdown_signal().await;
     tracing::info!("shutting down: draining in-flight requests");
     let _ = stop_dispatch.send(());
+    let _ = stop_redrive.send(());
+    if let Some(r) = redriver {
+        let _ = r.await;
+    }
     running.shutdown().await;
     if let Some(d) = dispatcher {
         d.await??;

@@ -12,8 +12,10 @@ CREATE TABLE subscription_cancellations (
     subscription_public_id TEXT NOT NULL,
     at_period_end          BOOLEAN NOT NULL,
     -- sending: decided, nothing signed yet; submitted: signed and journaled (maybe
-    -- broadcast); failed: not sent, or its transaction can never be mined.
-    status                 TEXT NOT NULL CHECK (status IN ('sending', 'submitted', 'failed')),
+    -- broadcast); mined: its transaction succeeded; failed: not sent, or its transaction can
+    -- never be mined.
+    status                 TEXT NOT NULL
+        CHECK (status IN ('sending', 'submitted', 'mined', 'failed')),
     tx_hash                BYTEA,
     -- The signed transaction itself: sent again as is when the node may never have seen it
     -- (a crash between the journal and the broadcast, or an unanswered broadcast).
@@ -34,3 +36,7 @@ CREATE TABLE subscription_cancellations (
 CREATE UNIQUE INDEX subscription_cancellations_live
     ON subscription_cancellations (chain_id, onchain_id, at_period_end)
     WHERE status <> 'failed';
+
+-- The re-driver's scan: journaled transactions whose outcome is not known yet.
+CREATE INDEX subscription_cancellations_unsettled
+    ON subscription_cancellations (updated_at) WHERE status = 'submitted';

@@ -198,6 +198,64 @@ pub async fn restore(
     Ok(())
 }
 
+/// A journaled transaction whose outcome is not known yet (the re-driver's work; not
+/// merchant data, so not scoped).
+#[derive(Debug, Clone)]
+pub struct Unsettled {
+    pub row_id: i64,
+    pub tx: JournaledTx,
+}
+
+/// Up to `limit` journaled (`submitted`) transactions last signed more than `older_than_secs`
+/// ago, oldest first.
+pub async fn unsettled(
+    client: &impl GenericClient,
+    older_than_secs: f64,
+    limit: i64,
+) -> Result<Vec<Unsettled>> {
+    let sql = concat!(
+        "SELECT ",
+        columns_text!(),
+        " FROM subscription_cancellations WHERE status = 'submitted' \
+         AND updated_at < now() - make_interval(secs => $1) ORDER BY updated_at LIMIT $2"
+    );
+    client
+        .query(sql, &[&older_than_secs, &limit])
+        .await?
+        .iter()
+        .map(|r| {
+            let c = from_row(r)?;
+            let tx = c.tx.ok_or_else(|| {
+                Error::Inconsistent(format!("submitted cancellation {} without a tx", c.row_id))
+            })?;
+            Ok(Unsettled {
+                row_id: c.row_id,
+                tx,
+            })
+        })
+        .collect()
+}
+
+/// Records the outcome of the journaled transaction `hash` (if the row still names it):
+/// `mined` when it succeeded, else `failed` with `error`.
+pub async fn settle(
+    client: &impl GenericClient,
+    row_id: i64,
+    hash: B256,
+    mined: bool,
+    error: Option<&str>,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE subscription_cancellations SET status = CASE WHEN $3 THEN 'mined' \
+             ELSE 'failed' END, error = $4, updated_at = now() \
+             WHERE id = $1 AND status = 'submitted' AND tx_hash = $2",
+            &[&row_id, &hash.as_slice(), &mined, &error],
+        )
+        .await?;
+    Ok(())
+}
+
 /// Ends a request that sent nothing, or whose transaction can never be mined: the
 /// subscription may be asked again.
 pub async fn fail(

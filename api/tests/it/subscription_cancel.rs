@@ -571,3 +571,84 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
     assert_eq!(live.tx, Some(tx(1, 5)));
     assert_eq!(live.sends, 2);
 }
+
+/// The API dies between journal and broadcast, and the merchant never asks again: the
+/// restarted API's re-driver sends the journaled bytes on its own, the subscription is
+/// cancelled on chain with that one transaction, and the row is settled as mined.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_journaled_cancellation_nobody_asks_for_again_is_sent_by_the_redriver() {
+    let db = TestDb::create().await;
+    let chain = DevChain::start().await;
+    let merchant = DevChain::address(MERCHANT);
+    send_as!(
+        DevChain::address(OPERATOR),
+        chain
+            .manager()
+            .createPlan(merchant, U256::from(PRICE), B256::repeat_byte(0x34))
+    );
+    subscribe_on(&chain, DevChain::address(CUSTOMER), U256::from(1)).await;
+    let mut client = db.connect().await;
+    let (_, key) = chainsub_api::auth::api_key::admin_create_key(&mut client, merchant)
+        .await
+        .unwrap();
+    let key = key.expose().to_string();
+    let _indexer = spawn_indexer_on(&chain, &db, CONFIRMATIONS);
+    let before = relayer_nonce(&chain).await;
+
+    let socket = chainsub_tests::Reserved::new();
+    let mut dying = api_process(
+        &db,
+        &chain,
+        &socket,
+        &[("API_FAIL_POINT", "relayer-after-journal")],
+    );
+    let api = ApiClient::new(&socket.url());
+    chainsub_tests::wait_until("the api to answer", || async { api.healthy().await }).await;
+    let id = chainsub_tests::wait_for_some("the subscription indexed", || async {
+        let r = api.get_res("/api/v1/subscriptions", &key).await.ok()?;
+        r.body["data"][0]["id"].as_str().map(str::to_string)
+    })
+    .await;
+    let died = api
+        .post_res(
+            &format!("/api/v1/subscriptions/{id}/cancel"),
+            &key,
+            &json!({"atPeriodEnd": true}),
+            None,
+        )
+        .await;
+    assert!(died.is_err(), "the request dies with the process: {died:?}");
+    tokio::task::spawn_blocking(move || dying.0.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        relayer_nonce(&chain).await,
+        before,
+        "nothing reached the node"
+    );
+
+    let socket = chainsub_tests::Reserved::new();
+    let _restarted = api_process(&db, &chain, &socket, &[]);
+    chainsub_tests::wait_until("the re-driver sends the journaled cancellation", || async {
+        chain
+            .manager()
+            .getSubscription(U256::from(1))
+            .call()
+            .await
+            .unwrap()
+            .cancelAtPeriodEnd
+    })
+    .await;
+    assert_eq!(relayer_nonce(&chain).await, before + 1, "one transaction");
+    chainsub_tests::wait_until("the row settled as mined", || async {
+        let statuses: Vec<String> = client
+            .query("SELECT status FROM subscription_cancellations", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        statuses == ["mined"]
+    })
+    .await;
+}

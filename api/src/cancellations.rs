@@ -1,0 +1,77 @@
+//! The cancellation re-driver (runs beside `api serve` when a relayer key is configured):
+//! every few seconds it looks at journaled cancellation transactions (`submitted`) whose
+//! outcome is unknown, records the mined and the dead ones, and sends the bytes of the
+//! unmined ones again. A process that died between the journal and the broadcast, or a
+//! broadcast nobody answered, therefore never loses a merchant's cancellation, even when the
+//! merchant does not ask again. Sending signed bytes again can never make a second
+//! transaction (same hash, same nonce); replacing a stuck one at higher fees is left to the
+//! merchant's next request.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chainsub_store::cancellations;
+
+use crate::chain::{Sent, TxState};
+use crate::ctx::Ctx;
+
+/// How often the re-driver looks.
+pub const EVERY: Duration = Duration::from_secs(5);
+/// A transaction is looked at once it was signed this long ago (a request in flight is
+/// left to finish its own broadcast).
+pub const SETTLE_AFTER_SECS: f64 = 10.0;
+/// Rows per pass.
+const BATCH: i64 = 100;
+
+/// Runs passes until `stop` resolves.
+pub async fn redrive(ctx: Ctx, stop: impl Future<Output = ()>) {
+    tokio::pin!(stop);
+    loop {
+        match pass(&ctx).await {
+            Ok(n) if n > 0 => tracing::info!(rows = n, "cancellation re-driver pass"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cancellation re-driver pass failed"),
+        }
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(EVERY) => {}
+        }
+    }
+}
+
+/// One pass; the number of rows looked at.
+pub async fn pass(ctx: &Ctx) -> Result<usize, String> {
+    let Some(relayer) = &ctx.relayer else {
+        return Ok(0);
+    };
+    let conn = ctx.pool.get().await.map_err(|e| e.to_string())?;
+    let rows = cancellations::unsettled(&conn, SETTLE_AFTER_SECS, BATCH)
+        .await
+        .map_err(|e| e.to_string())?;
+    for row in &rows {
+        let sent = Sent {
+            hash: row.tx.hash,
+            nonce: row.tx.nonce,
+            max_fee_per_gas: row.tx.max_fee_per_gas,
+            priority_fee_per_gas: row.tx.priority_fee_per_gas,
+        };
+        let settled = match relayer.tx_state(&sent).await? {
+            TxState::Succeeded => Some((true, None)),
+            TxState::Dead => Some((false, Some("never mined"))),
+            TxState::Unmined => {
+                if let Err(e) = relayer.rebroadcast(&row.tx.raw).await {
+                    tracing::warn!(tx = %row.tx.hash, error = %e, "cancellation re-driver");
+                } else {
+                    metrics::counter!("api_cancellations_rebroadcast_total").increment(1);
+                }
+                None
+            }
+        };
+        if let Some((mined, error)) = settled {
+            cancellations::settle(&conn, row.row_id, row.tx.hash, mined, error)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(rows.len())
+}
