@@ -396,81 +396,121 @@ async fn concurrent_requests_send_one_transaction() {
     );
 }
 
+/// A subscription to a plan the operator created, indexed, whose cancellation an API
+/// process journaled and then died before broadcasting (fail point `relayer-after-journal`).
+struct Crashed {
+    db: TestDb,
+    chain: DevChain,
+    client: tokio_postgres::Client,
+    key: String,
+    /// `/api/v1/subscriptions/{id}/cancel`.
+    path: String,
+    /// The relayer's nonce before anything was sent.
+    before: u64,
+    /// The journaled transaction's hash.
+    journaled: String,
+    _indexer: chainsub_tests::ChildGuard,
+}
+
+impl Crashed {
+    async fn new(at_period_end: bool) -> Crashed {
+        let db = TestDb::create().await;
+        let chain = DevChain::start().await;
+        let merchant = DevChain::address(MERCHANT);
+        send_as!(
+            DevChain::address(OPERATOR),
+            chain
+                .manager()
+                .createPlan(merchant, U256::from(PRICE), B256::repeat_byte(0x33))
+        );
+        subscribe_on(&chain, DevChain::address(CUSTOMER), U256::from(1)).await;
+        let mut client = db.connect().await;
+        let (_, key) = chainsub_api::auth::api_key::admin_create_key(&mut client, merchant)
+            .await
+            .unwrap();
+        let key = key.expose().to_string();
+        let indexer = spawn_indexer_on(&chain, &db, CONFIRMATIONS);
+        let before = relayer_nonce(&chain).await;
+
+        let socket = chainsub_tests::Reserved::new();
+        let mut dying = api_process(
+            &db,
+            &chain,
+            &socket,
+            &[("API_FAIL_POINT", "relayer-after-journal")],
+        );
+        let api = ApiClient::new(&socket.url());
+        chainsub_tests::wait_until("the api to answer", || async { api.healthy().await }).await;
+        let id = chainsub_tests::wait_for_some("the subscription indexed", || async {
+            let r = api.get_res("/api/v1/subscriptions", &key).await.ok()?;
+            r.body["data"][0]["id"].as_str().map(str::to_string)
+        })
+        .await;
+        let path = format!("/api/v1/subscriptions/{id}/cancel");
+        let died = api
+            .post_res(&path, &key, &json!({"atPeriodEnd": at_period_end}), None)
+            .await;
+        assert!(died.is_err(), "the request dies with the process: {died:?}");
+        let status = tokio::task::spawn_blocking(move || dying.0.wait().unwrap())
+            .await
+            .unwrap();
+        assert!(!status.success());
+        assert_eq!(
+            relayer_nonce(&chain).await,
+            before,
+            "nothing reached the node"
+        );
+        let journaled: Vec<u8> = client
+            .query_one(
+                "SELECT tx_hash FROM subscription_cancellations WHERE status = 'submitted'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        Crashed {
+            db,
+            chain,
+            client,
+            key,
+            path,
+            before,
+            journaled: format!("0x{}", alloy::hex::encode(journaled)),
+            _indexer: indexer,
+        }
+    }
+
+    /// A fresh API process over the same database and chain, once it answers.
+    async fn restart(&self) -> (ApiClient, chainsub_tests::ChildGuard) {
+        let socket = chainsub_tests::Reserved::new();
+        let api = ApiClient::new(&socket.url());
+        let process = api_process(&self.db, &self.chain, &socket, &[]);
+        chainsub_tests::wait_until("the restarted api", || async { api.healthy().await }).await;
+        (api, process)
+    }
+}
+
 /// The API dies right after journaling the signed cancellation and before broadcasting it.
 /// After the restart, asking again sends the journaled bytes — the same transaction, same
 /// nonce — and the subscription is cancelled on chain: nothing lost, nothing doubled.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_api_that_dies_between_journal_and_broadcast_sends_the_same_cancellation_again() {
-    let db = TestDb::create().await;
-    let chain = DevChain::start().await;
-    let merchant = DevChain::address(MERCHANT);
-    send_as!(
-        DevChain::address(OPERATOR),
-        chain
-            .manager()
-            .createPlan(merchant, U256::from(PRICE), B256::repeat_byte(0x33))
-    );
-    subscribe_on(&chain, DevChain::address(CUSTOMER), U256::from(1)).await;
-    let mut client = db.connect().await;
-    let (_, key) = chainsub_api::auth::api_key::admin_create_key(&mut client, merchant)
-        .await
-        .unwrap();
-    let key = key.expose().to_string();
-    let _indexer = spawn_indexer_on(&chain, &db, CONFIRMATIONS);
-    let before = relayer_nonce(&chain).await;
-
-    let socket = chainsub_tests::Reserved::new();
-    let mut dying = api_process(
-        &db,
-        &chain,
-        &socket,
-        &[("API_FAIL_POINT", "relayer-after-journal")],
-    );
-    let api = ApiClient::new(&socket.url());
-    chainsub_tests::wait_until("the api to answer", || async { api.healthy().await }).await;
-    let id = chainsub_tests::wait_for_some("the subscription indexed", || async {
-        let r = api.get_res("/api/v1/subscriptions", &key).await.ok()?;
-        r.body["data"][0]["id"].as_str().map(str::to_string)
-    })
-    .await;
-    let path = format!("/api/v1/subscriptions/{id}/cancel");
-    let died = api
-        .post_res(&path, &key, &json!({"atPeriodEnd": false}), None)
-        .await;
-    assert!(died.is_err(), "the request dies with the process: {died:?}");
-    let status = tokio::task::spawn_blocking(move || dying.0.wait().unwrap())
-        .await
-        .unwrap();
-    assert!(!status.success());
-    assert_eq!(
-        relayer_nonce(&chain).await,
-        before,
-        "nothing reached the node"
-    );
-    let journaled: Vec<u8> = client
-        .query_one(
-            "SELECT tx_hash FROM subscription_cancellations WHERE status = 'submitted'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let journaled = format!("0x{}", alloy::hex::encode(journaled));
-
-    let socket = chainsub_tests::Reserved::new();
-    let api = ApiClient::new(&socket.url());
-    let _restarted = api_process(&db, &chain, &socket, &[]);
-    chainsub_tests::wait_until("the restarted api", || async { api.healthy().await }).await;
+    let fx = Crashed::new(false).await;
+    let (api, _restarted) = fx.restart().await;
     let r = api
-        .post_res(&path, &key, &json!({"atPeriodEnd": false}), None)
+        .post_res(&fx.path, &fx.key, &json!({"atPeriodEnd": false}), None)
         .await
         .unwrap();
     assert_eq!(r.status, 202, "{:?}", r.body);
-    assert_eq!(r.body["transactionHash"], journaled.as_str());
-    assert_eq!(relayer_nonce(&chain).await, before + 1, "one transaction");
+    assert_eq!(r.body["transactionHash"], fx.journaled.as_str());
+    assert_eq!(
+        relayer_nonce(&fx.chain).await,
+        fx.before + 1,
+        "one transaction"
+    );
     chainsub_tests::wait_until("the cancellation mined", || async {
-        chain
-            .manager()
+        let manager = fx.chain.manager();
+        manager
             .getSubscription(U256::from(1))
             .call()
             .await
@@ -577,78 +617,38 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
 /// cancelled on chain with that one transaction, and the row is settled as mined.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_journaled_cancellation_nobody_asks_for_again_is_sent_by_the_redriver() {
-    let db = TestDb::create().await;
-    let chain = DevChain::start().await;
-    let merchant = DevChain::address(MERCHANT);
-    send_as!(
-        DevChain::address(OPERATOR),
-        chain
-            .manager()
-            .createPlan(merchant, U256::from(PRICE), B256::repeat_byte(0x34))
-    );
-    subscribe_on(&chain, DevChain::address(CUSTOMER), U256::from(1)).await;
-    let mut client = db.connect().await;
-    let (_, key) = chainsub_api::auth::api_key::admin_create_key(&mut client, merchant)
-        .await
-        .unwrap();
-    let key = key.expose().to_string();
-    let _indexer = spawn_indexer_on(&chain, &db, CONFIRMATIONS);
-    let before = relayer_nonce(&chain).await;
-
-    let socket = chainsub_tests::Reserved::new();
-    let mut dying = api_process(
-        &db,
-        &chain,
-        &socket,
-        &[("API_FAIL_POINT", "relayer-after-journal")],
-    );
-    let api = ApiClient::new(&socket.url());
-    chainsub_tests::wait_until("the api to answer", || async { api.healthy().await }).await;
-    let id = chainsub_tests::wait_for_some("the subscription indexed", || async {
-        let r = api.get_res("/api/v1/subscriptions", &key).await.ok()?;
-        r.body["data"][0]["id"].as_str().map(str::to_string)
-    })
-    .await;
-    let died = api
-        .post_res(
-            &format!("/api/v1/subscriptions/{id}/cancel"),
-            &key,
-            &json!({"atPeriodEnd": true}),
-            None,
-        )
-        .await;
-    assert!(died.is_err(), "the request dies with the process: {died:?}");
-    tokio::task::spawn_blocking(move || dying.0.wait().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(
-        relayer_nonce(&chain).await,
-        before,
-        "nothing reached the node"
-    );
-
-    let socket = chainsub_tests::Reserved::new();
-    let _restarted = api_process(&db, &chain, &socket, &[]);
+    let fx = Crashed::new(true).await;
+    let _restarted = fx.restart().await;
     chainsub_tests::wait_until("the re-driver sends the journaled cancellation", || async {
-        chain
-            .manager()
-            .getSubscription(U256::from(1))
-            .call()
-            .await
-            .unwrap()
-            .cancelAtPeriodEnd
+        let manager = fx.chain.manager();
+        let sub = manager.getSubscription(U256::from(1)).call().await.unwrap();
+        sub.cancelAtPeriodEnd
     })
     .await;
-    assert_eq!(relayer_nonce(&chain).await, before + 1, "one transaction");
+    assert_eq!(
+        relayer_nonce(&fx.chain).await,
+        fx.before + 1,
+        "one transaction"
+    );
     chainsub_tests::wait_until("the row settled as mined", || async {
-        let statuses: Vec<String> = client
-            .query("SELECT status FROM subscription_cancellations", &[])
+        let rows = fx
+            .client
+            .query(
+                "SELECT status, tx_hash FROM subscription_cancellations",
+                &[],
+            )
             .await
-            .unwrap()
+            .unwrap();
+        let got: Vec<(String, String)> = rows
             .iter()
-            .map(|r| r.get(0))
+            .map(|r| {
+                (
+                    r.get(0),
+                    format!("0x{}", alloy::hex::encode(r.get::<_, Vec<u8>>(1))),
+                )
+            })
             .collect();
-        statuses == ["mined"]
+        got == [("mined".to_string(), fx.journaled.clone())]
     })
     .await;
 }
