@@ -55,7 +55,11 @@ pub async fn pass(ctx: &Ctx) -> Result<usize, String> {
             max_fee_per_gas: row.tx.max_fee_per_gas,
             priority_fee_per_gas: row.tx.priority_fee_per_gas,
         };
-        let settled = match relayer.tx_state(&sent).await? {
+        let onchain_id = u64::try_from(row.onchain_id).unwrap_or_default();
+        let settled = match relayer
+            .tx_state(&sent, onchain_id, row.at_period_end)
+            .await?
+        {
             TxState::Succeeded => Some((true, None)),
             TxState::Dead => Some((false, Some("never mined"))),
             TxState::Unmined => {

@@ -134,8 +134,8 @@ pub enum CancelError {
     Refused(Refusal),
     /// Nothing sent (before the journal); retrying may succeed.
     NotSent(String),
-    /// Journaled, and the node refused it: it is not in the pool.
-    NodeRefused(String),
+    /// Journaled as the second field, and the node refused it: it is not in the pool.
+    NodeRefused(String, B256),
     /// Journaled, and the broadcast went unanswered: it may be in the pool. The journal
     /// keeps it, and the next request sends the same bytes again.
     MaybeSent(String),
@@ -157,7 +157,8 @@ pub enum TxState {
 enum SendFailure {
     Estimate(alloy::transports::TransportError),
     NotSent(String),
-    NodeRefused(String),
+    /// Journaled as the second field, refused by the node.
+    NodeRefused(String, B256),
     MaybeSent(String),
 }
 
@@ -165,9 +166,9 @@ impl std::fmt::Display for SendFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SendFailure::Estimate(e) => write!(f, "estimate: {e}"),
-            SendFailure::NotSent(e) | SendFailure::NodeRefused(e) | SendFailure::MaybeSent(e) => {
-                f.write_str(e)
-            }
+            SendFailure::NotSent(e)
+            | SendFailure::NodeRefused(e, _)
+            | SendFailure::MaybeSent(e) => f.write_str(e),
         }
     }
 }
@@ -525,10 +526,12 @@ impl Relayer {
                 .map_err(|e| SendFailure::MaybeSent(format!("send: {e}")))?
             {
                 Broadcast::Accepted => {
-                    // Acknowledged: the next reader of the pending nonce sees this one.
-                    lock.commit()
-                        .await
-                        .map_err(|e| format!("relayer lock: {e}"))?;
+                    // Acknowledged: the next reader of the pending nonce sees this one. The
+                    // transaction is sent whatever happens to the lock now (a failed commit
+                    // only ends the lock's transaction, as a rollback would).
+                    if let Err(e) = lock.commit().await {
+                        tracing::warn!(error = %e, "relayer lock: commit after the send");
+                    }
                     return Ok(Sent {
                         hash: signed.hash,
                         nonce,
@@ -546,25 +549,31 @@ impl Relayer {
                         .map_err(|e| format!("nonce: {e}"))?;
                 }
                 Broadcast::NonceTooLow => {
-                    return Err(SendFailure::NodeRefused("send: nonce too low".into()));
+                    return Err(SendFailure::NodeRefused(
+                        "send: nonce too low".into(),
+                        signed.hash,
+                    ));
                 }
                 Broadcast::Underpriced => {
                     return Err(SendFailure::NodeRefused(
                         "send: replacement underpriced".into(),
+                        signed.hash,
                     ));
                 }
+                // A refusal we cannot classify may not mean "not in the pool": the row keeps
+                // it, and its state on chain settles it later.
                 Broadcast::Rejected(why) => {
-                    return Err(SendFailure::NodeRefused(format!("send: {why}")));
+                    return Err(SendFailure::MaybeSent(format!("send: {why}")));
                 }
             }
         }
-        Err(SendFailure::NodeRefused("send: nonce too low".into()))
+        Err(SendFailure::NotSent("send: nonce too low".into()))
     }
 
     /// Sends `cancel(id)` (or `cancelAtPeriodEnd(id)`) for a merchant, journaled on its
     /// cancellation row before the broadcast, and returns once the node acknowledged it (the
     /// lifecycle event comes from the chain through the indexer). `expected`: the (merchant,
-    /// subscriber) the index shows for the id — checked on chain first, so a reorg that gave
+    /// subscriber, plan) the index shows for the id — checked on chain first, so a reorg that gave
     /// the id to someone else never gets it cancelled. `replace`: that request's earlier
     /// transaction, still unmined — replaced at its nonce with higher fees, never a second
     /// transaction beside it. The contract's refusals (the estimate reverts) come back as
@@ -573,7 +582,7 @@ impl Relayer {
         &self,
         pool: &crate::db::Pool,
         onchain_id: u64,
-        expected: (Address, Address),
+        expected: (Address, Address, u64),
         at_period_end: bool,
         replace: Option<Sent>,
         journal: Journal<'_>,
@@ -585,7 +594,8 @@ impl Relayer {
             .call()
             .await
             .map_err(|e| CancelError::NotSent(format!("getSubscription: {e}")))?;
-        if (on_chain.merchant, on_chain.subscriber) != expected {
+        let plan = u64::try_from(on_chain.planId).unwrap_or(u64::MAX);
+        if (on_chain.merchant, on_chain.subscriber, plan) != expected {
             return Err(CancelError::Refused(Refusal::Changed));
         }
         let request = if at_period_end {
@@ -603,7 +613,7 @@ impl Relayer {
                 None => Err(CancelError::NotSent(format!("estimate: {e}"))),
             },
             Err(SendFailure::NotSent(e)) => Err(CancelError::NotSent(e)),
-            Err(SendFailure::NodeRefused(e)) => Err(CancelError::NodeRefused(e)),
+            Err(SendFailure::NodeRefused(e, hash)) => Err(CancelError::NodeRefused(e, hash)),
             Err(SendFailure::MaybeSent(e)) => Err(CancelError::MaybeSent(e)),
         }
     }
@@ -629,26 +639,65 @@ impl Relayer {
         Ok(operator == self.address)
     }
 
-    /// Where the journaled transaction `tx` stands (see [`TxState`]).
-    pub async fn tx_state(&self, tx: &Sent) -> Result<TxState, String> {
-        if let Some(receipt) = self
-            .provider
-            .get_transaction_receipt(tx.hash)
-            .await
-            .map_err(|e| format!("receipt: {e}"))?
-        {
-            return Ok(if receipt.status() {
+    /// Where the journaled cancellation transaction `tx` stands (see [`TxState`]). Before
+    /// calling one dead, the chain is asked whether the cancellation it carried has taken
+    /// effect anyway (mined between two reads, or an earlier transaction of the same request
+    /// at that nonce was): then it counts as succeeded.
+    pub async fn tx_state(
+        &self,
+        tx: &Sent,
+        onchain_id: u64,
+        at_period_end: bool,
+    ) -> Result<TxState, String> {
+        let receipt = |hash| async move {
+            self.provider
+                .get_transaction_receipt(hash)
+                .await
+                .map_err(|e| format!("receipt: {e}"))
+        };
+        if let Some(r) = receipt(tx.hash).await? {
+            return Ok(if r.status() {
                 TxState::Succeeded
             } else {
                 TxState::Dead
             });
         }
-        if self.stuck(tx).await? {
-            Ok(TxState::Unmined)
-        } else {
-            // No receipt, and a mined transaction took its nonce.
-            Ok(TxState::Dead)
+        let mined = self
+            .sender
+            .mined_nonce()
+            .await
+            .map_err(|e| format!("nonce: {e}"))?;
+        if mined <= tx.nonce {
+            return Ok(TxState::Unmined);
         }
+        // Its nonce is used: by this very transaction (mined after the first read) or by
+        // another one.
+        if let Some(r) = receipt(tx.hash).await?
+            && r.status()
+        {
+            return Ok(TxState::Succeeded);
+        }
+        if self.cancelled_on_chain(onchain_id, at_period_end).await? {
+            return Ok(TxState::Succeeded);
+        }
+        Ok(TxState::Dead)
+    }
+
+    /// Whether the chain shows the cancellation in effect: cancelled (or ended), or — for
+    /// `at_period_end` — set to cancel at period end.
+    async fn cancelled_on_chain(
+        &self,
+        onchain_id: u64,
+        at_period_end: bool,
+    ) -> Result<bool, String> {
+        let c = SubscriptionManager::new(self.manager, self.provider.clone());
+        let s = c
+            .getSubscription(U256::from(onchain_id))
+            .call()
+            .await
+            .map_err(|e| format!("getSubscription: {e}"))?;
+        // Status: 3 Cancelled, 4 Ended.
+        Ok(s.status == 3 || s.status == 4 || (at_period_end && s.cancelAtPeriodEnd))
     }
 
     /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef

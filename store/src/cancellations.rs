@@ -27,14 +27,18 @@ pub struct JournaledTx {
 #[derive(Debug, Clone)]
 pub struct Cancellation {
     pub row_id: i64,
+    pub onchain_id: i64,
     pub at_period_end: bool,
     /// `None` while nothing is signed yet (`sending`).
     pub tx: Option<JournaledTx>,
     /// Transactions signed for it so far.
     pub sends: i32,
     pub created_at: chrono::DateTime<chrono::Utc>,
-    /// The last journal write (the last transaction signed).
-    pub updated_at: chrono::DateTime<chrono::Utc>,
+    /// Seconds since the request was recorded, by the database's clock (every age is: the
+    /// API hosts' clocks never decide).
+    pub age_secs: f64,
+    /// Seconds since the last journal write (the last transaction signed).
+    pub since_update_secs: f64,
 }
 
 /// The columns [`from_row`] reads, in order (repeated literally in each statement: texts
@@ -42,7 +46,9 @@ pub struct Cancellation {
 macro_rules! columns_text {
     () => {
         "id, at_period_end, tx_hash, nonce, max_fee_per_gas::TEXT, \
-         priority_fee_per_gas::TEXT, created_at, raw_tx, sends, updated_at"
+         priority_fee_per_gas::TEXT, created_at, raw_tx, sends, onchain_id, \
+         EXTRACT(EPOCH FROM now() - created_at)::FLOAT8, \
+         EXTRACT(EPOCH FROM now() - updated_at)::FLOAT8"
     };
 }
 
@@ -69,11 +75,13 @@ fn from_row(r: &Row) -> Result<Cancellation> {
     };
     Ok(Cancellation {
         row_id: r.try_get(0)?,
+        onchain_id: r.try_get(9)?,
         at_period_end: r.try_get(1)?,
         tx,
         sends: r.try_get(8)?,
         created_at: r.try_get(6)?,
-        updated_at: r.try_get(9)?,
+        age_secs: r.try_get(10)?,
+        since_update_secs: r.try_get(11)?,
     })
 }
 
@@ -203,6 +211,8 @@ pub async fn restore(
 #[derive(Debug, Clone)]
 pub struct Unsettled {
     pub row_id: i64,
+    pub onchain_id: i64,
+    pub at_period_end: bool,
     pub tx: JournaledTx,
 }
 
@@ -230,6 +240,8 @@ pub async fn unsettled(
             })?;
             Ok(Unsettled {
                 row_id: c.row_id,
+                onchain_id: c.onchain_id,
+                at_period_end: c.at_period_end,
                 tx,
             })
         })
@@ -256,8 +268,9 @@ pub async fn settle(
     Ok(())
 }
 
-/// Ends a request that sent nothing, or whose transaction can never be mined: the
-/// subscription may be asked again.
+/// Ends this request's own row after its send failed without reaching the pool: the
+/// subscription may be asked again. (A row another request judged must be ended with
+/// [`fail_if`].)
 pub async fn fail(
     client: &impl GenericClient,
     scope: &MerchantScope,
@@ -267,9 +280,31 @@ pub async fn fail(
     client
         .execute(
             "UPDATE subscription_cancellations SET status = 'failed', error = $3, \
-             updated_at = now() WHERE id = $1 AND merchant_id = $2",
+             updated_at = now() WHERE id = $1 AND merchant_id = $2 AND status <> 'mined'",
             &[&row_id, &scope.id(), &error],
         )
         .await?;
     Ok(())
+}
+
+/// Ends a row only if it is still as the caller judged it: `sending` (`dead` = `None`: its
+/// process died before signing), or naming the transaction `dead`. `false` when it changed
+/// meanwhile (its own request journaled or replaced it): the caller must not start another.
+pub async fn fail_if(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    row_id: i64,
+    dead: Option<B256>,
+    error: &str,
+) -> Result<bool> {
+    let dead = dead.map(|h| h.to_vec());
+    let n = client
+        .execute(
+            "UPDATE subscription_cancellations SET status = 'failed', error = $4, \
+             updated_at = now() WHERE id = $1 AND merchant_id = $2 AND CASE WHEN $3::BYTEA \
+             IS NULL THEN status = 'sending' ELSE status = 'submitted' AND tx_hash = $3 END",
+            &[&row_id, &scope.id(), &dead, &error],
+        )
+        .await?;
+    Ok(n == 1)
 }

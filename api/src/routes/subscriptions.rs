@@ -154,14 +154,14 @@ fn parse_cancel(body: &serde_json::Map<String, serde_json::Value>) -> Result<boo
 /// nothing of it reached the chain, so a new request may take its place. A live request never
 /// stays `sending` this long: its send is bounded by [`SEND_TIMEOUT`], and a request whose
 /// row was taken over cannot journal, hence cannot broadcast.
-const ABANDONED_SENDING: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+const ABANDONED_SENDING_SECS: f64 = 60.0;
 
 /// Bound on one request's work with the chain (estimate, lock, sign, journal, broadcast).
 const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// A request's unmined transaction is replaced (same nonce, +25 % fees) only when a new
 /// request comes this long after the last one was signed; sooner, its bytes are sent again.
-const REPLACE_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(30);
+const REPLACE_AFTER_SECS: f64 = 30.0;
 
 /// At most this many transactions per request (the first and its replacements): fees grow
 /// by 25 % per replacement, and a caller retrying in a loop must not drain the relayer.
@@ -267,6 +267,8 @@ async fn cancel_once(
         tracing::warn!(error = %e, "cancellation: chain unreachable");
         chain_unreachable()
     };
+    let onchain_id = u64::try_from(row.onchain_id)
+        .map_err(|_| ApiError::Internal(format!("subscription {} has a negative id", row.id)))?;
     // What the index knows refuses first (a cancellation the index has seen is done); the
     // chain has the last word (the estimate).
     if matches!(
@@ -284,8 +286,14 @@ async fn cancel_once(
     {
         // A cancellation at once is on its way: cancelling at period end would revert.
         let pending = match &now.tx {
-            Some(tx) => relayer.tx_state(&sent_of(tx)).await.map_err(unreachable)? != TxState::Dead,
-            None => chrono::Utc::now() - now.created_at <= ABANDONED_SENDING,
+            Some(tx) => {
+                relayer
+                    .tx_state(&sent_of(tx), onchain_id, false)
+                    .await
+                    .map_err(unreachable)?
+                    != TxState::Dead
+            }
+            None => now.age_secs <= ABANDONED_SENDING_SECS,
         };
         if pending {
             return Err(in_progress(
@@ -300,11 +308,14 @@ async fn cancel_once(
         cancellations::live(&conn, merchant, chain_id, row.onchain_id, at_period_end).await?;
     if let Some(found) = existing {
         match &found.tx {
-            Some(tx) => match relayer.tx_state(&sent_of(tx)).await.map_err(unreachable)? {
+            Some(tx) => match relayer
+                .tx_state(&sent_of(tx), onchain_id, at_period_end)
+                .await
+                .map_err(unreachable)?
+            {
                 TxState::Succeeded => return Ok(accepted(tx.hash, found.created_at)),
                 TxState::Unmined
-                    if chrono::Utc::now() - found.updated_at < REPLACE_AFTER
-                        || found.sends >= MAX_SENDS =>
+                    if found.since_update_secs < REPLACE_AFTER_SECS || found.sends >= MAX_SENDS =>
                 {
                     // Pending, or lost before the node saw it: the same bytes again.
                     relayer.rebroadcast(&tx.raw).await.map_err(unreachable)?;
@@ -312,12 +323,37 @@ async fn cancel_once(
                 }
                 TxState::Unmined => replace = Some((found.row_id, tx.clone(), found.created_at)),
                 TxState::Dead => {
-                    cancellations::fail(&conn, merchant, found.row_id, "never mined").await?;
+                    // Only if it still names that transaction (its own request may have
+                    // replaced it meanwhile): never a second request beside a live one.
+                    let closed = cancellations::fail_if(
+                        &conn,
+                        merchant,
+                        found.row_id,
+                        Some(tx.hash),
+                        "never mined",
+                    )
+                    .await?;
+                    if !closed {
+                        return Err(in_progress(
+                            "a cancellation of this subscription is being sent; retry shortly",
+                        ));
+                    }
                 }
             },
-            None if chrono::Utc::now() - found.created_at > ABANDONED_SENDING => {
-                cancellations::fail(&conn, merchant, found.row_id, "abandoned before signing")
-                    .await?;
+            None if found.age_secs > ABANDONED_SENDING_SECS => {
+                let closed = cancellations::fail_if(
+                    &conn,
+                    merchant,
+                    found.row_id,
+                    None,
+                    "abandoned before signing",
+                )
+                .await?;
+                if !closed {
+                    return Err(in_progress(
+                        "a cancellation of this subscription is being sent; retry shortly",
+                    ));
+                }
             }
             None => {
                 return Err(in_progress(
@@ -348,22 +384,40 @@ async fn cancel_once(
         }
     };
     drop(conn);
-    let onchain_id = u64::try_from(row.onchain_id)
-        .map_err(|_| ApiError::Internal(format!("subscription {} has a negative id", row.id)))?;
-    let send = relayer.cancel(
-        &ctx.pool,
-        onchain_id,
-        (merchant.wallet(), row.subscriber),
-        at_period_end,
-        previous.as_ref().map(sent_of),
-        Journal::Cancellation {
-            scope: merchant,
-            row_id,
-        },
-    );
+    let plan_onchain_id = u64::try_from(row.plan_onchain_id).unwrap_or(u64::MAX);
+    // The send runs as a task of its own: a slow chain ends this request's wait, never the
+    // send midway (the relayer's nonce lock is held until the node acknowledged it).
+    let send = {
+        let (ctx, scope) = (ctx.clone(), merchant.clone());
+        let expected = (merchant.wallet(), row.subscriber, plan_onchain_id);
+        let replace = previous.as_ref().map(sent_of);
+        tokio::spawn(async move {
+            let Some(relayer) = &ctx.relayer else {
+                return Err(CancelError::NotSent("no relayer".into()));
+            };
+            let journal = Journal::Cancellation {
+                scope: &scope,
+                row_id,
+            };
+            relayer
+                .cancel(
+                    &ctx.pool,
+                    onchain_id,
+                    expected,
+                    at_period_end,
+                    replace,
+                    journal,
+                )
+                .await
+        })
+    };
     let outcome = match tokio::time::timeout(SEND_TIMEOUT, send).await {
-        Ok(outcome) => outcome,
-        // Maybe journaled, maybe broadcast: the row says; the next request carries it on.
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(join)) => Err(CancelError::MaybeSent(format!(
+            "the send task failed: {join}"
+        ))),
+        // Maybe journaled, maybe broadcast: the row says; the next request or the re-driver
+        // carries it on.
         Err(_) => Err(CancelError::MaybeSent(
             "no answer from the chain in time".into(),
         )),
@@ -425,25 +479,11 @@ async fn cancel_once(
             close("not sent").await?;
             unreachable(detail)
         }
-        CancelError::NodeRefused(detail) => {
+        CancelError::NodeRefused(detail, refused) => {
             tracing::warn!(error = %detail, "cancellation: the node refused the transaction");
-            let conn = ctx.pool.get().await?;
             match &previous {
                 // Its replacement never entered the pool: the row names the earlier one again.
-                Some(tx) => {
-                    if let Some(now) = cancellations::live(
-                        &conn,
-                        merchant,
-                        chain_id,
-                        row.onchain_id,
-                        at_period_end,
-                    )
-                    .await?
-                        && let Some(refused) = now.tx.filter(|t| t.hash != tx.hash)
-                    {
-                        cancellations::restore(&conn, merchant, row_id, refused.hash, tx).await?;
-                    }
-                }
+                Some(tx) => cancellations::restore(&conn, merchant, row_id, refused, tx).await?,
                 None => cancellations::fail(&conn, merchant, row_id, "refused by the node").await?,
             }
             chain_unreachable()

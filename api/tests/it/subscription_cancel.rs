@@ -523,7 +523,8 @@ async fn an_api_that_dies_between_journal_and_broadcast_sends_the_same_cancellat
 
 /// A request whose row another request took over (it was `sending` past the abandonment
 /// time) can no longer journal — so it never broadcasts — and a replacement journals only
-/// over the transaction it replaces; a refused replacement puts the earlier one back.
+/// over the transaction it replaces; a refused replacement puts the earlier one back; a row
+/// is closed only while it still names what its closer judged.
 #[tokio::test]
 async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone() {
     use chainsub_store::cancellations::{self as store, JournaledTx};
@@ -610,6 +611,32 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
     assert_eq!(live.row_id, next.row_id);
     assert_eq!(live.tx, Some(tx(1, 5)));
     assert_eq!(live.sends, 2);
+    // Another request judged an older transaction dead, or the row abandoned while `sending`:
+    // the row has moved on, so it is not closed (no second request beside a live one).
+    for dead in [Some(B256::repeat_byte(4)), None] {
+        assert!(
+            !store::fail_if(&client, &scope, next.row_id, dead, "never mined")
+                .await
+                .unwrap()
+        );
+    }
+    assert!(
+        store::fail_if(
+            &client,
+            &scope,
+            next.row_id,
+            Some(B256::repeat_byte(1)),
+            "never mined"
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        store::live(&client, &scope, 31337, 7, false)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// The API dies between journal and broadcast, and the merchant never asks again: the
