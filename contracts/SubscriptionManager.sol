@@ -8,6 +8,12 @@ interface IERC20 {
     function allowance(address owner, address spender) external view returns (uint256);
 }
 
+/// EIP-2612 (USDC has it): an allowance from a signed message.
+interface IERC20Permit {
+    function permit(address owner, address spender, uint256 value, uint256 deadline, uint8 v, bytes32 r, bytes32 s)
+        external;
+}
+
 /// @title SubscriptionManager (v2)
 /// @notice Recurring USDC subscriptions paid from the subscriber's own allowance.
 ///
@@ -280,6 +286,34 @@ contract SubscriptionManager {
     function subscribe(uint256 planId, address merchant, uint256 amount, bytes32 customerRef)
         external
         nonReentrant
+        returns (uint256 subscriptionId)
+    {
+        return _subscribe(planId, merchant, amount, customerRef);
+    }
+
+    /// `subscribe` with an EIP-2612 permit for this contract (issue 14: one signature and
+    /// one transaction instead of approve + subscribe): the permit sets the caller's
+    /// allowance to `permitValue`, then the subscription is created exactly as `subscribe`
+    /// would. A permit that fails (someone already submitted it, or the token has no
+    /// `permit`) is ignored: the subscription then needs the allowance to suffice anyway, and
+    /// reverts FirstPaymentFailed(InsufficientAllowance) otherwise.
+    function subscribeWithPermit(
+        uint256 planId,
+        address merchant,
+        uint256 amount,
+        bytes32 customerRef,
+        uint256 permitValue,
+        uint256 deadline,
+        uint8 v,
+        bytes32 r,
+        bytes32 s
+    ) external nonReentrant returns (uint256 subscriptionId) {
+        try IERC20Permit(address(token)).permit(msg.sender, address(this), permitValue, deadline, v, r, s) {} catch {}
+        return _subscribe(planId, merchant, amount, customerRef);
+    }
+
+    function _subscribe(uint256 planId, address merchant, uint256 amount, bytes32 customerRef)
+        private
         returns (uint256 subscriptionId)
     {
         Plan memory plan = _plans[planId];

@@ -24,6 +24,7 @@ mod contract_failures;
 mod contract_gas;
 mod contract_guards;
 mod contract_operator;
+mod contract_permit;
 mod contract_plans;
 mod dev_command;
 mod e2e_dev_demo;
