@@ -75,6 +75,37 @@ async fn event(app: &App, key: &str, id: &str, kind: &str) -> Value {
     .await
 }
 
+/// The API (with chain and relayer) and the merchant's key.
+async fn app_and_key() -> (App, String) {
+    let app = spawn(Opts {
+        chain: true,
+        confirmations: Some(CONFIRMATIONS),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    (app, key)
+}
+
+/// A plan created through the API (so by the operator), CUSTOMER subscribed on chain, and the
+/// subscription's id once indexed.
+async fn api_plan_and_subscription(app: &App, key: &str) -> String {
+    let plan = app
+        .post(
+            "/api/v1/plans",
+            key,
+            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
+            None,
+        )
+        .await;
+    assert_eq!(plan.body["status"], "active", "{:?}", plan.body);
+    subscribe(app, DevChain::address(CUSTOMER), U256::from(1)).await;
+    listed(app, key, 1).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 fn code(r: &chainsub_tests::merchant::Res) -> (u16, Option<&str>) {
     (r.status, r.body["error"]["code"].as_str())
 }
@@ -91,13 +122,7 @@ async fn relayer_nonce(chain: &DevChain) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_the_chain() {
-    let app = spawn(Opts {
-        chain: true,
-        confirmations: Some(CONFIRMATIONS),
-        ..Opts::default()
-    })
-    .await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let (app, key) = app_and_key().await;
     let other = app.merchant_key(DevChain::address(MERCHANT_B)).await;
     let rx = WebhookReceiver::ok().await;
     let mut pg = app.db().await;
@@ -113,18 +138,7 @@ async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_
         .to_string();
     let _dispatcher = spawn_dispatcher(&app.db.url, fast_config("0s,10ms"));
     let _indexer = spawn_indexer(&app, CONFIRMATIONS);
-    let plan = app
-        .post(
-            "/api/v1/plans",
-            &key,
-            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
-            None,
-        )
-        .await;
-    assert_eq!(plan.body["status"], "active", "{:?}", plan.body);
-    subscribe(&app, DevChain::address(CUSTOMER), U256::from(1)).await;
-    let sub = listed(&app, &key, 1).await.remove(0);
-    let id = sub["id"].as_str().unwrap().to_string();
+    let id = api_plan_and_subscription(&app, &key).await;
     let path = format!("/api/v1/subscriptions/{id}/cancel");
 
     // Bad bodies change nothing.
@@ -283,13 +297,7 @@ async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_
 /// the request is closed so nothing stays pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_to_a_plan_the_merchant_created_itself_is_not_cancellable_by_the_service() {
-    let app = spawn(Opts {
-        chain: true,
-        confirmations: Some(CONFIRMATIONS),
-        ..Opts::default()
-    })
-    .await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let (app, key) = app_and_key().await;
     let _indexer = spawn_indexer(&app, CONFIRMATIONS);
     let chain = app.chain.as_ref().unwrap();
     let merchant = DevChain::address(MERCHANT);
@@ -341,28 +349,9 @@ async fn a_subscription_to_a_plan_the_merchant_created_itself_is_not_cancellable
 /// transaction's 202 or a "retry shortly" 409, and the relayer's nonce moves by one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_requests_send_one_transaction() {
-    let app = spawn(Opts {
-        chain: true,
-        confirmations: Some(CONFIRMATIONS),
-        ..Opts::default()
-    })
-    .await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let (app, key) = app_and_key().await;
     let _indexer = spawn_indexer(&app, CONFIRMATIONS);
-    let plan = app
-        .post(
-            "/api/v1/plans",
-            &key,
-            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
-            None,
-        )
-        .await;
-    assert_eq!(plan.body["status"], "active", "{:?}", plan.body);
-    subscribe(&app, DevChain::address(CUSTOMER), U256::from(1)).await;
-    let id = listed(&app, &key, 1).await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = api_plan_and_subscription(&app, &key).await;
     let chain = app.chain.as_ref().unwrap();
     let before = relayer_nonce(chain).await;
     let path = format!("/api/v1/subscriptions/{id}/cancel");

@@ -30,6 +30,24 @@ macro_rules! token_revert {
     }};
 }
 
+/// `subscribeWithPermit` of plan 1 at its terms, with the permit (`value`, `deadline`, and
+/// the signature `(v, r, s)`).
+macro_rules! with_permit {
+    ($chain:expr, $value:expr, $deadline:expr, $sig:expr) => {
+        $chain.manager().subscribeWithPermit(
+            U256::from(1),
+            DevChain::address(MERCHANT),
+            U256::from(PRICE),
+            B256::ZERO,
+            $value,
+            $deadline,
+            $sig.0,
+            $sig.1,
+            $sig.2,
+        )
+    };
+}
+
 alloy::sol! {
     /// EIP-2612's signed message.
     struct Permit {
@@ -108,20 +126,7 @@ async fn a_customer_without_allowance_subscribes_with_one_signature_and_one_tran
     let deadline = deadline(&chain).await;
     let (v, r, s) = sign_permit(&chain, &dev_key(CUSTOMER), customer, value, deadline).await;
 
-    let receipt = send_as!(
-        customer,
-        chain.manager().subscribeWithPermit(
-            U256::from(1),
-            DevChain::address(MERCHANT),
-            U256::from(PRICE),
-            B256::repeat_byte(0xcc),
-            value,
-            deadline,
-            v,
-            r,
-            s
-        )
-    );
+    let receipt = send_as!(customer, with_permit!(chain, value, deadline, (v, r, s)));
     let events = manager_events(&chain, &receipt);
     assert!(
         matches!(
@@ -178,20 +183,7 @@ async fn a_front_run_permit_does_not_block_the_subscription() {
             .permit(customer, chain.manager, value, deadline, v, r, s)
     );
 
-    let receipt = send_as!(
-        customer,
-        chain.manager().subscribeWithPermit(
-            U256::from(1),
-            DevChain::address(MERCHANT),
-            U256::from(PRICE),
-            B256::ZERO,
-            value,
-            deadline,
-            v,
-            r,
-            s
-        )
-    );
+    let receipt = send_as!(customer, with_permit!(chain, value, deadline, (v, r, s)));
     assert!(receipt.status());
     assert_eq!(
         chain.manager().subscriptionCount().call().await.unwrap(),
@@ -223,20 +215,7 @@ async fn a_bad_expired_or_replayed_permit_gives_no_allowance() {
         refused,
         MockUSDCErrors::InvalidSignature(chainsub_abi::MockUSDC::InvalidSignature {})
     );
-    let err = revert_as!(
-        customer,
-        chain.manager().subscribeWithPermit(
-            U256::from(1),
-            DevChain::address(MERCHANT),
-            U256::from(PRICE),
-            B256::ZERO,
-            value,
-            deadline,
-            forged.0,
-            forged.1,
-            forged.2
-        )
-    );
+    let err = revert_as!(customer, with_permit!(chain, value, deadline, forged));
     assert_eq!(
         err,
         E::FirstPaymentFailed(SM::FirstPaymentFailed { reason: 1 }),
