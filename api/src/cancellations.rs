@@ -23,6 +23,9 @@ pub const SETTLE_AFTER_SECS: f64 = 10.0;
 /// Rows per pass.
 const BATCH: i64 = 100;
 
+/// The `error` of a row the re-driver found dead.
+pub const DEAD: &str = "never mined: its nonce went to another transaction; ask again";
+
 /// Runs passes until `stop` resolves.
 pub async fn redrive(ctx: Ctx, stop: impl Future<Output = ()>) {
     tokio::pin!(stop);
@@ -61,7 +64,20 @@ pub async fn pass(ctx: &Ctx) -> Result<usize, String> {
             .await?
         {
             TxState::Succeeded => Some((true, None)),
-            TxState::Dead => Some((false, Some("never mined"))),
+            TxState::Dead => {
+                // Its nonce went to another transaction and the chain does not show the
+                // cancellation: it will not happen unless the merchant asks again. Said loudly,
+                // for the operator to alert on (the merchant was told "pending").
+                tracing::error!(
+                    row = row.row_id,
+                    subscription = row.onchain_id,
+                    tx = %row.tx.hash,
+                    "cancellation lost its nonce to another transaction and never took effect: \
+                     the merchant must ask again"
+                );
+                metrics::counter!("api_cancellations_dead_total").increment(1);
+                Some((false, Some(DEAD)))
+            }
             TxState::Unmined => {
                 if let Err(e) = relayer.rebroadcast(&row.tx.raw).await {
                     tracing::warn!(tx = %row.tx.hash, error = %e, "cancellation re-driver");

@@ -668,3 +668,60 @@ async fn a_journaled_cancellation_nobody_asks_for_again_is_sent_by_the_redriver(
     })
     .await;
 }
+
+/// The API dies between journal and broadcast, and before anything re-sends the journaled
+/// bytes, another relayer transaction takes their nonce: the cancellation can never be mined.
+/// The re-driver says so (the row `failed` with the reason, `api_cancellations_dead_total`,
+/// an error log), and the merchant's next request sends a new transaction that cancels.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_journaled_cancellation_whose_nonce_was_taken_is_reported_and_asked_again() {
+    let fx = Crashed::new(false).await;
+    // The relayer's key sends something else at that nonce.
+    send_as!(
+        DevChain::address(OPERATOR),
+        fx.chain.manager().createPlan(
+            DevChain::address(MERCHANT),
+            U256::from(PRICE),
+            B256::repeat_byte(0x77)
+        )
+    );
+    assert_eq!(relayer_nonce(&fx.chain).await, fx.before + 1);
+    let (api, _restarted) = fx.restart().await;
+    chainsub_tests::wait_until("the re-driver reports the dead cancellation", || async {
+        let row = fx
+            .client
+            .query_one("SELECT status, error FROM subscription_cancellations", &[])
+            .await
+            .unwrap();
+        row.get::<_, String>(0) == "failed"
+            && row.get::<_, Option<String>>(1).as_deref() == Some(chainsub_api::cancellations::DEAD)
+    })
+    .await;
+    let manager = fx.chain.manager();
+    assert_eq!(
+        manager
+            .getSubscription(U256::from(1))
+            .call()
+            .await
+            .unwrap()
+            .status,
+        1,
+        "still active"
+    );
+    let r = api
+        .post_res(&fx.path, &fx.key, &json!({"atPeriodEnd": false}), None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202, "{:?}", r.body);
+    assert_ne!(r.body["transactionHash"], fx.journaled.as_str());
+    chainsub_tests::wait_until("the new cancellation mined", || async {
+        manager
+            .getSubscription(U256::from(1))
+            .call()
+            .await
+            .unwrap()
+            .status
+            == 3
+    })
+    .await;
+}
