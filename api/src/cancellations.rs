@@ -52,12 +52,7 @@ pub async fn pass(ctx: &Ctx) -> Result<usize, String> {
         .await
         .map_err(|e| e.to_string())?;
     for row in &rows {
-        let sent = Sent {
-            hash: row.tx.hash,
-            nonce: row.tx.nonce,
-            max_fee_per_gas: row.tx.max_fee_per_gas,
-            priority_fee_per_gas: row.tx.priority_fee_per_gas,
-        };
+        let sent = Sent::from(&row.tx);
         let onchain_id = u64::try_from(row.onchain_id).unwrap_or_default();
         let settled = match relayer
             .tx_state(&sent, onchain_id, row.at_period_end)

@@ -96,6 +96,17 @@ impl Journal<'_> {
     }
 }
 
+impl From<&chainsub_store::cancellations::JournaledTx> for Sent {
+    fn from(tx: &chainsub_store::cancellations::JournaledTx) -> Sent {
+        Sent {
+            hash: tx.hash,
+            nonce: tx.nonce,
+            max_fee_per_gas: tx.max_fee_per_gas,
+            priority_fee_per_gas: tx.priority_fee_per_gas,
+        }
+    }
+}
+
 impl Sent {
     /// This transaction as a cancellation row journals it.
     pub fn journaled(&self, raw: &[u8]) -> chainsub_store::cancellations::JournaledTx {

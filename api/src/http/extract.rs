@@ -158,6 +158,21 @@ pub fn caller() -> BoxedFilter<(Caller,)> {
         .boxed()
 }
 
+/// Rejects a JSON body field not in `known`, naming it in `param`.
+pub fn check_fields(
+    body: &serde_json::Map<String, serde_json::Value>,
+    known: &[&str],
+) -> Result<(), ApiError> {
+    match body.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(ApiError::Invalid {
+            code: "parameter_unknown",
+            message: format!("unknown field `{k}`"),
+            param: Some(k.clone()),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Rejects unknown query parameters and duplicates, naming them in `param`.
 pub fn check_params(pairs: &[(String, String)], known: &[&str]) -> Result<(), ApiError> {
     for (i, (k, _)) in pairs.iter().enumerate() {

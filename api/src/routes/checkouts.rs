@@ -11,7 +11,7 @@ use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::domain::text;
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{Caller, caller, method_fallback};
+use crate::http::extract::{Caller, caller, check_fields, method_fallback};
 use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::routes::plans::{find, with_rate};
 
@@ -36,16 +36,7 @@ struct NewCheckout {
 }
 
 fn parse(body: &Map<String, Value>) -> Result<NewCheckout> {
-    if let Some(k) = body
-        .keys()
-        .find(|k| !["planId", "customerExternalId"].contains(&k.as_str()))
-    {
-        return Err(ApiError::Invalid {
-            code: "parameter_unknown",
-            message: format!("unknown field `{k}`"),
-            param: Some(k.clone()),
-        });
-    }
+    check_fields(body, &["planId", "customerExternalId"])?;
     let plan_id = match body.get("planId") {
         None | Some(Value::Null) => return Err(ApiError::missing("planId")),
         Some(Value::String(s)) if chainsub_core::PlanId::parse(s).is_some() => s.clone(),

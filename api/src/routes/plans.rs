@@ -22,7 +22,9 @@ use crate::chain::{Journal, Outcome, PlanTerms, Sent};
 use crate::ctx::{Ctx, with_ctx};
 use crate::domain::{Amount, Slug, random_hex, text};
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{Caller, caller, check_params, method_fallback, query_pairs};
+use crate::http::extract::{
+    Caller, caller, check_fields, check_params, method_fallback, query_pairs,
+};
 use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::merchants::Merchant;
 use crate::pagination::{Page, cursor_key};
@@ -143,14 +145,7 @@ struct NewPlan {
 }
 
 fn parse_new_plan(body: &Map<String, Value>) -> Result<NewPlan> {
-    const KNOWN: [&str; 5] = ["name", "amount", "currency", "interval", "slug"];
-    if let Some(k) = body.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return Err(ApiError::Invalid {
-            code: "parameter_unknown",
-            message: format!("unknown field `{k}`"),
-            param: Some(k.clone()),
-        });
-    }
+    check_fields(body, &["name", "amount", "currency", "interval", "slug"])?;
     let name = text("name", body.get("name"), 100)?;
     let amount = match body.get("amount") {
         None => return Err(ApiError::missing("amount")),

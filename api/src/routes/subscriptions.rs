@@ -13,7 +13,7 @@ use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{
-    Caller, caller, check_params, method_fallback, param, query_pairs, text_param,
+    Caller, caller, check_fields, check_params, method_fallback, param, query_pairs, text_param,
 };
 use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::pagination::{Page, cursor_key};
@@ -138,13 +138,7 @@ async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
 
 /// `{"atPeriodEnd": true|false}`: the one field, required.
 fn parse_cancel(body: &serde_json::Map<String, serde_json::Value>) -> Result<bool> {
-    if let Some(k) = body.keys().find(|k| k.as_str() != "atPeriodEnd") {
-        return Err(ApiError::Invalid {
-            code: "parameter_unknown",
-            message: format!("unknown field `{k}`"),
-            param: Some(k.clone()),
-        });
-    }
+    check_fields(body, &["atPeriodEnd"])?;
     body.get("atPeriodEnd")
         .and_then(serde_json::Value::as_bool)
         .ok_or_else(|| ApiError::invalid("atPeriodEnd", "`atPeriodEnd` is required: true or false"))
@@ -207,20 +201,14 @@ fn already_cancelling() -> ApiError {
     }
 }
 
+/// The 409 of a request that finds the same cancellation being sent by another.
+const BEING_SENT: &str = "a cancellation of this subscription is being sent; retry shortly";
+
 fn in_progress(message: &str) -> ApiError {
     ApiError::Conflict {
         code: crate::idempotency::IN_PROGRESS,
         message: message.into(),
         param: None,
-    }
-}
-
-fn sent_of(tx: &chainsub_store::cancellations::JournaledTx) -> crate::chain::Sent {
-    crate::chain::Sent {
-        hash: tx.hash,
-        nonce: tx.nonce,
-        max_fee_per_gas: tx.max_fee_per_gas,
-        priority_fee_per_gas: tx.priority_fee_per_gas,
     }
 }
 
@@ -230,7 +218,7 @@ async fn cancel_once(
     id: &str,
     body: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Resp> {
-    use crate::chain::{CancelError, Journal, Refusal, TxState};
+    use crate::chain::{CancelError, Journal, Refusal, Sent, TxState};
     use chainsub_store::cancellations;
 
     let at_period_end = parse_cancel(body)?;
@@ -288,7 +276,7 @@ async fn cancel_once(
         let pending = match &now.tx {
             Some(tx) => {
                 relayer
-                    .tx_state(&sent_of(tx), onchain_id, false)
+                    .tx_state(&Sent::from(tx), onchain_id, false)
                     .await
                     .map_err(unreachable)?
                     != TxState::Dead
@@ -309,7 +297,7 @@ async fn cancel_once(
     if let Some(found) = existing {
         match &found.tx {
             Some(tx) => match relayer
-                .tx_state(&sent_of(tx), onchain_id, at_period_end)
+                .tx_state(&Sent::from(tx), onchain_id, at_period_end)
                 .await
                 .map_err(unreachable)?
             {
@@ -334,9 +322,7 @@ async fn cancel_once(
                     )
                     .await?;
                     if !closed {
-                        return Err(in_progress(
-                            "a cancellation of this subscription is being sent; retry shortly",
-                        ));
+                        return Err(in_progress(BEING_SENT));
                     }
                 }
             },
@@ -350,15 +336,11 @@ async fn cancel_once(
                 )
                 .await?;
                 if !closed {
-                    return Err(in_progress(
-                        "a cancellation of this subscription is being sent; retry shortly",
-                    ));
+                    return Err(in_progress(BEING_SENT));
                 }
             }
             None => {
-                return Err(in_progress(
-                    "a cancellation of this subscription is being sent; retry shortly",
-                ));
+                return Err(in_progress(BEING_SENT));
             }
         }
     }
@@ -376,9 +358,7 @@ async fn cancel_once(
             )
             .await?;
             let Some(new) = inserted else {
-                return Err(in_progress(
-                    "a cancellation of this subscription is being sent; retry shortly",
-                ));
+                return Err(in_progress(BEING_SENT));
             };
             (new.row_id, None, new.created_at)
         }
@@ -390,7 +370,7 @@ async fn cancel_once(
     let send = {
         let (ctx, scope) = (ctx.clone(), merchant.clone());
         let expected = (merchant.wallet(), row.subscriber, plan_onchain_id);
-        let replace = previous.as_ref().map(sent_of);
+        let replace = previous.as_ref().map(Sent::from);
         tokio::spawn(async move {
             let Some(relayer) = &ctx.relayer else {
                 return Err(CancelError::NotSent("no relayer".into()));

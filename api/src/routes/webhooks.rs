@@ -26,7 +26,7 @@ use warp::http::StatusCode;
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{check_params, method_fallback, param, query_pairs};
+use crate::http::extract::{check_fields, check_params, method_fallback, param, query_pairs};
 use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
 use crate::webhook_settings::{self as settings, WebhookUrl};
 
@@ -163,13 +163,7 @@ async fn set_url(ctx: &Ctx, s: &Session, ct: Option<&str>, body: &[u8]) -> Resul
         Some(_) => return Err(ApiError::invalid("url", "`url` must be a string or null")),
         None => return Err(ApiError::missing("url")),
     };
-    if let Some(k) = obj.keys().find(|k| *k != "url") {
-        return Err(ApiError::Invalid {
-            code: "parameter_unknown",
-            message: format!("unknown field `{k}`"),
-            param: Some(k.clone()),
-        });
-    }
+    check_fields(&obj, &["url"])?;
     let mut conn = ctx.pool.get().await?;
     settings::set_url(&mut conn, &s.merchant, url.as_ref()).await?;
     tracing::info!(merchant = %s.merchant.public_id(), set = url.is_some(), "webhook URL changed");
