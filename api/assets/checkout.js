@@ -215,7 +215,8 @@
       link.href = settings.explorerTxUrl.replace("{hash}", hash);
       link.hidden = false;
     }
-    show("confirmed", "Confirmed: you are subscribed. You can close this page.", []);
+    document.getElementById("account-link").href = settings.accountUrl;
+    show("confirmed", "Confirmed: you are subscribed. You can close this page, or manage your subscription from the link below.", []);
   }
 
   btn.connect.addEventListener("click", connect);

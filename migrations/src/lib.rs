@@ -83,6 +83,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "subscription_cancellations",
         sql: include_str!("../sql/0015_subscription_cancellations.sql"),
     },
+    Migration {
+        version: 16,
+        name: "subscriber_lookup",
+        sql: include_str!("../sql/0016_subscriber_lookup.sql"),
+    },
 ];
 
 /// Migration failures.

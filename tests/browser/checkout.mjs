@@ -86,6 +86,8 @@ await run("checkout", async (browser) => {
     check(/^0x[0-9a-f]{64}$/.test(hash), `tx hash shown: ${hash}`);
     const href = await page.locator("#explorer-link").getAttribute("href");
     check(href === env("EXPLORER_PREFIX") + hash, `explorer link: ${href}`);
+    const manage = await page.locator("#account-link").getAttribute("href");
+    check(/^\/account\?merchant=[a-z0-9]+$/.test(manage), `link to the self-service page: ${manage}`);
     check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === 4, "rejected, approve, rejected, subscribe");
     await screenshot(page, "checkout-7-confirmed");
     console.log(`subscribe tx: ${hash}`);

@@ -405,24 +405,62 @@ impl ApiClient {
             .ok_or_else(|| anyhow!("no steps in {plan}"))?;
         let mut receipts = Vec::new();
         for step in steps {
-            let tx = &step["tx"];
-            let field = |k: &str| tx[k].as_str().ok_or_else(|| anyhow!("tx lacks {k}: {tx}"));
-            let req = TransactionRequest::default()
-                .with_from(field("from")?.parse()?)
-                .with_to(field("to")?.parse()?)
-                .with_input(field("data")?.parse::<Bytes>()?);
-            let receipt = wallet
-                .send_transaction(req)
-                .await?
-                .get_receipt()
-                .await
-                .context("checkout tx receipt")?;
             let name = step["step"].as_str().unwrap_or("tx").to_string();
-            ensure!(receipt.status(), "checkout step {name} reverted");
+            let receipt = send_tx_request(wallet, &step["tx"])
+                .await
+                .with_context(|| format!("checkout step {name}"))?;
             receipts.push((name, receipt));
         }
         Ok(receipts)
     }
+
+    /// What the self-service page does when the customer cancels: asks
+    /// `/account/cancel-tx` for the call and sends it from the customer's wallet.
+    pub async fn cancel_via_account_page(
+        &self,
+        wallet: &DynProvider,
+        from: Address,
+        onchain_id: u64,
+        at_period_end: bool,
+    ) -> Result<TransactionReceipt> {
+        let url = format!(
+            "{}/account/cancel-tx?from={from}&subscription={onchain_id}&atPeriodEnd={at_period_end}",
+            self.base
+        );
+        let (status, body) = Self::read(self.http.get(url).send().await?).await?;
+        ensure!(status == 200, "GET /account/cancel-tx: {status} {body}");
+        send_tx_request(wallet, &body["tx"]).await
+    }
+
+    /// The self-service page's list of `wallet`'s subscriptions.
+    pub async fn account_subscriptions(&self, wallet: Address) -> Result<Value> {
+        let url = format!("{}/account/subscriptions?wallet={wallet}", self.base);
+        let (status, body) = Self::read(self.http.get(url).send().await?).await?;
+        ensure!(status == 200, "GET /account/subscriptions: {status} {body}");
+        Ok(body)
+    }
+}
+
+/// Sends an EIP-1193 transaction request the pages hand out (`from`, `to`, `data`) as the
+/// wallet would, and waits for a successful receipt.
+pub async fn send_tx_request(wallet: &DynProvider, tx: &Value) -> Result<TransactionReceipt> {
+    let field = |k: &str| tx[k].as_str().ok_or_else(|| anyhow!("tx lacks {k}: {tx}"));
+    let req = TransactionRequest::default()
+        .with_from(field("from")?.parse()?)
+        .with_to(field("to")?.parse()?)
+        .with_input(field("data")?.parse::<Bytes>()?);
+    let receipt = wallet
+        .send_transaction(req)
+        .await?
+        .get_receipt()
+        .await
+        .context("tx receipt")?;
+    ensure!(
+        receipt.status(),
+        "transaction {} reverted",
+        receipt.transaction_hash
+    );
+    Ok(receipt)
 }
 
 fn rand_suffix() -> String {

@@ -13,6 +13,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../assets/checkout.js"),
     ),
     (
+        "account.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/account.js"),
+    ),
+    (
         "dashboard.js",
         "text/javascript; charset=utf-8",
         include_str!("../../assets/dashboard.js"),

@@ -43,6 +43,8 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
         "explorerTxUrl": cfg.pages.explorer_tx_url,
         "available": link.plan_onchain_id.is_some() && !link.deactivated,
         "inactive": link.deactivated,
+        // The self-service page, narrowed to this merchant: where the customer cancels.
+        "accountUrl": format!("/account?merchant={}", link.merchant.code),
     });
     let unavailable = if link.deactivated {
         "<p class=\"notice\" role=\"alert\">This plan no longer accepts new subscriptions.</p>"
@@ -77,6 +79,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
 <div id="result" class="result" hidden>
   <p>Transaction <code id="tx-hash"></code></p>
   <p><a id="explorer-link" href="" target="_blank" rel="noopener noreferrer" hidden>View on the block explorer</a></p>
+  <p><a id="account-link" href="">Manage or cancel your subscription</a></p>
 </div>
 </section>
 {settings}"#,

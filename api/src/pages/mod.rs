@@ -1,7 +1,10 @@
-//! Server-rendered pages: the customer checkout page and the merchant dashboard
-//! (`/dashboard/developers`), plus the static JS/CSS they load from `/assets/` (no CDN).
-//! The routes live in `routes/pages.rs`; this module holds what they render and compute.
+//! Server-rendered pages: the customer checkout page, the customer self-service page
+//! (`/account`), the merchant dashboard (`/dashboard/developers`), plus the static JS/CSS
+//! they load from `/assets/` (no CDN). The routes live in `routes/pages.rs`; this module
+//! holds what they render and compute.
 
+pub mod account;
+pub mod account_view;
 pub mod assets;
 pub mod checkout;
 pub mod checkout_view;

@@ -5,6 +5,9 @@
 //! |---|---|---|
 //! | GET | /checkout/{merchantCode}/{planSlug}?customer=…&sig=… | checkout page (HTML) |
 //! | GET | /checkout/{merchantCode}/{planSlug}/tx?customer=…&sig=…&from=0x… | wallet state + ready tx requests (JSON) |
+//! | GET | /account?merchant=… | customer self-service page (HTML) |
+//! | GET | /account/subscriptions?wallet=0x…&merchant=… | a wallet's subscriptions (JSON) |
+//! | GET | /account/cancel-tx?from=0x…&subscription=N&atPeriodEnd=true\|false | cancel tx request (JSON) |
 //! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
 //! | GET | /assets/{file} | JS and CSS of the pages |
 
@@ -23,7 +26,7 @@ use crate::http::error::{ApiError, Result};
 use crate::http::extract::{method_fallback, param, query_pairs};
 use crate::http::reply::{Resp, respond};
 use crate::pages::html::error_page;
-use crate::pages::{assets, checkout, checkout_view, dashboard};
+use crate::pages::{account, account_view, assets, checkout, checkout_view, dashboard};
 use crate::webhook_settings as settings;
 
 type Query = Vec<(String, String)>;
@@ -57,7 +60,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     let tx = tx_path()
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
-        .and(warp::any().map(move || provider.clone()))
+        .and(with_provider(provider.clone()))
         .and(client_addr())
         .and(query_pairs())
         .then(
@@ -74,6 +77,43 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .and(method_fallback("GET"))
             .map(|_: String, _: String, r: Resp| r))
         .unify();
+
+    let account_page = warp::path!("account").and(
+        warp::get()
+            .and(with_ctx(ctx.clone()))
+            .and(client_addr())
+            .and(query_pairs())
+            .then(|ctx: Ctx, remote: ClientAddr, q: Query| async move {
+                account_page(&ctx, &remote, &q).unwrap_or_else(html_error)
+            })
+            .or(method_fallback("GET"))
+            .unify(),
+    );
+    let account_list = warp::path!("account" / "subscriptions").and(
+        warp::get()
+            .and(with_ctx(ctx.clone()))
+            .and(client_addr())
+            .and(query_pairs())
+            .then(|ctx: Ctx, remote: ClientAddr, q: Query| async move {
+                respond(account_subscriptions(&ctx, &remote, &q).await)
+            })
+            .or(method_fallback("GET"))
+            .unify(),
+    );
+    let account_cancel = warp::path!("account" / "cancel-tx").and(
+        warp::get()
+            .and(with_ctx(ctx.clone()))
+            .and(with_provider(provider))
+            .and(client_addr())
+            .and(query_pairs())
+            .then(
+                |ctx: Ctx, provider: Option<DynProvider>, remote: ClientAddr, q: Query| async move {
+                    respond(account_cancel_tx(&ctx, provider.as_ref(), &remote, &q).await)
+                },
+            )
+            .or(method_fallback("GET"))
+            .unify(),
+    );
 
     let dash = warp::path!("dashboard" / "developers").and(
         warp::get()
@@ -106,11 +146,23 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     checkout_page
         .or(tx)
         .unify()
+        .or(account_page)
+        .unify()
+        .or(account_list)
+        .unify()
+        .or(account_cancel)
+        .unify()
         .or(dash)
         .unify()
         .or(asset)
         .unify()
         .boxed()
+}
+
+fn with_provider(
+    provider: Option<DynProvider>,
+) -> impl Filter<Extract = (Option<DynProvider>,), Error = std::convert::Infallible> + Clone {
+    warp::any().map(move || provider.clone())
 }
 
 fn check_ip(ctx: &Ctx, remote: &ClientAddr) -> Result<()> {
@@ -180,9 +232,7 @@ async fn transactions(
     q: &Query,
 ) -> Result<Resp> {
     check_ip(ctx, remote)?;
-    let from = param(q, "from").ok_or_else(|| ApiError::missing("from"))?;
-    let from = Address::from_str(from)
-        .map_err(|_| ApiError::invalid("from", "`from` must be a 0x wallet address"))?;
+    let from = wallet_param(q, "from")?;
     let link = checkout::resolve(ctx, code, slug, param(q, "customer"), param(q, "sig")).await?;
     if link.deactivated {
         return Err(checkout::plan_inactive());
@@ -236,6 +286,95 @@ async fn transactions(
         customer_ref,
         &state,
     )))
+}
+
+/// A merchant's code in an `/account?merchant=` link: what merchant codes are made of.
+fn merchant_code(q: &Query) -> Result<Option<&str>> {
+    match param(q, "merchant").filter(|c| !c.is_empty()) {
+        None => Ok(None),
+        Some(c)
+            if c.len() <= 64
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            Ok(Some(c))
+        }
+        Some(_) => Err(ApiError::invalid(
+            "merchant",
+            "`merchant` must be a merchant code (letters, digits, `-`, `_`)",
+        )),
+    }
+}
+
+fn wallet_param(q: &Query, name: &str) -> Result<Address> {
+    let v = param(q, name).ok_or_else(|| ApiError::missing(name))?;
+    Address::from_str(v)
+        .map_err(|_| ApiError::invalid(name, format!("`{name}` must be a 0x wallet address")))
+}
+
+fn account_page(ctx: &Ctx, remote: &ClientAddr, q: &Query) -> Result<Resp> {
+    check_ip(ctx, remote)?;
+    let merchant = merchant_code(q).map_err(|_| ApiError::NotFound {
+        message: "no such merchant".into(),
+        param: Some("merchant".into()),
+    })?;
+    Ok(account_view::render(&ctx.cfg, merchant))
+}
+
+async fn account_subscriptions(ctx: &Ctx, remote: &ClientAddr, q: &Query) -> Result<Resp> {
+    check_ip(ctx, remote)?;
+    let wallet = wallet_param(q, "wallet")?;
+    let merchant = merchant_code(q)?;
+    let conn = ctx.pool.get().await?;
+    let rows = chainsub_store::customers::subscriptions_of(
+        &conn,
+        ctx.cfg.chain_id as i64,
+        wallet,
+        merchant,
+    )
+    .await?;
+    drop(conn);
+    Ok(Resp::view(&account::AccountList::new(
+        wallet, merchant, &rows,
+    )))
+}
+
+async fn account_cancel_tx(
+    ctx: &Ctx,
+    provider: Option<&DynProvider>,
+    remote: &ClientAddr,
+    q: &Query,
+) -> Result<Resp> {
+    check_ip(ctx, remote)?;
+    let from = wallet_param(q, "from")?;
+    let id = param(q, "subscription").ok_or_else(|| ApiError::missing("subscription"))?;
+    let id: u64 = id.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+        ApiError::invalid("subscription", "`subscription` must be a positive integer")
+    })?;
+    let at_period_end = match param(q, "atPeriodEnd") {
+        Some("true") => true,
+        Some("false") => false,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "atPeriodEnd",
+                "`atPeriodEnd` must be `true` or `false`",
+            ));
+        }
+        None => return Err(ApiError::missing("atPeriodEnd")),
+    };
+    let provider = provider
+        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
+    let cfg = &ctx.cfg;
+    let tx = account::cancel_transaction(
+        provider,
+        cfg.chain_id,
+        cfg.contract_address,
+        from,
+        id,
+        at_period_end,
+    )
+    .await?;
+    Ok(Resp::view(&tx))
 }
 
 async fn developers(ctx: &Ctx, cookie: Option<&str>, remote: &ClientAddr) -> Result<Resp> {

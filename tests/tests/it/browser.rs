@@ -4,7 +4,9 @@
 //! -p chainsub-keeper --bins`, Debian `chromium` at /usr/bin/chromium (or CHROMIUM=path), and `npm ci`.
 //! Screenshots go to target/browser-screenshots/.
 
-use crate::browser_support::{EXPLORER, node, plan_and_checkout, poll, start};
+use crate::browser_support::{
+    EXPLORER, node, plan_and_checkout, poll, start, subscribe_through_checkout,
+};
 use chainsub_tests::DevChain;
 use chainsub_tests::chain::accounts;
 use serde_json::Value;
@@ -163,4 +165,101 @@ async fn checkout_page_refuses_a_mismatched_or_deactivated_plan_without_asking_t
     })
     .await;
     node("checkout_refused.mjs", &env("inactive"));
+}
+
+/// Issue 14, point 1: the customer lists and cancels subscriptions from `/account` with a
+/// browser wallet — at period end, then at once — and the chain and the API agree after.
+#[tokio::test(flavor = "multi_thread")]
+async fn customer_cancels_from_the_account_page_at_period_end_then_now() {
+    use alloy::primitives::U256;
+    let s = start("account", true).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    let (key, _, checkout) = plan_and_checkout(&s, "cust_account").await;
+    let url = checkout["url"].as_str().expect("checkout url").to_string();
+    let id = subscribe_through_checkout(&s, &url, customer).await;
+    // The page lists from the index: wait for the subscription there first.
+    let list_url = format!("{}/api/v1/subscriptions", s.base);
+    let api_sub = || async {
+        let v: Value = s
+            .http
+            .get(&list_url)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        v["data"].as_array()?.first().cloned()
+    };
+    poll("the subscription indexed", api_sub).await;
+    let code = checkout["url"]
+        .as_str()
+        .unwrap()
+        .split("/checkout/")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .to_string();
+
+    node(
+        "account.mjs",
+        &[
+            ("ACCOUNT_URL", format!("{}/account?merchant={code}", s.base)),
+            ("RPC_URL", s.chain.anvil.url.clone()),
+            ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            ("CUSTOMER", customer.to_string()),
+            (
+                "STRANGER",
+                DevChain::address(accounts::CUSTOMER_B).to_string(),
+            ),
+            ("PLAN_NAME", "Pro Monthly".into()),
+            ("EXPLORER_PREFIX", EXPLORER.into()),
+        ],
+    );
+
+    // The chain: cancelled by the customer's own wallet.
+    let on_chain = s
+        .chain
+        .manager()
+        .getSubscription(U256::from(id))
+        .call()
+        .await
+        .unwrap();
+    assert_eq!(on_chain.status, 3, "cancelled on chain");
+    assert!(
+        on_chain.cancelAtPeriodEnd,
+        "cancel at period end came first"
+    );
+    // The merchant's API shows it, with both lifecycle events from the customer.
+    let sub = poll("the cancellation in the API", || async {
+        let sub = api_sub().await?;
+        (sub["status"] == "cancelled").then_some(sub)
+    })
+    .await;
+    let events: Value = s
+        .http
+        .get(format!(
+            "{}/api/v1/events?subscriptionId={}",
+            s.base,
+            sub["id"].as_str().unwrap()
+        ))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let types: Vec<&str> = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert!(
+        types.contains(&"subscription.cancel_at_period_end_set")
+            && types.contains(&"subscription.cancelled"),
+        "{types:?}"
+    );
 }

@@ -2,7 +2,7 @@
 //! browser): link verification and error pages, the transaction endpoint's calldata (sent
 //! on anvil exactly as a wallet would), security headers and assets.
 
-use crate::browser_support::{plan_and_checkout, poll, start};
+use crate::browser_support::{plan_and_checkout, poll, start, subscribe_through_checkout};
 use alloy::primitives::{B256, U256};
 use alloy::providers::Provider;
 use alloy::rpc::types::TransactionRequest;
@@ -263,4 +263,185 @@ async fn dashboard_without_session_offers_sign_in_and_assets_are_served_locally(
         .await
         .unwrap();
     assert_eq!(post.status(), 405);
+}
+
+/// Issue 14, point 1, over plain HTTP: the self-service page's list holds only chain facts
+/// and names (never the merchant's customer id), and its cancel endpoint hands out only calls
+/// the chain would accept from that wallet.
+#[tokio::test(flavor = "multi_thread")]
+async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_it_may_send() {
+    let s = start("pages-account", true).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    let stranger = DevChain::address(accounts::CUSTOMER_B);
+    let (_, _, checkout) = plan_and_checkout(&s, "cust_secret_ref").await;
+    let url = checkout["url"].as_str().unwrap().to_string();
+    let code = url
+        .split("/checkout/")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap()
+        .to_string();
+    let id = subscribe_through_checkout(&s, &url, customer).await;
+    let get = |path: String| {
+        let http = s.http.clone();
+        let base = s.base.clone();
+        async move {
+            let res = http.get(format!("{base}{path}")).send().await.unwrap();
+            let status = res.status().as_u16();
+            let text = res.text().await.unwrap();
+            (status, text)
+        }
+    };
+    let list = |wallet: String, merchant: Option<String>| {
+        let get = &get;
+        async move {
+            let q = merchant
+                .map(|m| format!("&merchant={m}"))
+                .unwrap_or_default();
+            let (status, text) = get(format!("/account/subscriptions?wallet={wallet}{q}")).await;
+            assert_eq!(status, 200, "{text}");
+            let v: Value = serde_json::from_str(&text).unwrap();
+            (v, text)
+        }
+    };
+    let (v, text) = poll("the subscription indexed", || async {
+        let (v, text) = list(customer.to_string(), Some(code.clone())).await;
+        (!v["data"].as_array()?.is_empty()).then_some((v, text))
+    })
+    .await;
+    let sub = &v["data"][0];
+    assert_eq!(sub["onchainId"], id, "{v}");
+    assert_eq!(sub["status"], "active");
+    assert_eq!(sub["planName"], "Pro Monthly");
+    assert_eq!(sub["amount"], "9.99");
+    assert_eq!(sub["merchant"]["code"], code.as_str());
+    assert_eq!(
+        sub["merchant"]["wallet"],
+        DevChain::address(accounts::MERCHANT).to_checksum(None)
+    );
+    assert_eq!(sub["ledger"].as_array().unwrap().len(), 1);
+    assert!(sub["nextChargeAt"].is_string());
+    assert!(
+        !text.contains("cust_secret_ref"),
+        "the merchant's customer id is never on the page: {text}"
+    );
+    // Lowercase input, same wallet; another merchant's code or another wallet: nothing.
+    let (v, _) = list(customer.to_string().to_lowercase(), None).await;
+    assert_eq!(v["data"].as_array().unwrap().len(), 1);
+    let (v, _) = list(customer.to_string(), Some("nosuchcode".into())).await;
+    assert!(v["data"].as_array().unwrap().is_empty());
+    let (v, _) = list(stranger.to_string(), None).await;
+    assert!(v["data"].as_array().unwrap().is_empty());
+    for (path, param) in [
+        ("/account/subscriptions".to_string(), "wallet"),
+        ("/account/subscriptions?wallet=0x12".to_string(), "wallet"),
+        (
+            format!("/account/subscriptions?wallet={customer}&merchant=a%3Cb"),
+            "merchant",
+        ),
+        (
+            format!("/account/cancel-tx?subscription={id}&atPeriodEnd=true"),
+            "from",
+        ),
+        (
+            format!("/account/cancel-tx?from={customer}&subscription=x&atPeriodEnd=true"),
+            "subscription",
+        ),
+        (
+            format!("/account/cancel-tx?from={customer}&subscription={id}&atPeriodEnd=yes"),
+            "atPeriodEnd",
+        ),
+    ] {
+        let (status, text) = get(path.clone()).await;
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (status, v["error"]["param"].as_str()),
+            (400, Some(param)),
+            "{path}: {text}"
+        );
+    }
+
+    let cancel = |from: alloy::primitives::Address, sub: u64, at_end: bool| {
+        let get = &get;
+        async move {
+            let (status, text) = get(format!(
+                "/account/cancel-tx?from={from}&subscription={sub}&atPeriodEnd={at_end}"
+            ))
+            .await;
+            (status, serde_json::from_str::<Value>(&text).unwrap())
+        }
+    };
+    let send = |v: Value| {
+        let s = &s;
+        async move {
+            let req: TransactionRequest = serde_json::from_value(v["tx"].clone()).unwrap();
+            let receipt = s
+                .chain
+                .provider
+                .send_transaction(req)
+                .await
+                .unwrap()
+                .get_receipt()
+                .await
+                .unwrap();
+            assert!(receipt.status(), "the handed-out cancel reverted: {v}");
+        }
+    };
+    let (status, v) = cancel(stranger, id, true).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (403, Some("not_subscriber")),
+        "{v}"
+    );
+    let (status, _) = cancel(customer, 999, true).await;
+    assert_eq!(status, 404);
+
+    let (status, v) = cancel(customer, id, true).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["tx"]["to"], s.chain.manager.to_checksum(None));
+    assert_eq!(v["tx"]["from"], customer.to_checksum(None));
+    let call =
+        SubscriptionManager::cancelAtPeriodEndCall::abi_decode(&calldata(&v)).expect("calldata");
+    assert_eq!(call.subscriptionId, U256::from(id));
+    send(v).await;
+    let (status, v) = cancel(customer, id, true).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("subscription_already_cancelling")),
+        "{v}"
+    );
+    let (status, v) = cancel(customer, id, false).await;
+    assert_eq!(status, 200, "{v}");
+    let call = SubscriptionManager::cancelCall::abi_decode(&calldata(&v)).expect("calldata");
+    assert_eq!(call.subscriptionId, U256::from(id));
+    send(v).await;
+    let (status, v) = cancel(customer, id, false).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("subscription_terminal")),
+        "{v}"
+    );
+
+    // The page itself: the pages' headers; a merchant code that cannot be one is a 404 page.
+    let res = s
+        .http
+        .get(format!("{}/account?merchant={code}", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["x-frame-options"], "DENY");
+    let body = res.text().await.unwrap();
+    assert!(
+        body.contains("/assets/account.js") && body.contains(&code),
+        "{body}"
+    );
+    let res = s
+        .http
+        .get(format!("{}/account?merchant=%3Cscript%3E", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+    assert!(!res.text().await.unwrap().contains("<script>"));
 }

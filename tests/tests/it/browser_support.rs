@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use alloy::primitives::Address;
 use chainsub_tests::chain::{DEV_KEYS, accounts};
 use chainsub_tests::{ChildGuard, DevChain, Reserved, TestDb, bin_path, workspace_root};
 use serde_json::Value;
@@ -181,4 +182,44 @@ pub async fn plan_and_checkout(s: &Stack, customer: &str) -> (String, Value, Val
     )
     .await;
     (key, plan, checkout)
+}
+
+/// Subscribes `customer` through a checkout link as the page would: funds the wallet, asks
+/// the link's transaction endpoint (once the indexer has the plan) and sends what it hands
+/// out. Returns the on-chain subscription id.
+pub async fn subscribe_through_checkout(s: &Stack, checkout_url: &str, customer: Address) -> u64 {
+    use alloy::providers::Provider;
+    use alloy::rpc::types::TransactionRequest;
+    s.chain.mint(customer, 100_000_000).await;
+    let tx_url = format!("{}&from={customer}", checkout_url.replacen("?", "/tx?", 1));
+    let v = poll("the checkout's transactions", || async {
+        let res = s.http.get(&tx_url).send().await.ok()?;
+        (res.status() == 200).then_some(())?;
+        res.json::<Value>().await.ok()
+    })
+    .await;
+    for step in v["steps"].as_array().expect("steps") {
+        let req: TransactionRequest = serde_json::from_value(step["tx"].clone()).unwrap();
+        let receipt = s
+            .chain
+            .provider
+            .send_transaction(req)
+            .await
+            .expect("send")
+            .get_receipt()
+            .await
+            .expect("receipt");
+        assert!(receipt.status(), "{} reverted", step["step"]);
+    }
+    let live = s
+        .chain
+        .manager()
+        .liveSubscriptionOf(
+            alloy::primitives::U256::from(v["planOnchainId"].as_u64().unwrap()),
+            customer,
+        )
+        .call()
+        .await
+        .expect("liveSubscriptionOf");
+    live.to::<u64>()
 }

@@ -108,13 +108,19 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
         out.contains("the merchant cancelled at period end through the API"),
         "{out}"
     );
-    // created + charged (period 1) + charged (period 2) + cancel_at_period_end_set (the
-    // merchant's cancel through the API), each listed and each verified.
-    assert_eq!(out.matches("signature verified").count(), 4, "{out}");
-    assert!(!out.contains("REJECTED"), "{out}");
-    assert_eq!(out.matches("webhook delivered").count(), 4, "{out}");
     assert!(
-        out.contains("subscription.cancel_at_period_end_set"),
+        out.contains("the customer cancelled now from the self-service page"),
+        "{out}"
+    );
+    // created + charged (period 1) + charged (period 2) + cancel_at_period_end_set (the
+    // merchant's cancel through the API) + cancelled (the customer's, from the page), each
+    // listed and each verified.
+    assert_eq!(out.matches("signature verified").count(), 5, "{out}");
+    assert!(!out.contains("REJECTED"), "{out}");
+    assert_eq!(out.matches("webhook delivered").count(), 5, "{out}");
+    assert!(
+        out.contains("subscription.cancel_at_period_end_set")
+            && out.contains("subscription.cancelled"),
         "{out}"
     );
     assert!(out.contains("period 2 9.99 USDC  tx 0x"), "{out}");

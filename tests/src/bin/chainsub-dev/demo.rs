@@ -161,9 +161,33 @@ pub async fn run(api_base: &str, rpc_url: &str, key_file: &std::path::Path) -> R
         cancel["status"].as_str().unwrap_or("?"),
         short(&cancel["transactionHash"])
     );
-    let detail = wait_for("the cancellation indexed", 120, || async {
+    wait_for("the cancellation indexed", 120, || async {
         let s = api.get_ok(&path, &key).await?;
         Ok((s["cancelAtPeriodEnd"] == true).then_some(s))
+    })
+    .await?;
+
+    // The customer changes their mind and cancels at once from the self-service page: the
+    // page lists the wallet's subscriptions and hands out the `cancel` call, which the
+    // customer's own wallet sends.
+    let mine = api.account_subscriptions(customer).await?;
+    let onchain_id = mine["data"][0]["onchainId"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("the account page lists nothing: {mine}"))?;
+    let receipt = api
+        .cancel_via_account_page(&wallet, customer, onchain_id, false)
+        .await?;
+    next += 1;
+    println!(
+        "{next}. the customer cancelled now from the self-service page ({api_base}/account?merchant={}; \
+         it listed {} subscription(s) for the wallet): tx {}",
+        mine["data"][0]["merchant"]["code"].as_str().unwrap_or("?"),
+        mine["data"].as_array().map_or(0, Vec::len),
+        receipt.transaction_hash
+    );
+    let detail = wait_for("the customer's cancellation indexed", 120, || async {
+        let s = api.get_ok(&path, &key).await?;
+        Ok((s["status"] == "cancelled").then_some(s))
     })
     .await?;
 

@@ -1,0 +1,285 @@
+// Chainsub customer self-service page: lists the connected wallet's subscriptions (GET
+// /account/subscriptions) and cancels them with a transaction the wallet sends. The server
+// encodes every transaction (GET /account/cancel-tx, after checking the chain), so no ABI
+// library is needed. States are shown on #account[data-state] and announced in #status.
+"use strict";
+
+(function () {
+  const settings = JSON.parse(document.getElementById("account-settings").textContent);
+  const card = document.getElementById("account");
+  const statusEl = document.getElementById("status");
+  const listEl = document.getElementById("subscriptions");
+  const walletEl = document.getElementById("wallet");
+  const btn = {
+    connect: document.getElementById("connect"),
+    switch: document.getElementById("switch"),
+    refresh: document.getElementById("refresh"),
+  };
+  let account = null;
+  let subs = [];
+  let busy = false;
+
+  function show(state, message, buttons) {
+    card.dataset.state = state;
+    statusEl.textContent = message;
+    for (const [name, el] of Object.entries(btn)) el.hidden = !buttons.includes(name);
+    for (const b of listEl.querySelectorAll("button")) b.disabled = busy;
+  }
+
+  function short(a) {
+    return a ? a.slice(0, 6) + "…" + a.slice(-4) : "";
+  }
+
+  function ethereum() {
+    return window.ethereum && typeof window.ethereum.request === "function" ? window.ethereum : null;
+  }
+
+  function el(tag, text, attrs) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = text;
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    return e;
+  }
+
+  function day(iso) {
+    return iso ? new Date(iso).toISOString().slice(0, 10) : "";
+  }
+
+  function txLink(hash) {
+    if (settings.explorerTxUrl) {
+      const a = el("a", short(hash), { href: settings.explorerTxUrl.replace("{hash}", hash), target: "_blank", rel: "noopener noreferrer", title: hash });
+      return a;
+    }
+    return el("code", short(hash), { title: hash });
+  }
+
+  function statusText(s) {
+    if (s.status === "active" && s.cancelAtPeriodEnd) return "Active, ends " + day(s.currentPeriodEnd);
+    if (s.status === "past_due" && s.cancelAtPeriodEnd) return "Past due, ends " + day(s.currentPeriodEnd);
+    return { active: "Active", past_due: "Past due (payment failed)", cancelled: "Cancelled", ended: "Ended" }[s.status] || s.status;
+  }
+
+  function render() {
+    listEl.textContent = "";
+    for (const s of subs) {
+      const li = el("li", null, {
+        class: "card sub",
+        "data-id": String(s.onchainId),
+        "data-status": s.status,
+        "data-cancelling": String(s.cancelAtPeriodEnd),
+      });
+      li.appendChild(el("h2", (s.planName || "Plan #" + s.planOnchainId) + " · " + (s.amount || "?") + " USDC / month"));
+      const facts = el("dl", null, { class: "facts" });
+      const fact = (k, v) => { facts.appendChild(el("dt", k)); const d = el("dd"); d.append(v); facts.appendChild(d); };
+      fact("Merchant", s.merchant.code ? s.merchant.code + " (" + short(s.merchant.wallet) + ")" : short(s.merchant.wallet));
+      fact("Status", el("span", statusText(s), { class: "sub-status" }));
+      fact("Next charge", s.nextChargeAt ? day(s.nextChargeAt) + " · " + (s.amount || "?") + " USDC" : "none");
+      fact("Subscription", "#" + s.onchainId + " since " + day(s.createdAt));
+      li.appendChild(facts);
+      if (s.ledger.length) {
+        const table = el("table", null, { "aria-label": "Payments" });
+        const head = el("tr");
+        for (const h of ["Date", "Payment", "Amount", "Transaction"]) head.appendChild(el("th", h));
+        table.appendChild(head);
+        for (const c of s.ledger) {
+          const tr = el("tr", null, { "data-kind": c.kind });
+          tr.appendChild(el("td", day(c.at)));
+          tr.appendChild(el("td", c.kind === "charge" ? "Period " + c.period : "Failed (" + (c.failureReason || "?") + ")"));
+          tr.appendChild(el("td", (c.amount || "?") + " USDC"));
+          const td = el("td");
+          td.appendChild(txLink(c.transactionHash));
+          tr.appendChild(td);
+          table.appendChild(tr);
+        }
+        li.appendChild(table);
+      }
+      if (s.cancellable) {
+        const actions = el("div", null, { class: "actions" });
+        if (!s.cancelAtPeriodEnd) {
+          const b = el("button", "Cancel at period end", { type: "button", "data-action": "cancel-at-period-end" });
+          b.addEventListener("click", () => cancel(s.onchainId, true));
+          actions.appendChild(b);
+        }
+        const now = el("button", "Cancel now", { type: "button", class: "danger", "data-action": "cancel-now" });
+        now.addEventListener("click", () => cancel(s.onchainId, false));
+        actions.appendChild(now);
+        li.appendChild(actions);
+      }
+      listEl.appendChild(li);
+    }
+  }
+
+  function walletError(e, what) {
+    if (e && e.code === 4001) {
+      show("rejected", "You rejected the " + what + " in your wallet. Nothing was sent.", account ? ["refresh"] : ["connect"]);
+    } else {
+      show("error", "The wallet reported an error during the " + what + ": " + ((e && e.message) || e), account ? ["refresh"] : ["connect"]);
+    }
+  }
+
+  async function onRightChain() {
+    const id = await ethereum().request({ method: "eth_chainId" });
+    return BigInt(id) === BigInt(settings.chainId);
+  }
+
+  async function connect() {
+    const eth = ethereum();
+    if (!eth) {
+      show("no-wallet", "No browser wallet found. Install a wallet such as MetaMask, then reload this page.", []);
+      return;
+    }
+    show("connecting", "Waiting for your wallet to connect…", []);
+    try {
+      const accounts = await eth.request({ method: "eth_requestAccounts" });
+      account = accounts && accounts[0] ? accounts[0] : null;
+    } catch (e) {
+      walletError(e, "connection request");
+      return;
+    }
+    if (!account) {
+      show("idle", "The wallet shared no account.", ["connect"]);
+      return;
+    }
+    walletEl.hidden = false;
+    walletEl.textContent = "Connected: " + account;
+    await load();
+  }
+
+  async function switchChain() {
+    try {
+      await ethereum().request({ method: "wallet_switchEthereumChain", params: [{ chainId: settings.chainIdHex }] });
+    } catch (e) {
+      if (e && e.code === 4902) {
+        show("wrong-chain", "Your wallet does not know chain " + settings.chainId + ". Add it in your wallet, then try again.", ["switch"]);
+      } else {
+        walletError(e, "network switch");
+      }
+      return;
+    }
+    await load();
+  }
+
+  async function fetchList() {
+    let url = settings.listUrl + "?wallet=" + encodeURIComponent(account);
+    if (settings.merchant) url += "&merchant=" + encodeURIComponent(settings.merchant);
+    const res = await fetch(url, { headers: { accept: "application/json" } });
+    const body = await res.json();
+    if (!res.ok) throw new Error(body && body.error ? body.error.message : "HTTP " + res.status);
+    return body.data;
+  }
+
+  // Loads the wallet's subscriptions; `quiet` keeps the current message (after a cancel).
+  async function load(quiet) {
+    if (!account) return;
+    if (!(await onRightChain())) {
+      listEl.textContent = "";
+      show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+      return;
+    }
+    if (!quiet) show("loading", "Loading your subscriptions…", []);
+    try {
+      subs = await fetchList();
+    } catch (e) {
+      show("error", "Could not load your subscriptions: " + ((e && e.message) || e), ["refresh"]);
+      return;
+    }
+    render();
+    if (quiet) return;
+    if (!subs.length) {
+      show("empty", "This wallet has no subscriptions" + (settings.merchant ? " with this merchant." : " with this service."), ["refresh"]);
+    } else {
+      show("list", subs.length === 1 ? "1 subscription." : subs.length + " subscriptions.", ["refresh"]);
+    }
+  }
+
+  function sleep(ms) {
+    return new Promise((r) => setTimeout(r, ms));
+  }
+
+  async function receipt(hash) {
+    for (;;) {
+      const r = await ethereum().request({ method: "eth_getTransactionReceipt", params: [hash] });
+      if (r) return r;
+      await sleep(1000);
+    }
+  }
+
+  async function cancel(id, atPeriodEnd) {
+    if (busy || !account) return;
+    busy = true;
+    delete card.dataset.indexed;
+    delete statusEl.dataset.tx;
+    const what = atPeriodEnd ? "cancellation at period end" : "cancellation";
+    try {
+      if (!(await onRightChain())) {
+        show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+        return;
+      }
+      show("preparing", "Preparing the " + what + "…", []);
+      const url = settings.cancelUrl + "?from=" + encodeURIComponent(account) + "&subscription=" + id + "&atPeriodEnd=" + atPeriodEnd;
+      const res = await fetch(url, { headers: { accept: "application/json" } });
+      const prepared = await res.json();
+      if (!res.ok) {
+        const msg = prepared && prepared.error ? prepared.error.message : "HTTP " + res.status;
+        show("refused", "No transaction was prepared: " + msg, ["refresh"]);
+        return;
+      }
+      show("confirm", "Confirm the " + what + " of subscription #" + id + " in your wallet…", []);
+      let hash;
+      try {
+        hash = await ethereum().request({ method: "eth_sendTransaction", params: [prepared.tx] });
+      } catch (e) {
+        walletError(e, what);
+        return;
+      }
+      show("pending", "Pending: waiting for the " + what + " transaction " + short(hash) + " to be confirmed…", []);
+      const r = await receipt(hash);
+      if (BigInt(r.status) !== 1n) {
+        show("failed", "The " + what + " transaction failed on chain (" + hash + "). Nothing changed.", ["refresh"]);
+        return;
+      }
+      busy = false;
+      show("confirmed", (atPeriodEnd
+        ? "Confirmed: subscription #" + id + " ends at the end of its current period; no further charges."
+        : "Confirmed: subscription #" + id + " is cancelled; no further charges.") + " Transaction " + hash + ".", ["refresh"]);
+      statusEl.dataset.tx = hash;
+      // The list comes from the index, a few blocks behind the chain: refresh until it shows
+      // the change (or give up quietly after a minute; the chain has it either way).
+      for (let i = 0; i < 60; i++) {
+        await load(true);
+        const s = subs.find((x) => x.onchainId === id);
+        if (!s || (atPeriodEnd ? s.cancelAtPeriodEnd : s.status === "cancelled")) break;
+        await sleep(1000);
+      }
+      card.dataset.indexed = "true";
+    } catch (e) {
+      show("error", "Something went wrong: " + ((e && e.message) || e), ["refresh"]);
+    } finally {
+      busy = false;
+      for (const b of listEl.querySelectorAll("button")) b.disabled = false;
+    }
+  }
+
+  btn.connect.addEventListener("click", connect);
+  btn.switch.addEventListener("click", switchChain);
+  btn.refresh.addEventListener("click", () => { delete card.dataset.indexed; load(); });
+
+  const eth = ethereum();
+  if (eth && typeof eth.on === "function") {
+    eth.on("chainChanged", () => { if (!busy) load(); });
+    eth.on("accountsChanged", (accounts) => {
+      if (busy) return;
+      account = accounts && accounts[0] ? accounts[0] : null;
+      if (!account) {
+        walletEl.hidden = true;
+        listEl.textContent = "";
+        show("idle", "Wallet disconnected.", ["connect"]);
+        return;
+      }
+      walletEl.textContent = "Connected: " + account;
+      load();
+    });
+  }
+  if (!eth) show("no-wallet", "No browser wallet found. Install a wallet such as MetaMask, then reload this page.", []);
+  else show("idle", "Connect your wallet to see and manage your subscriptions.", ["connect"]);
+})();
