@@ -26,6 +26,19 @@ sol!(
     "artifacts/MockUSDC.json"
 );
 
+sol! {
+    /// EIP-2612's signed message (the `Permit` of USDC and `MockUSDC`): `owner` lets
+    /// `spender` pull `value`, with the owner's current `nonce`, until `deadline`.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Permit {
+        address owner;
+        address spender;
+        uint256 value;
+        uint256 nonce;
+        uint256 deadline;
+    }
+}
+
 /// The committed SubscriptionManager artifact (ABI + bytecode), as compiled by
 /// `scripts/compile-contracts.mjs`.
 pub const SUBSCRIPTION_MANAGER_ARTIFACT: &str =

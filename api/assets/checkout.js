@@ -21,6 +21,7 @@
   let plan = null; // the last answer of the tx endpoint
   let done = {}; // steps of `plan` already mined, skipped when the customer tries again
   let busy = false;
+  let permitted = null; // the subscribe step with the signed permit inside, once signed
 
   function show(state, message, buttons) {
     card.dataset.state = state;
@@ -144,6 +145,7 @@
       return;
     }
     done = {};
+    permitted = null;
     renderSteps();
     if (plan.alreadySubscribed) {
       stepsEl.textContent = "";
@@ -154,9 +156,72 @@
       show("insufficient", "Insufficient USDC balance: the first payment is " + plan.amount + " USDC and this wallet holds " + plan.balance + " USDC. Top up, then check again.", ["refresh"]);
       return;
     }
-    const n = plan.steps.length;
-    btn.subscribe.textContent = n > 1 ? "Approve USDC and subscribe" : "Subscribe";
-    show("ready", "Ready. Your wallet will ask you to confirm " + (n > 1 ? n + " transactions" : "1 transaction") + ".", ["subscribe"]);
+    ready();
+  }
+
+  function ready() {
+    const step = (name) => plan.steps.some((s) => s.step === name);
+    if (step("permit")) {
+      btn.subscribe.textContent = "Sign and subscribe";
+      show("ready", "Ready. Your wallet will ask for 1 signature (the USDC allowance, no fee) and 1 transaction.", ["subscribe"]);
+    } else {
+      const n = plan.steps.length;
+      btn.subscribe.textContent = n > 1 ? "Approve USDC and subscribe" : "Subscribe";
+      show("ready", "Ready. Your wallet will ask you to confirm " + (n > 1 ? n + " transactions" : "1 transaction") + ".", ["subscribe"]);
+    }
+  }
+
+  // Asks the tx endpoint again with `extra` query parameters (the signed permit, or
+  // permit=off); null (with the state shown) when it refuses.
+  async function ask(extra) {
+    let res, body;
+    try {
+      res = await fetch(settings.txUrl + "&from=" + encodeURIComponent(account) + extra, { headers: { accept: "application/json" } });
+      body = await res.json();
+    } catch (e) {
+      show("error", "Could not reach the service. Check your connection and try again.", ["refresh"]);
+      return null;
+    }
+    if (!res.ok) {
+      show("error", "The service could not prepare the subscription: " + (body && body.error ? body.error.message : "HTTP " + res.status), ["refresh"]);
+      return null;
+    }
+    return body;
+  }
+
+  // Signs the permit step; true when `permitted` holds the subscribe transaction with it.
+  // A wallet that cannot sign typed data gets the two-transaction plan instead (`plan` is
+  // replaced and false returned with `fallback` set).
+  async function signPermit(s) {
+    show("confirm", "Sign the USDC allowance in your wallet (a signature: no transaction, no fee)…", []);
+    let signature;
+    try {
+      signature = await ethereum().request({ method: "eth_signTypedData_v4", params: [account, JSON.stringify(s.typedData)] });
+    } catch (e) {
+      if (e && e.code === 4001) {
+        walletError(e, "allowance signature");
+        return { stop: true };
+      }
+      // Not supported by this wallet (EIP-1193 4200, JSON-RPC -32601, or anything else):
+      // approve + subscribe, which every wallet can send.
+      const fallback = await ask("&permit=off");
+      if (!fallback) return { stop: true };
+      plan = fallback;
+      done = {};
+      renderSteps();
+      return { fallback: true };
+    }
+    const q = "&permitValue=" + encodeURIComponent(s.permit.value) +
+      "&permitDeadline=" + encodeURIComponent(s.permit.deadline) +
+      "&permitSignature=" + encodeURIComponent(signature);
+    const signed = await ask(q);
+    if (!signed) return { stop: true };
+    permitted = signed.steps.find((x) => x.step === "subscribe") || null;
+    if (!permitted || !permitted.tx) {
+      show("error", "The service did not prepare the subscription.", ["refresh"]);
+      return { stop: true };
+    }
+    return {};
   }
 
   function sleep(ms) {
@@ -179,13 +244,26 @@
         show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
         return;
       }
-      for (const s of plan.steps) {
+      for (let i = 0; i < plan.steps.length; i++) {
+        const s = plan.steps[i];
         if (done[s.step]) continue;
+        if (s.step === "permit") {
+          const r = await signPermit(s);
+          if (r.stop) return;
+          if (r.fallback) {
+            i = -1; // the new plan, from its first step
+            continue;
+          }
+          done.permit = true;
+          renderSteps();
+          continue;
+        }
         const what = s.step === "approve" ? "USDC approval" : "subscription";
+        const tx = s.step === "subscribe" && permitted ? permitted.tx : s.tx;
         show("confirm", "Confirm the " + what + " in your wallet…", []);
         let hash;
         try {
-          hash = await ethereum().request({ method: "eth_sendTransaction", params: [s.tx] });
+          hash = await ethereum().request({ method: "eth_sendTransaction", params: [tx] });
         } catch (e) {
           walletError(e, what);
           return;

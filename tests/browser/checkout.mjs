@@ -3,8 +3,9 @@
 //      POOR_CUSTOMER (no USDC), PLAN_NAME, EXPLORER_PREFIX, SCREENSHOT_DIR.
 // Walks the page's states: no wallet; wrong chain -> switch -> insufficient balance (poor wallet);
 // ready -> rejected (4001) -> approve pending (mining paused), subscribe rejected -> subscribe -> confirmed (funded
-// wallet); then
-// already subscribed on a second visit.
+// wallet without typed-data signing: the approve fallback); then already subscribed on a second
+// visit; then the one-signature way: permit signature rejected -> signed -> one transaction.
+// Also PERMIT_CUSTOMER (funded, no allowance) and PERMIT_CHECKOUT_URL (its own link).
 import { check, emit, env, rpc, run, screenshot, walletPage } from "./lib.mjs";
 
 const url = env("CHECKOUT_URL");
@@ -51,9 +52,10 @@ await run("checkout", async (browser) => {
     await context.close();
   }
 
-  // 2. A funded wallet on the right chain: reject once, then subscribe.
+  // 2. A funded wallet on the right chain that cannot sign typed data (no EIP-2612 permit):
+  // the page falls back to approve + subscribe. Reject once, then subscribe.
   {
-    const { page, wallet, context } = await walletPage(browser, { rpcUrl, account: customer, chainIdHex });
+    const { page, wallet, context } = await walletPage(browser, { rpcUrl, account: customer, chainIdHex, typedData: false });
     await page.goto(url);
     await page.getByRole("button", { name: "Connect wallet" }).click();
     await state(page, "ready");
@@ -89,6 +91,7 @@ await run("checkout", async (browser) => {
     const manage = await page.locator("#account-link").getAttribute("href");
     check(/^\/account\?merchant=[a-z0-9]+$/.test(manage), `link to the self-service page: ${manage}`);
     check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === 4, "rejected, approve, rejected, subscribe");
+    check(wallet.calls.filter((m) => m === "eth_signTypedData_v4").length === 1, "the permit was tried once, unsupported");
     await screenshot(page, "checkout-7-confirmed");
     console.log(`subscribe tx: ${hash}`);
 
@@ -103,6 +106,34 @@ await run("checkout", async (browser) => {
     wallet.account = poor;
     await emit(page, "accountsChanged", [poor]);
     await state(page, "insufficient");
+    await context.close();
+  }
+
+  // 5. One signature, one transaction: a funded wallet with no allowance signs an EIP-2612
+  // permit (eth_signTypedData_v4) and sends one subscribeWithPermit. Rejecting the signature
+  // sends nothing.
+  {
+    const { page, wallet, context } = await walletPage(browser, { rpcUrl, account: env("PERMIT_CUSTOMER"), chainIdHex });
+    await page.goto(env("PERMIT_CHECKOUT_URL"));
+    await page.getByRole("button", { name: "Connect wallet" }).click();
+    const readyMsg = await state(page, "ready");
+    check(readyMsg.includes("1 signature") && readyMsg.includes("1 transaction"), `ready message: ${readyMsg}`);
+    check((await page.locator("#subscribe").textContent()) === "Sign and subscribe", "button names the signature");
+    check((await page.locator('#steps li[data-step="permit"]').count()) === 1, "permit step listed");
+    await screenshot(page, "checkout-9-permit-ready");
+    wallet.rejectNext = true;
+    await page.locator("#subscribe").click();
+    const rejected = await state(page, "rejected");
+    check(rejected.includes("allowance signature"), `rejected message: ${rejected}`);
+    const sends = () => wallet.calls.filter((m) => m === "eth_sendTransaction").length;
+    const signs = () => wallet.calls.filter((m) => m === "eth_signTypedData_v4").length;
+    check(sends() === 0 && signs() === 1, "a rejected signature sends nothing");
+    await page.locator("#subscribe").click();
+    await state(page, "confirmed", 60000);
+    check(sends() === 1 && signs() === 2, `one transaction after one accepted signature (${sends()}, ${signs()})`);
+    check((await page.locator('#steps li[data-step="permit"]').getAttribute("data-done")) === "true", "permit marked done");
+    await screenshot(page, "checkout-10-permit-confirmed");
+    console.log(`subscribeWithPermit tx: ${await page.locator("#tx-hash").textContent()}`);
     await context.close();
   }
 });

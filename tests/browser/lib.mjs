@@ -63,12 +63,12 @@ const PROVIDER_SHIM = `(() => {
 })();`;
 
 // A page with a test wallet for `account`. `wallet` is mutable test state: chainIdHex (what
-// the wallet reports), rejectNext (the next signing request answers 4001), rejectWhen (a
+// the wallet reports), typedData (false: eth_signTypedData_v4 is unsupported, code 4200), rejectNext (the next signing request answers 4001), rejectWhen (a
 // predicate (method, params) choosing the next request to reject), calls (a log).
-export async function walletPage(browser, { rpcUrl, account, chainIdHex }) {
+export async function walletPage(browser, { rpcUrl, account, chainIdHex, typedData = true }) {
   const context = await browser.newContext({ viewport: { width: 900, height: 1000 } });
   const page = await context.newPage();
-  const wallet = { account, chainIdHex, rejectNext: false, rejectWhen: null, calls: [] };
+  const wallet = { account, chainIdHex, typedData, rejectNext: false, rejectWhen: null, calls: [] };
   page.on("console", (m) => { if (m.type() === "error") console.error("[page]", m.text()); });
   page.on("pageerror", (e) => console.error("[page error]", e.message));
   await page.exposeFunction("__walletRequest", async (method, params) => {
@@ -85,6 +85,11 @@ export async function walletPage(browser, { rpcUrl, account, chainIdHex }) {
         setTimeout(() => page.evaluate((c) => window.ethereum.__emit("chainChanged", c), id).catch(() => {}), 0);
         return { result: null };
       }
+      case "eth_signTypedData_v4":
+        if (!wallet.typedData) return { error: { code: 4200, message: "The requested method is not supported by this wallet." } };
+        // Wallets take the typed data as a JSON string (MetaMask's form); anvil wants the object.
+        if (typeof params[1] === "string") params = [params[0], JSON.parse(params[1])];
+      // falls through: a signing request like the others
       case "eth_sendTransaction":
       case "personal_sign":
         if (wallet.rejectNext || (wallet.rejectWhen && wallet.rejectWhen(method, params))) {

@@ -366,15 +366,28 @@ impl ApiClient {
     }
 
     /// The transactions the checkout page would ask `from`'s wallet to send, from its
-    /// `/tx` endpoint (`{steps: [{step, label, tx}]}`). While the plan is not indexed with
-    /// `CONFIRMATIONS` yet (409 `plan_not_active`) it asks again for up to a minute, as a
-    /// customer pressing the page's "Check again" would.
+    /// `/tx` endpoint (`{steps: [{step, label, tx}]}`), the two-transaction way (`approve`
+    /// when the allowance is short, then `subscribe`: `permit=off`). While the plan is not
+    /// indexed with `CONFIRMATIONS` yet (409 `plan_not_active`) it asks again for up to a
+    /// minute, as a customer pressing the page's "Check again" would.
     pub async fn checkout_transactions(&self, checkout_url: &str, from: Address) -> Result<Value> {
+        self.checkout_steps(checkout_url, from, &[("permit", "off")])
+            .await
+    }
+
+    /// `/tx` of a checkout link for `from` with `extra` query pairs.
+    pub async fn checkout_steps(
+        &self,
+        checkout_url: &str,
+        from: Address,
+        extra: &[(&str, &str)],
+    ) -> Result<Value> {
         let mut url = url::Url::parse(checkout_url).context("checkout url")?;
         let path = format!("{}/tx", url.path());
         url.set_path(&path);
         url.query_pairs_mut()
-            .append_pair("from", &from.to_checksum(None));
+            .append_pair("from", &from.to_checksum(None))
+            .extend_pairs(extra);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             let (status, body) = Self::read(self.http.get(url.clone()).send().await?).await?;
@@ -390,16 +403,45 @@ impl ApiClient {
         }
     }
 
-    /// Subscribes `from` through the checkout link: sends every step the page's `/tx`
-    /// endpoint lists (approve if needed, then subscribe), in order, from the customer's
-    /// wallet; returns the receipts.
+    /// Subscribes `from` through the checkout link as the page does with a wallet that signs
+    /// typed data: when the `/tx` endpoint asks for a permit (the allowance is short), signs
+    /// it (`eth_signTypedData_v4`, on the node: anvil holds the dev keys) and asks again with
+    /// the signature; then sends every transaction step, in order, from the customer's
+    /// wallet. Returns the receipts (one `subscribe` — with the permit inside — where the
+    /// token has `permit`).
     pub async fn subscribe_via_checkout(
         &self,
         checkout_url: &str,
         wallet: &DynProvider,
         from: Address,
     ) -> Result<Vec<(String, TransactionReceipt)>> {
-        let plan = self.checkout_transactions(checkout_url, from).await?;
+        let mut plan = self.checkout_steps(checkout_url, from, &[]).await?;
+        if let Some(permit) = plan["steps"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["step"] == "permit"))
+            .cloned()
+        {
+            let signature: String = wallet
+                .raw_request(
+                    "eth_signTypedData_v4".into(),
+                    (from, permit["typedData"].clone()),
+                )
+                .await
+                .context("eth_signTypedData_v4")?;
+            let field = |k: &str| permit["permit"][k].as_str().unwrap_or_default().to_string();
+            let (value, deadline) = (field("value"), field("deadline"));
+            plan = self
+                .checkout_steps(
+                    checkout_url,
+                    from,
+                    &[
+                        ("permitValue", &value),
+                        ("permitDeadline", &deadline),
+                        ("permitSignature", &signature),
+                    ],
+                )
+                .await?;
+        }
         let steps = plan["steps"]
             .as_array()
             .ok_or_else(|| anyhow!("no steps in {plan}"))?;

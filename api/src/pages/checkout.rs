@@ -2,10 +2,10 @@
 //! reference, reading the customer's wallet state on chain, and encoding the `approve` and
 //! `subscribe` transactions with alloy so the page needs no ABI library.
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256, Signature, U256};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
-use alloy::sol_types::SolCall;
-use chainsub_abi::{MockUSDC, SubscriptionManager};
+use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
+use chainsub_abi::{MockUSDC, Permit, SubscriptionManager};
 use serde_json::{Value, json};
 
 use crate::checkout as link_sig;
@@ -160,6 +160,220 @@ pub async fn wallet_state(
     })
 }
 
+/// How long a permit the page asks for stays valid.
+pub const PERMIT_VALIDITY_SECS: u64 = 3600;
+
+/// The token's EIP-2612 domain and the wallet's permit nonce: what the page needs to ask for
+/// one typed-data signature instead of an `approve` transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitDomain {
+    pub name: String,
+    pub version: String,
+    pub chain_id: u64,
+    pub token: Address,
+    /// `nonces(owner)` now.
+    pub nonce: U256,
+    /// The latest block's time, when this was read.
+    pub block_time: U256,
+    /// `block_time` plus [`PERMIT_VALIDITY_SECS`].
+    pub deadline: U256,
+}
+
+impl PermitDomain {
+    fn eip712(&self) -> Eip712Domain {
+        Eip712Domain::new(
+            Some(self.name.clone().into()),
+            Some(self.version.clone().into()),
+            Some(U256::from(self.chain_id)),
+            Some(self.token),
+            None,
+        )
+    }
+
+    /// The message `owner` signs to let `spender` pull `value`.
+    pub fn permit(&self, owner: Address, spender: Address, value: U256) -> Permit {
+        Permit {
+            owner,
+            spender,
+            value,
+            nonce: self.nonce,
+            deadline: self.deadline,
+        }
+    }
+
+    /// The EIP-712 digest the token checks for `permit`.
+    pub fn digest(&self, permit: &Permit) -> B256 {
+        permit.eip712_signing_hash(&self.eip712())
+    }
+
+    /// `eth_signTypedData_v4`'s argument for `permit` (as MetaMask and anvil take it).
+    pub fn typed_data(&self, permit: &Permit) -> Value {
+        json!({
+            "types": {
+                "EIP712Domain": [
+                    {"name": "name", "type": "string"},
+                    {"name": "version", "type": "string"},
+                    {"name": "chainId", "type": "uint256"},
+                    {"name": "verifyingContract", "type": "address"},
+                ],
+                "Permit": [
+                    {"name": "owner", "type": "address"},
+                    {"name": "spender", "type": "address"},
+                    {"name": "value", "type": "uint256"},
+                    {"name": "nonce", "type": "uint256"},
+                    {"name": "deadline", "type": "uint256"},
+                ],
+            },
+            "primaryType": "Permit",
+            "domain": {
+                "name": self.name,
+                "version": self.version,
+                "chainId": self.chain_id,
+                "verifyingContract": self.token.to_checksum(None),
+            },
+            "message": {
+                "owner": permit.owner.to_checksum(None),
+                "spender": permit.spender.to_checksum(None),
+                "value": permit.value.to_string(),
+                "nonce": permit.nonce.to_string(),
+                "deadline": permit.deadline.to_string(),
+            },
+        })
+    }
+}
+
+/// The token's permit domain for `owner`, or `None` when the token has no EIP-2612 `permit`
+/// we can use: one of `name`, `version`, `nonces`, `DOMAIN_SEPARATOR` missing, or a domain
+/// separator other than the one computed from them (a signature would then not verify, and
+/// the customer would sign for nothing). The page then asks for `approve` + `subscribe`.
+pub async fn permit_domain(
+    provider: &DynProvider,
+    chain_id: u64,
+    usdc: Address,
+    owner: Address,
+) -> Option<PermitDomain> {
+    let token = MockUSDC::new(usdc, provider.clone());
+    let name = token.name();
+    let version = token.version();
+    let nonce = token.nonces(owner);
+    let separator = token.DOMAIN_SEPARATOR();
+    let (name, version, nonce, separator, block) = tokio::try_join!(
+        async { name.call().await.map_err(|e| e.to_string()) },
+        async { version.call().await.map_err(|e| e.to_string()) },
+        async { nonce.call().await.map_err(|e| e.to_string()) },
+        async { separator.call().await.map_err(|e| e.to_string()) },
+        async {
+            provider
+                .get_block_by_number(alloy::eips::BlockNumberOrTag::Latest)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .inspect_err(|e| tracing::info!(error = %e, "checkout: no usable permit on the token"))
+    .ok()?;
+    let domain = PermitDomain {
+        name,
+        version,
+        chain_id,
+        token: usdc,
+        nonce,
+        block_time: U256::from(block.as_ref()?.header.timestamp),
+        deadline: U256::from(block?.header.timestamp + PERMIT_VALIDITY_SECS),
+    };
+    if domain.eip712().separator() != separator {
+        tracing::warn!(token = %usdc, "checkout: the token's DOMAIN_SEPARATOR is not the EIP-712 one of its name and version; permits off");
+        return None;
+    }
+    Some(domain)
+}
+
+/// A permit the customer signed, as the page sends it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedPermit {
+    pub value: U256,
+    pub deadline: U256,
+    pub signature: Signature,
+}
+
+impl SignedPermit {
+    /// `permitValue`, `permitDeadline` and `permitSignature` (65 bytes, hex) of the page's
+    /// second request: all three or none; 400 `parameter_invalid` otherwise.
+    pub fn from_query(
+        value: Option<&str>,
+        deadline: Option<&str>,
+        signature: Option<&str>,
+    ) -> Result<Option<SignedPermit>> {
+        let (value, deadline, signature) = match (value, deadline, signature) {
+            (None, None, None) => return Ok(None),
+            (Some(v), Some(d), Some(s)) => (v, d, s),
+            _ => {
+                return Err(ApiError::invalid(
+                    "permitSignature",
+                    "`permitValue`, `permitDeadline` and `permitSignature` go together",
+                ));
+            }
+        };
+        let number = |name: &str, v: &str| {
+            U256::from_str_radix(v, 10)
+                .map_err(|_| ApiError::invalid(name, format!("`{name}` must be a decimal integer")))
+        };
+        let bytes = hex::decode(signature.trim_start_matches("0x")).map_err(|_| {
+            ApiError::invalid("permitSignature", "`permitSignature` must be 0x hex")
+        })?;
+        let signature = Signature::from_raw(&bytes).map_err(|_| {
+            ApiError::invalid(
+                "permitSignature",
+                "`permitSignature` must be a 65-byte signature",
+            )
+        })?;
+        Ok(Some(SignedPermit {
+            value: number("permitValue", value)?,
+            deadline: number("permitDeadline", deadline)?,
+            signature,
+        }))
+    }
+}
+
+/// Checks that `signed` is `from`'s permit for `manager` at the token's current nonce and
+/// not expired (at the block `domain` was read at), so the transaction handed out will not silently ignore it (and revert for
+/// want of allowance). Returns `(v, r, s)` for `subscribeWithPermit`, low-s.
+pub fn check_permit(
+    domain: &PermitDomain,
+    from: Address,
+    manager: Address,
+    signed: &SignedPermit,
+) -> Result<(u8, B256, B256)> {
+    if signed.deadline <= domain.block_time {
+        return Err(ApiError::Invalid {
+            code: "permit_expired",
+            message: "the signed permit has expired; sign a new one".into(),
+            param: Some("permitDeadline".into()),
+        });
+    }
+    let permit = Permit {
+        deadline: signed.deadline,
+        ..domain.permit(from, manager, signed.value)
+    };
+    let sig = signed.signature.normalized_s();
+    let signer = sig
+        .recover_address_from_prehash(&domain.digest(&permit))
+        .ok();
+    if signer != Some(from) {
+        return Err(ApiError::Invalid {
+            code: "permit_signature_invalid",
+            message: "the permit signature is not this wallet's signature of this permit (or \
+                      the wallet has used its permit nonce since); sign again"
+                .into(),
+            param: Some("permitSignature".into()),
+        });
+    }
+    Ok((
+        27 + u8::from(sig.v()),
+        B256::from(sig.r()),
+        B256::from(sig.s()),
+    ))
+}
+
 /// Reads plan `plan_onchain_id` on chain (`getPlan`, at the latest block) and refuses, with
 /// no transaction, unless it is the link's: the merchant's wallet, the amount, the reference
 /// and still active. The index should never disagree; this check is what makes a wrong
@@ -227,8 +441,22 @@ fn tx(from: Address, to: Address, data: Vec<u8>) -> Value {
     })
 }
 
-/// Everything the page needs to act for `from`: the wallet's state, and the transaction
-/// requests still to send, in order (`approve` only when the allowance is short).
+/// How a short allowance is given.
+#[derive(Debug, Clone, Copy)]
+pub enum Allowance<'a> {
+    /// An `approve` transaction before `subscribe`: a token without `permit`, or a wallet
+    /// that cannot sign typed data (the page asks with `permit=off`).
+    Approve,
+    /// One typed-data signature (EIP-2612), then `subscribeWithPermit`: the page signs, then
+    /// asks again with the signature for the transaction.
+    Permit(&'a PermitDomain),
+    /// The customer signed this permit (checked by [`check_permit`], which gave `(v, r, s)`).
+    Signed(&'a SignedPermit, (u8, B256, B256)),
+}
+
+/// Everything the page needs to act for `from`: the wallet's state, and the steps still to
+/// take, in order — when the allowance is short, an `approve` transaction or a permit to
+/// sign first (see [`Allowance`]), then the subscription.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_transactions(
     chain_id: u64,
@@ -240,41 +468,84 @@ pub fn plan_transactions(
     from: Address,
     customer_ref: B256,
     state: &WalletState,
+    allowance: Allowance<'_>,
 ) -> Value {
     let amount = U256::from(link.amount);
     let wanted = requested_allowance(link.amount, periods);
+    // `approve` and `permit` replace the allowance, which every subscription of this wallet
+    // to this contract shares: add to it, so another plan's renewals keep their budget.
+    let new_allowance = state.allowance.saturating_add(wanted);
+    let allow_label = |verb: &str| {
+        format!(
+            "{verb} {} USDC{} ({periods} payments)",
+            units(wanted),
+            if state.allowance.is_zero() {
+                ""
+            } else {
+                " more"
+            }
+        )
+    };
+    let short = state.allowance < wanted;
     let mut steps = Vec::new();
-    if state.allowance < wanted {
-        // `approve` replaces the allowance, which every subscription of this wallet to this
-        // contract shares: add to it, so another plan's renewals keep their budget.
-        let data = MockUSDC::approveCall {
-            spender: manager,
-            amount: state.allowance.saturating_add(wanted),
-        }
-        .abi_encode();
-        steps.push(json!({
-            "step": "approve",
-            "label": format!(
-                "Allow {} USDC{} ({periods} payments)",
-                units(wanted),
-                if state.allowance.is_zero() { "" } else { " more" }
-            ),
-            "tx": tx(from, usdc, data),
-        }));
-    }
     // The terms the page shows travel with the call: the contract reverts if the plan pays
     // another merchant or another amount (SubscriptionManager v2).
-    let data = SubscriptionManager::subscribeCall {
-        planId: U256::from(plan_onchain_id),
-        merchant: link.merchant.wallet,
+    let (plan_id, merchant) = (U256::from(plan_onchain_id), link.merchant.wallet);
+    let mut subscribe = SubscriptionManager::subscribeCall {
+        planId: plan_id,
+        merchant,
         amount,
         customerRef: customer_ref,
     }
     .abi_encode();
+    let mut subscribe_tx = None;
+    match allowance {
+        Allowance::Approve if short => {
+            let data = MockUSDC::approveCall {
+                spender: manager,
+                amount: new_allowance,
+            }
+            .abi_encode();
+            steps.push(json!({
+                "step": "approve",
+                "label": allow_label("Allow"),
+                "tx": tx(from, usdc, data),
+            }));
+        }
+        Allowance::Permit(domain) if short => {
+            let permit = domain.permit(from, manager, new_allowance);
+            steps.push(json!({
+                "step": "permit",
+                "label": allow_label("Sign a permit (no transaction) allowing"),
+                "typedData": domain.typed_data(&permit),
+                "permit": {
+                    "value": permit.value.to_string(),
+                    "deadline": permit.deadline.to_string(),
+                },
+            }));
+            // Encoded once the signature is back (the page asks again with it).
+            subscribe_tx = Some(Value::Null);
+        }
+        Allowance::Signed(signed, (v, r, s)) => {
+            subscribe = SubscriptionManager::subscribeWithPermitCall {
+                planId: plan_id,
+                merchant,
+                amount,
+                customerRef: customer_ref,
+                permitValue: signed.value,
+                deadline: signed.deadline,
+                v,
+                r,
+                s,
+            }
+            .abi_encode();
+        }
+        _ => {}
+    }
     steps.push(json!({
         "step": "subscribe",
         "label": format!("Subscribe and pay {} USDC now", units(amount)),
-        "tx": tx(from, manager, data),
+        "tx": subscribe_tx.unwrap_or_else(|| tx(from, manager, subscribe)),
     }));
     // The contract's number (public on chain): the page shows it to the wallet's owner. The
     // API's opaque `sub_…` id needs the index, which may not have the subscription yet.
@@ -357,6 +628,7 @@ mod tests {
             FROM,
             B256::repeat_byte(0xab),
             &state(50_000_000, 0, 0),
+            Allowance::Approve,
         );
         let steps = v["steps"].as_array().unwrap();
         assert_eq!(steps.len(), 2);
@@ -389,6 +661,7 @@ mod tests {
             FROM,
             B256::repeat_byte(0xab),
             &state(1, 5_000_000, 0),
+            Allowance::Approve,
         );
         let approve = MockUSDC::approveCall::abi_decode(&data_of(&v["steps"][0])).unwrap();
         assert_eq!(approve.amount, U256::from(5_000_000u64 + 9_990_000 * 12));
@@ -410,11 +683,132 @@ mod tests {
             FROM,
             B256::repeat_byte(0xab),
             &state(1, 200_000_000, 5),
+            Allowance::Permit(&domain()),
         );
         let steps = v["steps"].as_array().unwrap();
         assert_eq!(steps.len(), 1);
         assert_eq!(steps[0]["step"], "subscribe");
         assert_eq!(v["insufficientBalance"], true);
         assert_eq!(v["alreadySubscribed"], "5");
+    }
+
+    fn domain() -> PermitDomain {
+        PermitDomain {
+            name: "Mock USD Coin".into(),
+            version: "2".into(),
+            chain_id: 31337,
+            token: USDC,
+            nonce: U256::from(3),
+            block_time: U256::from(1_000),
+            deadline: U256::from(1_000 + PERMIT_VALIDITY_SECS),
+        }
+    }
+
+    #[test]
+    fn short_allowance_with_a_permit_token_asks_for_a_signature_then_subscribe_with_it() {
+        use alloy::signers::SignerSync;
+        use alloy::signers::local::PrivateKeySigner;
+        let signer = PrivateKeySigner::random();
+        let from = signer.address();
+        let d = domain();
+        let call = |allowance| {
+            plan_transactions(
+                31337,
+                USDC,
+                MGR,
+                &link(),
+                7,
+                12,
+                from,
+                B256::repeat_byte(0xab),
+                &state(50_000_000, 1_000_000, 0),
+                allowance,
+            )
+        };
+        let v = call(Allowance::Permit(&d));
+        let steps = v["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 2, "{v}");
+        assert_eq!(steps[0]["step"], "permit");
+        assert_eq!(steps[1]["step"], "subscribe");
+        assert_eq!(steps[1]["tx"], Value::Null, "sent only once signed");
+        let typed = &steps[0]["typedData"];
+        assert_eq!(typed["primaryType"], "Permit");
+        assert_eq!(typed["domain"]["verifyingContract"], USDC.to_checksum(None));
+        // The permit adds to the allowance, as approve does.
+        let value = U256::from(1_000_000u64 + 9_990_000 * 12);
+        assert_eq!(typed["message"]["value"], value.to_string());
+        assert_eq!(typed["message"]["nonce"], "3");
+        assert_eq!(steps[0]["permit"]["deadline"], "4600");
+        // (The wallet's own EIP-712 of this typed data — anvil's in the browser test — must
+        // give the digest `check_permit` checks: tests/browser/checkout.mjs signs with it.)
+        let permit = d.permit(from, MGR, value);
+
+        let signature = signer.sign_hash_sync(&d.digest(&permit)).unwrap();
+        let signed = SignedPermit {
+            value,
+            deadline: d.deadline,
+            signature,
+        };
+        let vrs = check_permit(&d, from, MGR, &signed).unwrap();
+        let v = call(Allowance::Signed(&signed, vrs));
+        let steps = v["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 1, "{v}");
+        let sub =
+            SubscriptionManager::subscribeWithPermitCall::abi_decode(&data_of(&steps[0])).unwrap();
+        assert_eq!(
+            (sub.planId, sub.amount, sub.permitValue, sub.deadline),
+            (U256::from(7), U256::from(9_990_000), value, d.deadline)
+        );
+        assert_eq!((sub.v, sub.r, sub.s), vrs);
+        assert!(sub.v == 27 || sub.v == 28);
+
+        // Another wallet's signature, another spender, an expired or reused-nonce permit: 400.
+        let other = PrivateKeySigner::random();
+        let forged = SignedPermit {
+            signature: other.sign_hash_sync(&d.digest(&permit)).unwrap(),
+            ..signed.clone()
+        };
+        let code = |r: Result<(u8, B256, B256)>| match r {
+            Err(ApiError::Invalid { code, .. }) => code,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            code(check_permit(&d, from, MGR, &forged)),
+            "permit_signature_invalid"
+        );
+        assert_eq!(
+            code(check_permit(&d, from, USDC, &signed)),
+            "permit_signature_invalid"
+        );
+        let used = PermitDomain {
+            nonce: U256::from(4),
+            ..d.clone()
+        };
+        assert_eq!(
+            code(check_permit(&used, from, MGR, &signed)),
+            "permit_signature_invalid"
+        );
+        let later = PermitDomain {
+            block_time: d.deadline,
+            ..d.clone()
+        };
+        assert_eq!(
+            code(check_permit(&later, from, MGR, &signed)),
+            "permit_expired"
+        );
+    }
+
+    #[test]
+    fn signed_permit_query_needs_all_three_well_formed() {
+        assert_eq!(SignedPermit::from_query(None, None, None).unwrap(), None);
+        let sig = format!("0x{}", "11".repeat(64) + "1b");
+        assert!(
+            SignedPermit::from_query(Some("5"), Some("6"), Some(&sig))
+                .unwrap()
+                .is_some()
+        );
+        assert!(SignedPermit::from_query(Some("5"), None, Some(&sig)).is_err());
+        assert!(SignedPermit::from_query(Some("x"), Some("6"), Some(&sig)).is_err());
+        assert!(SignedPermit::from_query(Some("5"), Some("6"), Some("0x1234")).is_err());
     }
 }

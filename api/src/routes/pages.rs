@@ -13,7 +13,7 @@
 
 use std::str::FromStr;
 
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -233,6 +233,17 @@ async fn transactions(
 ) -> Result<Resp> {
     check_ip(ctx, remote)?;
     let from = wallet_param(q, "from")?;
+    // `permit=off`: the wallet cannot sign typed data; approve + subscribe instead.
+    let permit_off = match param(q, "permit") {
+        None => false,
+        Some("off") => true,
+        Some(_) => return Err(ApiError::invalid("permit", "`permit` can only be `off`")),
+    };
+    let signed = checkout::SignedPermit::from_query(
+        param(q, "permitValue"),
+        param(q, "permitDeadline"),
+        param(q, "permitSignature"),
+    )?;
     let link = checkout::resolve(ctx, code, slug, param(q, "customer"), param(q, "sig")).await?;
     if link.deactivated {
         return Err(checkout::plan_inactive());
@@ -275,6 +286,37 @@ async fn transactions(
         )
         .await?;
     }
+    let short = state.allowance
+        < checkout::requested_allowance(link.amount, cfg.pages.checkout_allowance_periods);
+    let domain = if short && !permit_off {
+        checkout::permit_domain(provider, cfg.chain_id, cfg.usdc_address, from).await
+    } else {
+        None
+    };
+    let allowance = match (&signed, &domain) {
+        // The allowance suffices (or the page asked for approve): a signature is not needed.
+        _ if !short || permit_off => checkout::Allowance::Approve,
+        (Some(signed), Some(domain)) => {
+            if signed.value < U256::from(link.amount) {
+                return Err(ApiError::invalid(
+                    "permitValue",
+                    "`permitValue` does not cover one payment",
+                ));
+            }
+            let vrs = checkout::check_permit(domain, from, cfg.contract_address, signed)?;
+            checkout::Allowance::Signed(signed, vrs)
+        }
+        (Some(_), None) => {
+            return Err(ApiError::Conflict {
+                code: "permit_unsupported",
+                message: "the token does not take a permit here; approve instead (permit=off)"
+                    .into(),
+                param: Some("permitSignature".into()),
+            });
+        }
+        (None, Some(domain)) => checkout::Allowance::Permit(domain),
+        (None, None) => checkout::Allowance::Approve,
+    };
     Ok(Resp::json(checkout::plan_transactions(
         cfg.chain_id,
         cfg.usdc_address,
@@ -285,6 +327,7 @@ async fn transactions(
         from,
         customer_ref,
         &state,
+        allowance,
     )))
 }
 

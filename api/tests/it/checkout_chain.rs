@@ -69,10 +69,10 @@ async fn plan_and_checkout(app: &App, key: &str, customer: &str) -> String {
     checkout.body["url"].as_str().unwrap().to_string()
 }
 
-/// `GET {checkout}/tx?from=` → (status, body).
+/// `GET {checkout}/tx?permit=off&from=` → (status, body) (approve + subscribe).
 async fn tx(app: &App, checkout_url: &str, from: Address) -> (u16, Value) {
     let url = format!(
-        "{}&from={}",
+        "{}&permit=off&from={}",
         checkout_url.replacen("?", "/tx?", 1),
         from.to_checksum(None)
     );

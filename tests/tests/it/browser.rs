@@ -19,6 +19,15 @@ async fn customer_subscribes_from_checkout_link_and_api_shows_external_id() {
     let (key, plan, checkout) = plan_and_checkout(&s, "cust_browser_42").await;
     let url = checkout["url"].as_str().expect("checkout url").to_string();
     s.chain.mint(customer, 100_000_000).await;
+    let permit_customer = DevChain::address(accounts::STRANGER);
+    s.chain.mint(permit_customer, 100_000_000).await;
+    let permit_checkout = crate::browser_support::post(
+        &s,
+        &key,
+        "/api/v1/checkouts",
+        serde_json::json!({"planId": plan["id"], "customerExternalId": "cust_permit"}),
+    )
+    .await;
 
     // Edited or unsigned links get a clear error page, not the checkout.
     let tampered = url.replace("cust_browser_42", "cust_browser_43");
@@ -45,8 +54,33 @@ async fn customer_subscribes_from_checkout_link_and_api_shows_external_id() {
             ("POOR_CUSTOMER", poor.to_string()),
             ("PLAN_NAME", "Pro Monthly".into()),
             ("EXPLORER_PREFIX", EXPLORER.into()),
+            ("PERMIT_CUSTOMER", permit_customer.to_string()),
+            (
+                "PERMIT_CHECKOUT_URL",
+                permit_checkout["url"].as_str().unwrap().to_string(),
+            ),
         ],
     );
+
+    // The permit way: subscribed with one transaction (the wallet's nonce moved once), and
+    // the permit left the rest of the 12 payments as allowance.
+    use alloy::providers::Provider;
+    assert_eq!(
+        s.chain
+            .provider
+            .get_transaction_count(permit_customer)
+            .await
+            .unwrap(),
+        1
+    );
+    let allowance = s
+        .chain
+        .usdc()
+        .allowance(permit_customer, s.chain.manager)
+        .call()
+        .await
+        .unwrap();
+    assert_eq!(allowance, alloy::primitives::U256::from(9_990_000u64 * 11));
 
     // The indexer picks the subscription up; the API ties it to the link's customer.
     let list_url = format!(

@@ -87,7 +87,9 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_wallets_recorded_cus
     let customer = DevChain::address(accounts::CUSTOMER);
     let (_, plan, checkout) = plan_and_checkout(&s, "cust_tx").await;
     let url = checkout["url"].as_str().unwrap().to_string();
-    let path_and_query = url.replacen("?", "/tx?", 1);
+    // The two-transaction way (`permit=off`); the permit way is checked at the end.
+    let permit_way = url.replacen("?", "/tx?", 1);
+    let path_and_query = format!("{permit_way}&permit=off");
     let get = |from: Option<String>| {
         let u = match from {
             Some(f) => format!("{path_and_query}&from={f}"),
@@ -172,6 +174,62 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_wallets_recorded_cus
             .await
             .unwrap();
         assert!(receipt.status(), "{} reverted", step["step"]);
+    }
+
+    // A wallet with no allowance, by default: a permit to sign (the token has EIP-2612), then
+    // the subscription, whose transaction comes only with a signature that checks out.
+    let other = DevChain::address(accounts::CUSTOMER_B);
+    let ask = |extra: String| {
+        let http = s.http.clone();
+        let u = format!("{permit_way}&from={other}{extra}");
+        async move {
+            let res = http.get(u).send().await.unwrap();
+            (res.status().as_u16(), res.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, v) = ask(String::new()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["steps"][0]["step"], "permit", "{v}");
+    assert_eq!(
+        v["steps"][0]["typedData"]["domain"]["name"],
+        "Mock USD Coin"
+    );
+    assert_eq!(v["steps"][1]["tx"], Value::Null, "{v}");
+    let (value, deadline) = (
+        v["steps"][0]["permit"]["value"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        v["steps"][0]["permit"]["deadline"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    );
+    // Signed by another wallet (the customer's, for the same message): refused.
+    let signature: String = s
+        .chain
+        .provider
+        .raw_request(
+            "eth_signTypedData_v4".into(),
+            (customer, v["steps"][0]["typedData"].clone()),
+        )
+        .await
+        .unwrap();
+    let signed =
+        |sig: &str| format!("&permitValue={value}&permitDeadline={deadline}&permitSignature={sig}");
+    let (status, v) = ask(signed(&signature)).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("permit_signature_invalid")),
+        "{v}"
+    );
+    for bad in [
+        "&permit=on".to_string(),
+        format!("&permitValue={value}&permitSignature={signature}"),
+        signed("0x1234"),
+    ] {
+        let (status, v) = ask(bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {v}");
     }
 
     // Now the wallet is subscribed; a top-up approve would add to what is left, never replace it.

@@ -191,7 +191,10 @@ pub async fn subscribe_through_checkout(s: &Stack, checkout_url: &str, customer:
     use alloy::providers::Provider;
     use alloy::rpc::types::TransactionRequest;
     s.chain.mint(customer, 100_000_000).await;
-    let tx_url = format!("{}&from={customer}", checkout_url.replacen("?", "/tx?", 1));
+    let tx_url = format!(
+        "{}&permit=off&from={customer}",
+        checkout_url.replacen("?", "/tx?", 1)
+    );
     let v = poll("the checkout's transactions", || async {
         let res = s.http.get(&tx_url).send().await.ok()?;
         (res.status() == 200).then_some(())?;

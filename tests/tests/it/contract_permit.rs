@@ -48,16 +48,7 @@ macro_rules! with_permit {
     };
 }
 
-alloy::sol! {
-    /// EIP-2612's signed message.
-    struct Permit {
-        address owner;
-        address spender;
-        uint256 value;
-        uint256 nonce;
-        uint256 deadline;
-    }
-}
+use chainsub_abi::Permit;
 
 /// A chain with an operator-created plan of `PRICE` for MERCHANT, and CUSTOMER holding ten
 /// periods of USDC but no allowance.

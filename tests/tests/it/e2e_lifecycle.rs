@@ -181,7 +181,8 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
     let checkout_a = api.create_checkout(&key, plan_id, "user-a").await.unwrap();
     let checkout_b = api.create_checkout(&key, plan_id, "user-b").await.unwrap();
 
-    // Both customers subscribe with the transactions the checkout page hands out.
+    // Both customers subscribe as the checkout page has them: one permit signature, then one
+    // transaction (`subscribeWithPermit`).
     for (checkout, wallet) in [(&checkout_a, a_wallet), (&checkout_b, b_wallet)] {
         let url = checkout["url"].as_str().unwrap();
         let steps = api
@@ -189,7 +190,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
             .await
             .unwrap();
         let names: Vec<&str> = steps.iter().map(|(s, _)| s.as_str()).collect();
-        assert_eq!(names, ["approve", "subscribe"]);
+        assert_eq!(names, ["subscribe"]);
     }
     // B takes its allowance back, so its renewal will fail.
     chainsub_tests::send_as!(b_wallet, chain.usdc().approve(chain.manager, U256::ZERO));
