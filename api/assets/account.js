@@ -1,7 +1,9 @@
-// Chainsub customer self-service page: lists the connected wallet's subscriptions (GET
-// /account/subscriptions) and cancels them with a transaction the wallet sends. The server
-// encodes every transaction (GET /account/cancel-tx, after checking the chain), so no ABI
-// library is needed. States are shown on #account[data-state] and announced in #status.
+// Chainsub customer self-service page: the wallet signs a challenge (personal_sign, no
+// transaction) to show it is the customer's, the page lists its subscriptions (GET
+// /account/subscriptions with that proof) and cancels them with a transaction the wallet
+// sends. The server encodes every transaction (GET /account/cancel-tx, after checking the
+// chain), so no ABI library is needed. States are shown on #account[data-state] and
+// announced in #status.
 "use strict";
 
 (function () {
@@ -17,13 +19,21 @@
   };
   let account = null;
   let subs = [];
-  let busy = false;
+  let busy = false; // a sign-in or cancel flow runs: its buttons are off, wallet events wait
+  let walletMoved = false; // the wallet switched account or chain during a flow
+  let proof = null; // {account, issuedAt, signature, expiresAt} of the last signed challenge
+  let seq = 0; // the latest list request: older answers are dropped
+  const RECEIPT_TIMEOUT_MS = 10 * 60 * 1000;
 
   function show(state, message, buttons) {
     card.dataset.state = state;
     statusEl.textContent = message;
     for (const [name, el] of Object.entries(btn)) el.hidden = !buttons.includes(name);
     for (const b of listEl.querySelectorAll("button")) b.disabled = busy;
+  }
+
+  function hexUtf8(text) {
+    return "0x" + Array.from(new TextEncoder().encode(text), (b) => b.toString(16).padStart(2, "0")).join("");
   }
 
   function short(a) {
@@ -103,6 +113,7 @@
         const now = el("button", "Cancel now", { type: "button", class: "danger", "data-action": "cancel-now" });
         now.addEventListener("click", () => cancel(s.onchainId, false));
         actions.appendChild(now);
+        for (const b of actions.querySelectorAll("button")) b.disabled = busy;
         li.appendChild(actions);
       }
       listEl.appendChild(li);
@@ -159,27 +170,63 @@
     await load();
   }
 
+  async function getJson(url, headers) {
+    const res = await fetch(url, { headers: Object.assign({ accept: "application/json" }, headers || {}) });
+    const body = await res.json();
+    if (!res.ok) {
+      const e = new Error(body && body.error ? body.error.message : "HTTP " + res.status);
+      e.status = res.status;
+      throw e;
+    }
+    return body;
+  }
+
+  // The wallet signs the server's challenge (once per half hour): the list names merchants and
+  // plans, which nobody may read from an address alone. False when the wallet refused.
+  async function ensureProof() {
+    if (proof && proof.account === account && Date.parse(proof.expiresAt) - Date.now() > 60000) return true;
+    proof = null;
+    const c = await getJson(settings.challengeUrl + "?wallet=" + encodeURIComponent(account));
+    show("sign-in", "Sign the message in your wallet to show this wallet is yours (no transaction, no fee)…", []);
+    let signature;
+    try {
+      signature = await ethereum().request({ method: "personal_sign", params: [hexUtf8(c.message), account] });
+    } catch (e) {
+      walletError(e, "signature");
+      return false;
+    }
+    proof = { account, issuedAt: c.issuedAt, signature, expiresAt: c.expiresAt };
+    return true;
+  }
+
   async function fetchList() {
     let url = settings.listUrl + "?wallet=" + encodeURIComponent(account);
     if (settings.merchant) url += "&merchant=" + encodeURIComponent(settings.merchant);
-    const res = await fetch(url, { headers: { accept: "application/json" } });
-    const body = await res.json();
-    if (!res.ok) throw new Error(body && body.error ? body.error.message : "HTTP " + res.status);
+    const body = await getJson(url, { "x-wallet-proof-issued-at": proof.issuedAt, "x-wallet-proof-signature": proof.signature });
     return body.data;
   }
 
   // Loads the wallet's subscriptions; `quiet` keeps the current message (after a cancel).
+  // Only the latest call's answer is shown (a slow answer for another wallet is dropped).
   async function load(quiet) {
     if (!account) return;
-    if (!(await onRightChain())) {
-      listEl.textContent = "";
-      show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
-      return;
-    }
-    if (!quiet) show("loading", "Loading your subscriptions…", []);
+    const mine = ++seq;
+    const wallet = account;
     try {
-      subs = await fetchList();
+      if (!(await onRightChain())) {
+        listEl.textContent = "";
+        show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+        return;
+      }
+      if (!(await ensureProof())) return;
+      if (mine !== seq) return;
+      if (!quiet) show("loading", "Loading your subscriptions…", []);
+      const data = await fetchList();
+      if (mine !== seq || wallet !== account) return;
+      subs = data;
     } catch (e) {
+      if (mine !== seq) return;
+      if (e && e.status === 401) proof = null;
       show("error", "Could not load your subscriptions: " + ((e && e.message) || e), ["refresh"]);
       return;
     }
@@ -196,12 +243,16 @@
     return new Promise((r) => setTimeout(r, ms));
   }
 
+  // The receipt, or null when the transaction is not mined within RECEIPT_TIMEOUT_MS (dropped,
+  // or replaced from the wallet).
   async function receipt(hash) {
-    for (;;) {
+    const deadline = Date.now() + RECEIPT_TIMEOUT_MS;
+    while (Date.now() < deadline) {
       const r = await ethereum().request({ method: "eth_getTransactionReceipt", params: [hash] });
       if (r) return r;
       await sleep(1000);
     }
+    return null;
   }
 
   async function cancel(id, atPeriodEnd) {
@@ -234,11 +285,14 @@
       }
       show("pending", "Pending: waiting for the " + what + " transaction " + short(hash) + " to be confirmed…", []);
       const r = await receipt(hash);
+      if (!r) {
+        show("stalled", "The " + what + " transaction " + hash + " is not confirmed yet (it may have been replaced or dropped in your wallet). Refresh to see where things stand.", ["refresh"]);
+        return;
+      }
       if (BigInt(r.status) !== 1n) {
         show("failed", "The " + what + " transaction failed on chain (" + hash + "). Nothing changed.", ["refresh"]);
         return;
       }
-      busy = false;
       show("confirmed", (atPeriodEnd
         ? "Confirmed: subscription #" + id + " ends at the end of its current period; no further charges."
         : "Confirmed: subscription #" + id + " is cancelled; no further charges.") + " Transaction " + hash + ".", ["refresh"]);
@@ -257,7 +311,34 @@
     } finally {
       busy = false;
       for (const b of listEl.querySelectorAll("button")) b.disabled = false;
+      if (walletMoved) await followWallet();
     }
+  }
+
+  // Catches up with an account or chain switch the wallet made during a flow.
+  async function followWallet() {
+    walletMoved = false;
+    let accounts = [];
+    try {
+      accounts = await ethereum().request({ method: "eth_accounts" });
+    } catch (e) {
+      accounts = [];
+    }
+    onAccounts(accounts);
+  }
+
+  function onAccounts(accounts) {
+    account = accounts && accounts[0] ? accounts[0] : null;
+    if (!account) {
+      walletEl.hidden = true;
+      listEl.textContent = "";
+      subs = [];
+      show("idle", "Wallet disconnected.", ["connect"]);
+      return;
+    }
+    walletEl.hidden = false;
+    walletEl.textContent = "Connected: " + account;
+    load();
   }
 
   btn.connect.addEventListener("click", connect);
@@ -266,18 +347,13 @@
 
   const eth = ethereum();
   if (eth && typeof eth.on === "function") {
-    eth.on("chainChanged", () => { if (!busy) load(); });
+    eth.on("chainChanged", () => {
+      if (busy) walletMoved = true;
+      else load();
+    });
     eth.on("accountsChanged", (accounts) => {
-      if (busy) return;
-      account = accounts && accounts[0] ? accounts[0] : null;
-      if (!account) {
-        walletEl.hidden = true;
-        listEl.textContent = "";
-        show("idle", "Wallet disconnected.", ["connect"]);
-        return;
-      }
-      walletEl.textContent = "Connected: " + account;
-      load();
+      if (busy) walletMoved = true;
+      else onAccounts(accounts);
     });
   }
   if (!eth) show("no-wallet", "No browser wallet found. Install a wallet such as MetaMask, then reload this page.", []);

@@ -52,8 +52,9 @@ pub struct WalletCharge {
     pub transaction_hash: B256,
 }
 
-/// `wallet`'s subscriptions on `chain_id`, newest first, with their ledgers; only those with
-/// the merchant whose code is `merchant_code` when it is given (an unknown code lists none).
+/// `wallet`'s subscriptions on `chain_id` — live ones first (so none a customer may cancel
+/// falls beyond [`MAX_SUBSCRIPTIONS`]), each group newest first — with their ledgers; only
+/// those with the merchant whose code is `merchant_code` when it is given.
 pub async fn subscriptions_of(
     client: &impl GenericClient,
     chain_id: i64,
@@ -73,7 +74,7 @@ pub async fn subscriptions_of(
              LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = m.id \
              WHERE s.subscriber = $1 AND s.chain_id = $2 \
                AND ($3::text IS NULL OR m.code = $3) \
-             ORDER BY s.onchain_id DESC LIMIT $4",
+             ORDER BY s.status IN ('active', 'past_due') DESC, s.onchain_id DESC LIMIT $4",
         )
         .await?;
     let rows = client
@@ -138,4 +139,12 @@ pub async fn subscriptions_of(
         }
     }
     Ok(subs)
+}
+
+/// Whether a merchant has the code `code` (a link to `/account?merchant=` names one).
+pub async fn merchant_code_exists(client: &impl GenericClient, code: &str) -> Result<bool> {
+    let stmt = client
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM merchants WHERE code = $1)")
+        .await?;
+    Ok(client.query_one(&stmt, &[&code]).await?.get(0))
 }

@@ -2,7 +2,8 @@
 // env: ACCOUNT_URL (…/account?merchant=code), RPC_URL, CHAIN_ID, CUSTOMER (subscribed once,
 //      to PLAN_NAME), STRANGER (no subscriptions), PLAN_NAME, EXPLORER_PREFIX, SCREENSHOT_DIR.
 // Walks the states: no wallet; a wallet with no subscriptions on the wrong chain -> switch ->
-// empty; the subscriber: list (plan, amount, next charge, the first charge with its
+// signs the challenge -> empty; the subscriber: signature refused (nothing listed) -> signs ->
+// list (plan, amount, next charge, the first charge with its
 // transaction link) -> cancel at period end rejected (nothing sent) -> confirmed, the list
 // shows it ending -> cancel now -> pending (mining paused) -> confirmed, the list shows it cancelled with no actions.
 import { check, env, rpc, run, screenshot, walletPage } from "./lib.mjs";
@@ -39,6 +40,7 @@ await run("account", async (browser) => {
     const wrong = await state(page, "wrong-chain");
     check(wrong.includes("wrong network"), `wrong-chain message: ${wrong}`);
     await page.getByRole("button", { name: "Switch network" }).click();
+    // The wallet signs the challenge (anvil's personal_sign), then the list comes.
     const empty = await state(page, "empty");
     check(empty.includes("no subscriptions"), `empty message: ${empty}`);
     check((await page.locator("li.sub").count()) === 0, "nothing listed for a stranger");
@@ -49,8 +51,15 @@ await run("account", async (browser) => {
   // 2. The subscriber.
   const { page, wallet, context } = await walletPage(browser, { rpcUrl, account: customer, chainIdHex });
   await page.goto(url);
+  // Refusing to sign shows nothing; signing lists.
+  wallet.rejectNext = true;
   await page.getByRole("button", { name: "Connect wallet" }).click();
+  const refused = await state(page, "rejected");
+  check(refused.includes("rejected the signature"), `rejected message: ${refused}`);
+  check((await page.locator("li.sub").count()) === 0, "nothing listed without the signature");
+  await page.getByRole("button", { name: "Refresh" }).click();
   await state(page, "list");
+  check(wallet.calls.filter((m) => m === "personal_sign").length === 2, "one refused and one given signature");
   const sub = page.locator("li.sub");
   check((await sub.count()) === 1, "one subscription listed");
   check((await sub.getAttribute("data-status")) === "active", "active");
@@ -88,6 +97,7 @@ await run("account", async (browser) => {
   await page.locator('li.sub button[data-action="cancel-now"]').click();
   const pending = await state(page, "pending");
   check(pending.includes("Pending"), `pending message: ${pending}`);
+  check(await page.locator('li.sub button[data-action="cancel-now"]').isDisabled(), "no second cancel while one is pending");
   await screenshot(page, "account-5-pending");
   await rpc(rpcUrl, "evm_setAutomine", [true]);
   await rpc(rpcUrl, "evm_mine", []);
@@ -97,6 +107,7 @@ await run("account", async (browser) => {
   check((await page.locator("li.sub").getAttribute("data-status")) === "cancelled", "listed as cancelled");
   check((await page.locator("li.sub button").count()) === 0, "nothing to cancel any more");
   check(sends() === before + 2, "two transactions in all");
+  check(wallet.calls.filter((m) => m === "personal_sign").length === 2, "no new signature for the refreshes");
   await screenshot(page, "account-6-cancelled");
   console.log(`cancel tx: ${await page.locator("#status").getAttribute("data-tx")}`);
   await context.close();

@@ -474,12 +474,42 @@ impl ApiClient {
         send_tx_request(wallet, &body["tx"]).await
     }
 
-    /// The self-service page's list of `wallet`'s subscriptions.
-    pub async fn account_subscriptions(&self, wallet: Address) -> Result<Value> {
-        let url = format!("{}/account/subscriptions?wallet={wallet}", self.base);
-        let (status, body) = Self::read(self.http.get(url).send().await?).await?;
+    /// The self-service page's list of `wallet`'s subscriptions, as the page gets it: the
+    /// wallet signs the server's challenge (`personal_sign`), the list request carries it.
+    pub async fn account_subscriptions(&self, wallet: &PrivateKeySigner) -> Result<Value> {
+        let (issued_at, signature) = self.account_proof(wallet).await?;
+        let url = format!(
+            "{}/account/subscriptions?wallet={}",
+            self.base,
+            wallet.address()
+        );
+        let req = self
+            .http
+            .get(url)
+            .header("x-wallet-proof-issued-at", issued_at)
+            .header("x-wallet-proof-signature", signature);
+        let (status, body) = Self::read(req.send().await?).await?;
         ensure!(status == 200, "GET /account/subscriptions: {status} {body}");
         Ok(body)
+    }
+
+    /// `wallet`'s proof for the self-service list: (issuedAt, signature) of the challenge.
+    pub async fn account_proof(&self, wallet: &PrivateKeySigner) -> Result<(String, String)> {
+        let url = format!(
+            "{}/account/challenge?wallet={}",
+            self.base,
+            wallet.address()
+        );
+        let (status, c) = Self::read(self.http.get(url).send().await?).await?;
+        ensure!(status == 200, "GET /account/challenge: {status} {c}");
+        let message = c["message"]
+            .as_str()
+            .ok_or_else(|| anyhow!("no message: {c}"))?;
+        let signature = wallet.sign_message(message.as_bytes()).await?;
+        Ok((
+            c["issuedAt"].as_str().unwrap_or_default().to_string(),
+            format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())),
+        ))
     }
 }
 

@@ -140,6 +140,105 @@ impl<'a> AccountCharge<'a> {
     }
 }
 
+/// How long a wallet proof lets the page list the wallet's subscriptions.
+pub const PROOF_VALIDITY_MINUTES: i64 = 30;
+
+/// The text the customer's wallet signs (`personal_sign`) to show it holds `wallet`: the list
+/// names the merchants and plans a wallet pays, which the chain does not show, so nobody
+/// reads them from an address alone. Stateless: the server rebuilds this text from the wallet
+/// and `issued_at` the page sends back with the signature; only the wallet's key can sign
+/// it, and it lapses [`PROOF_VALIDITY_MINUTES`] after `issued_at`.
+pub fn proof_message(
+    base_url: &url::Url,
+    chain_id: u64,
+    wallet: Address,
+    issued_at: DateTime<Utc>,
+) -> String {
+    let expires = issued_at + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES);
+    format!(
+        "{host} asks you to show that you hold this wallet, to list its subscriptions.\n\
+         Signing sends nothing and costs nothing.\n\n\
+         Wallet: {wallet}\n\
+         Chain ID: {chain_id}\n\
+         Issued At: {issued}\n\
+         Expiration Time: {expires}",
+        host = base_url.host_str().unwrap_or("chainsub"),
+        wallet = wallet.to_checksum(None),
+        issued = issued_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        expires = expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    )
+}
+
+/// The challenge the page asks the wallet to sign.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Challenge {
+    pub object: &'static str,
+    pub message: String,
+    pub issued_at: String,
+    pub expires_at: String,
+}
+
+impl Challenge {
+    pub fn new(base_url: &url::Url, chain_id: u64, wallet: Address, now: DateTime<Utc>) -> Self {
+        // Whole seconds: the text is rebuilt from the RFC 3339 form the page sends back.
+        let issued_at = DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
+        Challenge {
+            object: "account_challenge",
+            message: proof_message(base_url, chain_id, wallet, issued_at),
+            issued_at: issued_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            expires_at: (issued_at + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES))
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        }
+    }
+}
+
+/// Checks the page's proof (headers `x-wallet-proof-issued-at`, `x-wallet-proof-signature`):
+/// 401 `wallet_proof_required` without it, `wallet_proof_expired` when lapsed (or issued in
+/// the future), `wallet_proof_invalid` when another key signed (or the text differs).
+pub fn check_proof(
+    base_url: &url::Url,
+    chain_id: u64,
+    wallet: Address,
+    issued_at: Option<&str>,
+    signature: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let unauthorized = |code: &'static str, message: &str| ApiError::Unauthorized {
+        code,
+        message: message.into(),
+    };
+    let (Some(issued_at), Some(signature)) = (issued_at, signature) else {
+        return Err(unauthorized(
+            "wallet_proof_required",
+            "sign the challenge from GET /account/challenge with the wallet first",
+        ));
+    };
+    let issued_at = DateTime::parse_from_rfc3339(issued_at)
+        .map_err(|_| {
+            unauthorized(
+                "wallet_proof_invalid",
+                "the proof's issue time is not RFC 3339",
+            )
+        })?
+        .with_timezone(&Utc);
+    let expired = now >= issued_at + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES)
+        || issued_at > now + chrono::Duration::minutes(1);
+    if expired {
+        return Err(unauthorized(
+            "wallet_proof_expired",
+            "the wallet proof has lapsed; sign a new challenge",
+        ));
+    }
+    let text = proof_message(base_url, chain_id, wallet, issued_at);
+    crate::auth::siwe::verify_signature(&text, signature, wallet).map_err(|e| match e {
+        ApiError::Unauthorized { message, .. } | ApiError::Invalid { message, .. } => {
+            unauthorized("wallet_proof_invalid", &message)
+        }
+        other => other,
+    })
+}
+
 /// A cancel transaction for the customer's wallet to send.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -270,6 +369,85 @@ mod tests {
                 transaction_hash: B256::repeat_byte(0x11),
             }],
         }
+    }
+
+    #[test]
+    fn only_the_wallets_own_fresh_signature_of_the_challenge_is_a_proof() {
+        use alloy::signers::SignerSync;
+        use alloy::signers::local::PrivateKeySigner;
+        let base: url::Url = "https://pay.example.com".parse().unwrap();
+        let key = PrivateKeySigner::random();
+        let wallet = key.address();
+        let now = Utc.with_ymd_and_hms(2026, 11, 26, 12, 0, 0).unwrap();
+        let c = Challenge::new(&base, 1, wallet, now);
+        assert!(
+            c.message.starts_with("pay.example.com asks you"),
+            "{}",
+            c.message
+        );
+        assert!(c.message.contains(&wallet.to_checksum(None)));
+        let sig = |text: &str| {
+            let s = key.sign_message_sync(text.as_bytes()).unwrap();
+            format!("0x{}", hex::encode(s.as_bytes()))
+        };
+        let good = sig(&c.message);
+        let check = |wallet, issued: &str, sig: &str, at| {
+            check_proof(&base, 1, wallet, Some(issued), Some(sig), at)
+        };
+        let code = |r: Result<()>| match r {
+            Err(ApiError::Unauthorized { code, .. }) => code,
+            other => panic!("{other:?}"),
+        };
+        assert!(check(wallet, &c.issued_at, &good, now).is_ok());
+        assert!(
+            check(
+                wallet,
+                &c.issued_at,
+                &good,
+                now + chrono::Duration::minutes(29)
+            )
+            .is_ok()
+        );
+        let lapsed = now + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES);
+        assert_eq!(
+            code(check(wallet, &c.issued_at, &good, lapsed)),
+            "wallet_proof_expired"
+        );
+        // Another wallet, another issue time (the text differs), another chain: invalid.
+        let other = Address::repeat_byte(7);
+        assert_eq!(
+            code(check(other, &c.issued_at, &good, now)),
+            "wallet_proof_invalid"
+        );
+        assert_eq!(
+            code(check(wallet, "2026-11-26T12:00:01Z", &good, now)),
+            "wallet_proof_invalid"
+        );
+        assert_eq!(
+            code(check_proof(
+                &base,
+                2,
+                wallet,
+                Some(&c.issued_at),
+                Some(&good),
+                now
+            )),
+            "wallet_proof_invalid"
+        );
+        // A proof dated later than now (a clock trick) is not accepted either.
+        let future = Challenge::new(&base, 1, wallet, now + chrono::Duration::hours(1));
+        assert_eq!(
+            code(check(wallet, &future.issued_at, &sig(&future.message), now)),
+            "wallet_proof_expired"
+        );
+        assert_eq!(
+            code(check_proof(&base, 1, wallet, None, None, now)),
+            "wallet_proof_required"
+        );
+        assert_eq!(
+            code(check(wallet, &c.issued_at, "0x12", now)),
+            "wallet_proof_invalid"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The customer self-service page's HTML (`/account`). Its states (no wallet, connect, wrong
-//! chain, loading, list, empty, confirm, pending, rejected, confirmed, failed, error) are
+//! chain, sign-in, loading, list, empty, confirm, pending, rejected, confirmed, stalled,
+//! failed, error) are
 //! driven by `assets/account.js`; the server renders the frame and the settings it needs.
 
 use serde_json::json;
@@ -16,6 +17,7 @@ pub fn render(cfg: &Config, merchant: Option<&str>) -> Resp {
     let settings = json!({
         "chainId": cfg.chain_id,
         "chainIdHex": chain_id_hex(cfg.chain_id),
+        "challengeUrl": "/account/challenge",
         "listUrl": "/account/subscriptions",
         "cancelUrl": "/account/cancel-tx",
         "merchant": merchant,
@@ -33,7 +35,7 @@ pub fn render(cfg: &Config, merchant: Option<&str>) -> Resp {
 <p class="eyebrow">Your subscriptions</p>
 <h1 id="title">Manage your subscriptions</h1>
 {scope}
-<p>Connect the wallet you subscribed with to see its subscriptions, their payments, and to cancel. Cancelling is a transaction your wallet sends to the subscription contract; no one else can cancel for you from this page.</p>
+<p>Connect the wallet you subscribed with and sign a message (no transaction, no fee) to see its subscriptions and their payments, and to cancel. Cancelling is a transaction your wallet sends to the subscription contract; no one else can cancel for you from this page.</p>
 <noscript><p class="notice">This page needs JavaScript and a browser wallet (such as MetaMask).</p></noscript>
 <div class="actions">
   <button type="button" id="connect" class="primary">Connect wallet</button>

@@ -6,7 +6,8 @@
 //! | GET | /checkout/{merchantCode}/{planSlug}?customer=…&sig=… | checkout page (HTML) |
 //! | GET | /checkout/{merchantCode}/{planSlug}/tx?customer=…&sig=…&from=0x… | wallet state + ready tx requests (JSON) |
 //! | GET | /account?merchant=… | customer self-service page (HTML) |
-//! | GET | /account/subscriptions?wallet=0x…&merchant=… | a wallet's subscriptions (JSON) |
+//! | GET | /account/challenge?wallet=0x… | the text the wallet signs to list (JSON) |
+//! | GET | /account/subscriptions?wallet=0x…&merchant=… | a wallet's subscriptions (JSON; headers `x-wallet-proof-issued-at`, `x-wallet-proof-signature`) |
 //! | GET | /account/cancel-tx?from=0x…&subscription=N&atPeriodEnd=true\|false | cancel tx request (JSON) |
 //! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
 //! | GET | /assets/{file} | JS and CSS of the pages |
@@ -84,7 +85,20 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .and(client_addr())
             .and(query_pairs())
             .then(|ctx: Ctx, remote: ClientAddr, q: Query| async move {
-                account_page(&ctx, &remote, &q).unwrap_or_else(html_error)
+                account_page(&ctx, &remote, &q)
+                    .await
+                    .unwrap_or_else(html_error)
+            })
+            .or(method_fallback("GET"))
+            .unify(),
+    );
+    let account_challenge = warp::path!("account" / "challenge").and(
+        warp::get()
+            .and(with_ctx(ctx.clone()))
+            .and(client_addr())
+            .and(query_pairs())
+            .then(|ctx: Ctx, remote: ClientAddr, q: Query| async move {
+                respond(account_challenge(&ctx, &remote, &q))
             })
             .or(method_fallback("GET"))
             .unify(),
@@ -94,9 +108,18 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .and(with_ctx(ctx.clone()))
             .and(client_addr())
             .and(query_pairs())
-            .then(|ctx: Ctx, remote: ClientAddr, q: Query| async move {
-                respond(account_subscriptions(&ctx, &remote, &q).await)
-            })
+            .and(warp::header::optional::<String>("x-wallet-proof-issued-at"))
+            .and(warp::header::optional::<String>("x-wallet-proof-signature"))
+            .then(
+                |ctx: Ctx,
+                 remote: ClientAddr,
+                 q: Query,
+                 issued_at: Option<String>,
+                 signature: Option<String>| async move {
+                    let proof = (issued_at.as_deref(), signature.as_deref());
+                    respond(account_subscriptions(&ctx, &remote, &q, proof).await)
+                },
+            )
             .or(method_fallback("GET"))
             .unify(),
     );
@@ -147,6 +170,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .or(tx)
         .unify()
         .or(account_page)
+        .unify()
+        .or(account_challenge)
         .unify()
         .or(account_list)
         .unify()
@@ -355,19 +380,52 @@ fn wallet_param(q: &Query, name: &str) -> Result<Address> {
         .map_err(|_| ApiError::invalid(name, format!("`{name}` must be a 0x wallet address")))
 }
 
-fn account_page(ctx: &Ctx, remote: &ClientAddr, q: &Query) -> Result<Resp> {
+/// The self-service page; 404 for a `merchant` that is no merchant's code (a typo in a
+/// merchant's link would otherwise show an empty list as if the customer had nothing).
+async fn account_page(ctx: &Ctx, remote: &ClientAddr, q: &Query) -> Result<Resp> {
     check_ip(ctx, remote)?;
-    let merchant = merchant_code(q).map_err(|_| ApiError::NotFound {
+    let no_merchant = || ApiError::NotFound {
         message: "no such merchant".into(),
         param: Some("merchant".into()),
-    })?;
+    };
+    let merchant = merchant_code(q).map_err(|_| no_merchant())?;
+    if let Some(code) = merchant {
+        let conn = ctx.pool.get().await?;
+        if !chainsub_store::customers::merchant_code_exists(&conn, code).await? {
+            return Err(no_merchant());
+        }
+    }
     Ok(account_view::render(&ctx.cfg, merchant))
 }
 
-async fn account_subscriptions(ctx: &Ctx, remote: &ClientAddr, q: &Query) -> Result<Resp> {
+fn account_challenge(ctx: &Ctx, remote: &ClientAddr, q: &Query) -> Result<Resp> {
+    check_ip(ctx, remote)?;
+    let wallet = wallet_param(q, "wallet")?;
+    Ok(Resp::view(&account::Challenge::new(
+        &ctx.cfg.base_url,
+        ctx.cfg.chain_id,
+        wallet,
+        chrono::Utc::now(),
+    )))
+}
+
+async fn account_subscriptions(
+    ctx: &Ctx,
+    remote: &ClientAddr,
+    q: &Query,
+    (issued_at, signature): (Option<&str>, Option<&str>),
+) -> Result<Resp> {
     check_ip(ctx, remote)?;
     let wallet = wallet_param(q, "wallet")?;
     let merchant = merchant_code(q)?;
+    account::check_proof(
+        &ctx.cfg.base_url,
+        ctx.cfg.chain_id,
+        wallet,
+        issued_at,
+        signature,
+        chrono::Utc::now(),
+    )?;
     let conn = ctx.pool.get().await?;
     let rows = chainsub_store::customers::subscriptions_of(
         &conn,

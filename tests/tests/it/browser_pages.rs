@@ -8,8 +8,8 @@ use alloy::providers::Provider;
 use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::SolCall;
 use chainsub_abi::{MockUSDC, SubscriptionManager};
-use chainsub_tests::DevChain;
 use chainsub_tests::chain::accounts;
+use chainsub_tests::{DevChain, dev_key};
 use serde_json::Value;
 
 fn calldata(step: &Value) -> Vec<u8> {
@@ -350,13 +350,37 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
             (status, text)
         }
     };
-    let list = |wallet: String, merchant: Option<String>| {
-        let get = &get;
+    // The list needs the wallet's signature of the server's challenge.
+    let kit = chainsub_tests::merchant::ApiClient::new(&s.base);
+    let customer_proof = kit
+        .account_proof(&dev_key(accounts::CUSTOMER))
+        .await
+        .unwrap();
+    let stranger_proof = kit
+        .account_proof(&dev_key(accounts::CUSTOMER_B))
+        .await
+        .unwrap();
+    let list_with = |wallet: String, merchant: Option<String>, proof: Option<(String, String)>| {
+        let http = s.http.clone();
+        let base = s.base.clone();
         async move {
             let q = merchant
                 .map(|m| format!("&merchant={m}"))
                 .unwrap_or_default();
-            let (status, text) = get(format!("/account/subscriptions?wallet={wallet}{q}")).await;
+            let mut req = http.get(format!("{base}/account/subscriptions?wallet={wallet}{q}"));
+            if let Some((issued_at, signature)) = proof {
+                req = req
+                    .header("x-wallet-proof-issued-at", issued_at)
+                    .header("x-wallet-proof-signature", signature);
+            }
+            let res = req.send().await.unwrap();
+            (res.status().as_u16(), res.text().await.unwrap())
+        }
+    };
+    let list = |wallet: String, merchant: Option<String>| {
+        let (list_with, proof) = (&list_with, &customer_proof);
+        async move {
+            let (status, text) = list_with(wallet, merchant, Some(proof.clone())).await;
             assert_eq!(status, 200, "{text}");
             let v: Value = serde_json::from_str(&text).unwrap();
             (v, text)
@@ -388,8 +412,28 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
     assert_eq!(v["data"].as_array().unwrap().len(), 1);
     let (v, _) = list(customer.to_string(), Some("nosuchcode".into())).await;
     assert!(v["data"].as_array().unwrap().is_empty());
-    let (v, _) = list(stranger.to_string(), None).await;
-    assert!(v["data"].as_array().unwrap().is_empty());
+    let (status, text) = list_with(stranger.to_string(), None, Some(stranger_proof.clone())).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"data\":[]"), "{text}");
+    // Without the wallet's own fresh signature, nothing is listed: no proof, another wallet's
+    // proof, a proof for another time.
+    for (proof, code) in [
+        (None, "wallet_proof_required"),
+        (Some(stranger_proof.clone()), "wallet_proof_invalid"),
+        (
+            Some(("2020-01-01T00:00:00Z".to_string(), customer_proof.1.clone())),
+            "wallet_proof_expired",
+        ),
+    ] {
+        let (status, text) = list_with(customer.to_string(), None, proof).await;
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (401, Some(code)),
+            "{text}"
+        );
+        assert!(!text.contains("Pro Monthly"), "{text}");
+    }
     for (path, param) in [
         ("/account/subscriptions".to_string(), "wallet"),
         ("/account/subscriptions?wallet=0x12".to_string(), "wallet"),
@@ -494,6 +538,13 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
         body.contains("/assets/account.js") && body.contains(&code),
         "{body}"
     );
+    let res = s
+        .http
+        .get(format!("{}/account?merchant=nosuchcode", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404, "a merchant code that is no merchant's");
     let res = s
         .http
         .get(format!("{}/account?merchant=%3Cscript%3E", s.base))

@@ -170,7 +170,9 @@ pub async fn run(api_base: &str, rpc_url: &str, key_file: &std::path::Path) -> R
     // The customer changes their mind and cancels at once from the self-service page: the
     // page lists the wallet's subscriptions and hands out the `cancel` call, which the
     // customer's own wallet sends.
-    let mine = api.account_subscriptions(customer).await?;
+    let mine = api
+        .account_subscriptions(&dev_key(accounts::CUSTOMER))
+        .await?;
     let onchain_id = mine["data"][0]["onchainId"]
         .as_u64()
         .ok_or_else(|| anyhow!("the account page lists nothing: {mine}"))?;
