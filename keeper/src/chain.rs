@@ -143,20 +143,43 @@ impl Chain {
             .await?)
     }
 
-    /// The subscriber's token balance and allowance toward SubscriptionManager.
+    /// The subscriber's token balance and allowance toward SubscriptionManager (at `block`,
+    /// or the latest).
     pub async fn funds(&self, subscriber: Address) -> Result<(U256, U256)> {
+        self.funds_at(subscriber, None).await
+    }
+
+    /// [`Chain::funds`] at block `block` (`None`: the latest).
+    pub async fn funds_at(&self, subscriber: Address, block: Option<u64>) -> Result<(U256, U256)> {
         let token = MockUSDC::new(self.token, self.provider.clone());
+        let at = block.map_or(alloy::eips::BlockId::latest(), alloy::eips::BlockId::number);
         let balance = token
             .balanceOf(subscriber)
+            .block(at)
             .call()
             .await
             .map_err(|e| Error::Config(format!("balanceOf: {e}")))?;
         let allowance = token
             .allowance(subscriber, self.manager)
+            .block(at)
             .call()
             .await
             .map_err(|e| Error::Config(format!("allowance: {e}")))?;
         Ok((balance, allowance))
+    }
+
+    /// The latest block: (number, hash, timestamp).
+    pub async fn latest_block(&self) -> Result<(u64, B256, u64)> {
+        let block = self
+            .provider
+            .get_block_by_number(BlockNumberOrTag::Latest)
+            .await?
+            .ok_or_else(|| Error::Config("the node has no latest block".into()))?;
+        Ok((
+            block.header.number,
+            block.header.hash,
+            block.header.timestamp,
+        ))
     }
 
     /// Current EIP-1559 fee suggestion: (max fee, priority fee), uncapped.

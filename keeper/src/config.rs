@@ -111,6 +111,12 @@ pub struct Config {
     /// before it is sent anyway, so that the failure is recorded and the grace rules move on.
     #[arg(long, env = "KEEPER_FUTILE_DEFER_SECS", default_value_t = 21_600)]
     pub futile_defer_secs: u64,
+    /// Renewal-at-risk warnings: this many seconds (chain time) before a renewal falls due,
+    /// the keeper reads the subscriber's USDC balance and allowance once, and records a
+    /// `subscription.renewal_at_risk` event (listed and sent by webhook) for each that cannot
+    /// cover the charge. 0 turns the warnings off.
+    #[arg(long, env = "KEEPER_RENEWAL_RISK_LEAD_SECS", default_value_t = 259_200)]
+    pub renewal_risk_lead_secs: u64,
     /// A transaction without a receipt after this many milliseconds is replaced (same nonce,
     /// higher fee).
     #[arg(long, env = "KEEPER_REPLACE_AFTER_MS", default_value_t = 120_000)]

@@ -355,7 +355,53 @@ impl Keeper {
         }
         let report = self.send_due(chain_now).await?;
         self.refresh_in_flight().await?;
+        // Warnings never hold renewals up: a failed check is logged and tried next pass.
+        if let Err(e) = self.check_renewals(chain_now).await {
+            metrics::counter!(names::RENEWAL_CHECKS, "outcome" => "failed").increment(1);
+            tracing::warn!(error = %e, "renewal-at-risk checks failed; trying again next pass");
+        }
         Ok(report)
+    }
+
+    /// Renewal-at-risk warnings: each active subscription whose renewal falls due within
+    /// `--renewal-risk-lead-secs` is checked once for that period — balance and allowance
+    /// at one block — and a `subscription.renewal_at_risk` event is recorded per shortfall.
+    async fn check_renewals(&self, chain_now: u64) -> Result<()> {
+        let lead = self.cfg.renewal_risk_lead_secs;
+        if lead == 0 {
+            return Ok(());
+        }
+        let upcoming = self
+            .store
+            .renewals_to_check(chain_datetime(chain_now), lead, self.cfg.batch_size)
+            .await?;
+        if upcoming.is_empty() {
+            return Ok(());
+        }
+        let (number, hash, time) = self.chain.latest_block().await?;
+        for sub in &upcoming {
+            let (balance, allowance) = self.chain.funds_at(sub.subscriber, Some(number)).await?;
+            let seen = chainsub_store::keeper::FundsObservation {
+                block_number: number,
+                block_hash: hash,
+                block_time: chain_datetime(time),
+                balance,
+                allowance,
+            };
+            let reasons = self.store.record_renewal_check(sub, &seen).await?;
+            let outcome = if reasons.is_empty() { "ok" } else { "at_risk" };
+            metrics::counter!(names::RENEWAL_CHECKS, "outcome" => outcome).increment(1);
+            if !reasons.is_empty() {
+                tracing::info!(
+                    subscription = sub.onchain_id,
+                    period = sub.period,
+                    ?reasons,
+                    block = number,
+                    "renewal at risk"
+                );
+            }
+        }
+        Ok(())
     }
 
     async fn refresh_in_flight(&self) -> Result<()> {

@@ -16,6 +16,8 @@ use super::error::Result;
 pub mod names {
     /// Counter, label `action` (charge|end): transactions first broadcast for a step.
     pub const SENDS: &str = "keeper_sends_total";
+    /// Renewal-at-risk checks made, by outcome (`ok`, `at_risk`, `failed`).
+    pub const RENEWAL_CHECKS: &str = "keeper_renewal_checks_total";
     /// Counter, label `reason`: due steps not sent (not_due, not_live, reverted,
     /// futile_deferred, budget, concurrency).
     pub const SKIPPED: &str = "keeper_skipped_total";

@@ -88,6 +88,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "subscriber_lookup",
         sql: include_str!("../sql/0016_subscriber_lookup.sql"),
     },
+    Migration {
+        version: 17,
+        name: "renewal_risks",
+        sql: include_str!("../sql/0017_renewal_risks.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -28,7 +28,9 @@ const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.cha
     (SELECT count(*) FROM chain_events sq WHERE sq.chain_id = ce.chain_id \
      AND sq.subscription_id = ce.subscription_id AND sq.id <= ce.id) AS subscription_sequence, \
     NULL::text AS retracted_event_id, NULL::text AS retracted_kind, \
-    NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash \
+    NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash, NULL::text AS risk_reason, \
+    NULL::text AS risk_amount, NULL::text AS risk_available, NULL::timestamptz AS risk_due_at, \
+    NULL::integer AS risk_period \
     FROM chain_events ce \
     LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id \
     LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet \
@@ -50,7 +52,8 @@ const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
     NULL::bigint AS subscription_sequence, r.retracted_event_id, r.retracted_kind, \
-    r.ancestor_block, r.ancestor_hash \
+    r.ancestor_block, r.ancestor_hash, NULL::text AS risk_reason, NULL::text AS risk_amount, \
+    NULL::text AS risk_available, NULL::timestamptz AS risk_due_at, NULL::integer AS risk_period \
     FROM event_retractions r \
     LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id \
     LEFT JOIN merchants pm ON pm.wallet = r.merchant_wallet \
@@ -58,8 +61,35 @@ const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind
     LEFT JOIN webhook_outbox o ON o.event_public_id = r.public_id AND o.test_payload IS NULL \
          AND o.retracted_at IS NULL";
 
+/// The same columns for `subscription.renewal_at_risk` events (`renewal_risks`, migration
+/// 0017): observations of chain state, not logs — the block they were observed at, a zero
+/// transaction hash and log index -1 that the view never serves (it renders `chain: null`
+/// and an `observation` block instead), and the subscription as last indexed.
+const KSELECT: &str = "SELECT k.id, k.public_id, 'subscription.renewal_at_risk'::text AS kind, \
+    k.block_time, k.chain_id, k.contract, k.block_number, k.block_hash, \
+    decode(repeat('00', 32), 'hex') AS transaction_hash, -1 AS log_index, k.subscription_id, \
+    k.amount::text AS log_amount, NULL::text AS log_subscriber, NULL::text AS log_period, \
+    NULL::text AS log_attempt, NULL::text AS log_reason, NULL::text AS log_next_retry_at, \
+    k.snapshot, p.public_id AS plan_public_id, cur.block_number AS indexed_block, \
+    o.status AS delivery_status, o.attempts AS delivery_attempts, \
+    o.next_attempt_at AS delivery_next_attempt_at, o.delivered_at AS delivery_delivered_at, \
+    o.last_error AS delivery_last_error, NULL::bigint AS subscription_sequence, \
+    NULL::text AS retracted_event_id, NULL::text AS retracted_kind, \
+    NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash, k.reason AS risk_reason, \
+    k.amount::text AS risk_amount, k.available::text AS risk_available, k.due_at AS risk_due_at, \
+    k.period AS risk_period \
+    FROM renewal_risks k \
+    LEFT JOIN chain_plans cp ON cp.chain_id = k.chain_id AND cp.onchain_id = k.plan_id \
+    LEFT JOIN merchants pm ON pm.wallet = k.merchant_wallet \
+    LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
+    LEFT JOIN indexer_cursor cur ON cur.chain_id = k.chain_id \
+    LEFT JOIN webhook_outbox o ON o.event_public_id = k.public_id AND o.test_payload IS NULL \
+         AND o.retracted_at IS NULL";
+
 /// The type of a retraction event.
 pub const RETRACTED: &str = "event.retracted";
+/// The type of a renewal-at-risk observation.
+pub const RENEWAL_AT_RISK: &str = "subscription.renewal_at_risk";
 
 /// One lifecycle event, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +116,22 @@ pub struct EventRow {
     pub sequence: Option<i64>,
     /// For an `event.retracted` event: what it retracts.
     pub retraction: Option<RetractionRow>,
+    /// For a `subscription.renewal_at_risk` observation: what was short (its `chain` is the
+    /// observed block, with no transaction).
+    pub risk: Option<RiskRow>,
+}
+
+/// A renewal at risk: what the next charge needs and what the wallet had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RiskRow {
+    /// `allowance` or `balance`.
+    pub reason: String,
+    /// Base units.
+    pub amount: Option<u128>,
+    pub available: Option<u128>,
+    pub due_at: DateTime<Utc>,
+    /// The period whose charge is at risk.
+    pub period: i32,
 }
 
 /// What an `event.retracted` event retracts; the removed event's position is the row's
@@ -170,6 +216,16 @@ impl EventRow {
             sequence: r
                 .try_get::<_, Option<i64>>(c.subscription_sequence)?
                 .filter(|n| *n > 0),
+            risk: match r.try_get::<_, Option<String>>(c.risk_reason)? {
+                None => None,
+                Some(reason) => Some(RiskRow {
+                    reason,
+                    amount: crate::chain::units(r.try_get(c.risk_amount)?),
+                    available: crate::chain::units(r.try_get(c.risk_available)?),
+                    due_at: r.try_get(c.risk_due_at)?,
+                    period: r.try_get(c.risk_period)?,
+                }),
+            },
             retraction: match r.try_get::<_, Option<&str>>(c.retracted_event_id)? {
                 None => None,
                 Some(id) => Some(RetractionRow {
@@ -236,6 +292,11 @@ columns! {
         public_id,
         retracted_event_id,
         retracted_kind,
+        risk_amount,
+        risk_available,
+        risk_due_at,
+        risk_period,
+        risk_reason,
         snapshot,
         subscription_id,
         subscription_sequence,
@@ -253,7 +314,8 @@ pub async fn by_ids(
 ) -> Result<Vec<EventRow>> {
     static BY_IDS: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "{SELECT} WHERE ce.public_id = ANY($1) UNION ALL {RSELECT} WHERE r.public_id = ANY($1)"
+            "{SELECT} WHERE ce.public_id = ANY($1) UNION ALL {RSELECT} WHERE r.public_id = ANY($1) \
+             UNION ALL {KSELECT} WHERE k.public_id = ANY($1)"
         )
     });
     let stmt = client.prepare_cached(&BY_IDS).await?;
@@ -277,6 +339,8 @@ const SCOPE: &str =
     " WHERE ce.merchant_wallet = $1 AND ce.kind IS NOT NULL AND ce.chain_id = $2::bigint";
 /// A merchant's retractions: `$1` wallet, `$2` chain id.
 const RSCOPE: &str = " WHERE r.merchant_wallet = $1 AND r.chain_id = $2::bigint";
+/// A merchant's renewal-at-risk observations: `$1` wallet, `$2` chain id.
+const KSCOPE: &str = " WHERE k.merchant_wallet = $1 AND k.chain_id = $2::bigint";
 
 /// The list filters; `None` means "any".
 #[derive(Debug, Clone, Default)]
@@ -297,17 +361,23 @@ const SUB_IS: &str = "ce.subscription_id = (SELECT s.onchain_id FROM subscriptio
 /// For retractions, the subscription as the removed event served it (its snapshot's id): the
 /// subscription row may be gone with the reorg that removed its creation.
 const RSUB_IS: &str = "r.snapshot->>'id' = $4";
+/// For observations, the subscription by its on-chain number, as for chain events.
+const KSUB_IS: &str = "k.subscription_id = (SELECT s.onchain_id FROM subscriptions s \
+    WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
 
 /// The 6 list statements: leading filter (none, type, subscription) x 2 directions. `$3`
 /// type, `$4` subscription public id, `$5`/`$6` block range, `$7`/`$8` time range, `$9`
-/// cursor key, `$10` rows to fetch. Each is the page of chain events and the page of
-/// retractions (each branch ordered and limited on its own index), merged by id: both
-/// tables take their ids from one sequence.
+/// cursor key, `$10` rows to fetch. Each is the page of chain events, the page of
+/// retractions and the page of renewal-at-risk observations (each branch ordered and
+/// limited on its own index), merged by id: the three tables take their ids from one
+/// sequence.
 static LIST: LazyLock<[[String; 2]; 3]> = LazyLock::new(|| {
     let kind = |lead| page::filter(lead, 3, "text", "ce.kind = $3");
     let sub = |lead| page::filter(lead, 4, "text", SUB_IS);
     let rkind = |lead| page::filter(lead, 3, "text", "$3 = 'event.retracted'");
     let rsub = |lead| page::filter(lead, 4, "text", RSUB_IS);
+    let kkind = |lead| page::filter(lead, 3, "text", "$3 = 'subscription.renewal_at_risk'");
+    let ksub = |lead| page::filter(lead, 4, "text", KSUB_IS);
     let ranges = |t: &str, time: &str| {
         format!(
             " AND ($5::bigint IS NULL OR {t}.block_number >= $5) \
@@ -317,17 +387,26 @@ static LIST: LazyLock<[[String; 2]; 3]> = LazyLock::new(|| {
         )
     };
     let (ce_ranges, r_ranges) = (ranges("ce", "block_time"), ranges("r", "detected_at"));
+    let k_ranges = ranges("k", "block_time");
     let [older, newer] = keyset("ce.id", 9, 10);
     let [r_older, r_newer] = keyset("r.id", 9, 10);
+    let [k_older, k_newer] = keyset("k.id", 9, 10);
     let text = |k: bool, s: bool| {
-        [(&older, &r_older, "DESC"), (&newer, &r_newer, "ASC")].map(|(tail, r_tail, dir)| {
+        [
+            (&older, &r_older, &k_older, "DESC"),
+            (&newer, &r_newer, &k_newer, "ASC"),
+        ]
+        .map(|(tail, r_tail, k_tail, dir)| {
             format!(
                 "SELECT * FROM (({SELECT}{SCOPE}{}{}{ce_ranges}{tail}) UNION ALL \
-                 ({RSELECT}{RSCOPE}{}{}{r_ranges}{r_tail})) u ORDER BY u.id {dir} LIMIT $10",
+                 ({RSELECT}{RSCOPE}{}{}{r_ranges}{r_tail}) UNION ALL \
+                 ({KSELECT}{KSCOPE}{}{}{k_ranges}{k_tail})) u ORDER BY u.id {dir} LIMIT $10",
                 kind(k),
                 sub(s),
                 rkind(k),
-                rsub(s)
+                rsub(s),
+                kkind(k),
+                ksub(s)
             )
         })
     };
@@ -382,7 +461,8 @@ pub async fn cursor_key(
         .prepare_cached(
             "SELECT id FROM chain_events WHERE public_id = $1 AND merchant_wallet = $2 \
              AND kind IS NOT NULL \
-             UNION ALL SELECT id FROM event_retractions WHERE public_id = $1 AND merchant_wallet = $2",
+             UNION ALL SELECT id FROM event_retractions WHERE public_id = $1 AND merchant_wallet = $2 \
+             UNION ALL SELECT id FROM renewal_risks WHERE public_id = $1 AND merchant_wallet = $2",
         )
         .await?;
     Ok(client
@@ -401,7 +481,8 @@ pub async fn get(
     static ONE: LazyLock<String> = LazyLock::new(|| {
         format!(
             "{SELECT}{SCOPE} AND ce.public_id = $3::text \
-             UNION ALL {RSELECT}{RSCOPE} AND r.public_id = $3::text"
+             UNION ALL {RSELECT}{RSCOPE} AND r.public_id = $3::text \
+             UNION ALL {KSELECT}{KSCOPE} AND k.public_id = $3::text"
         )
     });
     let stmt = client.prepare_cached(&ONE).await?;

@@ -27,9 +27,47 @@ pub struct EventView<'a> {
     /// a gap or a repeat at once.
     pub sequence: Option<i64>,
     pub data: EventData<'a>,
-    pub chain: ChainView,
+    /// The log's position on chain; `null` for an observation (`subscription.renewal_at_risk`),
+    /// which is no log: reconciliation of on-chain events skips it.
+    pub chain: Option<ChainView>,
+    /// `subscription.renewal_at_risk` only: the chain state the service read, and where.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observation: Option<ObservationView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delivery: Option<Option<DeliveryView<'a>>>,
+}
+
+/// Where an observation was made: a block (not a transaction).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservationView {
+    pub chain_id: i64,
+    #[serde(serialize_with = "super::checksummed")]
+    pub contract: Address,
+    pub block_number: i64,
+    pub block_hash: B256,
+    #[serde(serialize_with = "super::time")]
+    pub block_time: DateTime<Utc>,
+    pub onchain_subscription_id: Option<i64>,
+}
+
+/// `data.renewalAtRisk`: which of the subscriber's balance or allowance to the contract
+/// cannot cover the next charge, by how much, and when it falls due.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RenewalAtRiskView<'a> {
+    /// `allowance` or `balance`.
+    pub reason: &'a str,
+    /// The charge due (USDC).
+    pub amount_due: Option<String>,
+    /// The balance or allowance observed (USDC).
+    pub available: Option<String>,
+    /// `amountDue - available` (USDC).
+    pub shortfall: Option<String>,
+    #[serde(serialize_with = "super::time")]
+    pub due_at: DateTime<Utc>,
+    /// The period whose charge is at risk.
+    pub period: i32,
 }
 
 /// `data`: the payload shape merchants integrate with, the subscription as of the event, and
@@ -44,7 +82,8 @@ pub struct EventData<'a> {
     pub subscriber_address: Option<Address>,
     pub amount: Option<String>,
     pub currency: &'static str,
-    pub tx_hash: B256,
+    /// The log's transaction; `null` for an observation.
+    pub tx_hash: Option<B256>,
     pub status: Option<SubscriptionStatus>,
     pub next_payment_at: Option<&'a str>,
     pub subscription: SnapshotView<'a>,
@@ -62,6 +101,9 @@ pub struct EventData<'a> {
     /// as it was served).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retracted: Option<RetractedView<'a>>,
+    /// `subscription.renewal_at_risk` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewal_at_risk: Option<RenewalAtRiskView<'a>>,
 }
 
 /// The event an `event.retracted` event takes back, and where the chain went instead.
@@ -196,7 +238,7 @@ impl<'a> EventView<'a> {
                         .or(snapshot.map(|s| s.amount.as_str())),
                 ),
                 currency: CURRENCY,
-                tx_hash: r.chain.transaction_hash,
+                tx_hash: r.risk.is_none().then_some(r.chain.transaction_hash),
                 status: snapshot.map(|s| s.status),
                 next_payment_at: snapshot.and_then(|s| s.next_payment_at.as_deref()),
                 subscription: SnapshotView::of(snapshot, r.plan_id.as_ref()),
@@ -205,6 +247,16 @@ impl<'a> EventView<'a> {
                 failure_reason,
                 next_retry_at,
                 end_reason,
+                renewal_at_risk: r.risk.as_ref().map(|k| RenewalAtRiskView {
+                    reason: &k.reason,
+                    amount_due: super::usdc(k.amount),
+                    available: super::usdc(k.available),
+                    shortfall: super::usdc(
+                        k.amount.zip(k.available).map(|(a, b)| a.saturating_sub(b)),
+                    ),
+                    due_at: k.due_at,
+                    period: k.period,
+                }),
                 retracted: r.retraction.as_ref().map(|x| RetractedView {
                     event_id: &x.event_id,
                     kind: x.kind.as_deref(),
@@ -218,13 +270,21 @@ impl<'a> EventView<'a> {
                     },
                 }),
             },
-            chain: ChainView {
+            chain: r.risk.is_none().then(|| ChainView {
                 // Reconciliation can always re-check the event against the contract, and an
                 // event of a subscription the index has no snapshot of (created before the
                 // indexer's start block) still names it.
                 onchain_subscription_id: r.onchain_subscription_id,
                 ..ChainView::from(&r.chain)
-            },
+            }),
+            observation: r.risk.is_some().then_some(ObservationView {
+                chain_id: r.chain.chain_id,
+                contract: r.chain.contract,
+                block_number: r.chain.block_number,
+                block_hash: r.chain.block_hash,
+                block_time: r.created_at,
+                onchain_subscription_id: r.onchain_subscription_id,
+            }),
             delivery: None,
         }
     }

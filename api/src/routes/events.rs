@@ -63,13 +63,14 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
         ],
     )?;
     let page = Page::parse(q)?;
-    // A lifecycle type, or the retraction a deep reorg produces.
+    // A lifecycle type, the retraction a deep reorg produces, or the renewal-at-risk
+    // observation.
     let kind = param(q, "type")
         .map(|t| {
+            use chainsub_store::events::{RENEWAL_AT_RISK, RETRACTED};
             chainsub_abi::EventKind::parse(t)
                 .map(|k| k.as_str())
-                .or((t == chainsub_store::events::RETRACTED)
-                    .then_some(chainsub_store::events::RETRACTED))
+                .or([RETRACTED, RENEWAL_AT_RISK].into_iter().find(|k| *k == t))
                 .ok_or_else(|| {
                     ApiError::invalid(
                         "type",

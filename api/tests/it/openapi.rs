@@ -441,6 +441,37 @@ async fn responses_validate_against_the_document() {
     assert_eq!(data[0]["type"], "event.retracted");
     assert_eq!(data[0]["data"]["retracted"]["eventId"], evt.as_str());
     assert_eq!(listed.body["data"][0]["id"], data[0]["id"], "newest first");
+    // A renewal-at-risk observation of the same subscription, as the keeper writes it.
+    db.execute(
+        "INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
+             subscription_id, plan_id, period, reason, amount, available, due_at,
+             block_number, block_hash, block_time, snapshot)
+         SELECT 'evt_' || md5('k'), chain_id, contract, merchant_wallet, subscription_id,
+             plan_id, 2, 'allowance', 9990000, 0, block_time + interval '1 month',
+             block_number, block_hash, block_time, snapshot
+         FROM chain_events WHERE public_id = $1",
+        &[&evt],
+    )
+    .await
+    .unwrap();
+    let risks = app
+        .get("/api/v1/events?type=subscription.renewal_at_risk", &key)
+        .await;
+    check(&doc, "GET", "/api/v1/events", &risks);
+    assert_eq!(
+        risks.body["data"][0]["chain"],
+        Value::Null,
+        "{}",
+        risks.body
+    );
+    assert_eq!(
+        risks.body["data"][0]["data"]["renewalAtRisk"]["shortfall"], "9.99",
+        "{}",
+        risks.body
+    );
+    let listed = app.get("/api/v1/events", &key).await;
+    check(&doc, "GET", "/api/v1/events", &listed);
+    assert_eq!(listed.body["data"][0]["id"], risks.body["data"][0]["id"]);
     check(
         &doc,
         "GET",
@@ -561,11 +592,15 @@ async fn a_429_validates_against_the_document() {
 fn the_webhooks_section_documents_every_event_type_its_signature_and_the_schedule() {
     let doc = doc();
     let webhooks = doc["webhooks"].as_object().expect("a webhooks section");
-    // The on-chain lifecycle types, and the retraction a deep reorg produces.
+    // The on-chain lifecycle types, the retraction a deep reorg produces, and the
+    // renewal-at-risk observation.
     let kinds: BTreeSet<&str> = chainsub_abi::EventKind::ALL
         .iter()
         .map(|k| k.as_str())
-        .chain([chainsub_store::events::RETRACTED])
+        .chain([
+            chainsub_store::events::RETRACTED,
+            chainsub_store::events::RENEWAL_AT_RISK,
+        ])
         .collect();
     let documented: BTreeSet<&str> = webhooks.keys().map(String::as_str).collect();
     assert_eq!(documented, kinds, "one webhook entry per event type");

@@ -9,6 +9,9 @@ use deadpool_postgres::Pool;
 use crate::{Error, Result};
 
 mod journal;
+mod risks;
+
+pub use risks::{FundsObservation, Upcoming};
 
 /// What the keeper does for a due subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

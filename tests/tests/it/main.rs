@@ -30,4 +30,5 @@ mod dev_command;
 mod e2e_dev_demo;
 mod e2e_export;
 mod e2e_lifecycle;
+mod e2e_renewal_risk;
 mod harness;

@@ -1,0 +1,156 @@
+//! Renewal-at-risk observations (issue 14, point 3; migrations/sql/0017_renewal_risks.sql):
+//! which renewals are coming up, and the one check per subscription and period with the
+//! `subscription.renewal_at_risk` events (and their webhooks) it finds.
+
+use alloy::primitives::{Address, B256, U256};
+use chrono::{DateTime, Utc};
+
+use super::{Store, parse_u128};
+use crate::{Error, Result};
+
+/// An active subscription whose renewal falls due within the warning lead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upcoming {
+    pub onchain_id: u64,
+    /// The period whose charge falls due (`subscriptions.period + 1`).
+    pub period: i32,
+    pub subscriber: Address,
+    pub amount: U256,
+    pub due_at: DateTime<Utc>,
+}
+
+/// What the chain said at one block about a subscriber's funds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FundsObservation {
+    pub block_number: u64,
+    pub block_hash: B256,
+    pub block_time: DateTime<Utc>,
+    pub balance: U256,
+    pub allowance: U256,
+}
+
+impl Store {
+    /// Active subscriptions (not ending at the period end) of this keeper's scope whose
+    /// renewal falls due in `(chain_now, chain_now + lead]` and that have not been checked
+    /// for that period yet, soonest first.
+    pub async fn renewals_to_check(
+        &self,
+        chain_now: DateTime<Utc>,
+        lead_secs: u64,
+        limit: i64,
+    ) -> Result<Vec<Upcoming>> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT s.onchain_id, s.period + 1, s.subscriber, s.amount::TEXT,
+                        s.current_period_end
+                 FROM subscriptions s
+                 WHERE s.chain_id = $1 AND s.status = 'active' AND NOT s.cancel_at_period_end
+                   AND s.current_period_end > $2
+                   AND s.current_period_end <= $2 + make_interval(secs => $3)
+                   AND NOT EXISTS (
+                        SELECT 1 FROM renewal_checks c
+                        WHERE c.chain_id = s.chain_id AND c.subscription_id = s.onchain_id
+                          AND c.period = s.period + 1)
+                   AND ($5 OR s.merchant_wallet = ANY($6) OR EXISTS (
+                        SELECT 1 FROM chain_plans cp
+                        JOIN merchants m ON m.wallet = cp.merchant_wallet
+                        JOIN plans p ON p.merchant_id = m.id AND p.plan_ref = cp.plan_ref
+                        WHERE cp.chain_id = s.chain_id AND cp.onchain_id = s.plan_onchain_id))
+                 ORDER BY s.current_period_end, s.onchain_id
+                 LIMIT $4",
+                &[
+                    &self.chain_id,
+                    &chain_now,
+                    &(lead_secs as f64),
+                    &limit,
+                    &self.scope.any_plan,
+                    &self
+                        .scope
+                        .allow_merchants
+                        .iter()
+                        .map(|a| a.as_slice())
+                        .collect::<Vec<_>>(),
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let id: i64 = r.get(0);
+                let bad =
+                    |what: &str| Error::Inconsistent(format!("subscription {id}: bad {what}"));
+                Ok(Upcoming {
+                    onchain_id: id as u64,
+                    period: r.get(1),
+                    subscriber: Address::try_from(r.get::<_, &[u8]>(2))
+                        .map_err(|_| bad("subscriber"))?,
+                    amount: U256::from(parse_u128(r.get(3))?),
+                    due_at: r.get(4),
+                })
+            })
+            .collect()
+    }
+
+    /// Records the check of `sub`'s renewal and, in the same statement, a
+    /// `subscription.renewal_at_risk` event per shortfall (allowance, balance) with its
+    /// webhook. At most once per subscription, period and reason: a second check of the same
+    /// period (another keeper, a restart) writes nothing. Nothing either when the index has
+    /// moved on (the subscription renewed, ended or is ending). Returns the reasons recorded.
+    pub async fn record_renewal_check(
+        &self,
+        sub: &Upcoming,
+        seen: &FundsObservation,
+    ) -> Result<Vec<String>> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "WITH checked AS (
+                     INSERT INTO renewal_checks
+                         (chain_id, subscription_id, period, block_number, block_hash, balance, allowance)
+                     SELECT $1, $2, $3, $4, $5, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC
+                     FROM subscriptions s
+                     WHERE s.chain_id = $1 AND s.onchain_id = $2 AND s.period + 1 = $3
+                       AND s.status = 'active' AND NOT s.cancel_at_period_end
+                     ON CONFLICT DO NOTHING
+                     RETURNING chain_id, subscription_id, period),
+                 risks AS (
+                     INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
+                         subscription_id, plan_id, period, reason, amount, available, due_at,
+                         block_number, block_hash, block_time, snapshot)
+                     SELECT 'evt_' || md5('chainsub.renewal_at_risk:' || c.chain_id || ':'
+                                          || c.subscription_id || ':' || c.period || ':' || r.reason),
+                         c.chain_id, $8, s.merchant_wallet, s.onchain_id, s.plan_onchain_id,
+                         c.period, r.reason, s.amount, r.available, s.current_period_end,
+                         $4, $5, $9,
+                         (SELECT ce.snapshot FROM chain_events ce
+                          WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
+                            AND ce.snapshot IS NOT NULL
+                          ORDER BY ce.id DESC LIMIT 1)
+                     FROM checked c
+                     JOIN subscriptions s ON s.chain_id = c.chain_id AND s.onchain_id = c.subscription_id
+                     CROSS JOIN LATERAL (VALUES ('allowance', $7::TEXT::NUMERIC),
+                                                ('balance', $6::TEXT::NUMERIC)) AS r(reason, available)
+                     WHERE r.available < s.amount
+                     ORDER BY r.reason
+                     ON CONFLICT DO NOTHING
+                     RETURNING id, public_id, merchant_wallet, chain_id, subscription_id, reason),
+                 queued AS (
+                     INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id)
+                     SELECT public_id, merchant_wallet, chain_id, subscription_id FROM risks ORDER BY id)
+                 SELECT reason FROM risks ORDER BY id",
+                &[
+                    &self.chain_id,
+                    &(sub.onchain_id as i64),
+                    &sub.period,
+                    &(seen.block_number as i64),
+                    &seen.block_hash.as_slice(),
+                    &seen.balance.to_string(),
+                    &seen.allowance.to_string(),
+                    &self.contract.as_slice(),
+                    &seen.block_time,
+                ],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
