@@ -198,17 +198,22 @@
     try {
       signature = await ethereum().request({ method: "eth_signTypedData_v4", params: [account, JSON.stringify(s.typedData)] });
     } catch (e) {
-      if (e && e.code === 4001) {
+      // Only a wallet that does not have the method (EIP-1193 4200, JSON-RPC -32601) gets
+      // the two transactions; a rejection, a pending request or an error is shown as such.
+      if (!e || (e.code !== 4200 && e.code !== -32601)) {
         walletError(e, "allowance signature");
         return { stop: true };
       }
-      // Not supported by this wallet (EIP-1193 4200, JSON-RPC -32601, or anything else):
-      // approve + subscribe, which every wallet can send.
       const fallback = await ask("&permit=off");
       if (!fallback) return { stop: true };
       plan = fallback;
       done = {};
+      permitted = null;
       renderSteps();
+      if (plan.alreadySubscribed || plan.insufficientBalance) {
+        check();
+        return { stop: true };
+      }
       return { fallback: true };
     }
     const q = "&permitValue=" + encodeURIComponent(s.permit.value) +
@@ -216,7 +221,12 @@
       "&permitSignature=" + encodeURIComponent(signature);
     const signed = await ask(q);
     if (!signed) return { stop: true };
+    if (signed.alreadySubscribed || signed.insufficientBalance) {
+      check();
+      return { stop: true };
+    }
     permitted = signed.steps.find((x) => x.step === "subscribe") || null;
+    if (permitted) permitted.expiresAt = Number(s.permit.deadline);
     if (!permitted || !permitted.tx) {
       show("error", "The service did not prepare the subscription.", ["refresh"]);
       return { stop: true };
@@ -259,6 +269,14 @@
           continue;
         }
         const what = s.step === "approve" ? "USDC approval" : "subscription";
+        if (permitted && permitted.expiresAt && Date.now() / 1000 > permitted.expiresAt - 120) {
+          // The signed permit is (nearly) past its deadline: sign a new one.
+          permitted = null;
+          delete done.permit;
+          renderSteps();
+          i = -1;
+          continue;
+        }
         const tx = s.step === "subscribe" && permitted ? permitted.tx : s.tx;
         show("confirm", "Confirm the " + what + " in your wallet…", []);
         let hash;
@@ -271,6 +289,9 @@
         show("pending", "Pending: waiting for the " + what + " transaction " + short(hash) + " to be confirmed…", []);
         const r = await receipt(hash);
         if (BigInt(r.status) !== 1n) {
+          // A permit inside a failed transaction may be spent or stale: never reuse it.
+          permitted = null;
+          delete done.permit;
           show("failed", "The " + what + " transaction failed on chain (" + hash + "). No subscription was created.", ["refresh"]);
           return;
         }

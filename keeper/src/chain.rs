@@ -149,10 +149,11 @@ impl Chain {
         self.funds_at(subscriber, None).await
     }
 
-    /// [`Chain::funds`] at block `block` (`None`: the latest).
-    pub async fn funds_at(&self, subscriber: Address, block: Option<u64>) -> Result<(U256, U256)> {
+    /// [`Chain::funds`] at the block with hash `block` (`None`: the latest): both reads see
+    /// the same state, or fail if a reorg took that block away.
+    pub async fn funds_at(&self, subscriber: Address, block: Option<B256>) -> Result<(U256, U256)> {
         let token = MockUSDC::new(self.token, self.provider.clone());
-        let at = block.map_or(alloy::eips::BlockId::latest(), alloy::eips::BlockId::number);
+        let at = block.map_or(alloy::eips::BlockId::latest(), alloy::eips::BlockId::hash);
         let balance = token
             .balanceOf(subscriber)
             .block(at)

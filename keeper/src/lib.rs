@@ -380,7 +380,7 @@ impl Keeper {
         }
         let (number, hash, time) = self.chain.latest_block().await?;
         for sub in &upcoming {
-            let (balance, allowance) = self.chain.funds_at(sub.subscriber, Some(number)).await?;
+            let (balance, allowance) = self.chain.funds_at(sub.subscriber, Some(hash)).await?;
             let seen = chainsub_store::keeper::FundsObservation {
                 block_number: number,
                 block_hash: hash,

@@ -1,7 +1,7 @@
 -- Renewal-at-risk warnings (issue 14, point 3). A configurable time before a renewal falls
 -- due the keeper reads the subscriber's USDC balance and allowance to the manager at the
 -- latest block, once per subscription and period (`renewal_checks`); when either cannot cover
--- the next charge it records a `subscription.renewal_at_risk` event per reason
+-- the next charge (with the wallet's other charges due no later) it records a `subscription.renewal_at_risk` event per reason
 -- (`renewal_risks`), listed by GET /api/v1/events and delivered by webhook. These are the
 -- service's OBSERVATIONS of chain state, not contract logs: they have no transaction and no
 -- log index, and are never part of a reconciliation of on-chain events. Their ids come from
@@ -30,6 +30,9 @@ CREATE TABLE renewal_risks (
     period          INTEGER NOT NULL,             -- the period whose charge is at risk
     reason          TEXT NOT NULL CHECK (reason IN ('allowance', 'balance')),
     amount          NUMERIC(78, 0) NOT NULL,      -- the charge due
+    -- What the wallet needs by the due date: this charge and those of the wallet's other
+    -- live subscriptions due no later (balance and allowance are shared by them all).
+    required        NUMERIC(78, 0) NOT NULL,
     available       NUMERIC(78, 0) NOT NULL,      -- the balance or allowance observed
     due_at          TIMESTAMPTZ NOT NULL,
     block_number    BIGINT NOT NULL,              -- where it was observed

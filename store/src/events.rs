@@ -29,7 +29,7 @@ const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.cha
      AND sq.subscription_id = ce.subscription_id AND sq.id <= ce.id) AS subscription_sequence, \
     NULL::text AS retracted_event_id, NULL::text AS retracted_kind, \
     NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash, NULL::text AS risk_reason, \
-    NULL::text AS risk_amount, NULL::text AS risk_available, NULL::timestamptz AS risk_due_at, \
+    NULL::text AS risk_amount, NULL::text AS risk_required, NULL::text AS risk_available, NULL::timestamptz AS risk_due_at, \
     NULL::integer AS risk_period \
     FROM chain_events ce \
     LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id \
@@ -53,7 +53,7 @@ const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
     NULL::bigint AS subscription_sequence, r.retracted_event_id, r.retracted_kind, \
     r.ancestor_block, r.ancestor_hash, NULL::text AS risk_reason, NULL::text AS risk_amount, \
-    NULL::text AS risk_available, NULL::timestamptz AS risk_due_at, NULL::integer AS risk_period \
+    NULL::text AS risk_required, NULL::text AS risk_available, NULL::timestamptz AS risk_due_at, NULL::integer AS risk_period \
     FROM event_retractions r \
     LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id \
     LEFT JOIN merchants pm ON pm.wallet = r.merchant_wallet \
@@ -76,7 +76,8 @@ const KSELECT: &str = "SELECT k.id, k.public_id, 'subscription.renewal_at_risk':
     o.last_error AS delivery_last_error, NULL::bigint AS subscription_sequence, \
     NULL::text AS retracted_event_id, NULL::text AS retracted_kind, \
     NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash, k.reason AS risk_reason, \
-    k.amount::text AS risk_amount, k.available::text AS risk_available, k.due_at AS risk_due_at, \
+    k.amount::text AS risk_amount, k.required::text AS risk_required, \
+    k.available::text AS risk_available, k.due_at AS risk_due_at, \
     k.period AS risk_period \
     FROM renewal_risks k \
     LEFT JOIN chain_plans cp ON cp.chain_id = k.chain_id AND cp.onchain_id = k.plan_id \
@@ -128,6 +129,8 @@ pub struct RiskRow {
     pub reason: String,
     /// Base units.
     pub amount: Option<u128>,
+    /// This charge and the wallet's other live charges due no later.
+    pub required: Option<u128>,
     pub available: Option<u128>,
     pub due_at: DateTime<Utc>,
     /// The period whose charge is at risk.
@@ -221,6 +224,7 @@ impl EventRow {
                 Some(reason) => Some(RiskRow {
                     reason,
                     amount: crate::chain::units(r.try_get(c.risk_amount)?),
+                    required: crate::chain::units(r.try_get(c.risk_required)?),
                     available: crate::chain::units(r.try_get(c.risk_available)?),
                     due_at: r.try_get(c.risk_due_at)?,
                     period: r.try_get(c.risk_period)?,
@@ -297,6 +301,7 @@ columns! {
         risk_due_at,
         risk_period,
         risk_reason,
+        risk_required,
         snapshot,
         subscription_id,
         subscription_sequence,

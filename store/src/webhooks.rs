@@ -200,10 +200,12 @@ pub async fn deliveries(
             "SELECT o.id, o.event_public_id, o.test_payload IS NOT NULL, o.status, o.attempts, \
                     o.next_attempt_at, o.last_error, o.created_at, o.delivered_at, \
                     COALESCE(o.test_payload->>'type', e.kind, \
-                             CASE WHEN r.id IS NOT NULL THEN 'event.retracted' END) \
+                             CASE WHEN r.id IS NOT NULL THEN 'event.retracted' END, \
+                             CASE WHEN k.id IS NOT NULL THEN 'subscription.renewal_at_risk' END) \
              FROM webhook_outbox o \
              LEFT JOIN chain_events e ON e.public_id = o.event_public_id AND o.test_payload IS NULL \
              LEFT JOIN event_retractions r ON r.public_id = o.event_public_id \
+             LEFT JOIN renewal_risks k ON k.public_id = o.event_public_id \
              WHERE o.merchant_wallet = $1 AND ($2::bigint IS NULL OR o.id < $2) \
              ORDER BY o.id DESC LIMIT $3",
             &[&scope.wallet_bytes(), &before, &(limit + 1)],

@@ -60,9 +60,12 @@ pub struct RenewalAtRiskView<'a> {
     pub reason: &'a str,
     /// The charge due (USDC).
     pub amount_due: Option<String>,
+    /// What the wallet needs by then (USDC): this charge and the charges of its other live
+    /// subscriptions due no later, which draw on the same balance and allowance.
+    pub amount_required: Option<String>,
     /// The balance or allowance observed (USDC).
     pub available: Option<String>,
-    /// `amountDue - available` (USDC).
+    /// `amountRequired - available` (USDC).
     pub shortfall: Option<String>,
     #[serde(serialize_with = "super::time")]
     pub due_at: DateTime<Utc>,
@@ -250,9 +253,12 @@ impl<'a> EventView<'a> {
                 renewal_at_risk: r.risk.as_ref().map(|k| RenewalAtRiskView {
                     reason: &k.reason,
                     amount_due: super::usdc(k.amount),
+                    amount_required: super::usdc(k.required),
                     available: super::usdc(k.available),
                     shortfall: super::usdc(
-                        k.amount.zip(k.available).map(|(a, b)| a.saturating_sub(b)),
+                        k.required
+                            .zip(k.available)
+                            .map(|(a, b)| a.saturating_sub(b)),
                     ),
                     due_at: k.due_at,
                     period: k.period,

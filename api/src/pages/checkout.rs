@@ -162,6 +162,8 @@ pub async fn wallet_state(
 
 /// How long a permit the page asks for stays valid.
 pub const PERMIT_VALIDITY_SECS: u64 = 3600;
+/// A signed permit with less validity left than this is refused (sign again).
+pub const PERMIT_MIN_REMAINING_SECS: u64 = 60;
 
 /// The token's EIP-2612 domain and the wallet's permit nonce: what the page needs to ask for
 /// one typed-data signature instead of an `approve` transaction.
@@ -343,7 +345,9 @@ pub fn check_permit(
     manager: Address,
     signed: &SignedPermit,
 ) -> Result<(u8, B256, B256)> {
-    if signed.deadline <= domain.block_time {
+    // A minute of margin: a permit that expires before the transaction is mined is ignored
+    // by the contract, and the subscription then reverts for want of allowance.
+    if signed.deadline <= domain.block_time + U256::from(PERMIT_MIN_REMAINING_SECS) {
         return Err(ApiError::Invalid {
             code: "permit_expired",
             message: "the signed permit has expired; sign a new one".into(),
@@ -789,7 +793,7 @@ mod tests {
             "permit_signature_invalid"
         );
         let later = PermitDomain {
-            block_time: d.deadline,
+            block_time: d.deadline - U256::from(PERMIT_MIN_REMAINING_SECS),
             ..d.clone()
         };
         assert_eq!(

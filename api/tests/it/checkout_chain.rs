@@ -8,7 +8,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::sol_types::SolCall;
 use chainsub_abi::SubscriptionManager;
 use chainsub_tests::DevChain;
-use chainsub_tests::chain::accounts::{CUSTOMER, MERCHANT, MERCHANT_B, OPERATOR};
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, MERCHANT_B, OPERATOR};
 use serde_json::{Value, json};
 
 const CONFIRMATIONS: u64 = 2;
@@ -324,4 +324,33 @@ async fn a_customer_reference_copied_into_another_wallets_subscription_names_no_
         .await;
     let cancelled = &events.body["data"][0]["data"];
     assert_eq!(cancelled["customerExternalId"], Value::Null, "{cancelled}");
+}
+
+/// Issue 14, point 4: the checkout offers a permit only for a token whose EIP-2612 domain it
+/// can read and check on chain; anything else (here a contract without `permit`) gets the
+/// two-transaction way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_is_offered_only_for_a_token_with_a_usable_eip2612_domain() {
+    use chainsub_api::pages::checkout::{permit_domain, read_provider};
+    let chain = DevChain::start().await;
+    let provider = read_provider(&chain.anvil.url).unwrap();
+    let owner = DevChain::address(CUSTOMER_B);
+    let domain = permit_domain(&provider, chain.anvil.chain_id, chain.usdc, owner)
+        .await
+        .expect("MockUSDC has permit");
+    assert_eq!(
+        (domain.name.as_str(), domain.version.as_str(), domain.nonce),
+        ("Mock USD Coin", "2", U256::ZERO)
+    );
+    assert!(domain.deadline > domain.block_time);
+    // The manager has no name/version/nonces/DOMAIN_SEPARATOR: no permit.
+    assert_eq!(
+        permit_domain(&provider, chain.anvil.chain_id, chain.manager, owner).await,
+        None
+    );
+    // A wrong chain id makes the computed domain differ from the token's: no permit.
+    assert_eq!(
+        permit_domain(&provider, chain.anvil.chain_id + 1, chain.usdc, owner).await,
+        None
+    );
 }

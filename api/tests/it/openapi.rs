@@ -444,10 +444,10 @@ async fn responses_validate_against_the_document() {
     // A renewal-at-risk observation of the same subscription, as the keeper writes it.
     db.execute(
         "INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
-             subscription_id, plan_id, period, reason, amount, available, due_at,
+             subscription_id, plan_id, period, reason, amount, required, available, due_at,
              block_number, block_hash, block_time, snapshot)
          SELECT 'evt_' || md5('k'), chain_id, contract, merchant_wallet, subscription_id,
-             plan_id, 2, 'allowance', 9990000, 0, block_time + interval '1 month',
+             plan_id, 2, 'allowance', 9990000, 9990000, 0, block_time + interval '1 month',
              block_number, block_hash, block_time, snapshot
          FROM chain_events WHERE public_id = $1",
         &[&evt],

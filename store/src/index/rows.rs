@@ -737,7 +737,8 @@ pub async fn outbox_in_range(
 
 /// Outbox rows (not dashboard tests) whose event is not in the index: `(id, event id,
 /// status)`. Neither the rows of retracted events (a reorg removed the event and an
-/// `event.retracted` event said so) nor those of the retractions themselves count.
+/// `event.retracted` event said so) nor those of the retractions themselves count, nor those
+/// of renewal-at-risk observations (no log: not the index's to check).
 pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String)>> {
     let rows = client
         .query(
@@ -745,6 +746,7 @@ pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String)>
              WHERE o.test_payload IS NULL AND o.retracted_at IS NULL
                AND NOT EXISTS (SELECT 1 FROM chain_events ce WHERE ce.public_id = o.event_public_id)
                AND NOT EXISTS (SELECT 1 FROM event_retractions r WHERE r.public_id = o.event_public_id)
+               AND NOT EXISTS (SELECT 1 FROM renewal_risks k WHERE k.public_id = o.event_public_id)
              ORDER BY o.id",
             &[],
         )

@@ -92,8 +92,8 @@ impl Store {
     }
 
     /// Records the check of `sub`'s renewal and, in the same statement, a
-    /// `subscription.renewal_at_risk` event per shortfall (allowance, balance) with its
-    /// webhook. At most once per subscription, period and reason: a second check of the same
+    /// `subscription.renewal_at_risk` event per shortfall (allowance, balance: less than
+    /// this charge plus the wallet's other live charges due no later) with its webhook. At most once per subscription, period and reason: a second check of the same
     /// period (another keeper, a restart) writes nothing. Nothing either when the index has
     /// moved on (the subscription renewed, ended or is ending). Returns the reasons recorded.
     pub async fn record_renewal_check(
@@ -101,8 +101,18 @@ impl Store {
         sub: &Upcoming,
         seen: &FundsObservation,
     ) -> Result<Vec<String>> {
-        let client = self.pool.get().await?;
-        let rows = client
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        // Event ids come from the sequence chain_events share, and the events list pages by
+        // id: an id must not commit before a lower one the indexer holds in an open batch.
+        // The indexer takes this row lock before it writes a batch; taking it first orders
+        // this write after (or before) a whole batch.
+        tx.execute(
+            "SELECT 1 FROM indexer_cursor WHERE chain_id = $1 FOR UPDATE",
+            &[&self.chain_id],
+        )
+        .await?;
+        let rows = tx
             .query(
                 "WITH checked AS (
                      INSERT INTO renewal_checks
@@ -115,12 +125,12 @@ impl Store {
                      RETURNING chain_id, subscription_id, period),
                  risks AS (
                      INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
-                         subscription_id, plan_id, period, reason, amount, available, due_at,
-                         block_number, block_hash, block_time, snapshot)
+                         subscription_id, plan_id, period, reason, amount, required, available,
+                         due_at, block_number, block_hash, block_time, snapshot)
                      SELECT 'evt_' || md5('chainsub.renewal_at_risk:' || c.chain_id || ':'
                                           || c.subscription_id || ':' || c.period || ':' || r.reason),
                          c.chain_id, $8, s.merchant_wallet, s.onchain_id, s.plan_onchain_id,
-                         c.period, r.reason, s.amount, r.available, s.current_period_end,
+                         c.period, r.reason, s.amount, need.total, r.available, s.current_period_end,
                          $4, $5, $9,
                          (SELECT ce.snapshot FROM chain_events ce
                           WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
@@ -128,9 +138,17 @@ impl Store {
                           ORDER BY ce.id DESC LIMIT 1)
                      FROM checked c
                      JOIN subscriptions s ON s.chain_id = c.chain_id AND s.onchain_id = c.subscription_id
+                     -- The wallet's balance and allowance serve all its subscriptions: this
+                     -- charge and every other live one due no later need them first.
+                     CROSS JOIN LATERAL (
+                         SELECT sum(o.amount) AS total FROM subscriptions o
+                         WHERE o.subscriber = s.subscriber AND o.chain_id = s.chain_id
+                           AND o.status IN ('active', 'past_due') AND NOT o.cancel_at_period_end
+                           AND (o.current_period_end, o.onchain_id)
+                               <= (s.current_period_end, s.onchain_id)) AS need
                      CROSS JOIN LATERAL (VALUES ('allowance', $7::TEXT::NUMERIC),
                                                 ('balance', $6::TEXT::NUMERIC)) AS r(reason, available)
-                     WHERE r.available < s.amount
+                     WHERE r.available < need.total
                      ORDER BY r.reason
                      ON CONFLICT DO NOTHING
                      RETURNING id, public_id, merchant_wallet, chain_id, subscription_id, reason),
@@ -151,6 +169,7 @@ impl Store {
                 ],
             )
             .await?;
+        tx.commit().await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 }

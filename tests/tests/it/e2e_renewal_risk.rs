@@ -64,6 +64,8 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     receiver.set_secret(&secret);
     let plan = api.create_plan(&key, "Risky", "5.00").await.unwrap();
     let plan_onchain = U256::from(plan["chain"]["onchainPlanId"].as_u64().unwrap());
+    let other_plan = api.create_plan(&key, "Risky too", "5.00").await.unwrap();
+    let other_plan_onchain = U256::from(other_plan["chain"]["onchainPlanId"].as_u64().unwrap());
     let merchant = DevChain::address(MERCHANT);
 
     // A allows exactly one payment (the first): its allowance is 0 after. B holds exactly one
@@ -73,7 +75,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
         DevChain::address(CUSTOMER_B),
         DevChain::address(STRANGER),
     );
-    let subscribe = |who: Address, balance: u64, allowance: U256| {
+    let subscribe = |who: Address, balance: u64, allowance: U256, plan: U256| {
         let chain = &chain;
         async move {
             chain.mint(who, balance).await;
@@ -82,25 +84,39 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
                 who,
                 chain
                     .manager()
-                    .subscribe(plan_onchain, merchant, U256::from(PRICE), B256::ZERO)
+                    .subscribe(plan, merchant, U256::from(PRICE), B256::ZERO)
             );
         }
     };
-    subscribe(a, 100 * PRICE, U256::from(PRICE)).await;
-    subscribe(b, PRICE, U256::MAX).await;
-    subscribe(c, 100 * PRICE, U256::MAX).await;
+    subscribe(a, 100 * PRICE, U256::from(PRICE), plan_onchain).await;
+    subscribe(b, PRICE, U256::MAX, plan_onchain).await;
+    subscribe(c, 100 * PRICE, U256::MAX, plan_onchain).await;
+    // D subscribes to both plans, with an allowance left for one renewal only: each renewal
+    // alone is covered, both together are not. The first due is fine, the second at risk.
+    let d = DevChain::address(6);
+    subscribe(d, 100 * PRICE, U256::from(2 * PRICE), plan_onchain).await;
+    subscribe(d, 0, U256::from(2 * PRICE), other_plan_onchain).await;
     chain.mine(CONFIRMATIONS).await;
     wait_indexed(&api, &chain).await;
     let subs = api.get_ok("/api/v1/subscriptions", &key).await.unwrap();
     let subs = subs["data"].as_array().unwrap().clone();
-    assert_eq!(subs.len(), 3, "{subs:?}");
+    assert_eq!(subs.len(), 5, "{subs:?}");
+    // The oldest subscription of `who` (D has two).
     let id_of = |who: Address| {
         subs.iter()
+            .rev()
             .find(|s| s["subscriber"] == who.to_checksum(None))
             .map(|s| s["id"].as_str().unwrap().to_string())
             .unwrap()
     };
-    let due = subs[0]["currentPeriodEnd"].as_str().unwrap().to_string();
+    let d_second = subs[0]["id"].as_str().unwrap().to_string();
+    let due_of = |id: &str| {
+        subs.iter()
+            .find(|s| s["id"] == id)
+            .map(|s| s["currentPeriodEnd"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let due = due_of(&id_of(a));
 
     // A month before the due date: not yet. (A negative: give the keeper passes to act.)
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
@@ -113,13 +129,34 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     let now = chain.now().await;
     chain.increase_time(due_ts - now - 2 * 86_400).await;
     chain.mine(1).await;
-    let listed = wait_for("two renewal-at-risk events", 60, || async {
+    let listed = wait_for("three renewal-at-risk events", 60, || async {
         let l = risks(&api, &key, "").await;
-        Ok((l.len() >= 2).then_some(l))
+        Ok((l.len() >= 3).then_some(l))
     })
     .await
     .unwrap();
-    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    // D's second renewal: 5.00 due, 10.00 needed by then with its first, 5.00 allowed.
+    let e = listed
+        .iter()
+        .find(|e| e["data"]["subscriptionId"] == d_second.as_str())
+        .unwrap_or_else(|| panic!("no event for D's second subscription: {listed:?}"));
+    let risk = &e["data"]["renewalAtRisk"];
+    assert_eq!(
+        (&risk["reason"], &risk["amountDue"], &risk["amountRequired"]),
+        (
+            &Value::from("allowance"),
+            &Value::from("5.00"),
+            &Value::from("10.00")
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        (&risk["available"], &risk["shortfall"]),
+        (&Value::from("5.00"), &Value::from("5.00")),
+        "{e}"
+    );
+    assert_eq!(risk["dueAt"], due_of(&d_second).as_str(), "{e}");
     for (who, reason) in [(a, "allowance"), (b, "balance")] {
         let e = listed
             .iter()
@@ -139,6 +176,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
             ),
             "{e}"
         );
+        assert_eq!(risk["amountRequired"], "5.00", "{e}");
         assert_eq!(risk["dueAt"], due.as_str(), "{e}");
         assert_eq!(risk["period"], 2, "{e}");
         assert_eq!(e["data"]["subscriberAddress"], who.to_checksum(None), "{e}");
@@ -176,7 +214,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     // Both delivered as signed webhooks with the listed ids.
     receiver
         .wait_until("both warnings delivered", |got| {
-            got.iter().filter(|d| d.kind == RISK).count() >= 2
+            got.iter().filter(|d| d.kind == RISK).count() >= 3
         })
         .await;
     let delivered: Vec<_> = receiver
@@ -184,7 +222,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
         .into_iter()
         .filter(|d| d.kind == RISK)
         .collect();
-    assert_eq!(delivered.len(), 2);
+    assert_eq!(delivered.len(), 3);
     for d in &delivered {
         assert!(d.verified, "{:?}", d.error);
         assert!(listed.iter().any(|e| e["id"] == d.id.as_str()));
@@ -195,10 +233,10 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     chain.increase_time(3_600).await;
     chain.mine(2).await;
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    assert_eq!(risks(&api, &key, "").await.len(), 2);
+    assert_eq!(risks(&api, &key, "").await.len(), 3);
     assert_eq!(
         checks(&db).await,
-        3,
+        5,
         "one check per subscription and period"
     );
     assert_eq!(
@@ -207,7 +245,12 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
             .iter()
             .filter(|d| d.kind == RISK)
             .count(),
-        2
+        3
     );
+    // Reconciliation is not confused by the observations: their webhooks are no orphans.
+    wait_indexed(&api, &chain).await;
+    let head = chain.provider.get_block_number().await.unwrap();
+    let (ok, report) = services.verify(head);
+    assert!(ok, "indexer verify: {report}");
     services.assert_alive();
 }
