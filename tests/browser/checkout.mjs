@@ -121,16 +121,24 @@ await run("checkout", async (browser) => {
     check((await page.locator("#subscribe").textContent()) === "Sign and subscribe", "button names the signature");
     check((await page.locator('#steps li[data-step="permit"]').count()) === 1, "permit step listed");
     await screenshot(page, "checkout-9-permit-ready");
+    // A wallet error that is not "unsupported" is shown, not turned into approve + subscribe.
+    wallet.typedDataError = { code: -32603, message: "Internal JSON-RPC error." };
+    await page.locator("#subscribe").click();
+    const failed = await state(page, "error");
+    check(failed.includes("Internal JSON-RPC error"), `error message: ${failed}`);
+    check((await page.locator('#steps li[data-step="approve"]').count()) === 0, "no fallback on a wallet error");
+    await page.getByRole("button", { name: "Check again" }).click();
+    await state(page, "ready");
     wallet.rejectNext = true;
     await page.locator("#subscribe").click();
     const rejected = await state(page, "rejected");
     check(rejected.includes("allowance signature"), `rejected message: ${rejected}`);
     const sends = () => wallet.calls.filter((m) => m === "eth_sendTransaction").length;
     const signs = () => wallet.calls.filter((m) => m === "eth_signTypedData_v4").length;
-    check(sends() === 0 && signs() === 1, "a rejected signature sends nothing");
+    check(sends() === 0 && signs() === 2, "a failed and a rejected signature send nothing");
     await page.locator("#subscribe").click();
     await state(page, "confirmed", 60000);
-    check(sends() === 1 && signs() === 2, `one transaction after one accepted signature (${sends()}, ${signs()})`);
+    check(sends() === 1 && signs() === 3, `one transaction after one accepted signature (${sends()}, ${signs()})`);
     check((await page.locator('#steps li[data-step="permit"]').getAttribute("data-done")) === "true", "permit marked done");
     await screenshot(page, "checkout-10-permit-confirmed");
     console.log(`subscribeWithPermit tx: ${await page.locator("#tx-hash").textContent()}`);

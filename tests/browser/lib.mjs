@@ -87,6 +87,11 @@ export async function walletPage(browser, { rpcUrl, account, chainIdHex, typedDa
       }
       case "eth_signTypedData_v4":
         if (!wallet.typedData) return { error: { code: 4200, message: "The requested method is not supported by this wallet." } };
+        if (wallet.typedDataError) {
+          const error = wallet.typedDataError;
+          wallet.typedDataError = null;
+          return { error };
+        }
         // Wallets take the typed data as a JSON string (MetaMask's form); anvil wants the object.
         if (typeof params[1] === "string") params = [params[0], JSON.parse(params[1])];
       // falls through: a signing request like the others

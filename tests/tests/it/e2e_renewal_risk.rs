@@ -96,11 +96,14 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     let d = DevChain::address(6);
     subscribe(d, 100 * PRICE, U256::from(2 * PRICE), plan_onchain).await;
     subscribe(d, 0, U256::from(2 * PRICE), other_plan_onchain).await;
+    // E holds and allows exactly one payment: short of both, one event for each reason.
+    let e_wallet = DevChain::address(7);
+    subscribe(e_wallet, PRICE, U256::from(PRICE), plan_onchain).await;
     chain.mine(CONFIRMATIONS).await;
     wait_indexed(&api, &chain).await;
     let subs = api.get_ok("/api/v1/subscriptions", &key).await.unwrap();
     let subs = subs["data"].as_array().unwrap().clone();
-    assert_eq!(subs.len(), 5, "{subs:?}");
+    assert_eq!(subs.len(), 6, "{subs:?}");
     // The oldest subscription of `who` (D has two).
     let id_of = |who: Address| {
         subs.iter()
@@ -109,7 +112,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
             .map(|s| s["id"].as_str().unwrap().to_string())
             .unwrap()
     };
-    let d_second = subs[0]["id"].as_str().unwrap().to_string();
+    let d_second = subs[1]["id"].as_str().unwrap().to_string();
     let due_of = |id: &str| {
         subs.iter()
             .find(|s| s["id"] == id)
@@ -129,13 +132,24 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     let now = chain.now().await;
     chain.increase_time(due_ts - now - 2 * 86_400).await;
     chain.mine(1).await;
-    let listed = wait_for("three renewal-at-risk events", 60, || async {
+    let listed = wait_for("five renewal-at-risk events", 60, || async {
         let l = risks(&api, &key, "").await;
-        Ok((l.len() >= 3).then_some(l))
+        Ok((l.len() >= 5).then_some(l))
     })
     .await
     .unwrap();
-    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert_eq!(listed.len(), 5, "{listed:?}");
+    // E: one event per reason, distinct ids.
+    let e_reasons: std::collections::BTreeSet<&str> = listed
+        .iter()
+        .filter(|e| e["data"]["subscriptionId"] == id_of(e_wallet).as_str())
+        .filter_map(|e| e["data"]["renewalAtRisk"]["reason"].as_str())
+        .collect();
+    assert_eq!(
+        e_reasons,
+        ["allowance", "balance"].into_iter().collect(),
+        "{listed:?}"
+    );
     // D's second renewal: 5.00 due, 10.00 needed by then with its first, 5.00 allowed.
     let e = listed
         .iter()
@@ -214,7 +228,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     // Both delivered as signed webhooks with the listed ids.
     receiver
         .wait_until("both warnings delivered", |got| {
-            got.iter().filter(|d| d.kind == RISK).count() >= 3
+            got.iter().filter(|d| d.kind == RISK).count() >= 5
         })
         .await;
     let delivered: Vec<_> = receiver
@@ -222,7 +236,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
         .into_iter()
         .filter(|d| d.kind == RISK)
         .collect();
-    assert_eq!(delivered.len(), 3);
+    assert_eq!(delivered.len(), 5);
     for d in &delivered {
         assert!(d.verified, "{:?}", d.error);
         assert!(listed.iter().any(|e| e["id"] == d.id.as_str()));
@@ -233,10 +247,10 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     chain.increase_time(3_600).await;
     chain.mine(2).await;
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    assert_eq!(risks(&api, &key, "").await.len(), 3);
+    assert_eq!(risks(&api, &key, "").await.len(), 5);
     assert_eq!(
         checks(&db).await,
-        5,
+        6,
         "one check per subscription and period"
     );
     assert_eq!(
@@ -245,7 +259,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
             .iter()
             .filter(|d| d.kind == RISK)
             .count(),
-        3
+        5
     );
     // Reconciliation is not confused by the observations: their webhooks are no orphans.
     wait_indexed(&api, &chain).await;
