@@ -7,6 +7,8 @@
 "use strict";
 
 (function () {
+  const { ethereum, short, sleep, receipt, hexUtf8 } = window.ChainsubWallet;
+  const onRightChain = () => window.ChainsubWallet.onRightChain(settings.chainId);
   const settings = JSON.parse(document.getElementById("account-settings").textContent);
   const card = document.getElementById("account");
   const statusEl = document.getElementById("status");
@@ -30,18 +32,6 @@
     statusEl.textContent = message;
     for (const [name, el] of Object.entries(btn)) el.hidden = !buttons.includes(name);
     for (const b of listEl.querySelectorAll("button")) b.disabled = busy;
-  }
-
-  function hexUtf8(text) {
-    return "0x" + Array.from(new TextEncoder().encode(text), (b) => b.toString(16).padStart(2, "0")).join("");
-  }
-
-  function short(a) {
-    return a ? a.slice(0, 6) + "…" + a.slice(-4) : "";
-  }
-
-  function ethereum() {
-    return window.ethereum && typeof window.ethereum.request === "function" ? window.ethereum : null;
   }
 
   function el(tag, text, attrs) {
@@ -126,11 +116,6 @@
     } else {
       show("error", "The wallet reported an error during the " + what + ": " + ((e && e.message) || e), account ? ["refresh"] : ["connect"]);
     }
-  }
-
-  async function onRightChain() {
-    const id = await ethereum().request({ method: "eth_chainId" });
-    return BigInt(id) === BigInt(settings.chainId);
   }
 
   async function connect() {
@@ -239,22 +224,6 @@
     }
   }
 
-  function sleep(ms) {
-    return new Promise((r) => setTimeout(r, ms));
-  }
-
-  // The receipt, or null when the transaction is not mined within RECEIPT_TIMEOUT_MS (dropped,
-  // or replaced from the wallet).
-  async function receipt(hash) {
-    const deadline = Date.now() + RECEIPT_TIMEOUT_MS;
-    while (Date.now() < deadline) {
-      const r = await ethereum().request({ method: "eth_getTransactionReceipt", params: [hash] });
-      if (r) return r;
-      await sleep(1000);
-    }
-    return null;
-  }
-
   async function cancel(id, atPeriodEnd) {
     if (busy || !account) return;
     busy = true;
@@ -284,7 +253,7 @@
         return;
       }
       show("pending", "Pending: waiting for the " + what + " transaction " + short(hash) + " to be confirmed…", []);
-      const r = await receipt(hash);
+      const r = await receipt(hash, RECEIPT_TIMEOUT_MS);
       if (!r) {
         show("stalled", "The " + what + " transaction " + hash + " is not confirmed yet (it may have been replaced or dropped in your wallet). Refresh to see where things stand.", ["refresh"]);
         return;

@@ -5,6 +5,8 @@
 "use strict";
 
 (function () {
+  const { ethereum, short, receipt } = window.ChainsubWallet;
+  const onRightChain = () => window.ChainsubWallet.onRightChain(settings.chainId);
   const settings = JSON.parse(document.getElementById("checkout-settings").textContent);
   const card = document.getElementById("checkout");
   const statusEl = document.getElementById("status");
@@ -29,10 +31,6 @@
     for (const [name, el] of Object.entries(btn)) el.hidden = !buttons.includes(name);
   }
 
-  function short(a) {
-    return a ? a.slice(0, 6) + "…" + a.slice(-4) : "";
-  }
-
   function renderSteps() {
     stepsEl.textContent = "";
     if (!plan) return;
@@ -48,10 +46,6 @@
     }
   }
 
-  function ethereum() {
-    return window.ethereum && typeof window.ethereum.request === "function" ? window.ethereum : null;
-  }
-
   function walletError(e, what) {
     if (e && e.code === 4001) {
       show("rejected", "You rejected the " + what + " in your wallet. Nothing was sent; you can try again.",
@@ -60,11 +54,6 @@
       show("error", "The wallet reported an error during the " + what + ": " + ((e && e.message) || e),
         account ? ["refresh"] : ["connect"]);
     }
-  }
-
-  async function onRightChain() {
-    const id = await ethereum().request({ method: "eth_chainId" });
-    return BigInt(id) === BigInt(settings.chainId);
   }
 
   async function connect() {
@@ -232,18 +221,6 @@
       return { stop: true };
     }
     return {};
-  }
-
-  function sleep(ms) {
-    return new Promise((r) => setTimeout(r, ms));
-  }
-
-  async function receipt(hash) {
-    for (;;) {
-      const r = await ethereum().request({ method: "eth_getTransactionReceipt", params: [hash] });
-      if (r) return r;
-      await sleep(1000);
-    }
   }
 
   async function subscribe() {

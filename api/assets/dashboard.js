@@ -51,9 +51,7 @@
 
   // ------------------------------------------------------------------ sign-in
 
-  function hexUtf8(s) {
-    return "0x" + Array.from(new TextEncoder().encode(s), (b) => b.toString(16).padStart(2, "0")).join("");
-  }
+  const { hexUtf8 } = window.ChainsubWallet;
 
   function siweMessage(n, address) {
     return n.domain + " wants you to sign in with your Ethereum account:\n" +

@@ -6,7 +6,7 @@
 // list (plan, amount, next charge, the first charge with its
 // transaction link) -> cancel at period end rejected (nothing sent) -> confirmed, the list
 // shows it ending -> cancel now -> pending (mining paused) -> confirmed, the list shows it cancelled with no actions.
-import { check, env, rpc, run, screenshot, walletPage } from "./lib.mjs";
+import { check, env, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
 
 const url = env("ACCOUNT_URL");
 const rpcUrl = env("RPC_URL");
@@ -14,10 +14,7 @@ const chainIdHex = "0x" + BigInt(env("CHAIN_ID")).toString(16);
 const customer = env("CUSTOMER");
 const stranger = env("STRANGER");
 
-async function state(page, s, timeout = 30000) {
-  await page.waitForSelector(`#account[data-state="${s}"]`, { timeout });
-  return page.locator("#status").textContent();
-}
+const state = (page, s, timeout) => waitState(page, "account", s, timeout);
 
 await run("account", async (browser) => {
   // 0. No wallet: the page says what to install.

@@ -6,7 +6,7 @@
 // wallet without typed-data signing: the approve fallback); then already subscribed on a second
 // visit; then the one-signature way: permit signature rejected -> signed -> one transaction.
 // Also PERMIT_CUSTOMER (funded, no allowance) and PERMIT_CHECKOUT_URL (its own link).
-import { check, emit, env, rpc, run, screenshot, walletPage } from "./lib.mjs";
+import { check, emit, env, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
 
 const url = env("CHECKOUT_URL");
 const rpcUrl = env("RPC_URL");
@@ -14,10 +14,7 @@ const chainIdHex = "0x" + BigInt(env("CHAIN_ID")).toString(16);
 const customer = env("CUSTOMER");
 const poor = env("POOR_CUSTOMER");
 
-async function state(page, s, timeout = 30000) {
-  await page.waitForSelector(`#checkout[data-state="${s}"]`, { timeout });
-  return page.locator("#status").textContent();
-}
+const state = (page, s, timeout) => waitState(page, "checkout", s, timeout);
 
 await run("checkout", async (browser) => {
   // 0. No wallet at all: the page says what to install, and offers no button that cannot work.

@@ -113,6 +113,13 @@ export async function walletPage(browser, { rpcUrl, account, chainIdHex, typedDa
   return { context, page, wallet };
 }
 
+// Waits until the page's card `#card` shows state `s` (its data-state); returns the #status
+// text.
+export async function waitState(page, card, s, timeout = 30000) {
+  await page.waitForSelector(`#${card}[data-state="${s}"]`, { timeout });
+  return page.locator("#status").textContent();
+}
+
 // Fires an EIP-1193 event in the page, as a wallet does when the user switches.
 export async function emit(page, event, arg) {
   await page.evaluate(([ev, a]) => window.ethereum.__emit(ev, a), [event, arg]);

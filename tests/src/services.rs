@@ -134,6 +134,23 @@ impl Services {
         api
     }
 
+    /// Waits until the API's health says the index reached `chain`'s current head (the
+    /// services still running).
+    pub async fn wait_indexed(&mut self, api: &crate::merchant::ApiClient, chain: &DevChain) {
+        use alloy::providers::Provider;
+        self.assert_alive();
+        let target = chain.provider.get_block_number().await.expect("head");
+        crate::merchant::wait_for("the index to reach the head", 60, || async {
+            let (_, h) = api.health().await?;
+            Ok(h["chain"]["indexedBlock"]
+                .as_u64()
+                .is_some_and(|b| b >= target)
+                .then_some(()))
+        })
+        .await
+        .expect("the index reaches the head");
+    }
+
     /// `indexer verify --from START_BLOCK --to <to>` with the same settings: whether it
     /// found no difference, and its output.
     pub fn verify(&self, to: u64) -> (bool, String) {

@@ -50,5 +50,10 @@ pub fn render(cfg: &Config, merchant: Option<&str>) -> Resp {
         scope = scope,
         settings = json_script("account-settings", &settings),
     );
-    page(StatusCode::OK, "Your subscriptions", &body, &["account.js"])
+    page(
+        StatusCode::OK,
+        "Your subscriptions",
+        &body,
+        &["wallet.js", "account.js"],
+    )
 }

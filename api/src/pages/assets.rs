@@ -13,6 +13,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../assets/checkout.js"),
     ),
     (
+        "wallet.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/wallet.js"),
+    ),
+    (
         "account.js",
         "text/javascript; charset=utf-8",
         include_str!("../../assets/account.js"),
@@ -38,9 +43,10 @@ mod tests {
 
     #[test]
     fn known_assets_are_served_and_paths_are_not() {
-        assert!(get("checkout.js").is_some_and(
+        assert!(get("wallet.js").is_some_and(
             |(ct, b)| ct.starts_with("text/javascript") && b.contains("window.ethereum")
         ));
+        assert!(get("checkout.js").is_some_and(|(_, b)| b.contains("ChainsubWallet")));
         assert!(get("style.css").is_some());
         assert!(get("../Cargo.toml").is_none());
     }

@@ -101,7 +101,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
         StatusCode::OK,
         &format!("Subscribe to {}", link.plan_name),
         &body,
-        &["checkout.js"],
+        &["wallet.js", "checkout.js"],
     )
 }
 

@@ -27,7 +27,12 @@ you to sign a message (Sign-In with Ethereum); this costs nothing and sends no t
 {}"#,
         json_script("dashboard-settings", &settings)
     );
-    page(StatusCode::OK, "Developers", &body, &["dashboard.js"])
+    page(
+        StatusCode::OK,
+        "Developers",
+        &body,
+        &["wallet.js", "dashboard.js"],
+    )
 }
 
 /// `sk_live_…abcd · created … · last used …`, or that there is no key.
@@ -147,7 +152,12 @@ the full key is shown once, when it is created.</p>
         disabled_note = disabled_note,
         settings = json_script("dashboard-settings", &settings),
     );
-    page(StatusCode::OK, "Developers", &body, &["dashboard.js"])
+    page(
+        StatusCode::OK,
+        "Developers",
+        &body,
+        &["wallet.js", "dashboard.js"],
+    )
 }
 
 #[cfg(test)]

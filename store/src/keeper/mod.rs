@@ -150,6 +150,29 @@ pub struct Store {
     scope: ChargeScope,
 }
 
+/// The SQL condition "the keeper is responsible for subscription `$alias`": plans the service
+/// provisioned (an API plan with the on-chain plan's reference and merchant), plans of allowed
+/// merchants (`$6`), or everything when so configured (`$5`). One text for the charges and the
+/// renewal-at-risk checks.
+macro_rules! in_scope {
+    ($alias:literal) => {
+        concat!(
+            "($5 OR ",
+            $alias,
+            ".merchant_wallet = ANY($6) OR EXISTS (
+                SELECT 1 FROM chain_plans cp
+                JOIN merchants m ON m.wallet = cp.merchant_wallet
+                JOIN plans p ON p.merchant_id = m.id AND p.plan_ref = cp.plan_ref
+                WHERE cp.chain_id = ",
+            $alias,
+            ".chain_id AND cp.onchain_id = ",
+            $alias,
+            ".plan_onchain_id))"
+        )
+    };
+}
+pub(crate) use in_scope;
+
 /// The subscriptions a keeper charges.
 #[derive(Debug, Clone, Default)]
 pub struct ChargeScope {
@@ -239,7 +262,8 @@ impl Store {
         // is due at its period end. Mirrors SubscriptionManager.nextAttemptAt.
         let rows = client
             .query(
-                "WITH live AS (
+                concat!(
+                    r#"WITH live AS (
                      SELECT s.*,
                             CASE WHEN s.status = 'past_due' AND NOT s.cancel_at_period_end
                                  THEN GREATEST(COALESCE(s.next_retry_at, s.current_period_end),
@@ -257,15 +281,9 @@ impl Store {
                   AND k.period = l.period + 1
                   AND k.attempt = CASE WHEN l.cancel_at_period_end THEN 0
                                        ELSE l.failed_attempts + 1 END
-                 WHERE l.due_at <= $2
-                   -- Only what this service is responsible for: plans it provisioned (an
-                   -- API plan with the on-chain plan's reference and merchant), plans of
-                   -- allowed merchants, or everything when so configured.
-                   AND ($5 OR l.merchant_wallet = ANY($6) OR EXISTS (
-                        SELECT 1 FROM chain_plans cp
-                        JOIN merchants m ON m.wallet = cp.merchant_wallet
-                        JOIN plans p ON p.merchant_id = m.id AND p.plan_ref = cp.plan_ref
-                        WHERE cp.chain_id = l.chain_id AND cp.onchain_id = l.plan_onchain_id))
+                 WHERE l.due_at <= $2 AND "#,
+                    in_scope!("l"),
+                    r#"
                    AND (k.id IS NULL
                         -- A step closed without ever being mined (refused by the node, or its
                         -- nonce taken by another transaction) did not happen: it may be retried.
@@ -275,7 +293,8 @@ impl Store {
                         OR (k.status = 'failed' AND k.tx_hash IS NOT NULL
                             AND k.reverts <= $4 AND k.retry_at <= now()))
                  ORDER BY l.due_at, l.onchain_id
-                 LIMIT $3",
+                 LIMIT $3"#
+                ),
                 &[
                     &self.chain_id,
                     &chain_now,

@@ -5,7 +5,7 @@
 use alloy::primitives::{Address, B256, U256};
 use chrono::{DateTime, Utc};
 
-use super::{Store, parse_u128};
+use super::{Store, in_scope, parse_u128};
 use crate::{Error, Result};
 
 /// An active subscription whose renewal falls due within the warning lead.
@@ -42,7 +42,8 @@ impl Store {
         let client = self.pool.get().await?;
         let rows = client
             .query(
-                "SELECT s.onchain_id, s.period + 1, s.subscriber, s.amount::TEXT,
+                concat!(
+                    "SELECT s.onchain_id, s.period + 1, s.subscriber, s.amount::TEXT,
                         s.current_period_end
                  FROM subscriptions s
                  WHERE s.chain_id = $1 AND s.status = 'active' AND NOT s.cancel_at_period_end
@@ -52,13 +53,12 @@ impl Store {
                         SELECT 1 FROM renewal_checks c
                         WHERE c.chain_id = s.chain_id AND c.subscription_id = s.onchain_id
                           AND c.period = s.period + 1)
-                   AND ($5 OR s.merchant_wallet = ANY($6) OR EXISTS (
-                        SELECT 1 FROM chain_plans cp
-                        JOIN merchants m ON m.wallet = cp.merchant_wallet
-                        JOIN plans p ON p.merchant_id = m.id AND p.plan_ref = cp.plan_ref
-                        WHERE cp.chain_id = s.chain_id AND cp.onchain_id = s.plan_onchain_id))
+                   AND ",
+                    in_scope!("s"),
+                    "
                  ORDER BY s.current_period_end, s.onchain_id
-                 LIMIT $4",
+                 LIMIT $4"
+                ),
                 &[
                     &self.chain_id,
                     &chain_now,

@@ -5,10 +5,10 @@
 use crate::browser_support::{plan_and_checkout, poll, start, subscribe_through_checkout};
 use alloy::primitives::{B256, U256};
 use alloy::providers::Provider;
-use alloy::rpc::types::TransactionRequest;
 use alloy::sol_types::SolCall;
 use chainsub_abi::{MockUSDC, SubscriptionManager};
 use chainsub_tests::chain::accounts;
+use chainsub_tests::merchant::send_tx_request;
 use chainsub_tests::{DevChain, dev_key};
 use serde_json::Value;
 
@@ -163,17 +163,9 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_wallets_recorded_cus
     // Send both exactly as handed out (what the wallet does), after funding the customer.
     s.chain.mint(customer, 50_000_000).await;
     for step in steps {
-        let req: TransactionRequest = serde_json::from_value(step["tx"].clone()).unwrap();
-        let receipt = s
-            .chain
-            .provider
-            .send_transaction(req)
+        send_tx_request(&s.chain.provider, &step["tx"])
             .await
-            .unwrap()
-            .get_receipt()
-            .await
-            .unwrap();
-        assert!(receipt.status(), "{} reverted", step["step"]);
+            .unwrap_or_else(|e| panic!("{}: {e:#}", step["step"]));
     }
 
     // A wallet with no allowance, by default: a permit to sign (the token has EIP-2612), then
@@ -290,6 +282,8 @@ async fn dashboard_without_session_offers_sign_in_and_assets_are_served_locally(
 
     for (name, ct) in [
         ("checkout.js", "text/javascript"),
+        ("wallet.js", "text/javascript"),
+        ("account.js", "text/javascript"),
         ("dashboard.js", "text/javascript"),
         ("style.css", "text/css"),
     ] {
@@ -476,17 +470,9 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
     let send = |v: Value| {
         let s = &s;
         async move {
-            let req: TransactionRequest = serde_json::from_value(v["tx"].clone()).unwrap();
-            let receipt = s
-                .chain
-                .provider
-                .send_transaction(req)
+            send_tx_request(&s.chain.provider, &v["tx"])
                 .await
-                .unwrap()
-                .get_receipt()
-                .await
-                .unwrap();
-            assert!(receipt.status(), "the handed-out cancel reverted: {v}");
+                .unwrap_or_else(|e| panic!("the handed-out cancel: {e:#}: {v}"));
         }
     };
     let (status, v) = cancel(stranger, id, true).await;

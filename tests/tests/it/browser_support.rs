@@ -188,8 +188,6 @@ pub async fn plan_and_checkout(s: &Stack, customer: &str) -> (String, Value, Val
 /// the link's transaction endpoint (once the indexer has the plan) and sends what it hands
 /// out. Returns the on-chain subscription id.
 pub async fn subscribe_through_checkout(s: &Stack, checkout_url: &str, customer: Address) -> u64 {
-    use alloy::providers::Provider;
-    use alloy::rpc::types::TransactionRequest;
     s.chain.mint(customer, 100_000_000).await;
     let tx_url = format!(
         "{}&permit=off&from={customer}",
@@ -202,17 +200,9 @@ pub async fn subscribe_through_checkout(s: &Stack, checkout_url: &str, customer:
     })
     .await;
     for step in v["steps"].as_array().expect("steps") {
-        let req: TransactionRequest = serde_json::from_value(step["tx"].clone()).unwrap();
-        let receipt = s
-            .chain
-            .provider
-            .send_transaction(req)
+        chainsub_tests::merchant::send_tx_request(&s.chain.provider, &step["tx"])
             .await
-            .expect("send")
-            .get_receipt()
-            .await
-            .expect("receipt");
-        assert!(receipt.status(), "{} reverted", step["step"]);
+            .unwrap_or_else(|e| panic!("{}: {e:#}", step["step"]));
     }
     let live = s
         .chain

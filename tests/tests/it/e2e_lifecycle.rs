@@ -33,17 +33,7 @@ async fn head(chain: &DevChain) -> u64 {
 
 /// Waits until the API's health says the index reached the chain's current head.
 async fn wait_indexed(api: &ApiClient, chain: &DevChain, services: &mut Services) {
-    services.assert_alive();
-    let target = head(chain).await;
-    wait_for("the index to reach the head", 60, || async {
-        let (_, h) = api.health().await?;
-        Ok(h["chain"]["indexedBlock"]
-            .as_u64()
-            .is_some_and(|b| b >= target)
-            .then_some(()))
-    })
-    .await
-    .unwrap();
+    services.wait_indexed(api, chain).await;
 }
 
 async fn subscription(api: &ApiClient, key: &str, id: &str) -> Value {

@@ -18,19 +18,6 @@ const CONFIRMATIONS: u64 = 1;
 const PRICE: u64 = 5_000_000;
 const RISK: &str = "subscription.renewal_at_risk";
 
-async fn wait_indexed(api: &ApiClient, chain: &DevChain) {
-    let target = chain.provider.get_block_number().await.unwrap();
-    wait_for("the index to reach the head", 60, || async {
-        let (_, h) = api.health().await?;
-        Ok(h["chain"]["indexedBlock"]
-            .as_u64()
-            .is_some_and(|b| b >= target)
-            .then_some(()))
-    })
-    .await
-    .unwrap();
-}
-
 async fn risks(api: &ApiClient, key: &str, extra: &str) -> Vec<Value> {
     api.get_ok(&format!("/api/v1/events?type={RISK}&limit=100{extra}"), key)
         .await
@@ -100,7 +87,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
     let e_wallet = DevChain::address(7);
     subscribe(e_wallet, PRICE, U256::from(PRICE), plan_onchain).await;
     chain.mine(CONFIRMATIONS).await;
-    wait_indexed(&api, &chain).await;
+    services.wait_indexed(&api, &chain).await;
     let subs = api.get_ok("/api/v1/subscriptions", &key).await.unwrap();
     let subs = subs["data"].as_array().unwrap().clone();
     assert_eq!(subs.len(), 6, "{subs:?}");
@@ -262,7 +249,7 @@ async fn short_allowance_or_balance_before_a_renewal_is_one_observed_event_and_w
         5
     );
     // Reconciliation is not confused by the observations: their webhooks are no orphans.
-    wait_indexed(&api, &chain).await;
+    services.wait_indexed(&api, &chain).await;
     let head = chain.provider.get_block_number().await.unwrap();
     let (ok, report) = services.verify(head);
     assert!(ok, "indexer verify: {report}");
