@@ -92,9 +92,14 @@ pub async fn run(api_base: &str, rpc_url: &str, key_file: &std::path::Path) -> R
         .await?;
     for (n, (step, r)) in (6..).zip(&receipts) {
         println!(
-            "{n}. customer {customer} sent `{step}` from the checkout page's tx endpoint: {} (block {})",
+            "{n}. customer {customer} sent `{step}` from the checkout page's tx endpoint: {} (block {}){}",
             r.transaction_hash,
-            r.block_number.unwrap_or_default()
+            r.block_number.unwrap_or_default(),
+            if step == "subscribe" && receipts.len() == 1 {
+                " — one transaction: the USDC allowance came with it as a signed EIP-2612 permit"
+            } else {
+                ""
+            }
         );
     }
     let mut next = 6 + receipts.len();

@@ -212,6 +212,9 @@ async fn boot(args: &UpArgs, dev_dir: &Path, stack: &mut Stack) -> Result<Summar
             ),
             format!("  dashboard  {api_base}/dashboard/developers"),
             format!(
+                "  account    {api_base}/account  (customers: a wallet's subscriptions, cancel)"
+            ),
+            format!(
                 "  logs       {}/{{indexer,api,keeper,anvil}}.log",
                 dev_dir.display()
             ),
