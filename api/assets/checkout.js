@@ -215,7 +215,9 @@
       return { stop: true };
     }
     permitted = signed.steps.find((x) => x.step === "subscribe") || null;
-    if (permitted) permitted.expiresAt = Number(s.permit.deadline);
+    // Counted on this browser's clock from now (the deadline itself is chain time), with two
+    // minutes to spare for the transaction to be mined.
+    if (permitted) permitted.staleAtMs = Date.now() + (Number(s.permit.validForSecs || 0) - 120) * 1000;
     if (!permitted || !permitted.tx) {
       show("error", "The service did not prepare the subscription.", ["refresh"]);
       return { stop: true };
@@ -246,13 +248,12 @@
           continue;
         }
         const what = s.step === "approve" ? "USDC approval" : "subscription";
-        if (permitted && permitted.expiresAt && Date.now() / 1000 > permitted.expiresAt - 120) {
-          // The signed permit is (nearly) past its deadline: sign a new one.
+        if (s.step === "subscribe" && permitted && Date.now() > permitted.staleAtMs) {
+          // The signed permit is (nearly) past its deadline: ask the service for a fresh one
+          // (new deadline) and let the customer start again; never re-sign the old message.
           permitted = null;
-          delete done.permit;
-          renderSteps();
-          i = -1;
-          continue;
+          await check();
+          return;
         }
         const tx = s.step === "subscribe" && permitted ? permitted.tx : s.tx;
         show("confirm", "Confirm the " + what + " in your wallet…", []);

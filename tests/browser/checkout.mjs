@@ -5,7 +5,9 @@
 // ready -> rejected (4001) -> approve pending (mining paused), subscribe rejected -> subscribe -> confirmed (funded
 // wallet without typed-data signing: the approve fallback); then already subscribed on a second
 // visit; then the one-signature way: permit signature rejected -> signed -> one transaction.
-// Also PERMIT_CUSTOMER (funded, no allowance) and PERMIT_CHECKOUT_URL (its own link).
+// Also PERMIT_CUSTOMER (funded, no allowance) and PERMIT_CHECKOUT_URL (its own link); the permit
+// way also walks a wallet error (shown, no fallback) and a permit grown stale after a rejected
+// transaction (a fresh one is fetched, the old one neither sent nor re-signed).
 import { check, emit, env, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
 
 const url = env("CHECKOUT_URL");
@@ -111,6 +113,8 @@ await run("checkout", async (browser) => {
   // sends nothing.
   {
     const { page, wallet, context } = await walletPage(browser, { rpcUrl, account: env("PERMIT_CUSTOMER"), chainIdHex });
+    // The browser's clock, to let a signed permit grow stale (time still flows).
+    await page.clock.install();
     await page.goto(env("PERMIT_CHECKOUT_URL"));
     await page.getByRole("button", { name: "Connect wallet" }).click();
     const readyMsg = await state(page, "ready");
@@ -133,9 +137,19 @@ await run("checkout", async (browser) => {
     const sends = () => wallet.calls.filter((m) => m === "eth_sendTransaction").length;
     const signs = () => wallet.calls.filter((m) => m === "eth_signTypedData_v4").length;
     check(sends() === 0 && signs() === 2, "a failed and a rejected signature send nothing");
+    // Signed, then the transaction rejected; an hour later the signed permit is stale: the
+    // page fetches a fresh one instead of sending or re-signing the old one.
+    wallet.rejectWhen = (m) => m === "eth_sendTransaction";
+    await page.locator("#subscribe").click();
+    await state(page, "rejected");
+    check(sends() === 1 && signs() === 3, `signed, transaction rejected (${sends()}, ${signs()})`);
+    await page.clock.fastForward(3600 * 1000);
+    await page.locator("#subscribe").click();
+    await state(page, "ready");
+    check(sends() === 1 && signs() === 3, `a stale permit is neither sent nor signed again (${sends()}, ${signs()})`);
     await page.locator("#subscribe").click();
     await state(page, "confirmed", 60000);
-    check(sends() === 1 && signs() === 3, `one transaction after one accepted signature (${sends()}, ${signs()})`);
+    check(sends() === 2 && signs() === 4, `one transaction after a fresh signature (${sends()}, ${signs()})`);
     check((await page.locator('#steps li[data-step="permit"]').getAttribute("data-done")) === "true", "permit marked done");
     await screenshot(page, "checkout-10-permit-confirmed");
     console.log(`subscribeWithPermit tx: ${await page.locator("#tx-hash").textContent()}`);

@@ -525,6 +525,12 @@ pub fn plan_transactions(
                 "permit": {
                     "value": permit.value.to_string(),
                     "deadline": permit.deadline.to_string(),
+                    // Chain time, not the browser's: the page counts this down on its own
+                    // clock from when it got the answer.
+                    "validForSecs": domain
+                        .deadline
+                        .saturating_sub(domain.block_time)
+                        .saturating_to::<u64>(),
                 },
             }));
             // Encoded once the signature is back (the page asks again with it).
@@ -743,6 +749,7 @@ mod tests {
         assert_eq!(typed["message"]["value"], value.to_string());
         assert_eq!(typed["message"]["nonce"], "3");
         assert_eq!(steps[0]["permit"]["deadline"], "4600");
+        assert_eq!(steps[0]["permit"]["validForSecs"], 3600);
         // (The wallet's own EIP-712 of this typed data — anvil's in the browser test — must
         // give the digest `check_permit` checks: tests/browser/checkout.mjs signs with it.)
         let permit = d.permit(from, MGR, value);
