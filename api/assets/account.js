@@ -85,7 +85,7 @@
           const tr = el("tr", null, { "data-kind": c.kind });
           tr.appendChild(el("td", day(c.at)));
           tr.appendChild(el("td", c.kind === "charge" ? "Period " + c.period : "Failed (" + (c.failureReason || "?") + ")"));
-          tr.appendChild(el("td", (c.amount || "?") + " USDC"));
+          tr.appendChild(el("td", (c.amount || "?") + " USDC" + (c.confirmed ? "" : " (confirming)")));
           const td = el("td");
           td.appendChild(txLink(c.transactionHash));
           tr.appendChild(td);

@@ -50,6 +50,8 @@ pub struct WalletCharge {
     pub block_time: DateTime<Utc>,
     pub block_number: i64,
     pub transaction_hash: B256,
+    /// Blocks on top of it in the index (itself included; 0 when unknown).
+    pub confirmations: i64,
 }
 
 /// `wallet`'s subscriptions on `chain_id` — live ones first (so none a customer may cancel
@@ -117,8 +119,10 @@ pub async fn subscriptions_of(
     let stmt = client
         .prepare_cached(
             "SELECT le.subscription_id, le.kind, le.amount::TEXT AS amount, le.period, \
-             le.failure_reason, le.block_time, ce.block_number, ce.transaction_hash \
+             le.failure_reason, le.block_time, ce.block_number, ce.transaction_hash, \
+             cur.block_number AS indexed_block \
              FROM ledger_entries le JOIN chain_events ce ON ce.id = le.event_id \
+             LEFT JOIN indexer_cursor cur ON cur.chain_id = le.chain_id \
              WHERE le.chain_id = $1 AND le.subscription_id = ANY($2) \
              ORDER BY le.subscription_id, le.event_id",
         )
@@ -133,6 +137,10 @@ pub async fn subscriptions_of(
             block_time: r.try_get("block_time")?,
             block_number: r.try_get("block_number")?,
             transaction_hash: b256(r.try_get("transaction_hash")?)?,
+            confirmations: crate::chain::confirmations(
+                r.try_get("block_number")?,
+                r.try_get("indexed_block")?,
+            ),
         };
         if let Some(sub) = subs.iter_mut().find(|s| s.onchain_id == id) {
             sub.ledger.push(charge);

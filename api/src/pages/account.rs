@@ -75,6 +75,10 @@ pub struct AccountCharge<'a> {
     pub at: DateTime<Utc>,
     pub block_number: i64,
     pub transaction_hash: B256,
+    /// Blocks on top of its block in the index (itself included).
+    pub confirmations: i64,
+    /// Whether it has the service's `CONFIRMATIONS` (a reorg may still undo it otherwise).
+    pub confirmed: bool,
 }
 
 fn checksummed<S: serde::Serializer>(a: &Address, s: S) -> Result<S::Ok, S::Error> {
@@ -82,22 +86,28 @@ fn checksummed<S: serde::Serializer>(a: &Address, s: S) -> Result<S::Ok, S::Erro
 }
 
 impl<'a> AccountList<'a> {
+    /// `confirmations`: the service's `CONFIRMATIONS` (a charge with fewer is shown as
+    /// confirming).
     pub fn new(
         wallet: Address,
         merchant: Option<&'a str>,
         rows: &'a [WalletSubscription],
+        confirmations: u64,
     ) -> AccountList<'a> {
         AccountList {
             object: "account_subscriptions",
             wallet,
             merchant,
-            data: rows.iter().map(AccountSubscription::of).collect(),
+            data: rows
+                .iter()
+                .map(|s| AccountSubscription::of(s, confirmations))
+                .collect(),
         }
     }
 }
 
 impl<'a> AccountSubscription<'a> {
-    fn of(s: &'a WalletSubscription) -> AccountSubscription<'a> {
+    fn of(s: &'a WalletSubscription, confirmations: u64) -> AccountSubscription<'a> {
         let live = !s.status.is_terminal();
         let next_charge_at = match s.status {
             _ if !live || s.cancel_at_period_end => None,
@@ -121,13 +131,17 @@ impl<'a> AccountSubscription<'a> {
             next_charge_at,
             ended_reason: s.ended_reason.as_deref(),
             created_at: s.created_at,
-            ledger: s.ledger.iter().map(AccountCharge::of).collect(),
+            ledger: s
+                .ledger
+                .iter()
+                .map(|c| AccountCharge::of(c, confirmations))
+                .collect(),
         }
     }
 }
 
 impl<'a> AccountCharge<'a> {
-    fn of(c: &'a WalletCharge) -> AccountCharge<'a> {
+    fn of(c: &'a WalletCharge, confirmations: u64) -> AccountCharge<'a> {
         AccountCharge {
             kind: &c.kind,
             amount: c.amount.map(format_units),
@@ -136,6 +150,8 @@ impl<'a> AccountCharge<'a> {
             at: c.block_time,
             block_number: c.block_number,
             transaction_hash: c.transaction_hash,
+            confirmations: c.confirmations,
+            confirmed: c.confirmations >= i64::try_from(confirmations).unwrap_or(i64::MAX),
         }
     }
 }
@@ -367,6 +383,7 @@ mod tests {
                 block_time: t,
                 block_number: 12,
                 transaction_hash: B256::repeat_byte(0x11),
+                confirmations: 2,
             }],
         }
     }
@@ -457,13 +474,15 @@ mod tests {
             sub(SubscriptionStatus::Active, true),
             sub(SubscriptionStatus::Cancelled, false),
         ];
-        let list = AccountList::new(Address::repeat_byte(1), None, &rows);
+        let list = AccountList::new(Address::repeat_byte(1), None, &rows, 3);
         let v = serde_json::to_value(&list).unwrap();
         assert_eq!(v["data"][0]["nextChargeAt"], "2026-12-01T00:00:00Z");
         assert_eq!(v["data"][0]["cancellable"], true);
         assert_eq!(v["data"][1]["nextChargeAt"], serde_json::Value::Null);
         assert_eq!(v["data"][2]["cancellable"], false);
         assert_eq!(v["data"][0]["amount"], "9.99");
+        // 2 of the 3 confirmations: shown as confirming.
+        assert_eq!(v["data"][0]["ledger"][0]["confirmed"], false);
         assert_eq!(
             v["data"][0]["merchant"]["wallet"],
             Address::repeat_byte(0xab).to_checksum(None)

@@ -436,7 +436,10 @@ async fn account_subscriptions(
     .await?;
     drop(conn);
     Ok(Resp::view(&account::AccountList::new(
-        wallet, merchant, &rows,
+        wallet,
+        merchant,
+        &rows,
+        ctx.cfg.confirmations,
     )))
 }
 

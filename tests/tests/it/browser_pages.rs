@@ -396,6 +396,12 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
         DevChain::address(accounts::MERCHANT).to_checksum(None)
     );
     assert_eq!(sub["ledger"].as_array().unwrap().len(), 1);
+    // CONFIRMATIONS is 0 in this stack: the first charge is confirmed, with its count.
+    assert_eq!(sub["ledger"][0]["confirmed"], true, "{sub}");
+    assert!(
+        sub["ledger"][0]["confirmations"].as_i64().unwrap() >= 1,
+        "{sub}"
+    );
     assert!(sub["nextChargeAt"].is_string());
     assert!(
         !text.contains("cust_secret_ref"),
