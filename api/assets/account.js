@@ -119,41 +119,19 @@
   }
 
   async function connect() {
-    const eth = ethereum();
-    if (!eth) {
-      show("no-wallet", "No browser wallet found. Install a wallet such as MetaMask, then reload this page.", []);
-      return;
-    }
-    show("connecting", "Waiting for your wallet to connect…", []);
-    try {
-      const accounts = await eth.request({ method: "eth_requestAccounts" });
-      account = accounts && accounts[0] ? accounts[0] : null;
-    } catch (e) {
-      walletError(e, "connection request");
-      return;
-    }
-    if (!account) {
-      show("idle", "The wallet shared no account.", ["connect"]);
-      return;
-    }
+    const got = await window.ChainsubWallet.requestAccount({ show, walletError });
+    if (got === undefined) return;
+    account = got;
+    if (!account) return;
     walletEl.hidden = false;
     walletEl.textContent = "Connected: " + account;
     await load();
   }
 
   async function switchChain() {
-    try {
-      await ethereum().request({ method: "wallet_switchEthereumChain", params: [{ chainId: settings.chainIdHex }] });
-    } catch (e) {
-      if (e && e.code === 4902) {
-        show("wrong-chain", "Your wallet does not know chain " + settings.chainId + ". Add it in your wallet, then try again.", ["switch"]);
-      } else {
-        walletError(e, "network switch");
-      }
-      return;
-    }
-    await load();
+    if (await window.ChainsubWallet.switchChain(settings, { show, walletError })) await load();
   }
+
 
   async function getJson(url, headers) {
     const res = await fetch(url, { headers: Object.assign({ accept: "application/json" }, headers || {}) });
@@ -325,6 +303,6 @@
       else onAccounts(accounts);
     });
   }
-  if (!eth) show("no-wallet", "No browser wallet found. Install a wallet such as MetaMask, then reload this page.", []);
+  if (!eth) show("no-wallet", window.ChainsubWallet.NO_WALLET, []);
   else show("idle", "Connect your wallet to see and manage your subscriptions.", ["connect"]);
 })();

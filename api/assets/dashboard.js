@@ -68,7 +68,7 @@
   async function signIn() {
     const eth = window.ethereum;
     if (!eth || typeof eth.request !== "function") {
-      say("No browser wallet found. Install a wallet such as MetaMask, then reload this page.");
+      say(window.ChainsubWallet.NO_WALLET);
       return;
     }
     say("Waiting for your wallet…");

@@ -40,5 +40,44 @@ window.ChainsubWallet = (function () {
     return "0x" + Array.from(new TextEncoder().encode(text), (b) => b.toString(16).padStart(2, "0")).join("");
   }
 
-  return { ethereum, short, onRightChain, sleep, receipt, hexUtf8 };
+  const NO_WALLET = "No browser wallet found. Install a wallet such as MetaMask, then reload this page.";
+
+  // The connect step every page shares. `ui` is the page's { show, walletError }. Returns the
+  // account; null when the wallet shared none (shown); undefined when it failed (shown).
+  async function requestAccount(ui) {
+    const eth = ethereum();
+    if (!eth) {
+      ui.show("no-wallet", NO_WALLET, []);
+      return undefined;
+    }
+    ui.show("connecting", "Waiting for your wallet to connect…", []);
+    let accounts;
+    try {
+      accounts = await eth.request({ method: "eth_requestAccounts" });
+    } catch (e) {
+      ui.walletError(e, "connection request");
+      return undefined;
+    }
+    const account = accounts && accounts[0] ? accounts[0] : null;
+    if (!account) ui.show("idle", "The wallet shared no account.", ["connect"]);
+    return account;
+  }
+
+  // Asks the wallet to switch to the page's chain (`settings.chainId`, `.chainIdHex`); false
+  // (shown through `ui`) when it did not.
+  async function switchChain(settings, ui) {
+    try {
+      await ethereum().request({ method: "wallet_switchEthereumChain", params: [{ chainId: settings.chainIdHex }] });
+      return true;
+    } catch (e) {
+      if (e && e.code === 4902) {
+        ui.show("wrong-chain", "Your wallet does not know chain " + settings.chainId + ". Add it in your wallet, then try again.", ["switch"]);
+      } else {
+        ui.walletError(e, "network switch");
+      }
+      return false;
+    }
+  }
+
+  return { ethereum, short, onRightChain, sleep, receipt, hexUtf8, requestAccount, switchChain, NO_WALLET };
 })();

@@ -204,6 +204,15 @@ impl Store {
         })
     }
 
+    /// `$6` of [`in_scope!`]: the merchants charged beside the service's own plans.
+    fn allowed_merchants(&self) -> Vec<&[u8]> {
+        self.scope
+            .allow_merchants
+            .iter()
+            .map(|a| a.as_slice())
+            .collect()
+    }
+
     /// Charges `scope` (default: only plans this service provisioned).
     pub fn with_scope(mut self, scope: ChargeScope) -> Store {
         self.scope = scope;
@@ -301,12 +310,7 @@ impl Store {
                     &limit,
                     &self.max_revert_retries,
                     &self.scope.any_plan,
-                    &self
-                        .scope
-                        .allow_merchants
-                        .iter()
-                        .map(|a| a.as_slice())
-                        .collect::<Vec<_>>(),
+                    &self.allowed_merchants(),
                 ],
             )
             .await?;

@@ -65,12 +65,7 @@ impl Store {
                     &(lead_secs as f64),
                     &limit,
                     &self.scope.any_plan,
-                    &self
-                        .scope
-                        .allow_merchants
-                        .iter()
-                        .map(|a| a.as_slice())
-                        .collect::<Vec<_>>(),
+                    &self.allowed_merchants(),
                 ],
             )
             .await?;
