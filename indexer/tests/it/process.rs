@@ -137,7 +137,13 @@ async fn sigterm_stops_cleanly_and_health_and_metrics_are_served() {
     let mut child = spawn_indexer(&chain, &db, &socket, &[]);
     wait_for_head(&client, &chain).await;
     let head = chain_head(&chain).await.0;
-    let h = health(port).await;
+    // The cursor row commits before the process's own health state is updated: wait for
+    // health to say so too (CI once read it in between: indexedBlock 1, head 6).
+    let h = chainsub_tests::wait_for_some("health to show the head", || async {
+        let h = health(port).await;
+        (h["indexedBlock"] == head && h["lagBlocks"] == 0).then_some(h)
+    })
+    .await;
     assert_eq!(h["indexedBlock"], head);
     assert_eq!(h["lagBlocks"], 0);
     let metrics = http_get(port, "/metrics").expect("metrics");
