@@ -79,6 +79,19 @@ impl EventKind {
     }
 }
 
+/// `SubscriptionManager.Status` (`getSubscription(id).status`) as the API names it: `None`
+/// for 0, an id the contract never assigned (1 active, 2 past due, 3 cancelled, 4 ended).
+pub fn subscription_status(v: u8) -> Option<chainsub_core::SubscriptionStatus> {
+    use chainsub_core::SubscriptionStatus as S;
+    match v {
+        1 => Some(S::Active),
+        2 => Some(S::PastDue),
+        3 => Some(S::Cancelled),
+        4 => Some(S::Ended),
+        _ => None,
+    }
+}
+
 /// `SubscriptionManager.FailureReason`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureReason {

@@ -6,7 +6,9 @@ mod events;
 pub mod ids;
 
 pub use calendar::add_months;
-pub use events::{ContractEvent, DecodeError, EndReason, EventKind, FailureReason};
+pub use events::{
+    ContractEvent, DecodeError, EndReason, EventKind, FailureReason, subscription_status,
+};
 
 use alloy::sol;
 

@@ -707,8 +707,8 @@ impl Relayer {
             .call()
             .await
             .map_err(|e| format!("getSubscription: {e}"))?;
-        // Status: 3 Cancelled, 4 Ended.
-        Ok(s.status == 3 || s.status == 4 || (at_period_end && s.cancelAtPeriodEnd))
+        let ended = chainsub_abi::subscription_status(s.status).is_some_and(|s| s.is_terminal());
+        Ok(ended || (at_period_end && s.cancelAtPeriodEnd))
     }
 
     /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef

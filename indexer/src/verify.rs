@@ -621,13 +621,7 @@ async fn subscriptions(
                 .call()
                 .await
                 .map_err(|e| crate::Error::Inconsistent(format!("getSubscription({sid}): {e}")))?;
-            let status = match c.status {
-                1 => Some(SubscriptionStatus::Active),
-                2 => Some(SubscriptionStatus::PastDue),
-                3 => Some(SubscriptionStatus::Cancelled),
-                4 => Some(SubscriptionStatus::Ended),
-                _ => None,
-            };
+            let status = chainsub_abi::subscription_status(c.status);
             let mut cols = Vec::new();
             differ(
                 &mut cols,

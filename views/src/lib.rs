@@ -120,8 +120,8 @@ fn opt_time<S: serde::Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::
     }
 }
 
-/// `serialize_with` for addresses: EIP-55 in every field.
-fn checksummed<S: serde::Serializer>(
+/// `serialize_with` for addresses: EIP-55 in every field (also the pages' JSON).
+pub fn checksummed<S: serde::Serializer>(
     a: &alloy::primitives::Address,
     s: S,
 ) -> Result<S::Ok, S::Error> {

@@ -26,7 +26,7 @@ use crate::http::error::{ApiError, Result};
 #[serde(rename_all = "camelCase")]
 pub struct AccountList<'a> {
     pub object: &'static str,
-    #[serde(serialize_with = "checksummed")]
+    #[serde(serialize_with = "chainsub_views::checksummed")]
     pub wallet: Address,
     pub merchant: Option<&'a str>,
     pub data: Vec<AccountSubscription<'a>>,
@@ -61,7 +61,7 @@ pub struct AccountSubscription<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct AccountMerchant<'a> {
     pub code: Option<&'a str>,
-    #[serde(serialize_with = "checksummed")]
+    #[serde(serialize_with = "chainsub_views::checksummed")]
     pub wallet: Address,
 }
 
@@ -79,10 +79,6 @@ pub struct AccountCharge<'a> {
     pub confirmations: i64,
     /// Whether it has the service's `CONFIRMATIONS` (a reorg may still undo it otherwise).
     pub confirmed: bool,
-}
-
-fn checksummed<S: serde::Serializer>(a: &Address, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&a.to_checksum(None))
 }
 
 impl<'a> AccountList<'a> {
@@ -271,9 +267,9 @@ pub struct CancelTransaction {
 /// An EIP-1193 `eth_sendTransaction` request.
 #[derive(Debug, Serialize)]
 pub struct TxRequest {
-    #[serde(serialize_with = "checksummed")]
+    #[serde(serialize_with = "chainsub_views::checksummed")]
     pub from: Address,
-    #[serde(serialize_with = "checksummed")]
+    #[serde(serialize_with = "chainsub_views::checksummed")]
     pub to: Address,
     pub data: String,
     pub value: &'static str,
@@ -301,10 +297,9 @@ pub async fn cancel_transaction(
             tracing::warn!(error = %e, "account: getSubscription failed");
             ApiError::Unavailable("the chain RPC could not be reached".into())
         })?;
-    // Status: 0 none, 1 active, 2 past due, 3 cancelled, 4 ended.
-    if s.status == 0 {
+    let Some(status) = chainsub_abi::subscription_status(s.status) else {
         return Err(ApiError::not_found("subscription", Some("subscription")));
-    }
+    };
     if s.subscriber != from {
         return Err(ApiError::Forbidden {
             code: "not_subscriber",
@@ -313,7 +308,7 @@ pub async fn cancel_transaction(
                 .into(),
         });
     }
-    if s.status != 1 && s.status != 2 {
+    if status.is_terminal() {
         return Err(ApiError::Conflict {
             code: "subscription_terminal",
             message: "this subscription is already cancelled or ended".into(),

@@ -62,6 +62,20 @@ async fn wait_for(app: &App, key: &str, id: &str, ok: impl Fn(&Value) -> bool) -
     .await
 }
 
+/// Waits until subscription 1 is cancelled on chain (status 3, `Cancelled`).
+async fn wait_cancelled_on_chain(chain: &DevChain, what: &str) {
+    chainsub_tests::wait_until(what, || async {
+        let s = chain
+            .manager()
+            .getSubscription(U256::from(1))
+            .call()
+            .await
+            .unwrap();
+        s.status == 3
+    })
+    .await;
+}
+
 /// The merchant's event of `kind` for `id` in `/events`, once listed.
 async fn event(app: &App, key: &str, id: &str, kind: &str) -> Value {
     chainsub_tests::wait_for_some("the lifecycle event listed", || async {
@@ -497,17 +511,7 @@ async fn an_api_that_dies_between_journal_and_broadcast_sends_the_same_cancellat
         fx.before + 1,
         "one transaction"
     );
-    chainsub_tests::wait_until("the cancellation mined", || async {
-        let manager = fx.chain.manager();
-        manager
-            .getSubscription(U256::from(1))
-            .call()
-            .await
-            .unwrap()
-            .status
-            == 3
-    })
-    .await;
+    wait_cancelled_on_chain(&fx.chain, "the cancellation mined").await;
 }
 
 /// A request whose row another request took over (it was `sending` past the abandonment
@@ -714,14 +718,5 @@ async fn a_journaled_cancellation_whose_nonce_was_taken_is_reported_and_asked_ag
         .unwrap();
     assert_eq!(r.status, 202, "{:?}", r.body);
     assert_ne!(r.body["transactionHash"], fx.journaled.as_str());
-    chainsub_tests::wait_until("the new cancellation mined", || async {
-        manager
-            .getSubscription(U256::from(1))
-            .call()
-            .await
-            .unwrap()
-            .status
-            == 3
-    })
-    .await;
+    wait_cancelled_on_chain(&fx.chain, "the new cancellation mined").await;
 }
