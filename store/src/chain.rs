@@ -112,6 +112,44 @@ pub(crate) fn b256(bytes: &[u8]) -> Result<B256> {
         .map_err(|_| Error::Inconsistent(format!("a hash of {} bytes", bytes.len())))
 }
 
+/// A `timestamptz` read from its wire form (big-endian microseconds since 2000-01-01 UTC) in
+/// a few instructions. chrono's own `FromSql` builds its epoch date and adds a checked
+/// duration on every value: ~200 instructions, 5 % of a subscriptions page (callgrind).
+/// Same values and the same refusals (infinity, out of chrono's range) as chrono's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Time(pub(crate) chrono::DateTime<chrono::Utc>);
+
+/// 2000-01-01T00:00:00Z in Unix microseconds.
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+impl<'a> tokio_postgres::types::FromSql<'a> for Time {
+    fn from_sql(
+        _: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Time, Box<dyn std::error::Error + Sync + Send>> {
+        let micros = i64::from_be_bytes(raw.try_into().map_err(|_| "invalid message length")?);
+        micros
+            .checked_add(PG_EPOCH_MICROS)
+            .and_then(chrono::DateTime::from_timestamp_micros)
+            .map(Time)
+            .ok_or_else(|| "value too large to decode".into())
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        *ty == tokio_postgres::types::Type::TIMESTAMPTZ
+    }
+}
+
+/// A `timestamptz` column (see [`Time`]).
+pub(crate) fn time(r: &Row, idx: usize) -> Result<chrono::DateTime<chrono::Utc>> {
+    Ok(r.try_get::<_, Time>(idx)?.0)
+}
+
+/// A nullable `timestamptz` column (see [`Time`]).
+pub(crate) fn opt_time(r: &Row, idx: usize) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+    Ok(r.try_get::<_, Option<Time>>(idx)?.map(|t| t.0))
+}
+
 /// A NUMERIC(78,0) read as text: base units, `None` beyond u128 (no USDC amount is).
 pub(crate) fn units(text: &str) -> Option<u128> {
     text.parse().ok()
@@ -141,4 +179,27 @@ pub async fn cursor(
             indexed_block: r.get(0),
             head_block: r.get(1),
         }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, Utc};
+    use tokio_postgres::types::{FromSql, Type};
+
+    #[test]
+    fn times_read_as_chrono_reads_them() {
+        let mut values: Vec<i64> = (-2_000i64..2_000)
+            .map(|i| i.wrapping_mul(7_919_000_000_013))
+            .collect();
+        values.extend([0, 1, -1, i64::MAX, i64::MIN, i64::MAX - PG_EPOCH_MICROS + 1]);
+        for v in values {
+            let raw = v.to_be_bytes();
+            let ours = Time::from_sql(&Type::TIMESTAMPTZ, &raw).map(|t| t.0).ok();
+            let chrono = DateTime::<Utc>::from_sql(&Type::TIMESTAMPTZ, &raw).ok();
+            assert_eq!(ours, chrono, "{v}");
+        }
+        assert!(Time::from_sql(&Type::TIMESTAMPTZ, &[0; 7]).is_err());
+        assert!(Time::accepts(&Type::TIMESTAMPTZ) && !Time::accepts(&Type::TIMESTAMP));
+    }
 }

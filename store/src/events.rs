@@ -198,8 +198,8 @@ impl EventRow {
                 status: OutboxStatus::parse(status)
                     .map_err(|e| Error::Inconsistent(e.to_string()))?,
                 attempts: r.try_get(c.delivery_attempts)?,
-                next_attempt_at: r.try_get(c.delivery_next_attempt_at)?,
-                delivered_at: r.try_get(c.delivery_delivered_at)?,
+                next_attempt_at: crate::chain::time(r, c.delivery_next_attempt_at)?,
+                delivered_at: crate::chain::opt_time(r, c.delivery_delivered_at)?,
                 last_error: r.try_get(c.delivery_last_error)?,
             }),
         };
@@ -207,7 +207,7 @@ impl EventRow {
             id: EventId::parse(id)
                 .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
             kind: r.try_get(c.kind)?,
-            created_at: r.try_get(c.block_time)?,
+            created_at: crate::chain::time(r, c.block_time)?,
             onchain_subscription_id: r.try_get(c.subscription_id)?,
             log,
             snapshot,
@@ -226,7 +226,7 @@ impl EventRow {
                     amount: crate::chain::units(r.try_get(c.risk_amount)?),
                     required: crate::chain::units(r.try_get(c.risk_required)?),
                     available: crate::chain::units(r.try_get(c.risk_available)?),
-                    due_at: r.try_get(c.risk_due_at)?,
+                    due_at: crate::chain::time(r, c.risk_due_at)?,
                     period: r.try_get(c.risk_period)?,
                 }),
             },

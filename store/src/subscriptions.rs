@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use crate::chain::{ChainRow, Columns, WithChain, address, typed_by, units};
+use crate::chain::{ChainRow, Columns, WithChain, address, opt_time, time, typed_by, units};
 use crate::page::{self, keyset};
 use crate::{Error, MerchantScope, Page, Result};
 
@@ -68,13 +68,13 @@ impl SubscriptionRow {
             subscriber: address(r.try_get(s.subscriber)?)?,
             amount: units(r.try_get(s.amount)?),
             period: r.try_get(s.period)?,
-            current_period_start: r.try_get(s.current_period_start)?,
-            current_period_end: r.try_get(s.current_period_end)?,
+            current_period_start: time(r, s.current_period_start)?,
+            current_period_end: time(r, s.current_period_end)?,
             failed_attempts: r.try_get(s.failed_attempts)?,
-            next_retry_at: r.try_get(s.next_retry_at)?,
+            next_retry_at: opt_time(r, s.next_retry_at)?,
             ended_reason: r.try_get(s.ended_reason)?,
-            created_at: r.try_get(s.created_at)?,
-            updated_at: r.try_get(s.updated_at)?,
+            created_at: time(r, s.created_at)?,
+            updated_at: time(r, s.updated_at)?,
             chain: ChainRow::at(r, chain)?,
         })
     }

@@ -4,6 +4,8 @@ use alloy::primitives::{Address, B256};
 use chainsub_store::ChainRow;
 use serde::Serialize;
 
+use crate::json::{self, WriteJson};
+
 /// `{chainId, contract, blockNumber, blockHash, transactionHash, logIndex, confirmations}`,
 /// plus the on-chain numbers of the subscription or plan where the object has them.
 #[derive(Debug, Serialize)]
@@ -36,5 +38,33 @@ impl From<&ChainRow> for ChainView {
             onchain_subscription_id: None,
             onchain_plan_id: None,
         }
+    }
+}
+
+impl WriteJson for ChainView {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        json::raw(out, "{\"chainId\":");
+        json::int(out, self.chain_id);
+        json::raw(out, ",\"contract\":");
+        json::address(out, &self.contract);
+        json::raw(out, ",\"blockNumber\":");
+        json::int(out, self.block_number);
+        json::raw(out, ",\"blockHash\":");
+        json::hash(out, &self.block_hash);
+        json::raw(out, ",\"transactionHash\":");
+        json::hash(out, &self.transaction_hash);
+        json::raw(out, ",\"logIndex\":");
+        json::int(out, self.log_index);
+        json::raw(out, ",\"confirmations\":");
+        json::int(out, self.confirmations);
+        if let Some(id) = self.onchain_subscription_id {
+            json::raw(out, ",\"onchainSubscriptionId\":");
+            json::int(out, id);
+        }
+        if let Some(id) = self.onchain_plan_id {
+            json::raw(out, ",\"onchainPlanId\":");
+            json::int(out, id);
+        }
+        json::raw(out, "}");
     }
 }

@@ -7,6 +7,7 @@ mod account;
 mod chain;
 mod event;
 mod export;
+mod json;
 mod plan;
 mod subscription;
 mod webhook;
@@ -18,6 +19,7 @@ pub use account::{
 pub use chain::ChainView;
 pub use event::{DeliveryView, EventView};
 pub use export::{EXPORT_COLUMNS, ExportEntryView, ExportTotalView, ExportTotals, csv_header};
+pub use json::WriteJson;
 pub use plan::{PlanView, ProvisioningView};
 pub use subscription::{
     CancellationView, LedgerEntryView, SubscriptionView, SubscriptionWithLedger,
@@ -46,6 +48,23 @@ impl<T> ListView<T> {
             data,
             has_more,
         }
+    }
+}
+
+impl<T: WriteJson> WriteJson for ListView<T> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        json::raw(out, "{\"object\":");
+        json::plain(out, self.object);
+        json::raw(out, ",\"data\":[");
+        for (i, item) in self.data.iter().enumerate() {
+            if i > 0 {
+                json::raw(out, ",");
+            }
+            item.write_json(out);
+        }
+        json::raw(out, "],\"hasMore\":");
+        json::boolean(out, self.has_more);
+        json::raw(out, "}");
     }
 }
 

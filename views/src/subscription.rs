@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{ChainView, usdc};
+use crate::json::{self, WriteJson};
 
 /// The Subscription object.
 #[derive(Debug, Serialize)]
@@ -74,6 +75,50 @@ impl<'a> From<&'a SubscriptionRow> for SubscriptionView<'a> {
             updated_at: r.updated_at,
             chain,
         }
+    }
+}
+
+impl WriteJson for SubscriptionView<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        json::raw(out, "{\"id\":");
+        json::plain(out, self.id.as_str());
+        json::raw(out, ",\"object\":");
+        json::plain(out, self.object);
+        json::raw(out, ",\"status\":");
+        json::plain(out, self.status.as_str());
+        json::raw(out, ",\"cancelAtPeriodEnd\":");
+        json::boolean(out, self.cancel_at_period_end);
+        json::raw(out, ",\"planId\":");
+        json::opt_plain(out, self.plan_id.map(|p| p.as_str()));
+        json::raw(out, ",\"customerExternalId\":");
+        json::opt_string(out, self.customer_external_id);
+        json::raw(out, ",\"customerReference\":");
+        json::plain(out, self.customer_reference);
+        json::raw(out, ",\"subscriber\":");
+        json::address(out, &self.subscriber);
+        json::raw(out, ",\"amount\":");
+        json::opt_plain(out, self.amount.as_deref());
+        json::raw(out, ",\"currency\":");
+        json::plain(out, self.currency);
+        json::raw(out, ",\"period\":");
+        json::int(out, self.period);
+        json::raw(out, ",\"currentPeriodStart\":");
+        json::time(out, &self.current_period_start);
+        json::raw(out, ",\"currentPeriodEnd\":");
+        json::time(out, &self.current_period_end);
+        json::raw(out, ",\"nextPaymentAt\":");
+        json::opt_time(out, self.next_payment_at.as_ref());
+        json::raw(out, ",\"failedAttempts\":");
+        json::int(out, self.failed_attempts);
+        json::raw(out, ",\"endedReason\":");
+        json::opt_string(out, self.ended_reason);
+        json::raw(out, ",\"createdAt\":");
+        json::time(out, &self.created_at);
+        json::raw(out, ",\"updatedAt\":");
+        json::time(out, &self.updated_at);
+        json::raw(out, ",\"chain\":");
+        self.chain.write_json(out);
+        json::raw(out, "}");
     }
 }
 

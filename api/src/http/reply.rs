@@ -98,6 +98,14 @@ impl Resp {
         }
     }
 
+    /// A view written by its direct JSON writer (the same bytes as [`Resp::view_sized`];
+    /// `chainsub_views::WriteJson`), into a buffer of `capacity` bytes.
+    pub fn written(view: &impl chainsub_views::WriteJson, capacity: usize) -> Resp {
+        let mut bytes = Vec::with_capacity(capacity);
+        view.write_json(&mut bytes);
+        Resp::raw("application/json", bytes)
+    }
+
     /// A typed view with a status, kept as a JSON value (the idempotency store replays it).
     pub fn json_view(status: StatusCode, view: &impl serde::Serialize) -> Resp {
         match serde_json::to_value(view) {

@@ -114,7 +114,7 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     // A listed subscription is under 1024 bytes of JSON.
     let size = 256 + rows.len() * 1024;
     Ok(with_rate(
-        Resp::view_sized(&ListView::new(data, more), size),
+        Resp::written(&ListView::new(data, more), size),
         &rate,
     ))
 }
