@@ -93,6 +93,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "renewal_risks",
         sql: include_str!("../sql/0017_renewal_risks.sql"),
     },
+    Migration {
+        version: 18,
+        name: "snapshot_json",
+        sql: include_str!("../sql/0018_snapshot_json.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -509,7 +509,7 @@ async fn every_address_the_api_serves_is_eip55_checksummed() {
     let subscriber = "0x5fbdb2315678afecb367f032d93f642f64180aa3";
     db.execute(
         "UPDATE chain_events SET \
-         snapshot = jsonb_set(snapshot, '{subscriber}', to_jsonb($1::text)), \
+         snapshot = jsonb_set(snapshot::jsonb, '{subscriber}', to_jsonb($1::text)), \
          decoded = jsonb_set(decoded, '{subscriber}', to_jsonb($1::text))",
         &[&subscriber],
     )

@@ -87,7 +87,7 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
     // The creation event's snapshot, and the renewal's decoded log.
     exec(
         &client,
-        "UPDATE chain_events SET snapshot = jsonb_set(snapshot, '{failedAttempts}', '3')
+        "UPDATE chain_events SET snapshot = jsonb_set(snapshot::jsonb, '{failedAttempts}', '3')
          WHERE name = 'SubscriptionCreated'",
     )
     .await;

@@ -196,7 +196,7 @@ async fn insert_event_chunk(
              FROM unnest($3::text[], $4::int8[], $5::bytea[], $6::timestamptz[], $7::bytea[],
                  $8::int4[], $9::int4[], $10::text[], $11::text[], $12::bytea[], $13::int8[],
                  $14::int8[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
-                 $19::bytea[], $20::jsonb[], $21::jsonb[], $22::bool[])
+                 $19::bytea[], $20::jsonb[], $21::json[], $22::bool[])
                AS u(public_id, bn, bh, bt, th, ti, li, name, kind, mw, sid, pid, t0, t1, t2, t3,
                     data, decoded, snapshot, enq)
              ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING
