@@ -9,7 +9,7 @@ VALUES (31337, '\xcccccccccccccccccccccccccccccccccccccccc', 200000, '\x00', 200
 
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
     transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
-    plan_id, topics, data, decoded, snapshot)
+    plan_id, topics, data, decoded, snapshot, sequence)
 SELECT 'evt_' || md5('e' || g),
        31337,
        '\xcccccccccccccccccccccccccccccccccccccccc'::bytea,
@@ -36,7 +36,8 @@ SELECT 'evt_' || md5('e' || g),
                           'nextPaymentAt', '2026-02-01T00:00:00Z', 'failedAttempts', 0,
                           'subscriber', '0x4444444444444444444444444444444444444444',
                           'customerExternalId', 'cust-' || (g / 10 + 1), 'amount', '9990000',
-                          'planOnchainId', (g / 10) % 5 + 1)
+                          'planOnchainId', (g / 10) % 5 + 1),
+       g % 10 + 1
 FROM generate_series(0, 999999) g;
 
 -- Five on-chain plans (their PlanCreated logs) tied to API plans by planRef.

@@ -246,6 +246,7 @@ fn expected(contract: Address, e: &MappedEvent) -> StoredEvent {
         data: e.data.to_vec(),
         decoded: e.decoded.clone(),
         snapshot: None,
+        sequence: None,
     }
 }
 
@@ -563,7 +564,7 @@ async fn subscriptions(
     let sm = contract_reads.map(|p| SubscriptionManager::new(target.contract, p));
     for (sid, evs) in &events {
         let mut state: Option<SubscriptionState> = None;
-        for e in evs {
+        for (position, e) in (1i64..).zip(evs) {
             let customer_external_id = match e.event {
                 ContractEvent::SubscriptionCreated(_) => customers.next().flatten(),
                 _ => None,
@@ -591,6 +592,20 @@ async fn subscriptions(
                     format!(
                         "snapshot differs ({})",
                         json_diff(have.snapshot.as_ref(), want.as_ref())
+                    ),
+                );
+            }
+            // Its place among the subscription's stored events (those before the range are
+            // stored ones, those inside it the chain's, both in chain order).
+            if let Some(have) = db.get(&e.key)
+                && have.sequence != Some(position)
+            {
+                out.add(
+                    "chain_events",
+                    key_text(&e.key),
+                    format!(
+                        "sequence differs (stored {:?}, expected {position})",
+                        have.sequence
                     ),
                 );
             }

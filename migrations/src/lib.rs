@@ -98,6 +98,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "snapshot_json",
         sql: include_str!("../sql/0018_snapshot_json.sql"),
     },
+    Migration {
+        version: 19,
+        name: "event_sequence",
+        sql: include_str!("../sql/0019_event_sequence.sql"),
+    },
 ];
 
 /// Migration failures.

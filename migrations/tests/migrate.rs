@@ -267,4 +267,13 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         .map(|r| r.get(0))
         .collect();
     assert_eq!(ids, [want.as_str(), want.as_str()]);
+    // Migration 0019: each event's place in its subscription's sequence, from its id order.
+    let seq: Vec<Option<i64>> = client
+        .query("SELECT sequence FROM chain_events ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(seq, [Some(1), Some(2)]);
 }

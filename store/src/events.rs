@@ -25,8 +25,7 @@ const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.cha
     cur.block_number AS indexed_block, o.status AS delivery_status, \
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
-    (SELECT count(*) FROM chain_events sq WHERE sq.chain_id = ce.chain_id \
-     AND sq.subscription_id = ce.subscription_id AND sq.id <= ce.id) AS subscription_sequence, \
+    ce.sequence AS subscription_sequence, \
     NULL::text AS retracted_event_id, NULL::text AS retracted_kind, \
     NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash, NULL::text AS risk_reason, \
     NULL::text AS risk_amount, NULL::text AS risk_required, NULL::text AS risk_available, NULL::timestamptz AS risk_due_at, \

@@ -380,8 +380,11 @@ pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
         .query_one(
             "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
              block_time, transaction_hash, transaction_index, log_index, name, kind, \
-             merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+             merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot, \
+             sequence) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+             CASE WHEN $12::bigint IS NOT NULL THEN (SELECT count(*) + 1 FROM chain_events x \
+              WHERE x.chain_id = $2 AND x.subscription_id = $12::bigint) END) \
              RETURNING id",
             &[
                 &public_id,

@@ -97,6 +97,14 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
          WHERE name = 'SubscriptionCharged' AND decoded->>'period' = '2'",
     )
     .await;
+    // The renewal's place in its subscription's sequence (created, charged 1, charged 2:
+    // the third; served on every event).
+    exec(
+        &client,
+        "UPDATE chain_events SET sequence = 7
+         WHERE name = 'SubscriptionCharged' AND decoded->>'period' = '2'",
+    )
+    .await;
     // An outbox row for an event nobody indexed; the first plan's merchant.
     exec(
         &client,
@@ -148,6 +156,13 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         "{out}"
     );
     assert!(has("chain_events", &["differs (decoded)"]), "{out}");
+    assert!(
+        has(
+            "chain_events",
+            &["sequence differs (stored Some(7), expected 3)"]
+        ),
+        "{out}"
+    );
     assert!(
         has(
             "webhook_outbox",

@@ -108,6 +108,8 @@ pub struct StoredEvent {
     pub decoded: serde_json::Value,
     /// The subscription right after this event (not compared column by column).
     pub snapshot: Option<serde_json::Value>,
+    /// Its 1-based place among its subscription's events (not compared column by column).
+    pub sequence: Option<i64>,
 }
 
 /// Events per INSERT statement. A statement's parameters travel in one bind message that
@@ -160,7 +162,17 @@ async fn insert_event_chunk(
     let mut decoded = Vec::with_capacity(n);
     let mut snapshot = Vec::with_capacity(n);
     let mut enqueued = Vec::with_capacity(n);
+    // Each event's place among this chunk's events of its subscription (0-based): its
+    // `sequence` is that plus the last stored event's (the statement does not see its own
+    // rows, and earlier chunks of the batch are earlier statements).
+    let mut nth = Vec::with_capacity(n);
+    let mut seen: HashMap<i64, i64> = HashMap::new();
     for e in events {
+        nth.push(e.subscription_id.map(|sid| {
+            let k = seen.entry(sid).or_insert(0);
+            *k += 1;
+            *k - 1
+        }));
         public_id.push(e.public_id);
         bn.push(e.block_number as i64);
         bh.push(e.block_hash.as_slice());
@@ -189,16 +201,19 @@ async fn insert_event_chunk(
             "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
                  block_time, transaction_hash, transaction_index, log_index, name, kind,
                  merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot,
-                 enqueued)
+                 enqueued, sequence)
              SELECT u.public_id, $1, $2, u.bn, u.bh, u.bt, u.th, u.ti, u.li, u.name, u.kind, u.mw,
                  u.sid, u.pid, array_remove(ARRAY[u.t0, u.t1, u.t2, u.t3], NULL), u.data,
-                 u.decoded, u.snapshot, u.enq
+                 u.decoded, u.snapshot, u.enq,
+                 u.nth + 1 + COALESCE((SELECT x.sequence FROM chain_events x
+                                       WHERE x.chain_id = $1 AND x.subscription_id = u.sid
+                                       ORDER BY x.id DESC LIMIT 1), 0)
              FROM unnest($3::text[], $4::int8[], $5::bytea[], $6::timestamptz[], $7::bytea[],
                  $8::int4[], $9::int4[], $10::text[], $11::text[], $12::bytea[], $13::int8[],
                  $14::int8[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
-                 $19::bytea[], $20::jsonb[], $21::json[], $22::bool[])
+                 $19::bytea[], $20::jsonb[], $21::json[], $22::bool[], $23::int8[])
                AS u(public_id, bn, bh, bt, th, ti, li, name, kind, mw, sid, pid, t0, t1, t2, t3,
-                    data, decoded, snapshot, enq)
+                    data, decoded, snapshot, enq, nth)
              ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING
              RETURNING id, block_hash, log_index",
             &[
@@ -224,6 +239,7 @@ async fn insert_event_chunk(
                 &decoded,
                 &snapshot,
                 &enqueued,
+                &nth,
             ],
         )
         .await?;
@@ -579,7 +595,7 @@ pub async fn events_in_range(
         .query(
             "SELECT block_number, transaction_hash, log_index, public_id, contract, block_hash,
                  transaction_index, name, kind, merchant_wallet, subscription_id, plan_id, topics,
-                 data, decoded, snapshot, id
+                 data, decoded, snapshot, id, sequence
              FROM chain_events WHERE chain_id = $1 AND block_number BETWEEN $2 AND $3",
             &[&chain_id, &(from as i64), &(to as i64)],
         )
@@ -604,6 +620,7 @@ pub async fn events_in_range(
                 decoded: r.get(14),
                 snapshot: r.get(15),
                 id: r.get(16),
+                sequence: r.get(17),
             })
         })
         .collect()
