@@ -352,9 +352,9 @@ async fn index_charged_event(client: &tokio_postgres::Client, merchant: Address)
         .execute(
             "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
                 transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
-                plan_id, topics, data, decoded, snapshot, enqueued)
+                plan_id, topics, data, decoded, snapshot, enqueued, sequence)
              VALUES ($1, 31337, $2, 42, $3, '2026-01-01T00:00:00Z', $4, 0, 2, 'SubscriptionCharged',
-                'subscription.charged', $5, 1, 1, ARRAY[]::bytea[], ''::bytea, $6, $7, TRUE)",
+                'subscription.charged', $5, 1, 1, ARRAY[]::bytea[], ''::bytea, $6, $7, TRUE, 1)",
             &[
                 &event_id,
                 &hex_bytes("5FbDB2315678afecb367f032d93F642f64180aa3"),

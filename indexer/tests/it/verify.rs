@@ -243,3 +243,51 @@ async fn verify_reports_an_index_above_the_chain_head_or_on_an_abandoned_branch(
     // The renewal the index still holds is not on the chain any more.
     assert!(out.contains("extra: not on the chain"), "{out}");
 }
+
+/// An event written without a `sequence` (by an indexer of the release before migration 0019,
+/// still running after it) does not restart its subscription's numbering: the next event is
+/// numbered from the count of stored events, and verify names the one left empty.
+#[tokio::test]
+async fn an_event_stored_without_a_sequence_does_not_restart_the_numbering() {
+    let (chain, db, client, _) = indexed_scene().await;
+    exec(
+        &client,
+        "UPDATE chain_events SET sequence = NULL
+         WHERE id = (SELECT max(id) FROM chain_events WHERE subscription_id IS NOT NULL)",
+    )
+    .await;
+    let sub: i64 = client
+        .query_one(
+            "SELECT onchain_id FROM subscriptions ORDER BY onchain_id LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    chain.increase_time(32 * 86_400).await;
+    charge(&chain, sub as u64).await;
+    let ix = start(chain_config(&chain), &db, &chain);
+    wait_for_head(&client, &chain).await;
+    ix.stop().await.unwrap();
+    let seq: Vec<Option<i64>> = client
+        .query(
+            "SELECT sequence FROM chain_events WHERE subscription_id = $1 ORDER BY id",
+            &[&sub],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Created, charged 1, charged 2 (left empty), charged 3.
+    assert_eq!(seq, [Some(1), Some(2), None, Some(4)]);
+    let head = chain_head(&chain).await.0;
+    let (ok, out) = verify(&chain, &db, head, false);
+    assert!(!ok, "{out}");
+    let sequence_lines: Vec<&str> = out.lines().filter(|l| l.contains("sequence")).collect();
+    assert_eq!(sequence_lines.len(), 1, "{out}");
+    assert!(
+        sequence_lines[0].contains("sequence differs (stored None, expected 3)"),
+        "{out}"
+    );
+}

@@ -164,7 +164,9 @@ async fn insert_event_chunk(
     let mut enqueued = Vec::with_capacity(n);
     // Each event's place among this chunk's events of its subscription (0-based): its
     // `sequence` is that plus the last stored event's (the statement does not see its own
-    // rows, and earlier chunks of the batch are earlier statements).
+    // rows, and earlier chunks of the batch are earlier statements) — or, where that one has
+    // none (written by a release before migration 0019 while it ran), the count of the
+    // subscription's stored events.
     let mut nth = Vec::with_capacity(n);
     let mut seen: HashMap<i64, i64> = HashMap::new();
     for e in events {
@@ -207,7 +209,9 @@ async fn insert_event_chunk(
                  u.decoded, u.snapshot, u.enq,
                  u.nth + 1 + COALESCE((SELECT x.sequence FROM chain_events x
                                        WHERE x.chain_id = $1 AND x.subscription_id = u.sid
-                                       ORDER BY x.id DESC LIMIT 1), 0)
+                                       ORDER BY x.id DESC LIMIT 1),
+                                      (SELECT count(*) FROM chain_events x
+                                       WHERE x.chain_id = $1 AND x.subscription_id = u.sid))
              FROM unnest($3::text[], $4::int8[], $5::bytea[], $6::timestamptz[], $7::bytea[],
                  $8::int4[], $9::int4[], $10::text[], $11::text[], $12::bytea[], $13::int8[],
                  $14::int8[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
