@@ -34,6 +34,10 @@ pub struct SubscriptionState {
     pub last_event: i64,
     pub created_at: u64,
     pub updated_at: u64,
+    /// How many of its events have been folded: its latest event's `sequence` (1-based place
+    /// among the subscription's events in chain order). Stored with the subscription so the
+    /// sink numbers a batch's events without reading any earlier event.
+    pub events: u64,
 }
 
 /// RFC 3339 UTC with seconds, e.g. `2026-01-31T12:00:00Z`.

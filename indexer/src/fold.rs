@@ -61,6 +61,7 @@ pub fn apply(
             last_event: ctx.event_ref,
             created_at: ctx.block_time,
             updated_at: ctx.block_time,
+            events: 1,
         }));
     }
     let Some(mut s) = state else {
@@ -94,6 +95,7 @@ pub fn apply(
     }
     s.last_event = ctx.event_ref;
     s.updated_at = ctx.block_time;
+    s.events += 1;
     Ok(Some(s))
 }
 
@@ -176,6 +178,7 @@ mod tests {
         assert_eq!(s.failed_attempts, 1);
         assert_eq!(s.next_payment_at(), Some(retry));
         assert_eq!(s.last_event, 2);
+        assert_eq!(s.events, 2, "each folded event is counted");
         let ended = ContractEvent::SubscriptionEnded(SM::SubscriptionEnded {
             subscriptionId: U256::from(5),
             merchant: Address::repeat_byte(0xaa),

@@ -71,6 +71,7 @@ async fn session<S: BlockSource + ?Sized>(
     // Only now: a standby's session waits inside `pg_advisory_lock`, which is not idle, but
     // nothing is gained by bounding it.
     writer::bound_session(&client, cfg.writer_idle_timeout).await?;
+    writer::check_schema(&client).await?;
     status.set_writer(true);
     let mut ix = Indexer::open(cfg, source, client, status.clone()).await?;
     loop {

@@ -159,7 +159,7 @@ impl Sink {
             .iter()
             .zip(&snapshots.0)
             .zip(&confirmed)
-            .map(|((e, snapshot), &enqueued)| new_event(e, snapshot.as_ref(), enqueued))
+            .map(|((e, folded), &enqueued)| new_event(e, folded.as_ref(), enqueued))
             .collect();
         let ids = store::insert_events(&tx, ctx.chain_id, &ctx.contract, &rows).await?;
         laps.lap("insert_events");
@@ -271,13 +271,13 @@ impl Ctx {
         Ok(())
     }
 
-    /// Folds the batch's subscription events over the stored states: the snapshot of each
-    /// event, and the final state of each subscription the batch touched.
+    /// Folds the batch's subscription events over the stored states: the snapshot and the
+    /// sequence of each event, and the final state of each subscription the batch touched.
     async fn fold_batch(
         &self,
         tx: &Transaction<'_>,
         events: &[MappedEvent],
-    ) -> Result<(Vec<Option<serde_json::Value>>, Vec<SubscriptionState>)> {
+    ) -> Result<(Vec<Option<Folded>>, Vec<SubscriptionState>)> {
         let touched: Vec<i64> = events
             .iter()
             .filter_map(|e| e.subscription_id)
@@ -314,8 +314,11 @@ impl Ctx {
             };
             match fold::apply(states.remove(&sid), ev, &ctx)? {
                 Some(s) => {
-                    snapshots[i] =
-                        Some(serde_json::to_value(s.snapshot()).expect("a snapshot serializes"));
+                    snapshots[i] = Some(Folded {
+                        snapshot: serde_json::to_value(s.snapshot())
+                            .expect("a snapshot serializes"),
+                        sequence: s.events,
+                    });
                     states.insert(sid, s);
                     changed.insert(sid);
                 }
@@ -350,12 +353,16 @@ impl Ctx {
     }
 }
 
+/// What the fold says of one subscription event: the subscription right after it, and the
+/// event's place among the subscription's events.
+#[derive(Debug, Clone)]
+struct Folded {
+    snapshot: serde_json::Value,
+    sequence: u64,
+}
+
 /// The `chain_events` row of a mapped log.
-fn new_event<'a>(
-    e: &'a MappedEvent,
-    snapshot: Option<&'a serde_json::Value>,
-    enqueued: bool,
-) -> NewEvent<'a> {
+fn new_event<'a>(e: &'a MappedEvent, folded: Option<&'a Folded>, enqueued: bool) -> NewEvent<'a> {
     NewEvent {
         public_id: &e.public_id,
         block_number: e.block_number,
@@ -372,8 +379,9 @@ fn new_event<'a>(
         topics: &e.topics,
         data: &e.data,
         decoded: &e.decoded,
-        snapshot,
+        snapshot: folded.map(|f| &f.snapshot),
         enqueued,
+        sequence: folded.map(|f| f.sequence),
     }
 }
 

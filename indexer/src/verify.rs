@@ -717,7 +717,8 @@ fn diff_state(have: &SubscriptionState, want: &SubscriptionState) -> Vec<String>
         created_event,
         last_event,
         created_at,
-        updated_at
+        updated_at,
+        events
     );
     cols
 }

@@ -26,6 +26,16 @@ pub async fn bound_session(client: &Client, idle: std::time::Duration) -> Result
     Ok(chainsub_store::pg::bound_lock_session(client, idle).await?)
 }
 
+/// Refuses (fatally: [`Error::Config`]) a database a newer release has migrated: this
+/// binary would write rows the newer schema keeps differently. Checked on every takeover, so
+/// an indexer left running across an upgrade stops at its next session.
+pub async fn check_schema(client: &Client) -> Result<()> {
+    match chainsub_migrations::check_known(client).await {
+        Err(e @ chainsub_migrations::Error::Unknown(_)) => Err(Error::Config(e.to_string())),
+        r => Ok(r?),
+    }
+}
+
 /// Blocks until this session holds the writer lock for `chain_id` (a hot standby waits here).
 pub async fn acquire(client: &Client, chain_id: u64) -> Result<()> {
     let key = chainsub_migrations::locks::indexer_writer(chain_id);

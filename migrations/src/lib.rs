@@ -103,6 +103,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "event_sequence",
         sql: include_str!("../sql/0019_event_sequence.sql"),
     },
+    Migration {
+        version: 20,
+        name: "subscription_event_count",
+        sql: include_str!("../sql/0020_subscription_event_count.sql"),
+    },
 ];
 
 /// Migration failures.
@@ -185,6 +190,22 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<i32>> {
         newly.push(m.version);
     }
     Ok(newly)
+}
+
+/// Refuses a database that has a migration this binary does not know (a newer release
+/// migrated it): `Err(Error::Unknown(version))`. A writer checks this each time it takes the
+/// writer lock, so a process of an older release still running after an upgrade stops
+/// instead of writing rows the newer schema keeps differently (migration 0020 also fences it).
+pub async fn check_known(client: &Client) -> Result<()> {
+    let newest: Option<i32> = client
+        .query_one("SELECT max(version) FROM schema_migrations", &[])
+        .await?
+        .get(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.version);
+    match newest {
+        Some(v) if v > known => Err(Error::Unknown(v)),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -244,7 +244,10 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
                  current_period_start, current_period_end, created_event_id, last_event_id,
                  created_at, updated_at)
              VALUES (31337, 42, 'sub_42', '\\x02', '\\x03', 1, 1, '\\x04', 'active', 2,
-                     now(), now(), 1, 2, now(), now());",
+                     now(), now(), 1, 2, now(), now());
+             INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash,
+                 writer_epoch)
+             VALUES (31337, '\\x00', 6, '\\x03', 5);",
             tx = alloy::hex::encode(tx)
         ))
         .await
@@ -273,4 +276,14 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         .collect();
     let want = want.as_str().to_string();
     assert_eq!(events, [(want.clone(), Some(1)), (want, Some(2))]);
+    // Migration 0020: the subscription keeps the count of its events, and the writer epoch
+    // moved on (an indexer of the previous release is fenced).
+    let row = client
+        .query_one(
+            "SELECT (SELECT event_count FROM subscriptions), (SELECT writer_epoch FROM indexer_cursor)",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 6));
 }

@@ -354,3 +354,45 @@ async fn a_writer_waiting_on_its_node_keeps_its_bounded_session() {
     wait_for_head(&client, &chain).await;
     assert_eq!(epoch(&client).await, 1, "the writer kept its session");
 }
+
+/// An indexer left running while a newer release migrates the database: the migration moves
+/// the writer epoch on (as 0020 does), so the old writer's next batch is fenced, and when it
+/// takes the writer lock again it finds a migration it does not know and exits (status 1,
+/// saying so) instead of writing rows the newer schema keeps differently.
+#[tokio::test]
+async fn a_writer_stops_when_a_newer_release_has_migrated_its_database() {
+    let Scene {
+        chain,
+        db,
+        client,
+        plan,
+    } = Scene::start().await;
+    let socket = Reserved::new();
+    let mut child = spawn_indexer(&chain, &db, &socket, &[]);
+    wait_for_head(&client, &chain).await;
+    let before: i64 = client
+        .query_one("SELECT count(*) FROM chain_events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    client
+        .batch_execute(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES (9999, 'newer', 'x');
+             UPDATE indexer_cursor SET writer_epoch = writer_epoch + 1;",
+        )
+        .await
+        .unwrap();
+    subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    let status = chainsub_tests::wait_for_some("the old writer to exit", || {
+        let exited = child.0.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let after: i64 = client
+        .query_one("SELECT count(*) FROM chain_events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(after, before, "nothing written after the newer migration");
+}

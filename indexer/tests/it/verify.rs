@@ -70,10 +70,10 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
     assert!(out.contains("clean"), "{out}");
 
     let other_merchant = format!("'\\x{}'", alloy::hex::encode(DevChain::address(MERCHANT_B)));
-    // A subscription's status and period end.
+    // A subscription's status, period end and count of events.
     exec(
         &client,
-        "UPDATE subscriptions SET status = 'cancelled',
+        "UPDATE subscriptions SET status = 'cancelled', event_count = event_count + 5,
              current_period_end = current_period_end + interval '1 day'",
     )
     .await;
@@ -138,7 +138,8 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
             &[
                 "onchain 1: differs:",
                 "status (db Cancelled, chain Active)",
-                "current_period_end"
+                "current_period_end",
+                "events (db 8, chain 3)"
             ]
         ),
         "{out}"
@@ -290,4 +291,41 @@ async fn an_event_stored_without_a_sequence_does_not_restart_the_numbering() {
         sequence_lines[0].contains("sequence differs (stored None, expected 3)"),
         "{out}"
     );
+}
+
+/// The sink numbers a subscription's new events from the count its row keeps (migration
+/// 0020), not by reading its stored events: a hand-edited stored sequence does not carry
+/// over to the next event (reading the last stored one, as before 0020, gave 71 here).
+#[tokio::test]
+async fn new_events_are_numbered_from_the_subscription_count() {
+    let (chain, db, client, _) = indexed_scene().await;
+    let sub: i64 = client
+        .query_one(
+            "SELECT onchain_id FROM subscriptions ORDER BY onchain_id LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    exec(
+        &client,
+        &format!("UPDATE chain_events SET sequence = 70 WHERE subscription_id = {sub}"),
+    )
+    .await;
+    chain.increase_time(32 * 86_400).await;
+    charge(&chain, sub as u64).await;
+    let ix = start(chain_config(&chain), &db, &chain);
+    wait_for_head(&client, &chain).await;
+    ix.stop().await.unwrap();
+    let seq: Vec<Option<i64>> = client
+        .query(
+            "SELECT sequence FROM chain_events WHERE subscription_id = $1 ORDER BY id",
+            &[&sub],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(seq, [Some(70), Some(70), Some(70), Some(4)]);
 }

@@ -38,6 +38,10 @@ pub struct NewEvent<'a> {
     pub snapshot: Option<&'a serde_json::Value>,
     /// Confirmed in this batch: its outbox row is written with it.
     pub enqueued: bool,
+    /// Its place among its subscription's events, from the fold ([`SubscriptionState::events`]
+    /// right after it); `None` for an event of no subscription, or of one the index does not
+    /// project (created before the start block): that one is numbered from the stored events.
+    pub sequence: Option<u64>,
 }
 
 /// A ledger row for an event of the batch (`SubscriptionCharged`, `PaymentFailed`).
@@ -162,11 +166,13 @@ async fn insert_event_chunk(
     let mut decoded = Vec::with_capacity(n);
     let mut snapshot = Vec::with_capacity(n);
     let mut enqueued = Vec::with_capacity(n);
-    // Each event's place among this chunk's events of its subscription (0-based): its
-    // `sequence` is that plus the last stored event's (the statement does not see its own
-    // rows, and earlier chunks of the batch are earlier statements) — or, where that one has
-    // none (written by a release before migration 0019 while it ran), the count of the
-    // subscription's stored events.
+    let mut seq = Vec::with_capacity(n);
+    // Where the fold gave no sequence (a subscription the index does not project): each
+    // event's place among this chunk's events of its subscription (0-based); its `sequence` is
+    // that plus the last stored event's (the statement does not see its own rows, and earlier
+    // chunks of the batch are earlier statements) — or, where that one has none (written by a
+    // release before migration 0019 while it ran), the count of the subscription's stored
+    // events. COALESCE evaluates those probes only for such rows.
     let mut nth = Vec::with_capacity(n);
     let mut seen: HashMap<i64, i64> = HashMap::new();
     for e in events {
@@ -197,6 +203,7 @@ async fn insert_event_chunk(
         decoded.push(e.decoded);
         snapshot.push(e.snapshot);
         enqueued.push(e.enqueued);
+        seq.push(e.sequence.map(|s| s as i64));
     }
     let rows = tx
         .query(
@@ -207,17 +214,18 @@ async fn insert_event_chunk(
              SELECT u.public_id, $1, $2, u.bn, u.bh, u.bt, u.th, u.ti, u.li, u.name, u.kind, u.mw,
                  u.sid, u.pid, array_remove(ARRAY[u.t0, u.t1, u.t2, u.t3], NULL), u.data,
                  u.decoded, u.snapshot, u.enq,
-                 u.nth + 1 + COALESCE((SELECT x.sequence FROM chain_events x
-                                       WHERE x.chain_id = $1 AND x.subscription_id = u.sid
-                                       ORDER BY x.id DESC LIMIT 1),
-                                      (SELECT count(*) FROM chain_events x
-                                       WHERE x.chain_id = $1 AND x.subscription_id = u.sid))
+                 COALESCE(u.seq,
+                     u.nth + 1 + COALESCE((SELECT x.sequence FROM chain_events x
+                                           WHERE x.chain_id = $1 AND x.subscription_id = u.sid
+                                           ORDER BY x.id DESC LIMIT 1),
+                                          (SELECT count(*) FROM chain_events x
+                                           WHERE x.chain_id = $1 AND x.subscription_id = u.sid)))
              FROM unnest($3::text[], $4::int8[], $5::bytea[], $6::timestamptz[], $7::bytea[],
                  $8::int4[], $9::int4[], $10::text[], $11::text[], $12::bytea[], $13::int8[],
                  $14::int8[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
-                 $19::bytea[], $20::jsonb[], $21::json[], $22::bool[], $23::int8[])
+                 $19::bytea[], $20::jsonb[], $21::json[], $22::bool[], $23::int8[], $24::int8[])
                AS u(public_id, bn, bh, bt, th, ti, li, name, kind, mw, sid, pid, t0, t1, t2, t3,
-                    data, decoded, snapshot, enq, nth)
+                    data, decoded, snapshot, enq, nth, seq)
              ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING
              RETURNING id, block_hash, log_index",
             &[
@@ -244,6 +252,7 @@ async fn insert_event_chunk(
                 &snapshot,
                 &enqueued,
                 &nth,
+                &seq,
             ],
         )
         .await?;
@@ -384,6 +393,7 @@ fn state_of_row(r: &tokio_postgres::Row) -> Result<SubscriptionState> {
         last_event: r.get(17),
         created_at: secs(18),
         updated_at: secs(19),
+        events: r.get::<_, i64>(20) as u64,
     })
 }
 
@@ -402,7 +412,7 @@ pub async fn load_subscriptions(
                  amount::text, customer_ref, customer_external_id, status, cancel_at_period_end,
                  period, current_period_start, current_period_end, failed_attempts,
                  next_retry_at, ended_reason, created_event_id, last_event_id, created_at,
-                 updated_at
+                 updated_at, event_count
              FROM subscriptions WHERE chain_id = $1 AND onchain_id = ANY($2)",
             &[&chain_id, &ids],
         )
@@ -426,6 +436,7 @@ pub async fn upsert_subscriptions(
     let plan = col(|s| s.plan_onchain_id);
     let ce = col(|s| s.created_event);
     let le = col(|s| s.last_event);
+    let evc = col(|s| s.events as i64);
     let pubid: Vec<&str> = subs.iter().map(|s| s.public_id.as_str()).collect();
     let m: Vec<&[u8]> = subs.iter().map(|s| s.merchant.as_slice()).collect();
     let sub: Vec<&[u8]> = subs.iter().map(|s| s.subscriber.as_slice()).collect();
@@ -450,25 +461,25 @@ pub async fn upsert_subscriptions(
              plan_onchain_id, amount, customer_ref, customer_external_id, status,
              cancel_at_period_end, period, current_period_start, current_period_end,
              failed_attempts, next_retry_at, ended_reason, created_event_id, last_event_id,
-             created_at, updated_at)
+             created_at, updated_at, event_count)
          SELECT $1, u.id, u.pubid, u.m, u.sub, u.plan, u.amount::numeric, u.cref, u.ext, u.status,
-             u.cape, u.period, u.ps, u.pe, u.fa, u.nra, u.er, u.ce, u.le, u.ca, u.ua
+             u.cape, u.period, u.ps, u.pe, u.fa, u.nra, u.er, u.ce, u.le, u.ca, u.ua, u.evc
          FROM unnest($2::int8[], $3::text[], $4::bytea[], $5::bytea[], $6::int8[], $7::text[],
              $8::bytea[], $9::text[], $10::text[], $11::bool[], $12::int4[], $13::timestamptz[],
              $14::timestamptz[], $15::int4[], $16::timestamptz[], $17::text[], $18::int8[],
-             $19::int8[], $20::timestamptz[], $21::timestamptz[])
+             $19::int8[], $20::timestamptz[], $21::timestamptz[], $22::int8[])
            AS u(id, pubid, m, sub, plan, amount, cref, ext, status, cape, period, ps, pe, fa, nra,
-                er, ce, le, ca, ua)
+                er, ce, le, ca, ua, evc)
          ON CONFLICT (chain_id, onchain_id) DO UPDATE SET
              status = EXCLUDED.status, cancel_at_period_end = EXCLUDED.cancel_at_period_end,
              period = EXCLUDED.period, current_period_start = EXCLUDED.current_period_start,
              current_period_end = EXCLUDED.current_period_end,
              failed_attempts = EXCLUDED.failed_attempts, next_retry_at = EXCLUDED.next_retry_at,
              ended_reason = EXCLUDED.ended_reason, last_event_id = EXCLUDED.last_event_id,
-             updated_at = EXCLUDED.updated_at",
+             updated_at = EXCLUDED.updated_at, event_count = EXCLUDED.event_count",
         &[
             &chain_id, &id, &pubid, &m, &sub, &plan, &amount, &cref, &ext, &status, &cape, &period,
-            &ps, &pe, &fa, &nra, &er, &ce, &le, &ca, &ua,
+            &ps, &pe, &fa, &nra, &er, &ce, &le, &ca, &ua, &evc,
         ],
     )
     .await?;
