@@ -47,7 +47,7 @@ VALUES (31337, '\xcccccccccccccccccccccccccccccccccccccccc', 10000000, '\x00', 1
 -- SubscriptionCharged logs: topics [sig, id, merchant, subscriber], 10 per block.
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
     transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
-    plan_id, topics, data, decoded)
+    plan_id, topics, data)
 SELECT 'evt_' || md5('e' || g), 31337, '\xcccccccccccccccccccccccccccccccccccccccc'::bytea,
        g / 10 + 1, decode(md5('b' || (g / 10 + 1)) || md5('B' || (g / 10 + 1)), 'hex'),
        timestamptz '2026-01-01' + make_interval(secs => g * 12),
@@ -55,7 +55,7 @@ SELECT 'evt_' || md5('e' || g), 31337, '\xcccccccccccccccccccccccccccccccccccccc
        'subscription.charged', :wallet, g % :subs + 1, 1,
        ARRAY['\x00'::bytea, '\x00'::bytea, '\x00'::bytea,
              ('\x' || repeat('00', 12) || '4444444444444444444444444444444444444444')::bytea],
-       '\x'::bytea, '{}'::jsonb
+       '\x'::bytea
 FROM generate_series(0, :n - 1) g;
 INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber,
     plan_onchain_id, amount, customer_ref, customer_external_id, status, period,

@@ -9,7 +9,8 @@ VALUES (31337, '\xcccccccccccccccccccccccccccccccccccccccc', 200000, '\x00', 200
 
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
     transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
-    plan_id, topics, data, decoded, snapshot, sequence)
+    plan_id, topics, data, log_amount, log_subscriber, log_period, log_attempt, snapshot,
+    sequence)
 SELECT 'evt_' || md5('e' || g),
        31337,
        '\xcccccccccccccccccccccccccccccccccccccccc'::bytea,
@@ -26,9 +27,10 @@ SELECT 'evt_' || md5('e' || g),
        (g / 10) % 5 + 1,
        ARRAY['\x00'::bytea],
        '\x'::bytea,
-       jsonb_build_object('subscriptionId', (g / 10 + 1)::text, 'amount', '9990000',
-                          'period', (g % 10 + 1)::text, 'attempt', '1',
-                          'subscriber', '0x4444444444444444444444444444444444444444'),
+       9990000,
+       '\x4444444444444444444444444444444444444444'::bytea,
+       g % 10 + 1,
+       1,
        jsonb_build_object('id', 'sub_' || md5('s' || (g / 10 + 1)), 'status', 'active',
                           'cancelAtPeriodEnd', false, 'period', g % 10 + 1,
                           'currentPeriodStart', '2026-01-01T00:00:00Z',
@@ -43,11 +45,11 @@ FROM generate_series(0, 999999) g;
 -- Five on-chain plans (their PlanCreated logs) tied to API plans by planRef.
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
     transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, plan_id,
-    topics, data, decoded)
+    topics, data, log_amount)
 SELECT 'evt_plan' || p, 31337, '\xcccccccccccccccccccccccccccccccccccccccc'::bytea, 1,
        decode(md5('b1') || md5('B1'), 'hex'), timestamptz '2026-01-01',
        decode(md5('pt' || p) || md5('PT' || p), 'hex'), 0, 100 + p, 'PlanCreated', NULL,
-       :wallet, p, ARRAY['\x00'::bytea], '\x'::bytea, '{}'::jsonb
+       :wallet, p, ARRAY['\x00'::bytea], '\x'::bytea, 9990000
 FROM generate_series(1, 5) p;
 INSERT INTO chain_plans (chain_id, onchain_id, merchant_wallet, plan_ref, amount, created_by, event_id)
 SELECT 31337, p, :wallet, decode(md5('ref' || p) || md5('REF' || p), 'hex'), 9990000, :wallet,
@@ -63,18 +65,18 @@ FROM generate_series(1, 5) p;
 INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber,
     plan_onchain_id, amount, customer_ref, customer_external_id, status, period,
     current_period_start, current_period_end, created_event_id, last_event_id, created_at,
-    updated_at)
+    updated_at, event_count)
 SELECT 31337, s, 'sub_' || md5('s' || s), :wallet, '\x4444444444444444444444444444444444444444'::bytea,
        (s - 1) % 5 + 1, 9990000, ('\x' || repeat('00', 32))::bytea, 'cust-' || s,
        CASE WHEN s % 50 = 0 THEN 'past_due' ELSE 'active' END, 10,
        timestamptz '2026-01-01', timestamptz '2026-02-01',
-       e.id, e.id + 9, e.block_time, e.block_time
+       e.id, e.id + 9, e.block_time, e.block_time, 10
 FROM generate_series(1, 100000) s
 JOIN chain_events e ON e.public_id = 'evt_' || md5('e' || ((s - 1) * 10));
 
 INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
     period_start, period_end, attempt, block_time)
-SELECT id, 31337, subscription_id, 'charge', 9990000, (decoded->>'period')::int,
+SELECT id, 31337, subscription_id, 'charge', 9990000, log_period,
        timestamptz '2026-01-01', timestamptz '2026-02-01', 1, block_time
 FROM chain_events WHERE kind = 'subscription.charged';
 

@@ -541,7 +541,7 @@ async fn index_costs(url: &str) -> Vec<(String, f64)> {
 }
 
 /// What a lean event row would cost (issue 13, point 1, not built): the same events as typed
-/// columns only — no `decoded` JSON, no `snapshot` JSON, no text ids — with just the primary
+/// columns only — no `snapshot` JSON, no text ids, no log fields — with just the primary
 /// key and the idempotency key (chain, block hash, log index), copied the same way. Seconds.
 async fn copy_lean(url: &str) -> f64 {
     use futures::{SinkExt, TryStreamExt};

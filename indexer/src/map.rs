@@ -1,9 +1,9 @@
 //! Pure mapping from a block's logs to domain events: decode through `chainsub_abi`, give each
-//! log its stable public id and its `decoded` JSON. No I/O here.
+//! log its stable public id and the typed facts events serve ([`LogFields`]). No I/O here.
 
 use alloy::primitives::{Address, B256, Bytes, Log, LogData, U256};
 use chainsub_abi::{ContractEvent, EndReason, EventKind, FailureReason, ids};
-use serde_json::{Value, json};
+use chainsub_store::index::LogFields;
 
 use crate::block::Block;
 use crate::{Error, Result};
@@ -26,7 +26,8 @@ pub struct MappedEvent {
     pub plan_id: Option<i64>,
     pub topics: Vec<B256>,
     pub data: Bytes,
-    pub decoded: Value,
+    /// The log's fields that events serve, typed (all `None` when it does not decode).
+    pub fields: LogFields,
     /// `None` when the log does not decode (kept as a row all the same: the row is the fact).
     pub event: Option<ContractEvent>,
 }
@@ -55,12 +56,12 @@ pub fn map_block(chain_id: u64, block: &Block) -> Result<Vec<MappedEvent>> {
         .iter()
         .map(|log| {
             let decoded = decode(&log.topics, &log.data);
-            let (name, json, event) = match decoded {
-                Ok(ev) => (ev.name(), decoded_json(&ev), Some(ev)),
+            let (name, fields, event) = match decoded {
+                Ok(ev) => (ev.name(), log_fields(&ev), Some(ev)),
                 Err(e) => {
                     tracing::warn!(block = block.number, log_index = log.log_index, error = %e,
                         "log of the contract does not decode; stored undecoded");
-                    ("Unknown", json!({ "error": e.to_string() }), None)
+                    ("Unknown", LogFields::default(), None)
                 }
             };
             let subscription_id = event
@@ -88,7 +89,7 @@ pub fn map_block(chain_id: u64, block: &Block) -> Result<Vec<MappedEvent>> {
                 plan_id,
                 topics: log.topics.clone(),
                 data: log.data.clone(),
-                decoded: json,
+                fields,
                 event,
             })
         })
@@ -112,64 +113,53 @@ pub fn plan_id(ev: &ContractEvent) -> Option<U256> {
     })
 }
 
-fn addr(a: Address) -> Value {
-    Value::String(alloy::hex::encode_prefixed(a))
-}
-
-fn uint(v: impl ToString) -> Value {
-    Value::String(v.to_string())
-}
-
-/// The log's fields by their Solidity names: uints as decimal strings, addresses and bytes32
-/// as 0x hex. Enums (uint8 on the wire) are uints too; their names live in the projections.
-pub fn decoded_json(ev: &ContractEvent) -> Value {
+/// The log's fields that events serve (the rest is in its topics and data): the amount of
+/// plan and subscription events, the subscriber, and a charge's or failed charge's period,
+/// attempt, failure reason and retry time; an ended subscription's reason. Enums (uint8 on
+/// the wire) stay numbers; their names live in the projections.
+pub fn log_fields(ev: &ContractEvent) -> LogFields {
+    let none = LogFields::default();
     match ev {
-        ContractEvent::OperatorChanged(e) => json!({
-            "previousOperator": addr(e.previousOperator), "newOperator": addr(e.newOperator),
-        }),
-        ContractEvent::OperatorTransferStarted(e) => json!({
-            "currentOperator": addr(e.currentOperator), "pendingOperator": addr(e.pendingOperator),
-        }),
-        ContractEvent::PlanDeactivated(e) => json!({
-            "planId": uint(e.planId), "merchant": addr(e.merchant), "by": addr(e.by),
-        }),
-        ContractEvent::PlanCreated(e) => json!({
-            "planId": uint(e.planId), "merchant": addr(e.merchant),
-            "planRef": e.planRef.to_string(), "amount": uint(e.amount),
-            "createdBy": addr(e.createdBy),
-        }),
-        ContractEvent::SubscriptionCreated(e) => json!({
-            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
-            "subscriber": addr(e.subscriber), "planId": uint(e.planId),
-            "customerRef": e.customerRef.to_string(), "amount": uint(e.amount),
-            "periodStart": uint(e.periodStart), "periodEnd": uint(e.periodEnd),
-        }),
-        ContractEvent::SubscriptionCharged(e) => json!({
-            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
-            "subscriber": addr(e.subscriber), "planId": uint(e.planId), "amount": uint(e.amount),
-            "period": uint(e.period), "periodStart": uint(e.periodStart),
-            "periodEnd": uint(e.periodEnd), "attempt": uint(e.attempt),
-        }),
-        ContractEvent::PaymentFailed(e) => json!({
-            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
-            "subscriber": addr(e.subscriber), "planId": uint(e.planId), "amount": uint(e.amount),
-            "period": uint(e.period), "attempt": uint(e.attempt), "reason": uint(e.reason),
-            "nextRetryAt": uint(e.nextRetryAt),
-        }),
-        ContractEvent::CancelAtPeriodEndSet(e) => json!({
-            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
-            "subscriber": addr(e.subscriber), "planId": uint(e.planId), "by": addr(e.by),
-            "periodEnd": uint(e.periodEnd),
-        }),
-        ContractEvent::SubscriptionCancelled(e) => json!({
-            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
-            "subscriber": addr(e.subscriber), "planId": uint(e.planId), "by": addr(e.by),
-        }),
-        ContractEvent::SubscriptionEnded(e) => json!({
-            "subscriptionId": uint(e.subscriptionId), "merchant": addr(e.merchant),
-            "subscriber": addr(e.subscriber), "planId": uint(e.planId),
-            "reason": uint(e.reason),
-        }),
+        ContractEvent::OperatorChanged(_)
+        | ContractEvent::OperatorTransferStarted(_)
+        | ContractEvent::PlanDeactivated(_) => none,
+        ContractEvent::PlanCreated(e) => LogFields {
+            amount: Some(e.amount),
+            ..none
+        },
+        ContractEvent::SubscriptionCreated(e) => LogFields {
+            amount: Some(e.amount),
+            subscriber: Some(e.subscriber),
+            ..none
+        },
+        ContractEvent::SubscriptionCharged(e) => LogFields {
+            amount: Some(e.amount),
+            subscriber: Some(e.subscriber),
+            period: Some(e.period),
+            attempt: Some(e.attempt),
+            ..none
+        },
+        ContractEvent::PaymentFailed(e) => LogFields {
+            amount: Some(e.amount),
+            subscriber: Some(e.subscriber),
+            period: Some(e.period),
+            attempt: Some(e.attempt),
+            reason: Some(e.reason),
+            next_retry_at: Some(e.nextRetryAt),
+        },
+        ContractEvent::CancelAtPeriodEndSet(e) => LogFields {
+            subscriber: Some(e.subscriber),
+            ..none
+        },
+        ContractEvent::SubscriptionCancelled(e) => LogFields {
+            subscriber: Some(e.subscriber),
+            ..none
+        },
+        ContractEvent::SubscriptionEnded(e) => LogFields {
+            subscriber: Some(e.subscriber),
+            reason: Some(e.reason),
+            ..none
+        },
     }
 }
 
@@ -244,19 +234,16 @@ mod tests {
             ids::event_id(31337, B256::repeat_byte(0x70), 3)
         );
         assert_eq!(
-            m.decoded,
-            json!({
-                "planId": "9",
-                "merchant": format!("0x{}", "aa".repeat(20)),
-                "planRef": format!("0x{}", "01".repeat(32)),
-                "amount": "9990000",
-                "createdBy": format!("0x{}", "bb".repeat(20)),
-            })
+            m.fields,
+            LogFields {
+                amount: Some(U256::from(9_990_000u64)),
+                ..LogFields::default()
+            }
         );
     }
 
     #[test]
-    fn payment_failed_maps_uints_as_decimal_strings() {
+    fn payment_failed_keeps_every_field_events_serve() {
         let ev = SM::PaymentFailed {
             subscriptionId: U256::from(5),
             merchant: Address::repeat_byte(0xaa),
@@ -271,9 +258,17 @@ mod tests {
         let m = &map_block(1, &block_with(vec![fixture(&ev)])).unwrap()[0];
         assert_eq!(m.kind, Some(EventKind::PaymentFailed));
         assert_eq!(m.subscription_id, Some(5));
-        assert_eq!(m.decoded["period"], "3");
-        assert_eq!(m.decoded["reason"], "2");
-        assert_eq!(m.decoded["nextRetryAt"], "1767312000");
+        assert_eq!(
+            m.fields,
+            LogFields {
+                amount: Some(U256::from(1u64)),
+                subscriber: Some(Address::repeat_byte(0xbb)),
+                period: Some(3),
+                attempt: Some(2),
+                reason: Some(2),
+                next_retry_at: Some(1_767_312_000),
+            }
+        );
         assert_eq!(failure_reason_name(2), "insufficient_balance");
         assert_eq!(failure_reason_name(9), "unknown_9");
     }
@@ -284,7 +279,7 @@ mod tests {
         let m = &map_block(1, &block_with(vec![junk])).unwrap()[0];
         assert_eq!(m.name, "Unknown");
         assert!(m.event.is_none() && m.kind.is_none());
-        assert!(m.decoded["error"].is_string());
+        assert_eq!(m.fields, LogFields::default());
     }
 
     #[test]

@@ -378,7 +378,7 @@ fn new_event<'a>(e: &'a MappedEvent, folded: Option<&'a Folded>, enqueued: bool)
         plan_id: e.plan_id,
         topics: &e.topics,
         data: &e.data,
-        decoded: &e.decoded,
+        fields: &e.fields,
         snapshot: folded.map(|f| &f.snapshot),
         enqueued,
         sequence: folded.map(|f| f.sequence),

@@ -244,7 +244,7 @@ fn expected(contract: Address, e: &MappedEvent) -> StoredEvent {
         plan_id: e.plan_id,
         topics: e.topics.iter().map(|t| t.to_vec()).collect(),
         data: e.data.to_vec(),
-        decoded: e.decoded.clone(),
+        fields: e.fields,
         snapshot: None,
         sequence: None,
     }
@@ -266,8 +266,19 @@ fn diff_columns(a: &StoredEvent, b: &StoredEvent) -> Vec<&'static str> {
         subscription_id,
         plan_id,
         topics,
-        data,
-        decoded
+        data
+    );
+    let (a, b) = (&a.fields, &b.fields);
+    macro_rules! field {
+        ($($f:ident => $col:literal),*) => { $( if a.$f != b.$f { out.push($col); } )* };
+    }
+    field!(
+        amount => "log_amount",
+        subscriber => "log_subscriber",
+        period => "log_period",
+        attempt => "log_attempt",
+        reason => "log_reason",
+        next_retry_at => "log_next_retry_at"
     );
     out
 }

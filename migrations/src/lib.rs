@@ -108,6 +108,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "subscription_event_count",
         sql: include_str!("../sql/0020_subscription_event_count.sql"),
     },
+    Migration {
+        version: 21,
+        name: "typed_log_fields",
+        sql: include_str!("../sql/0021_typed_log_fields.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -238,7 +238,10 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
                      '{{}}', '{{\"id\": \"sub_42\", \"status\": \"active\"}}'),
                     (2, 'evt_b', 31337, '\\x00', 6, '\\x03', now(), '\\x04', 0, 0,
                      'SubscriptionCharged', 'subscription.charged', '\\x02', 42, '{{}}', '\\x',
-                     '{{}}', '{{\"id\": \"sub_42\", \"status\": \"active\"}}');
+                     '{{\"amount\": \"9990000\", \"period\": \"2\", \"attempt\": \"1\",
+                       \"subscriber\": \"0x{subscriber}\", \"reason\": \"2\",
+                       \"nextRetryAt\": \"18446744073709551615\"}}',
+                     '{{\"id\": \"sub_42\", \"status\": \"active\"}}');
              INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet,
                  subscriber, plan_onchain_id, amount, customer_ref, status, period,
                  current_period_start, current_period_end, created_event_id, last_event_id,
@@ -248,7 +251,8 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
              INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash,
                  writer_epoch)
              VALUES (31337, '\\x00', 6, '\\x03', 5);",
-            tx = alloy::hex::encode(tx)
+            tx = alloy::hex::encode(tx),
+            subscriber = "Ab".repeat(20)
         ))
         .await
         .unwrap();
@@ -286,4 +290,19 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         .await
         .unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 6));
+    // Migration 0021: the log's fields as typed columns (NULL where the log has none).
+    let fields: Vec<String> = client
+        .query(
+            "SELECT concat_ws(' ', log_amount, encode(log_subscriber, 'hex'), log_period,
+                 log_attempt, log_reason, log_next_retry_at)
+             FROM chain_events ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let want = format!("9990000 {} 2 1 2 {}", "ab".repeat(20), u64::MAX);
+    assert_eq!(fields, ["".to_string(), want]);
 }

@@ -18,10 +18,10 @@ use crate::{Error, MerchantScope, Page, Result};
 /// merchant, so a planRef cannot resolve to another merchant's plan.
 const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.chain_id, \
     ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, ce.log_index, \
-    ce.subscription_id, ce.decoded->>'amount' AS log_amount, \
-    ce.decoded->>'subscriber' AS log_subscriber, ce.decoded->>'period' AS log_period, \
-    ce.decoded->>'attempt' AS log_attempt, ce.decoded->>'reason' AS log_reason, \
-    ce.decoded->>'nextRetryAt' AS log_next_retry_at, ce.snapshot, p.public_id AS plan_public_id, \
+    ce.subscription_id, ce.log_amount::text AS log_amount, ce.log_subscriber, \
+    ce.log_period::text AS log_period, ce.log_attempt::text AS log_attempt, \
+    ce.log_reason::text AS log_reason, ce.log_next_retry_at::text AS log_next_retry_at, \
+    ce.snapshot, p.public_id AS plan_public_id, \
     cur.block_number AS indexed_block, o.status AS delivery_status, \
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
@@ -43,10 +43,10 @@ const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.cha
 /// and no confirmations (the block is not on the chain any more).
 const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind, \
     r.detected_at AS block_time, r.chain_id, r.contract, r.block_number, r.block_hash, \
-    r.transaction_hash, r.log_index, r.subscription_id, r.decoded->>'amount' AS log_amount, \
-    r.decoded->>'subscriber' AS log_subscriber, r.decoded->>'period' AS log_period, \
-    r.decoded->>'attempt' AS log_attempt, r.decoded->>'reason' AS log_reason, \
-    r.decoded->>'nextRetryAt' AS log_next_retry_at, r.snapshot, p.public_id AS plan_public_id, \
+    r.transaction_hash, r.log_index, r.subscription_id, r.log_amount::text AS log_amount, \
+    r.log_subscriber, r.log_period::text AS log_period, r.log_attempt::text AS log_attempt, \
+    r.log_reason::text AS log_reason, r.log_next_retry_at::text AS log_next_retry_at, \
+    r.snapshot, p.public_id AS plan_public_id, \
     NULL::bigint AS indexed_block, o.status AS delivery_status, \
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
@@ -67,7 +67,7 @@ const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind
 const KSELECT: &str = "SELECT k.id, k.public_id, 'subscription.renewal_at_risk'::text AS kind, \
     k.block_time, k.chain_id, k.contract, k.block_number, k.block_hash, \
     decode(repeat('00', 32), 'hex') AS transaction_hash, -1 AS log_index, k.subscription_id, \
-    k.amount::text AS log_amount, NULL::text AS log_subscriber, NULL::text AS log_period, \
+    k.amount::text AS log_amount, NULL::bytea AS log_subscriber, NULL::text AS log_period, \
     NULL::text AS log_attempt, NULL::text AS log_reason, NULL::text AS log_next_retry_at, \
     k.snapshot, p.public_id AS plan_public_id, cur.block_number AS indexed_block, \
     o.status AS delivery_status, o.attempts AS delivery_attempts, \
@@ -147,8 +147,8 @@ pub struct RetractionRow {
     pub ancestor_hash: alloy::primitives::B256,
 }
 
-/// The fields of a log's `decoded` JSON that events serve (uints are decimal text there),
-/// extracted by the statement: the rest of the log is not read, parsed or sent.
+/// The fields of a log that events serve (`chain_events.log_*`; uints read as decimal text):
+/// the rest of the log is not read, parsed or sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogFacts {
     pub amount: Option<String>,
@@ -178,10 +178,10 @@ impl EventRow {
     fn at(r: &Row, cols: &EventCols) -> Result<EventRow> {
         let c = &cols.own;
         let id: &str = r.try_get(c.public_id)?;
-        let subscriber: Option<&str> = r.try_get(c.log_subscriber)?;
+        let subscriber: Option<&[u8]> = r.try_get(c.log_subscriber)?;
         let log = LogFacts {
             amount: r.try_get(c.log_amount)?,
-            subscriber: subscriber.and_then(|a| a.parse().ok()),
+            subscriber: subscriber.and_then(|a| Address::try_from(a).ok()),
             period: r.try_get(c.log_period)?,
             attempt: r.try_get(c.log_attempt)?,
             reason: r.try_get(c.log_reason)?,

@@ -399,13 +399,15 @@ pub async fn retract_above(
              written AS ( \
                  INSERT INTO event_retractions (public_id, chain_id, contract, merchant_wallet, \
                      retracted_event_id, retracted_kind, block_number, block_hash, block_time, \
-                     transaction_hash, log_index, subscription_id, plan_id, decoded, snapshot, \
+                     transaction_hash, log_index, subscription_id, plan_id, log_amount, \
+                     log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at, snapshot, \
                      ancestor_block, ancestor_hash) \
                  SELECT 'evt_' || md5('chainsub.retraction:' || g.public_id || ':' \
                                       || encode(g.block_hash, 'hex')), \
                      g.chain_id, g.contract, g.merchant_wallet, g.public_id, g.kind, \
                      g.block_number, g.block_hash, g.block_time, g.transaction_hash, g.log_index, \
-                     g.subscription_id, g.plan_id, g.decoded, g.snapshot, $2, $3 \
+                     g.subscription_id, g.plan_id, g.log_amount, g.log_subscriber, g.log_period, \
+                     g.log_attempt, g.log_reason, g.log_next_retry_at, g.snapshot, $2, $3 \
                  FROM gone g ORDER BY g.id \
                  ON CONFLICT (public_id) DO NOTHING \
                  RETURNING id, public_id, merchant_wallet, chain_id, subscription_id) \

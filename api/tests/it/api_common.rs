@@ -364,6 +364,8 @@ pub struct SeedEvent<'a> {
     pub block_number: i64,
     pub log_index: i32,
     pub block_time: chrono::DateTime<chrono::Utc>,
+    /// The log's fields by their Solidity names (uints as decimal strings), as the indexer
+    /// used to store them: [`insert_event`] writes the `log_*` columns from it.
     pub decoded: Value,
     pub snapshot: Option<Value>,
 }
@@ -380,9 +382,14 @@ pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
         .query_one(
             "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
              block_time, transaction_hash, transaction_index, log_index, name, kind, \
-             merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot, \
+             merchant_wallet, subscription_id, plan_id, topics, data, log_amount, \
+             log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at, snapshot, \
              sequence) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12, $13, $14, $15, \
+             ($16::jsonb->>'amount')::numeric, \
+             decode(substr($16::jsonb->>'subscriber', 3), 'hex'), \
+             ($16::jsonb->>'period')::bigint, ($16::jsonb->>'attempt')::int, \
+             ($16::jsonb->>'reason')::int, ($16::jsonb->>'nextRetryAt')::numeric, $17, \
              CASE WHEN $12::bigint IS NOT NULL THEN (SELECT count(*) + 1 FROM chain_events x \
               WHERE x.chain_id = $2 AND x.subscription_id = $12::bigint) END) \
              RETURNING id",

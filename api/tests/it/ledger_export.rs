@@ -193,14 +193,14 @@ async fn seed_charges(db: &tokio_postgres::Client, wallet: Address, n: i64) {
         "WITH e AS (
              INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
                  block_time, transaction_hash, transaction_index, log_index, name, kind,
-                 merchant_wallet, subscription_id, plan_id, topics, data, decoded)
+                 merchant_wallet, subscription_id, plan_id, topics, data)
              SELECT 'evt_' || md5('bulk' || g), 31337, '\\xcccccccccccccccccccccccccccccccccccccccc'::bytea,
                  g, decode(md5('b' || g) || md5('B' || g), 'hex'), now(),
                  decode(md5('t' || g) || md5('T' || g), 'hex'), 0, 0, 'SubscriptionCharged',
                  'subscription.charged', $1, 1000 + g, 1,
                  ARRAY['\\x00'::bytea, '\\x00'::bytea, '\\x00'::bytea,
                        ('\\x' || repeat('00', 12) || '4444444444444444444444444444444444444444')::bytea],
-                 '\\x'::bytea, '{}'::jsonb
+                 '\\x'::bytea
              FROM generate_series(1, $2::int8) g
              RETURNING id, subscription_id, block_time)
          INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,

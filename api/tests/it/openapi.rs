@@ -422,11 +422,13 @@ async fn responses_validate_against_the_document() {
     db.execute(
         "INSERT INTO event_retractions (public_id, chain_id, contract, merchant_wallet,
              retracted_event_id, retracted_kind, block_number, block_hash, block_time,
-             transaction_hash, log_index, subscription_id, plan_id, decoded, snapshot,
-             ancestor_block, ancestor_hash)
+             transaction_hash, log_index, subscription_id, plan_id, log_amount, log_subscriber,
+             log_period, log_attempt, log_reason, log_next_retry_at, snapshot, ancestor_block,
+             ancestor_hash)
          SELECT 'evt_' || md5('r'), chain_id, contract, merchant_wallet, public_id, kind,
              block_number, block_hash, block_time, transaction_hash, log_index,
-             subscription_id, plan_id, decoded, snapshot, block_number - 1, block_hash
+             subscription_id, plan_id, log_amount, log_subscriber, log_period, log_attempt,
+             log_reason, log_next_retry_at, snapshot, block_number - 1, block_hash
          FROM chain_events WHERE public_id = $1",
         &[&evt],
     )

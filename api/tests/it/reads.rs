@@ -510,7 +510,7 @@ async fn every_address_the_api_serves_is_eip55_checksummed() {
     db.execute(
         "UPDATE chain_events SET \
          snapshot = jsonb_set(snapshot::jsonb, '{subscriber}', to_jsonb($1::text)), \
-         decoded = jsonb_set(decoded, '{subscriber}', to_jsonb($1::text))",
+         log_subscriber = decode(substr($1::text, 3), 'hex') WHERE log_subscriber IS NOT NULL",
         &[&subscriber],
     )
     .await

@@ -337,11 +337,6 @@ async fn index_charged_event(client: &tokio_postgres::Client, merchant: Address)
     let tx = [0xabu8; 32];
     let event_id = chainsub_abi::ids::event_id(31337, tx.into(), 2);
     let subscriber = "0x2222222222222222222222222222222222222222";
-    let decoded = json!({
-        "subscriptionId": "1", "merchant": merchant.to_checksum(None), "subscriber": subscriber,
-        "planId": "1", "amount": "9990000", "period": "2", "periodStart": "1767225600",
-        "periodEnd": "1769904000", "attempt": "1"
-    });
     let snapshot = json!({
         "id": charged_sub_id(), "status": "active", "cancelAtPeriodEnd": false, "period": 2,
         "currentPeriodStart": "2026-01-01T00:00:00Z", "currentPeriodEnd": "2026-02-01T00:00:00Z",
@@ -352,16 +347,18 @@ async fn index_charged_event(client: &tokio_postgres::Client, merchant: Address)
         .execute(
             "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
                 transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
-                plan_id, topics, data, decoded, snapshot, enqueued, sequence)
+                plan_id, topics, data, log_amount, log_subscriber, log_period, log_attempt, snapshot,
+                enqueued, sequence)
              VALUES ($1, 31337, $2, 42, $3, '2026-01-01T00:00:00Z', $4, 0, 2, 'SubscriptionCharged',
-                'subscription.charged', $5, 1, 1, ARRAY[]::bytea[], ''::bytea, $6, $7, TRUE, 1)",
+                'subscription.charged', $5, 1, 1, ARRAY[]::bytea[], ''::bytea, 9990000, $6, 2, 1,
+                $7, TRUE, 1)",
             &[
                 &event_id,
                 &hex_bytes("5FbDB2315678afecb367f032d93F642f64180aa3"),
                 &vec![0xcdu8; 32],
                 &tx.to_vec(),
                 &merchant.as_slice().to_vec(),
-                &decoded,
+                &hex_bytes(&subscriber[2..]),
                 &snapshot,
             ],
         )

@@ -14,6 +14,19 @@ fn i32_of(v: u64, what: &str) -> Result<i32> {
     i32::try_from(v).map_err(|_| Error::Inconsistent(format!("{what} {v} does not fit INTEGER")))
 }
 
+/// The fields of a log that events serve, as typed columns of `chain_events` (`log_amount`,
+/// `log_subscriber`, `log_period`, `log_attempt`, `log_reason`, `log_next_retry_at`;
+/// migration 0021). The rest of the log is its `topics` and `data`, which decode to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogFields {
+    pub amount: Option<U256>,
+    pub subscriber: Option<Address>,
+    pub period: Option<u32>,
+    pub attempt: Option<u8>,
+    pub reason: Option<u8>,
+    pub next_retry_at: Option<u64>,
+}
+
 /// One log of a batch, as `chain_events` stores it.
 #[derive(Debug, Clone, Copy)]
 pub struct NewEvent<'a> {
@@ -33,7 +46,7 @@ pub struct NewEvent<'a> {
     pub plan_id: Option<i64>,
     pub topics: &'a [B256],
     pub data: &'a [u8],
-    pub decoded: &'a serde_json::Value,
+    pub fields: &'a LogFields,
     /// The subscription right after this event.
     pub snapshot: Option<&'a serde_json::Value>,
     /// Confirmed in this batch: its outbox row is written with it.
@@ -109,7 +122,7 @@ pub struct StoredEvent {
     pub plan_id: Option<i64>,
     pub topics: Vec<Vec<u8>>,
     pub data: Vec<u8>,
-    pub decoded: serde_json::Value,
+    pub fields: LogFields,
     /// The subscription right after this event (not compared column by column).
     pub snapshot: Option<serde_json::Value>,
     /// Its 1-based place among its subscription's events (not compared column by column).
@@ -163,7 +176,12 @@ async fn insert_event_chunk(
     let mut pid = Vec::with_capacity(n);
     let mut topics: [Vec<Option<&[u8]>>; 4] = Default::default();
     let mut data = Vec::with_capacity(n);
-    let mut decoded = Vec::with_capacity(n);
+    let mut amount: Vec<Option<String>> = Vec::with_capacity(n);
+    let mut subscriber = Vec::with_capacity(n);
+    let mut period = Vec::with_capacity(n);
+    let mut attempt = Vec::with_capacity(n);
+    let mut reason = Vec::with_capacity(n);
+    let mut retry: Vec<Option<String>> = Vec::with_capacity(n);
     let mut snapshot = Vec::with_capacity(n);
     let mut enqueued = Vec::with_capacity(n);
     let mut seq = Vec::with_capacity(n);
@@ -200,7 +218,13 @@ async fn insert_event_chunk(
             col.push(e.topics.get(i).map(|t| t.as_slice()));
         }
         data.push(e.data);
-        decoded.push(e.decoded);
+        let f = e.fields;
+        amount.push(f.amount.map(|a| a.to_string()));
+        subscriber.push(f.subscriber.as_ref().map(|a| a.as_slice()));
+        period.push(f.period.map(i64::from));
+        attempt.push(f.attempt.map(i32::from));
+        reason.push(f.reason.map(i32::from));
+        retry.push(f.next_retry_at.map(|t| t.to_string()));
         snapshot.push(e.snapshot);
         enqueued.push(e.enqueued);
         seq.push(e.sequence.map(|s| s as i64));
@@ -209,11 +233,13 @@ async fn insert_event_chunk(
         .query(
             "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
                  block_time, transaction_hash, transaction_index, log_index, name, kind,
-                 merchant_wallet, subscription_id, plan_id, topics, data, decoded, snapshot,
+                 merchant_wallet, subscription_id, plan_id, topics, data, log_amount,
+                 log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at, snapshot,
                  enqueued, sequence)
              SELECT u.public_id, $1, $2, u.bn, u.bh, u.bt, u.th, u.ti, u.li, u.name, u.kind, u.mw,
                  u.sid, u.pid, array_remove(ARRAY[u.t0, u.t1, u.t2, u.t3], NULL), u.data,
-                 u.decoded, u.snapshot, u.enq,
+                 u.amount::numeric, u.subscriber, u.period, u.attempt, u.reason, u.retry::numeric,
+                 u.snapshot, u.enq,
                  COALESCE(u.seq,
                      u.nth + 1 + COALESCE((SELECT x.sequence FROM chain_events x
                                            WHERE x.chain_id = $1 AND x.subscription_id = u.sid
@@ -223,9 +249,11 @@ async fn insert_event_chunk(
              FROM unnest($3::text[], $4::int8[], $5::bytea[], $6::timestamptz[], $7::bytea[],
                  $8::int4[], $9::int4[], $10::text[], $11::text[], $12::bytea[], $13::int8[],
                  $14::int8[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
-                 $19::bytea[], $20::jsonb[], $21::json[], $22::bool[], $23::int8[], $24::int8[])
+                 $19::bytea[], $20::text[], $21::bytea[], $22::int8[], $23::int4[], $24::int4[],
+                 $25::text[], $26::json[], $27::bool[], $28::int8[], $29::int8[])
                AS u(public_id, bn, bh, bt, th, ti, li, name, kind, mw, sid, pid, t0, t1, t2, t3,
-                    data, decoded, snapshot, enq, nth, seq)
+                    data, amount, subscriber, period, attempt, reason, retry, snapshot, enq, nth,
+                    seq)
              ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING
              RETURNING id, block_hash, log_index",
             &[
@@ -248,7 +276,12 @@ async fn insert_event_chunk(
                 &topics[2],
                 &topics[3],
                 &data,
-                &decoded,
+                &amount,
+                &subscriber,
+                &period,
+                &attempt,
+                &reason,
+                &retry,
                 &snapshot,
                 &enqueued,
                 &nth,
@@ -610,7 +643,8 @@ pub async fn events_in_range(
         .query(
             "SELECT block_number, transaction_hash, log_index, public_id, contract, block_hash,
                  transaction_index, name, kind, merchant_wallet, subscription_id, plan_id, topics,
-                 data, decoded, snapshot, id, sequence
+                 data, log_amount::text, log_subscriber, log_period, log_attempt, log_reason,
+                 log_next_retry_at::text, snapshot, id, sequence
              FROM chain_events WHERE chain_id = $1 AND block_number BETWEEN $2 AND $3",
             &[&chain_id, &(from as i64), &(to as i64)],
         )
@@ -632,13 +666,45 @@ pub async fn events_in_range(
                 plan_id: r.get(11),
                 topics: r.get(12),
                 data: r.get(13),
-                decoded: r.get(14),
-                snapshot: r.get(15),
-                id: r.get(16),
-                sequence: r.get(17),
+                fields: log_fields_at(r, 14)?,
+                snapshot: r.get(20),
+                id: r.get(21),
+                sequence: r.get(22),
             })
         })
         .collect()
+}
+
+/// The six `log_*` columns from `at` on (numerics as text), refusing values the log's types
+/// cannot hold.
+fn log_fields_at(r: &tokio_postgres::Row, at: usize) -> Result<LogFields> {
+    fn num<T: std::str::FromStr>(v: Option<&str>, what: &str) -> Result<Option<T>> {
+        v.map(|t| {
+            t.parse()
+                .map_err(|_| Error::Inconsistent(format!("{what} {t} out of range")))
+        })
+        .transpose()
+    }
+    fn small<T: TryFrom<i64>>(v: Option<i64>, what: &str) -> Result<Option<T>> {
+        v.map(|n| {
+            T::try_from(n).map_err(|_| Error::Inconsistent(format!("{what} {n} out of range")))
+        })
+        .transpose()
+    }
+    Ok(LogFields {
+        amount: num(r.get(at), "log_amount")?,
+        subscriber: r
+            .get::<_, Option<&[u8]>>(at + 1)
+            .map(|a| address(a, "log_subscriber"))
+            .transpose()?,
+        period: small(r.get(at + 2), "log_period")?,
+        attempt: small(
+            r.get::<_, Option<i32>>(at + 3).map(i64::from),
+            "log_attempt",
+        )?,
+        reason: small(r.get::<_, Option<i32>>(at + 4).map(i64::from), "log_reason")?,
+        next_retry_at: num(r.get(at + 5), "log_next_retry_at")?,
+    })
 }
 
 /// Where a stored row's event is: (block number, transaction hash, log index).

@@ -198,9 +198,9 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
         c.execute(
             "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
              block_time, transaction_hash, transaction_index, log_index, name, kind, \
-             merchant_wallet, subscription_id, topics, data, decoded) \
+             merchant_wallet, subscription_id, topics, data) \
              VALUES ($4, 1, '\\x00', $1::int, '\\x01', now(), '\\x02', 0, $1::int, \
-                     'Charged', 'subscription.charged', $2, $3, '{}', '\\x', '{}')",
+                     'Charged', 'subscription.charged', $2, $3, '{}', '\\x')",
             &[&i, &wallet, &sub, &format!("evt_{i}")],
         )
         .await
