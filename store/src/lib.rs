@@ -46,6 +46,7 @@ macro_rules! columns {
 pub mod cancellations;
 pub mod chain;
 pub mod checkouts;
+pub mod copy;
 pub mod customers;
 pub mod events;
 pub mod export;

@@ -329,3 +329,58 @@ async fn new_events_are_numbered_from_the_subscription_count() {
         .collect();
     assert_eq!(seq, [Some(70), Some(70), Some(70), Some(4)]);
 }
+
+/// A subscription created before the index's start block is not projected (no row, no
+/// snapshot), but its events are stored and numbered all the same, from the stored events:
+/// two charges in one batch are 1 and 2, a third in a later batch 3.
+#[tokio::test]
+async fn events_of_a_subscription_created_before_the_start_block_are_numbered_too() {
+    let chain = DevChain::start().await;
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let plan = create_plan(
+        &chain,
+        DevChain::address(MERCHANT),
+        USDC,
+        B256::repeat_byte(1),
+    )
+    .await;
+    fund(&chain, DevChain::address(CUSTOMER), 10 * USDC).await;
+    let sub = subscribe(&chain, DevChain::address(CUSTOMER), plan, B256::ZERO).await;
+    let start_block = chain_head(&chain).await.0 + 1;
+    for _ in 0..2 {
+        chain.increase_time(32 * 86_400).await;
+        charge(&chain, sub).await;
+    }
+    // Empty blocks after them, so both charges are written in one backfill batch (near the
+    // head, blocks are written one by one).
+    chain.mine(60).await;
+    let mut cfg = chain_config(&chain);
+    cfg.start_block = start_block;
+    let ix = start(cfg.clone(), &db, &chain);
+    wait_for_head(&client, &chain).await;
+    ix.stop().await.unwrap();
+    chain.increase_time(32 * 86_400).await;
+    charge(&chain, sub).await;
+    let ix = start(cfg, &db, &chain);
+    wait_for_head(&client, &chain).await;
+    ix.stop().await.unwrap();
+    let rows: Vec<(Option<i64>, bool)> = client
+        .query(
+            "SELECT sequence, snapshot IS NULL FROM chain_events WHERE subscription_id = $1
+             ORDER BY id",
+            &[&(sub as i64)],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, [(Some(1), true), (Some(2), true), (Some(3), true)]);
+    let projected: i64 = client
+        .query_one("SELECT count(*) FROM subscriptions", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(projected, 0);
+}

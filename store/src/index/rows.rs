@@ -5,9 +5,11 @@ use std::collections::HashMap;
 
 use alloy::primitives::{Address, B256, U256};
 use chainsub_core::{LedgerKind, SubscriptionId, SubscriptionState, SubscriptionStatus, ts};
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use super::{address, b256};
+use crate::copy::{Numeric, copy_in};
 use crate::{Error, Result};
 
 fn i32_of(v: u64, what: &str) -> Result<i32> {
@@ -129,30 +131,48 @@ pub struct StoredEvent {
     pub sequence: Option<i64>,
 }
 
-/// Events per INSERT statement. A statement's parameters travel in one bind message that
-/// tokio-postgres builds in one growing buffer (and the connection keeps the capacity): a
-/// dense block of 7,300 events made a ~40 MB message in a 62 MB buffer, the largest single
-/// item of the indexer's peak memory (heaptrack, `bench/indexer.sh` with
-/// `BENCH_INDEXER_WRAPPER`). Chunks of this size keep it to a few MB; they run in order in
-/// the batch's transaction, so ids still follow chain order and the batch stays atomic.
-pub const EVENTS_PER_STATEMENT: usize = 2_000;
+/// The sink's COPY of `chain_events`, and its columns' types in order.
+const COPY_EVENTS: &str = "COPY chain_events (id, public_id, chain_id, contract, block_number, \
+    block_hash, block_time, transaction_hash, transaction_index, log_index, name, kind, \
+    merchant_wallet, subscription_id, plan_id, topics, data, log_amount, log_subscriber, \
+    log_period, log_attempt, log_reason, log_next_retry_at, snapshot, enqueued, sequence) \
+    FROM STDIN (FORMAT binary)";
+const EVENT_TYPES: &[Type] = &[
+    Type::INT8,
+    Type::TEXT,
+    Type::INT8,
+    Type::BYTEA,
+    Type::INT8,
+    Type::BYTEA,
+    Type::TIMESTAMPTZ,
+    Type::BYTEA,
+    Type::INT4,
+    Type::INT4,
+    Type::TEXT,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::INT8,
+    Type::INT8,
+    Type::BYTEA_ARRAY,
+    Type::BYTEA,
+    Type::NUMERIC,
+    Type::BYTEA,
+    Type::INT8,
+    Type::INT4,
+    Type::INT4,
+    Type::NUMERIC,
+    Type::JSON,
+    Type::BOOL,
+    Type::INT8,
+];
 
-/// Inserts `events`; returns their `chain_events.id`s, in order. A row already present is an
-/// inconsistency (the cursor check makes re-applying a block impossible).
+/// Inserts `events` (in chain order) with one binary COPY; returns their `chain_events.id`s,
+/// in order. The ids are taken from the table's sequence first, in one statement, so they
+/// follow chain order; a row already present (same chain, block hash and log index) fails
+/// the COPY, and with it the batch: the cursor check makes re-applying a block impossible.
+/// The COPY streams in chunks ([`crate::copy::CHUNK`]), so a dense block's rows never sit in
+/// one message (a 7,300-event block's INSERT was one ~40 MB bind message before).
 pub async fn insert_events(
-    tx: &Transaction<'_>,
-    chain_id: i64,
-    contract: &Address,
-    events: &[NewEvent<'_>],
-) -> Result<Vec<i64>> {
-    let mut ids = Vec::with_capacity(events.len());
-    for chunk in events.chunks(EVENTS_PER_STATEMENT) {
-        ids.extend(insert_event_chunk(tx, chain_id, contract, chunk).await?);
-    }
-    Ok(ids)
-}
-
-async fn insert_event_chunk(
     tx: &Transaction<'_>,
     chain_id: i64,
     contract: &Address,
@@ -161,154 +181,113 @@ async fn insert_event_chunk(
     if events.is_empty() {
         return Ok(Vec::new());
     }
-    let n = events.len();
-    let mut public_id = Vec::with_capacity(n);
-    let mut bn = Vec::with_capacity(n);
-    let mut bh = Vec::with_capacity(n);
-    let mut bt = Vec::with_capacity(n);
-    let mut th = Vec::with_capacity(n);
-    let mut ti = Vec::with_capacity(n);
-    let mut li = Vec::with_capacity(n);
-    let mut name = Vec::with_capacity(n);
-    let mut kind = Vec::with_capacity(n);
-    let mut mw = Vec::with_capacity(n);
-    let mut sid = Vec::with_capacity(n);
-    let mut pid = Vec::with_capacity(n);
-    let mut topics: [Vec<Option<&[u8]>>; 4] = Default::default();
-    let mut data = Vec::with_capacity(n);
-    let mut amount: Vec<Option<String>> = Vec::with_capacity(n);
-    let mut subscriber = Vec::with_capacity(n);
-    let mut period = Vec::with_capacity(n);
-    let mut attempt = Vec::with_capacity(n);
-    let mut reason = Vec::with_capacity(n);
-    let mut retry: Vec<Option<String>> = Vec::with_capacity(n);
-    let mut snapshot = Vec::with_capacity(n);
-    let mut enqueued = Vec::with_capacity(n);
-    let mut seq = Vec::with_capacity(n);
-    // Where the fold gave no sequence (a subscription the index does not project): each
-    // event's place among this chunk's events of its subscription (0-based); its `sequence` is
-    // that plus the last stored event's (the statement does not see its own rows, and earlier
-    // chunks of the batch are earlier statements) — or, where that one has none (written by a
-    // release before migration 0019 while it ran), the count of the subscription's stored
-    // events. COALESCE evaluates those probes only for such rows.
-    let mut nth = Vec::with_capacity(n);
-    let mut seen: HashMap<i64, i64> = HashMap::new();
+    let mut ids: Vec<i64> = tx
+        .query(
+            "SELECT nextval('chain_events_id_seq') FROM generate_series(1, $1::int8)",
+            &[&(events.len() as i64)],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    ids.sort_unstable();
+    let sequences = number_events(tx, chain_id, events).await?;
     for e in events {
-        nth.push(e.subscription_id.map(|sid| {
-            let k = seen.entry(sid).or_insert(0);
-            *k += 1;
-            *k - 1
-        }));
-        public_id.push(e.public_id);
-        bn.push(e.block_number as i64);
-        bh.push(e.block_hash.as_slice());
-        bt.push(ts(e.block_time));
-        th.push(e.tx_hash.as_slice());
-        ti.push(i32_of(e.tx_index, "transaction index")?);
-        li.push(i32_of(e.log_index, "log index")?);
-        name.push(e.name);
-        kind.push(e.kind);
-        mw.push(e.merchant.map(|a| a.as_slice()));
-        sid.push(e.subscription_id);
-        pid.push(e.plan_id);
         if e.topics.len() > 4 {
             return Err(Error::Inconsistent("log with more than 4 topics".into()));
         }
-        for (i, col) in topics.iter_mut().enumerate() {
-            col.push(e.topics.get(i).map(|t| t.as_slice()));
-        }
-        data.push(e.data);
+        i32_of(e.tx_index, "transaction index")?;
+        i32_of(e.log_index, "log index")?;
+    }
+    let rows = events.iter().zip(&ids).zip(&sequences);
+    copy_in(tx, COPY_EVENTS, EVENT_TYPES, rows, |out, ((e, id), seq)| {
         let f = e.fields;
-        amount.push(f.amount.map(|a| a.to_string()));
-        subscriber.push(f.subscriber.as_ref().map(|a| a.as_slice()));
-        period.push(f.period.map(i64::from));
-        attempt.push(f.attempt.map(i32::from));
-        reason.push(f.reason.map(i32::from));
-        retry.push(f.next_retry_at.map(|t| t.to_string()));
-        snapshot.push(e.snapshot);
-        enqueued.push(e.enqueued);
-        seq.push(e.sequence.map(|s| s as i64));
-    }
-    let rows = tx
-        .query(
-            "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
-                 block_time, transaction_hash, transaction_index, log_index, name, kind,
-                 merchant_wallet, subscription_id, plan_id, topics, data, log_amount,
-                 log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at, snapshot,
-                 enqueued, sequence)
-             SELECT u.public_id, $1, $2, u.bn, u.bh, u.bt, u.th, u.ti, u.li, u.name, u.kind, u.mw,
-                 u.sid, u.pid, array_remove(ARRAY[u.t0, u.t1, u.t2, u.t3], NULL), u.data,
-                 u.amount::numeric, u.subscriber, u.period, u.attempt, u.reason, u.retry::numeric,
-                 u.snapshot, u.enq,
-                 COALESCE(u.seq,
-                     u.nth + 1 + COALESCE((SELECT x.sequence FROM chain_events x
-                                           WHERE x.chain_id = $1 AND x.subscription_id = u.sid
-                                           ORDER BY x.id DESC LIMIT 1),
-                                          (SELECT count(*) FROM chain_events x
-                                           WHERE x.chain_id = $1 AND x.subscription_id = u.sid)))
-             FROM unnest($3::text[], $4::int8[], $5::bytea[], $6::timestamptz[], $7::bytea[],
-                 $8::int4[], $9::int4[], $10::text[], $11::text[], $12::bytea[], $13::int8[],
-                 $14::int8[], $15::bytea[], $16::bytea[], $17::bytea[], $18::bytea[],
-                 $19::bytea[], $20::text[], $21::bytea[], $22::int8[], $23::int4[], $24::int4[],
-                 $25::text[], $26::json[], $27::bool[], $28::int8[], $29::int8[])
-               AS u(public_id, bn, bh, bt, th, ti, li, name, kind, mw, sid, pid, t0, t1, t2, t3,
-                    data, amount, subscriber, period, attempt, reason, retry, snapshot, enq, nth,
-                    seq)
-             ON CONFLICT (chain_id, block_hash, log_index) DO NOTHING
-             RETURNING id, block_hash, log_index",
-            &[
-                &chain_id,
-                &contract.as_slice(),
-                &public_id,
-                &bn,
-                &bh,
-                &bt,
-                &th,
-                &ti,
-                &li,
-                &name,
-                &kind,
-                &mw,
-                &sid,
-                &pid,
-                &topics[0],
-                &topics[1],
-                &topics[2],
-                &topics[3],
-                &data,
-                &amount,
-                &subscriber,
-                &period,
-                &attempt,
-                &reason,
-                &retry,
-                &snapshot,
-                &enqueued,
-                &nth,
-                &seq,
-            ],
-        )
-        .await?;
-    if rows.len() != n {
-        return Err(Error::Inconsistent(format!(
-            "{} of {n} events already present",
-            n - rows.len()
-        )));
-    }
-    let mut by_key: HashMap<(Vec<u8>, i32), i64> = HashMap::with_capacity(n);
-    for r in rows {
-        by_key.insert((r.get::<_, Vec<u8>>(1), r.get::<_, i32>(2)), r.get(0));
-    }
-    events
+        let topics: Vec<&[u8]> = e.topics.iter().map(|t| t.as_slice()).collect();
+        out.row(&[
+            id,
+            &e.public_id,
+            &chain_id,
+            &contract.as_slice(),
+            &(e.block_number as i64),
+            &e.block_hash.as_slice(),
+            &ts(e.block_time),
+            &e.tx_hash.as_slice(),
+            &(e.tx_index as i32),
+            &(e.log_index as i32),
+            &e.name,
+            &e.kind,
+            &e.merchant.map(|a| a.as_slice()),
+            &e.subscription_id,
+            &e.plan_id,
+            &topics,
+            &e.data,
+            &f.amount.map(Numeric),
+            &f.subscriber.as_ref().map(|a| a.as_slice()),
+            &f.period.map(i64::from),
+            &f.attempt.map(i32::from),
+            &f.reason.map(i32::from),
+            &f.next_retry_at.map(|t| Numeric(U256::from(t))),
+            &e.snapshot,
+            &e.enqueued,
+            seq,
+        ])
+    })
+    .await
+    .map_err(|e| match e {
+        Error::Db(db) if db.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            Error::Inconsistent(format!("an event of the batch is already stored: {db}"))
+        }
+        e => e,
+    })?;
+    Ok(ids)
+}
+
+/// Each event's `sequence`: the fold's where it gave one; for an event of a subscription the
+/// index does not project (created before the start block), the subscription's last stored
+/// event's sequence — or, where that one has none (written by a release before migration
+/// 0019), the count of its stored events — plus the event's place among the batch's events
+/// of that subscription. One statement for all such subscriptions, and only when there are.
+async fn number_events(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    events: &[NewEvent<'_>],
+) -> Result<Vec<Option<i64>>> {
+    let mut unknown: Vec<i64> = events
         .iter()
-        .zip(&li)
-        .map(|(e, li)| {
-            by_key
-                .get(&(e.block_hash.to_vec(), *li))
-                .copied()
-                .ok_or_else(|| Error::Inconsistent("inserted event id missing".into()))
+        .filter(|e| e.sequence.is_none())
+        .filter_map(|e| e.subscription_id)
+        .collect();
+    unknown.sort_unstable();
+    unknown.dedup();
+    let mut last: HashMap<i64, i64> = HashMap::new();
+    if !unknown.is_empty() {
+        for r in tx
+            .query(
+                "SELECT u.sid,
+                     COALESCE((SELECT x.sequence FROM chain_events x
+                               WHERE x.chain_id = $1 AND x.subscription_id = u.sid
+                               ORDER BY x.id DESC LIMIT 1),
+                              (SELECT count(*) FROM chain_events x
+                               WHERE x.chain_id = $1 AND x.subscription_id = u.sid))
+                 FROM unnest($2::int8[]) AS u(sid)",
+                &[&chain_id, &unknown],
+            )
+            .await?
+        {
+            last.insert(r.get(0), r.get(1));
+        }
+    }
+    Ok(events
+        .iter()
+        .map(|e| match (e.sequence, e.subscription_id) {
+            (Some(n), _) => Some(n as i64),
+            (None, Some(sid)) => last.get_mut(&sid).map(|n| {
+                *n += 1;
+                *n
+            }),
+            (None, None) => None,
         })
-        .collect()
+        .collect())
 }
 
 /// Inserts ledger rows (charges and failed charges).

@@ -251,3 +251,31 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
         .unwrap();
     assert_eq!(claimed(third), ["evt_2"]);
 }
+
+/// `copy::Numeric` writes a `uint256` in NUMERIC's binary form (base-10000 digits, trailing
+/// zero digits implied by the weight): Postgres reads back the same decimal, for zero, digit
+/// group edges, powers of ten and the largest `uint256`.
+#[tokio::test]
+async fn a_uint256_is_written_as_the_numeric_postgres_reads() {
+    use alloy::primitives::U256;
+    use chainsub_store::copy::Numeric;
+    let db = TestDb::create().await;
+    let c = db.connect().await;
+    let mut values: Vec<U256> = [0u64, 1, 9, 9_999, 10_000, 10_001, 99_990_000, 100_000_000]
+        .into_iter()
+        .map(U256::from)
+        .collect();
+    values.extend((0..78).map(|k| U256::from(10u64).pow(U256::from(k))));
+    values.extend([
+        U256::MAX,
+        U256::MAX - U256::from(1u64),
+        U256::from(u64::MAX),
+    ]);
+    for v in values {
+        let row = c
+            .query_one("SELECT $1::numeric::text", &[&Numeric(v)])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), v.to_string());
+    }
+}
