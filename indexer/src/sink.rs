@@ -9,6 +9,7 @@ use alloy::primitives::{Address, B256};
 use chainsub_abi::ContractEvent;
 use chainsub_core::{LedgerKind, SubscriptionState};
 use chainsub_store::index::{self as store, Checkpoint, NewEvent, NewLedgerEntry, NewPlan};
+use chainsub_store::outbox::NewDelivery;
 use tokio_postgres::{Client, Transaction};
 
 use crate::block::{Block, Cursor};
@@ -163,12 +164,15 @@ impl Sink {
             .collect();
         let ids = store::insert_events(&tx, ctx.chain_id, &ctx.contract, &rows).await?;
         laps.lap("insert_events");
-        enqueued += insert_outbox(&tx, &events, &confirmed).await?;
+        enqueued += insert_outbox(&tx, ctx.chain_id, &events, &confirmed).await?;
         laps.lap("insert_outbox");
         insert_projections(&tx, ctx.chain_id, &events, &ids).await?;
         laps.lap("ledger_and_plans");
-        let mut subs = snapshots.1;
-        for s in subs.iter_mut() {
+        // Subscriptions created in this batch (their creation is a batch placeholder) have
+        // no row yet: copied; the others are updated.
+        let (mut created, mut updated): (Vec<_>, Vec<_>) =
+            snapshots.1.into_iter().partition(|s| s.created_event < 0);
+        for s in created.iter_mut().chain(updated.iter_mut()) {
             // Swap the batch placeholders for the ids the insert assigned.
             for r in [&mut s.created_event, &mut s.last_event] {
                 if *r < 0 {
@@ -176,7 +180,8 @@ impl Sink {
                 }
             }
         }
-        store::upsert_subscriptions(&tx, ctx.chain_id, &subs).await?;
+        store::insert_subscriptions(&tx, ctx.chain_id, &created).await?;
+        store::upsert_subscriptions(&tx, ctx.chain_id, &updated).await?;
         laps.lap("upsert_subscriptions");
         write_checkpoints(&tx, ctx.chain_id, blocks, finalized).await?;
         ctx.move_cursor(&tx, last.cursor(), Some(head)).await?;
@@ -389,19 +394,21 @@ fn new_event<'a>(e: &'a MappedEvent, folded: Option<&'a Folded>, enqueued: bool)
 /// ([`chainsub_store::outbox::enqueue`]).
 async fn insert_outbox(
     tx: &Transaction<'_>,
+    chain_id: i64,
     events: &[MappedEvent],
     enqueued: &[bool],
 ) -> Result<u64> {
-    let rows: Vec<(&str, Vec<u8>)> = events
+    let rows: Vec<NewDelivery> = events
         .iter()
         .zip(enqueued)
         .filter(|(_, q)| **q)
-        .map(|(e, _)| {
-            let wallet = e.merchant.map(|m| m.to_vec()).unwrap_or_default();
-            (e.public_id.as_str(), wallet)
+        .map(|(e, _)| NewDelivery {
+            event_public_id: &e.public_id,
+            merchant_wallet: e.merchant.as_ref().map_or(&[], |m| m.as_slice()),
+            subscription_id: e.subscription_id,
         })
         .collect();
-    Ok(chainsub_store::outbox::enqueue(tx, &rows).await?)
+    Ok(chainsub_store::outbox::enqueue(tx, chain_id, &rows).await?)
 }
 
 /// Ledger rows (charges and failed charges), plans and plan deactivations for the events

@@ -14,8 +14,9 @@
 //!   after `M`) equals the fold;
 //! - the contract's own state at block `M` (`getSubscription`, `getPlan` by `eth_call`) for every
 //!   subscription and plan touched, against the fold and the stored plan;
-//! - `webhook_outbox`: one row for each lifecycle event with `CONFIRMATIONS` (none before), and
-//!   no row for an event the index does not hold;
+//! - `webhook_outbox`: one row for each lifecycle event with `CONFIRMATIONS` (none before),
+//!   naming the event's chain, subscription and merchant (its delivery order and its merchant's
+//!   queue), and no row for an event the index does not hold;
 //! - rows above the chain head, and a cursor whose block is not on the chain.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -200,7 +201,20 @@ pub async fn verify<S: BlockSource + ?Sized>(
     let outbox = store::outbox_in_range(client, chain_id, from, to).await?;
     for e in mapped.iter().filter(|e| e.kind.is_some()) {
         let want = i64::from(confirmed_upto.is_some_and(|u| e.block_number <= u));
-        let have = outbox.get(&e.public_id).copied().unwrap_or(0);
+        let rows = outbox.get(&e.public_id).map_or(&[][..], Vec::as_slice);
+        let have = rows.len() as i64;
+        let expected = store::StoredDelivery {
+            chain_id: Some(chain_id),
+            subscription_id: e.subscription_id,
+            merchant_wallet: e.merchant.map(|m| m.to_vec()).unwrap_or_default(),
+        };
+        for row in rows.iter().filter(|r| **r != expected) {
+            out.add(
+                "webhook_outbox",
+                e.public_id.clone(),
+                format!("row differs (db {row:?}, chain {expected:?})"),
+            );
+        }
         if have != want {
             out.add(
                 "webhook_outbox",

@@ -317,23 +317,36 @@ pub async fn queue_depth(client: &Client) -> Result<i64> {
     Ok(row.get(0))
 }
 
-/// Outbox rows for lifecycle events (`(event public id, merchant wallet)`, in chain order),
-/// once each: a row that exists already is left alone. Returns the rows written.
-pub async fn enqueue(client: &impl GenericClient, events: &[(&str, Vec<u8>)]) -> Result<u64> {
+/// The outbox row of a lifecycle event of the batch being written.
+#[derive(Debug, Clone, Copy)]
+pub struct NewDelivery<'a> {
+    pub event_public_id: &'a str,
+    pub merchant_wallet: &'a [u8],
+    pub subscription_id: Option<i64>,
+}
+
+/// Outbox rows for lifecycle events of `chain_id` (in chain order), once each: a row that
+/// exists already is left alone. Returns the rows written. The caller knows each event's
+/// subscription (the events table is not looked up again).
+pub async fn enqueue(
+    client: &impl GenericClient,
+    chain_id: i64,
+    events: &[NewDelivery<'_>],
+) -> Result<u64> {
     if events.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<&str> = events.iter().map(|(id, _)| *id).collect();
-    let wallets: Vec<&[u8]> = events.iter().map(|(_, w)| w.as_slice()).collect();
+    let ids: Vec<&str> = events.iter().map(|d| d.event_public_id).collect();
+    let wallets: Vec<&[u8]> = events.iter().map(|d| d.merchant_wallet).collect();
+    let subs: Vec<Option<i64>> = events.iter().map(|d| d.subscription_id).collect();
     Ok(client
         .execute(
             "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id) \
-             SELECT u.id, u.w, e.chain_id, e.subscription_id \
-             FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, i) \
-             LEFT JOIN chain_events e ON e.public_id = u.id \
+             SELECT u.id, u.w, $1, u.sid \
+             FROM unnest($2::text[], $3::bytea[], $4::int8[]) WITH ORDINALITY AS u(id, w, sid, i) \
              ORDER BY u.i \
              ON CONFLICT (event_public_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
-            &[&ids, &wallets],
+            &[&chain_id, &ids, &wallets, &subs],
         )
         .await?)
 }

@@ -105,6 +105,15 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
          WHERE name = 'SubscriptionCharged' AND log_period = 2",
     )
     .await;
+    // The renewal's webhook filed under no subscription (it would be delivered out of the
+    // subscription's order).
+    exec(
+        &client,
+        "UPDATE webhook_outbox SET subscription_id = NULL WHERE event_public_id =
+             (SELECT public_id FROM chain_events WHERE name = 'SubscriptionCharged'
+              AND log_period = 2)",
+    )
+    .await;
     // An outbox row for an event nobody indexed; the first plan's merchant.
     exec(
         &client,
@@ -157,6 +166,17 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         "{out}"
     );
     assert!(has("chain_events", &["differs (log_amount)"]), "{out}");
+    assert!(
+        has(
+            "webhook_outbox",
+            &[
+                "row differs",
+                "subscription_id: None",
+                "subscription_id: Some(1)"
+            ]
+        ),
+        "{out}"
+    );
     assert!(
         has(
             "chain_events",

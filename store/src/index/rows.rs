@@ -434,6 +434,83 @@ pub async fn load_subscriptions(
         .collect()
 }
 
+const COPY_SUBSCRIPTIONS: &str = "COPY subscriptions (chain_id, onchain_id, public_id, \
+    merchant_wallet, subscriber, plan_onchain_id, amount, customer_ref, customer_external_id, \
+    status, cancel_at_period_end, period, current_period_start, current_period_end, \
+    failed_attempts, next_retry_at, ended_reason, created_event_id, last_event_id, created_at, \
+    updated_at, event_count) FROM STDIN (FORMAT binary)";
+const SUBSCRIPTION_TYPES: &[Type] = &[
+    Type::INT8,
+    Type::INT8,
+    Type::TEXT,
+    Type::BYTEA,
+    Type::BYTEA,
+    Type::INT8,
+    Type::NUMERIC,
+    Type::BYTEA,
+    Type::TEXT,
+    Type::TEXT,
+    Type::BOOL,
+    Type::INT4,
+    Type::TIMESTAMPTZ,
+    Type::TIMESTAMPTZ,
+    Type::INT4,
+    Type::TIMESTAMPTZ,
+    Type::TEXT,
+    Type::INT8,
+    Type::INT8,
+    Type::TIMESTAMPTZ,
+    Type::TIMESTAMPTZ,
+    Type::INT8,
+];
+
+/// Inserts the rows of subscriptions created in this batch with one binary COPY (the writer
+/// loaded every stored subscription the batch touches first, so none of these exists; one
+/// that did would fail the COPY and the batch).
+pub async fn insert_subscriptions(
+    tx: &Transaction<'_>,
+    chain_id: i64,
+    subs: &[SubscriptionState],
+) -> Result<()> {
+    if subs.is_empty() {
+        return Ok(());
+    }
+    copy_in(
+        tx,
+        COPY_SUBSCRIPTIONS,
+        SUBSCRIPTION_TYPES,
+        subs,
+        |out, s| {
+            out.row(&[
+                &chain_id,
+                &s.onchain_id,
+                &s.public_id.as_str(),
+                &s.merchant.as_slice(),
+                &s.subscriber.as_slice(),
+                &s.plan_onchain_id,
+                &Numeric(s.amount),
+                &s.customer_ref.as_slice(),
+                &s.customer_external_id,
+                &s.status.as_str(),
+                &s.cancel_at_period_end,
+                &(s.period as i32),
+                &ts(s.current_period_start),
+                &ts(s.current_period_end),
+                &(s.failed_attempts as i32),
+                &s.next_retry_at.map(ts),
+                &s.ended_reason,
+                &s.created_event,
+                &s.last_event,
+                &ts(s.created_at),
+                &ts(s.updated_at),
+                &(s.events as i64),
+            ])
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 /// Inserts or replaces subscription rows.
 pub async fn upsert_subscriptions(
     tx: &Transaction<'_>,
@@ -792,24 +869,40 @@ pub async fn plans(client: &Client, chain_id: i64, ids: &[i64]) -> Result<Vec<St
         .collect()
 }
 
-/// How many webhook outbox rows each event of blocks `from..=to` has, by event public id.
+/// A webhook outbox row of an indexed event, as `indexer verify` checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDelivery {
+    pub chain_id: Option<i64>,
+    pub subscription_id: Option<i64>,
+    pub merchant_wallet: Vec<u8>,
+}
+
+/// The webhook outbox rows of each event of blocks `from..=to`, by event public id.
 pub async fn outbox_in_range(
     client: &Client,
     chain_id: i64,
     from: u64,
     to: u64,
-) -> Result<HashMap<String, i64>> {
+) -> Result<HashMap<String, Vec<StoredDelivery>>> {
     let rows = client
         .query(
-            "SELECT o.event_public_id, count(*) FROM webhook_outbox o
+            "SELECT o.event_public_id, o.chain_id, o.subscription_id, o.merchant_wallet
+             FROM webhook_outbox o
              JOIN chain_events ce ON ce.public_id = o.event_public_id
              WHERE ce.chain_id = $1 AND ce.block_number BETWEEN $2 AND $3
-               AND o.test_payload IS NULL AND o.retracted_at IS NULL
-             GROUP BY o.event_public_id",
+               AND o.test_payload IS NULL AND o.retracted_at IS NULL",
             &[&chain_id, &(from as i64), &(to as i64)],
         )
         .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    let mut out: HashMap<String, Vec<StoredDelivery>> = HashMap::new();
+    for r in rows {
+        out.entry(r.get(0)).or_default().push(StoredDelivery {
+            chain_id: r.get(1),
+            subscription_id: r.get(2),
+            merchant_wallet: r.get(3),
+        });
+    }
+    Ok(out)
 }
 
 /// Outbox rows (not dashboard tests) whose event is not in the index: `(id, event id,

@@ -209,11 +209,16 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
     let events: Vec<(String, Vec<u8>)> = (1..=3)
         .map(|i| (format!("evt_{i}"), wallet.clone()))
         .collect();
-    let refs: Vec<(&str, Vec<u8>)> = events
+    let refs: Vec<outbox::NewDelivery> = events
         .iter()
-        .map(|(id, w)| (id.as_str(), w.clone()))
+        .zip([7, 7, 8])
+        .map(|((id, w), sub)| outbox::NewDelivery {
+            event_public_id: id,
+            merchant_wallet: w,
+            subscription_id: Some(sub),
+        })
         .collect();
-    assert_eq!(outbox::enqueue(&**c, &refs).await.unwrap(), 3);
+    assert_eq!(outbox::enqueue(&**c, 1, &refs).await.unwrap(), 3);
 
     let lease = Duration::from_secs(30);
     let claimed = |rows: Vec<(Vec<u8>, outbox::Claimed)>| {
