@@ -60,11 +60,11 @@ FROM generate_series(0, :n - 1) g;
 INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber,
     plan_onchain_id, amount, customer_ref, customer_external_id, status, period,
     current_period_start, current_period_end, created_event_id, last_event_id, created_at,
-    updated_at)
+    updated_at, event_count)
 SELECT 31337, s, 'sub_' || md5('s' || s), :wallet, '\x4444444444444444444444444444444444444444'::bytea,
        1, 9990000, ('\x' || repeat('00', 32))::bytea, 'cust-' || s, 'active', 10,
        timestamptz '2026-01-01', timestamptz '2026-02-01', 1, 1, timestamptz '2026-01-01',
-       timestamptz '2026-01-01'
+       timestamptz '2026-01-01', 0
 FROM generate_series(1, :subs) s;
 INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
     period_start, period_end, attempt, block_time)

@@ -26,12 +26,16 @@ pub async fn bound_session(client: &Client, idle: std::time::Duration) -> Result
     Ok(chainsub_store::pg::bound_lock_session(client, idle).await?)
 }
 
-/// Refuses (fatally: [`Error::Config`]) a database a newer release has migrated: this
-/// binary would write rows the newer schema keeps differently. Checked on every takeover, so
-/// an indexer left running across an upgrade stops at its next session.
+/// Refuses (fatally: [`Error::Config`]) a database a newer release has migrated, or one not
+/// yet migrated to this release: this binary would write rows the schema keeps differently.
+/// Checked on every takeover, so an indexer left running across an upgrade stops at its next
+/// session.
 pub async fn check_schema(client: &Client) -> Result<()> {
     match chainsub_migrations::check_known(client).await {
-        Err(e @ chainsub_migrations::Error::Unknown(_)) => Err(Error::Config(e.to_string())),
+        Err(
+            e
+            @ (chainsub_migrations::Error::Unknown(_) | chainsub_migrations::Error::Behind { .. }),
+        ) => Err(Error::Config(e.to_string())),
         r => Ok(r?),
     }
 }

@@ -13,3 +13,6 @@ UPDATE subscriptions s SET event_count = x.n
   FROM (SELECT chain_id, subscription_id, count(*) AS n FROM chain_events
          WHERE subscription_id IS NOT NULL GROUP BY chain_id, subscription_id) x
  WHERE x.chain_id = s.chain_id AND x.subscription_id = s.onchain_id;
+-- No default: a subscription row written by the previous release (which does not know the
+-- count) fails instead of being numbered from zero.
+ALTER TABLE subscriptions ALTER COLUMN event_count DROP DEFAULT;

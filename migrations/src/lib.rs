@@ -124,6 +124,8 @@ pub enum Error {
     Changed { version: i32, name: String },
     #[error("database has migration {0}, which this binary does not know: deploy the newer binary")]
     Unknown(i32),
+    #[error("database is at migration {have}; this binary needs {want}: run `migrate` first")]
+    Behind { have: i32, want: i32 },
 }
 
 /// Result alias for this crate.
@@ -197,10 +199,12 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<i32>> {
     Ok(newly)
 }
 
-/// Refuses a database that has a migration this binary does not know (a newer release
-/// migrated it): `Err(Error::Unknown(version))`. A writer checks this each time it takes the
-/// writer lock, so a process of an older release still running after an upgrade stops
-/// instead of writing rows the newer schema keeps differently (migration 0020 also fences it).
+/// Refuses a database whose schema is not the one this binary writes: one with a migration
+/// this binary does not know (a newer release migrated it; `Error::Unknown`), or one that
+/// lacks some of this binary's (started with migrations off before `migrate` ran;
+/// `Error::Behind`). A writer checks this each time it takes the writer lock, so a process of
+/// an older release still running after an upgrade stops instead of writing rows the newer
+/// schema keeps differently (migration 0020 also fences it).
 pub async fn check_known(client: &Client) -> Result<()> {
     let newest: Option<i32> = client
         .query_one("SELECT max(version) FROM schema_migrations", &[])
@@ -209,7 +213,11 @@ pub async fn check_known(client: &Client) -> Result<()> {
     let known = MIGRATIONS.last().map_or(0, |m| m.version);
     match newest {
         Some(v) if v > known => Err(Error::Unknown(v)),
-        _ => Ok(()),
+        Some(v) if v == known => Ok(()),
+        v => Err(Error::Behind {
+            have: v.unwrap_or(0),
+            want: known,
+        }),
     }
 }
 

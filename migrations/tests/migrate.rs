@@ -290,6 +290,26 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         .await
         .unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 6));
+    // A subscription written as the previous release writes it (without the count) fails,
+    // new or updated through ON CONFLICT alike.
+    let old_write = client
+        .execute(
+            "INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet,
+                 subscriber, plan_onchain_id, amount, customer_ref, status, period,
+                 current_period_start, current_period_end, created_event_id, last_event_id,
+                 created_at, updated_at)
+             VALUES (31337, 42, 'sub_x', '\\x02', '\\x03', 1, 1, '\\x04', 'active', 3,
+                     now(), now(), 1, 2, now(), now())
+             ON CONFLICT (chain_id, onchain_id) DO UPDATE SET period = EXCLUDED.period",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        old_write.code(),
+        Some(&tokio_postgres::error::SqlState::NOT_NULL_VIOLATION),
+        "{old_write}"
+    );
     // Migration 0021: the log's fields as typed columns (NULL where the log has none).
     let fields: Vec<String> = client
         .query(
@@ -305,4 +325,36 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         .collect();
     let want = format!("9990000 {} 2 1 2 {}", "ab".repeat(20), u64::MAX);
     assert_eq!(fields, ["".to_string(), want]);
+}
+
+/// A writer's schema check (`check_known`): the schema this binary writes passes; a newer
+/// one (a migration this binary does not know) and an older one (migrations not yet run)
+/// are refused, each saying what to do.
+#[tokio::test]
+async fn a_schema_newer_or_older_than_the_binarys_is_refused_by_the_check() {
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    chainsub_migrations::check_known(&client).await.unwrap();
+    let latest = MIGRATIONS.last().unwrap().version;
+    client
+        .execute(
+            "DELETE FROM schema_migrations WHERE version = $1",
+            &[&latest],
+        )
+        .await
+        .unwrap();
+    let behind = chainsub_migrations::check_known(&client).await.unwrap_err();
+    assert!(
+        matches!(behind, Error::Behind { have, want } if have == latest - 1 && want == latest),
+        "{behind}"
+    );
+    client
+        .execute(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, 'x', 'x'), (9999, 'future', 'x')",
+            &[&latest],
+        )
+        .await
+        .unwrap();
+    let ahead = chainsub_migrations::check_known(&client).await.unwrap_err();
+    assert!(matches!(ahead, Error::Unknown(9999)), "{ahead}");
 }

@@ -539,8 +539,9 @@ pub async fn seed_subscription(
     c.execute(
         "INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber, \
          plan_onchain_id, amount, customer_ref, customer_external_id, status, period, \
-         current_period_start, current_period_end, created_event_id, last_event_id, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, 9990000, $7, $8, 'active', 1, $9, $10, $11, $12, $9, $9)",
+         current_period_start, current_period_end, created_event_id, last_event_id, created_at, updated_at, \
+         event_count) \
+         VALUES ($1, $2, $3, $4, $5, $6, 9990000, $7, $8, 'active', 1, $9, $10, $11, $12, $9, $9, 2)",
         &[
             &CHAIN_ID,
             &onchain_id,

@@ -124,7 +124,8 @@ pub struct StoredEvent {
     pub plan_id: Option<i64>,
     pub topics: Vec<Vec<u8>>,
     pub data: Vec<u8>,
-    pub fields: LogFields,
+    /// `None` when a stored `log_*` value is out of its field's range (a hand edit).
+    pub fields: Option<LogFields>,
     /// The subscription right after this event (not compared column by column).
     pub snapshot: Option<serde_json::Value>,
     /// Its 1-based place among its subscription's events (not compared column by column).
@@ -722,7 +723,7 @@ pub async fn events_in_range(
                 plan_id: r.get(11),
                 topics: r.get(12),
                 data: r.get(13),
-                fields: log_fields_at(r, 14)?,
+                fields: log_fields_at(r, 14).ok(),
                 snapshot: r.get(20),
                 id: r.get(21),
                 sequence: r.get(22),
