@@ -268,6 +268,31 @@ async fn verify_reports_an_index_above_the_chain_head_or_on_an_abandoned_branch(
 /// An event written without a `sequence` (by an indexer of the release before migration 0019,
 /// still running after it) does not restart its subscription's numbering: the next event is
 /// numbered from the count of stored events, and verify names the one left empty.
+/// Renews subscription `sub` a month later, indexes it, and returns the `sequence` of each of
+/// its events in id order.
+async fn renew_index_and_number(
+    chain: &DevChain,
+    db: &TestDb,
+    client: &tokio_postgres::Client,
+    sub: i64,
+) -> Vec<Option<i64>> {
+    chain.increase_time(32 * 86_400).await;
+    charge(chain, sub as u64).await;
+    let ix = start(chain_config(chain), db, chain);
+    wait_for_head(client, chain).await;
+    ix.stop().await.unwrap();
+    client
+        .query(
+            "SELECT sequence FROM chain_events WHERE subscription_id = $1 ORDER BY id",
+            &[&sub],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 #[tokio::test]
 async fn an_event_stored_without_a_sequence_does_not_restart_the_numbering() {
     let (chain, db, client, _) = indexed_scene().await;
@@ -285,21 +310,7 @@ async fn an_event_stored_without_a_sequence_does_not_restart_the_numbering() {
         .await
         .unwrap()
         .get(0);
-    chain.increase_time(32 * 86_400).await;
-    charge(&chain, sub as u64).await;
-    let ix = start(chain_config(&chain), &db, &chain);
-    wait_for_head(&client, &chain).await;
-    ix.stop().await.unwrap();
-    let seq: Vec<Option<i64>> = client
-        .query(
-            "SELECT sequence FROM chain_events WHERE subscription_id = $1 ORDER BY id",
-            &[&sub],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let seq = renew_index_and_number(&chain, &db, &client, sub).await;
     // Created, charged 1, charged 2 (left empty), charged 3.
     assert_eq!(seq, [Some(1), Some(2), None, Some(4)]);
     let head = chain_head(&chain).await.0;
@@ -332,21 +343,7 @@ async fn new_events_are_numbered_from_the_subscription_count() {
         &format!("UPDATE chain_events SET sequence = 70 WHERE subscription_id = {sub}"),
     )
     .await;
-    chain.increase_time(32 * 86_400).await;
-    charge(&chain, sub as u64).await;
-    let ix = start(chain_config(&chain), &db, &chain);
-    wait_for_head(&client, &chain).await;
-    ix.stop().await.unwrap();
-    let seq: Vec<Option<i64>> = client
-        .query(
-            "SELECT sequence FROM chain_events WHERE subscription_id = $1 ORDER BY id",
-            &[&sub],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let seq = renew_index_and_number(&chain, &db, &client, sub).await;
     assert_eq!(seq, [Some(70), Some(70), Some(70), Some(4)]);
 }
 
