@@ -268,6 +268,18 @@ async fn verify_reports_an_index_above_the_chain_head_or_on_an_abandoned_branch(
 /// An event written without a `sequence` (by an indexer of the release before migration 0019,
 /// still running after it) does not restart its subscription's numbering: the next event is
 /// numbered from the count of stored events, and verify names the one left empty.
+/// The on-chain id of the scene's (first) subscription.
+async fn first_subscription(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT onchain_id FROM subscriptions ORDER BY onchain_id LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// Renews subscription `sub` a month later, indexes it, and returns the `sequence` of each of
 /// its events in id order.
 async fn renew_index_and_number(
@@ -302,14 +314,7 @@ async fn an_event_stored_without_a_sequence_does_not_restart_the_numbering() {
          WHERE id = (SELECT max(id) FROM chain_events WHERE subscription_id IS NOT NULL)",
     )
     .await;
-    let sub: i64 = client
-        .query_one(
-            "SELECT onchain_id FROM subscriptions ORDER BY onchain_id LIMIT 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let sub = first_subscription(&client).await;
     let seq = renew_index_and_number(&chain, &db, &client, sub).await;
     // Created, charged 1, charged 2 (left empty), charged 3.
     assert_eq!(seq, [Some(1), Some(2), None, Some(4)]);
@@ -330,14 +335,7 @@ async fn an_event_stored_without_a_sequence_does_not_restart_the_numbering() {
 #[tokio::test]
 async fn new_events_are_numbered_from_the_subscription_count() {
     let (chain, db, client, _) = indexed_scene().await;
-    let sub: i64 = client
-        .query_one(
-            "SELECT onchain_id FROM subscriptions ORDER BY onchain_id LIMIT 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let sub = first_subscription(&client).await;
     exec(
         &client,
         &format!("UPDATE chain_events SET sequence = 70 WHERE subscription_id = {sub}"),
