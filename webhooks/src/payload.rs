@@ -9,7 +9,7 @@ use chainsub_store::events::EventRow;
 
 use crate::error::Result;
 use chainsub_store::outbox::Claimed;
-use chainsub_views::EventView;
+use chainsub_views::{EventView, WriteJson};
 
 /// Bodies keyed by outbox id. A row whose event no longer exists is absent.
 pub async fn bodies(
@@ -36,7 +36,9 @@ pub async fn bodies(
         if r.test_payload.is_none()
             && let Some(ev) = events.get(r.event_public_id.as_str())
         {
-            let body = serde_json::to_vec(&EventView::webhook(ev)).expect("views serialize");
+            // The view's direct writer: serde's bytes (views' json tests), less CPU per body.
+            let mut body = Vec::with_capacity(1536);
+            EventView::webhook(ev).write_json(&mut body);
             out.insert(r.id, body);
         }
     }

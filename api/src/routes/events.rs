@@ -115,7 +115,7 @@ async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
     // A listed event is under 1536 bytes of JSON.
     let size = 256 + rows.len() * 1536;
     Ok(with_rate(
-        Resp::view_sized(&ListView::new(data, more), size),
+        Resp::written(&ListView::new(data, more), size),
         &rate,
     ))
 }
