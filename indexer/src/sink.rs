@@ -203,8 +203,8 @@ impl Sink {
         })
     }
 
-    /// Undoes every block above `back_to` in one transaction: their events (with ledger rows
-    /// and plans, by cascade), outbox rows not yet attempted, and checkpoints; rebuilds the
+    /// Undoes every block above `back_to` in one transaction: their events (with their ledger
+    /// rows and plans), outbox rows not yet attempted, and checkpoints; rebuilds the
     /// subscriptions they touched from the events that remain; moves the cursor back.
     pub async fn undo(&mut self, back_to: Cursor) -> Result<()> {
         let ctx = self.ctx;

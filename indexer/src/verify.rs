@@ -230,6 +230,16 @@ pub async fn verify<S: BlockSource + ?Sized>(
             );
         }
     }
+    // Rows that name an event the index does not hold (a reorg's undo that left them, or a
+    // hand edit): nothing else would show them, since every other check finds rows through
+    // their events.
+    for (table, key, column, event) in store::dangling_event_links(client, chain_id).await? {
+        out.add(
+            table,
+            key,
+            format!("{column} names event {event}, which the index does not hold"),
+        );
+    }
     for (id, event, status) in store::orphan_outbox(client).await? {
         out.add(
             "webhook_outbox",

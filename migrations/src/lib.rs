@@ -113,6 +113,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "typed_log_fields",
         sql: include_str!("../sql/0021_typed_log_fields.sql"),
     },
+    Migration {
+        version: 22,
+        name: "event_links_without_foreign_keys",
+        sql: include_str!("../sql/0022_event_links_without_foreign_keys.sql"),
+    },
 ];
 
 /// Migration failures.

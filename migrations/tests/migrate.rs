@@ -281,7 +281,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
     let want = want.as_str().to_string();
     assert_eq!(events, [(want.clone(), Some(1)), (want, Some(2))]);
     // Migration 0020: the subscription keeps the count of its events, and the writer epoch
-    // moved on (an indexer of the previous release is fenced).
+    // moved on (an indexer of the previous release is fenced; 0022 moves it on again).
     let row = client
         .query_one(
             "SELECT (SELECT event_count FROM subscriptions), (SELECT writer_epoch FROM indexer_cursor)",
@@ -289,7 +289,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         )
         .await
         .unwrap();
-    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 6));
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 7));
     // A subscription written as the previous release writes it (without the count) fails,
     // new or updated through ON CONFLICT alike.
     let old_write = client
@@ -325,6 +325,22 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         .collect();
     let want = format!("9990000 {} 2 1 2 {}", "ab".repeat(20), u64::MAX);
     assert_eq!(fields, ["".to_string(), want]);
+    // Migration 0022: no foreign key names chain_events any more (the sink's undo deletes
+    // derived rows itself): an event whose subscription still names it can be deleted.
+    let keys: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_constraint
+             WHERE contype = 'f' AND confrelid = 'chain_events'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keys, 0);
+    client
+        .execute("DELETE FROM chain_events WHERE id = 2", &[])
+        .await
+        .unwrap();
 }
 
 /// A writer's schema check (`check_known`): the schema this binary writes passes; a newer

@@ -128,10 +128,26 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         &format!("UPDATE chain_plans SET merchant_wallet = {other_merchant} WHERE onchain_id = 1"),
     )
     .await;
-    // The second plan's creation deleted (its chain_plans row goes with it).
+    // The second plan's creation deleted: its chain_plans row stays, naming an event the
+    // index does not hold (no foreign key since migration 0022).
     exec(
         &client,
         "DELETE FROM chain_events WHERE name = 'PlanCreated' AND plan_id = 2",
+    )
+    .await;
+    // A ledger row of a charge that was never indexed, and a subscription whose latest event
+    // is gone: rows found through their events would never show these.
+    exec(
+        &client,
+        "INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
+             period_start, period_end, attempt, failure_reason, block_time)
+         SELECT 999999, chain_id, subscription_id, kind, amount, 9, period_start, period_end,
+             attempt, failure_reason, block_time FROM ledger_entries LIMIT 1",
+    )
+    .await;
+    exec(
+        &client,
+        "UPDATE subscriptions SET last_event_id = 999998 WHERE onchain_id = 1",
     )
     .await;
 
@@ -206,6 +222,30 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         "{out}"
     );
     assert!(has("chain_plans", &["plan 2: missing"]), "{out}");
+    assert!(
+        has(
+            "chain_plans",
+            &[
+                "plan 2: event_id names event",
+                "which the index does not hold"
+            ]
+        ),
+        "{out}"
+    );
+    assert!(
+        has(
+            "ledger_entries",
+            &["event 999999: event_id names event 999999, which the index does not hold"]
+        ),
+        "{out}"
+    );
+    assert!(
+        has(
+            "subscriptions",
+            &["onchain 1: last_event_id names event 999998, which the index does not hold"]
+        ),
+        "{out}"
+    );
     assert!(has("chain_events", &[": missing"]), "{out}");
 
     // --json: the same findings for machines.
