@@ -17,7 +17,10 @@
 //! - `webhook_outbox`: one row for each lifecycle event with `CONFIRMATIONS` (none before),
 //!   naming the event's chain, subscription and merchant (its delivery order and its merchant's
 //!   queue), and no row for an event the index does not hold;
-//! - rows above the chain head, and a cursor whose block is not on the chain.
+//! - rows above the chain head, and a cursor whose block is not on the chain;
+//! - over the whole index, whatever the range: ledger entries, plans and subscriptions that
+//!   name an event the index does not hold (no foreign key keeps those links since migration
+//!   0022; every other check finds rows through their events, so it would not see them).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -231,8 +234,7 @@ pub async fn verify<S: BlockSource + ?Sized>(
         }
     }
     // Rows that name an event the index does not hold (a reorg's undo that left them, or a
-    // hand edit): nothing else would show them, since every other check finds rows through
-    // their events.
+    // hand edit).
     for (table, key, column, event) in store::dangling_event_links(client, chain_id).await? {
         out.add(
             table,

@@ -9,6 +9,11 @@
 -- rows of the events it removes itself (store::index::delete_above) instead of by cascade,
 -- and `indexer verify` reports any row that names an event the index does not hold.
 --
+-- Dropping a key locks both its table and chain_events (ACCESS EXCLUSIVE, until this
+-- migration commits). Behind a long reader (a streaming ledger export, `indexer verify`) the
+-- migration would wait and every new reader of those tables would queue behind it: it gives
+-- up after 5 s instead (the binary exits; run it again when no export is streaming).
+SET LOCAL lock_timeout = '5s';
 -- First, the writer epoch moves on: an indexer still running the previous release (whose
 -- undo relies on the cascades) is fenced at its next batch; its batch in flight, which holds
 -- the cursor row, finishes before this migration goes on.

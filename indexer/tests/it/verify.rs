@@ -235,7 +235,10 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
     assert!(
         has(
             "ledger_entries",
-            &["event 999999: event_id names event 999999, which the index does not hold"]
+            &[
+                "subscription 1 period 9 attempt",
+                "event_id names event 999999, which the index does not hold"
+            ]
         ),
         "{out}"
     );

@@ -944,66 +944,67 @@ pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String)>
         .collect())
 }
 
-/// A row derived from an event that names an event the index does not hold (no foreign key
-/// keeps these links since migration 0022; the sink and its undo do): `(table, the row's
-/// key, the column, the event id it names)`.
+/// The rows derived from events that name an event the index does not hold (no foreign key
+/// keeps these links since migration 0022; the sink and its undo do): `(table, the row's key,
+/// the column, the event id it names)`, over the whole index of `chain_id`.
 pub async fn dangling_event_links(
     client: &Client,
     chain_id: i64,
 ) -> Result<Vec<(&'static str, String, &'static str, i64)>> {
-    let rows = client
-        .query(
-            "SELECT 'ledger_entries', 'event ' || le.event_id, 'event_id', le.event_id
-               FROM ledger_entries le WHERE le.chain_id = $1
-                AND NOT EXISTS (SELECT 1 FROM chain_events ce WHERE ce.id = le.event_id)
-             UNION ALL
-             SELECT 'chain_plans', 'plan ' || cp.onchain_id, l.col, l.event_id
-               FROM chain_plans cp
-              CROSS JOIN LATERAL (VALUES ('event_id', cp.event_id),
-                                         ('deactivated_event_id', cp.deactivated_event_id))
-                    AS l(col, event_id)
-              WHERE cp.chain_id = $1 AND l.event_id IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM chain_events ce WHERE ce.id = l.event_id)
-             UNION ALL
-             SELECT 'subscriptions', 'onchain ' || s.onchain_id, l.col, l.event_id
-               FROM subscriptions s
-              CROSS JOIN LATERAL (VALUES ('created_event_id', s.created_event_id),
-                                         ('last_event_id', s.last_event_id))
-                    AS l(col, event_id)
-              WHERE s.chain_id = $1
-                AND NOT EXISTS (SELECT 1 FROM chain_events ce WHERE ce.id = l.event_id)
-             ORDER BY 1, 2, 3",
-            &[&chain_id],
-        )
-        .await?;
-    let known = |name: &str, names: &[&'static str]| {
-        names
-            .iter()
-            .copied()
-            .find(|n| *n == name)
-            .ok_or_else(|| Error::Inconsistent(format!("unexpected name {name:?}")))
-    };
-    rows.iter()
-        .map(|r| {
-            Ok((
-                known(
-                    r.get(0),
-                    &["ledger_entries", "chain_plans", "subscriptions"],
-                )?,
-                r.get(1),
-                known(
-                    r.get(2),
-                    &[
-                        "event_id",
-                        "deactivated_event_id",
-                        "created_event_id",
-                        "last_event_id",
-                    ],
-                )?,
-                r.get(3),
-            ))
-        })
-        .collect()
+    // Each: the row's key and the event id it names, for the rows whose event is not stored.
+    let checks: [(&str, &str, &str); 5] = [
+        (
+            "ledger_entries",
+            "event_id",
+            "SELECT 'subscription ' || x.subscription_id || ' period ' || x.period \
+                 || ' attempt ' || x.attempt, x.event_id FROM ledger_entries x \
+             WHERE x.chain_id = $1 AND NOT EXISTS \
+                 (SELECT 1 FROM chain_events ce WHERE ce.id = x.event_id AND ce.chain_id = $1) \
+             ORDER BY 1",
+        ),
+        (
+            "chain_plans",
+            "event_id",
+            "SELECT 'plan ' || x.onchain_id, x.event_id FROM chain_plans x \
+             WHERE x.chain_id = $1 AND NOT EXISTS \
+                 (SELECT 1 FROM chain_events ce WHERE ce.id = x.event_id AND ce.chain_id = $1) \
+             ORDER BY 1",
+        ),
+        (
+            "chain_plans",
+            "deactivated_event_id",
+            "SELECT 'plan ' || x.onchain_id, x.deactivated_event_id FROM chain_plans x \
+             WHERE x.chain_id = $1 AND x.deactivated_event_id IS NOT NULL AND NOT EXISTS \
+                 (SELECT 1 FROM chain_events ce \
+                  WHERE ce.id = x.deactivated_event_id AND ce.chain_id = $1) \
+             ORDER BY 1",
+        ),
+        (
+            "subscriptions",
+            "created_event_id",
+            "SELECT 'onchain ' || x.onchain_id, x.created_event_id FROM subscriptions x \
+             WHERE x.chain_id = $1 AND NOT EXISTS \
+                 (SELECT 1 FROM chain_events ce \
+                  WHERE ce.id = x.created_event_id AND ce.chain_id = $1) \
+             ORDER BY 1",
+        ),
+        (
+            "subscriptions",
+            "last_event_id",
+            "SELECT 'onchain ' || x.onchain_id, x.last_event_id FROM subscriptions x \
+             WHERE x.chain_id = $1 AND NOT EXISTS \
+                 (SELECT 1 FROM chain_events ce \
+                  WHERE ce.id = x.last_event_id AND ce.chain_id = $1) \
+             ORDER BY 1",
+        ),
+    ];
+    let mut out = Vec::new();
+    for (table, column, sql) in checks {
+        for r in client.query(sql, &[&chain_id]).await? {
+            out.push((table, r.get(0), column, r.get(1)));
+        }
+    }
+    Ok(out)
 }
 
 /// The highest block any stored event of `chain_id` is in.
