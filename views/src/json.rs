@@ -149,6 +149,28 @@ mod tests {
         DateTime::from_timestamp(secs, 0).expect("in chrono's range")
     }
 
+    /// Where a row is on chain, any values.
+    fn chain_rows() -> impl Strategy<Value = ChainRow> {
+        (
+            (any::<i64>(), any::<[u8; 20]>(), 0..i64::MAX / 2),
+            (
+                any::<[u8; 32]>(),
+                any::<[u8; 32]>(),
+                any::<i64>(),
+                proptest::option::of(0..i64::MAX / 2),
+            ),
+        )
+            .prop_map(|(c, h)| ChainRow {
+                chain_id: c.0,
+                contract: Address::from(c.1),
+                block_number: c.2,
+                block_hash: B256::from(h.0),
+                transaction_hash: B256::from(h.1),
+                log_index: h.2,
+                indexed_block: h.3,
+            })
+    }
+
     // Times from year 0 to beyond 9999 (chrono formats those itself), amounts up to u128,
     // every status, free text with quotes, backslashes, control and non-ASCII characters.
     fn rows() -> impl Strategy<Value = SubscriptionRow> {
@@ -180,18 +202,12 @@ mod tests {
                 any::<i32>(),
                 text,
                 (time.clone(), time),
-                (any::<i64>(), any::<[u8; 20]>(), 0..i64::MAX / 2),
-                (
-                    any::<[u8; 32]>(),
-                    any::<[u8; 32]>(),
-                    any::<i64>(),
-                    proptest::option::of(0..i64::MAX / 2),
-                ),
+                chain_rows(),
             ),
         )
             .prop_map(|(a, b)| {
                 let (id, onchain_id, status, cancel, plan, external, reference, subscriber) = a;
-                let (amount, period, (start, end, retry), failed, ended, (created, updated), c, h) =
+                let (amount, period, (start, end, retry), failed, ended, (created, updated), chain) =
                     b;
                 SubscriptionRow {
                     id: SubscriptionId::parse(&format!("sub_{}", hex_id(id))).expect("a valid id"),
@@ -212,15 +228,7 @@ mod tests {
                     ended_reason: ended,
                     created_at: at(created),
                     updated_at: at(updated),
-                    chain: ChainRow {
-                        chain_id: c.0,
-                        contract: Address::from(c.1),
-                        block_number: c.2,
-                        block_hash: B256::from(h.0),
-                        transaction_hash: B256::from(h.1),
-                        log_index: h.2,
-                        indexed_block: h.3,
-                    },
+                    chain,
                 }
             })
     }
@@ -395,13 +403,7 @@ mod tests {
                 proptest::option::of("[0-9a-z]{1,59}"),
             ),
             (
-                (any::<i64>(), any::<[u8; 20]>(), 0..i64::MAX / 2),
-                (
-                    any::<[u8; 32]>(),
-                    any::<[u8; 32]>(),
-                    any::<i64>(),
-                    proptest::option::of(0..i64::MAX / 2),
-                ),
+                chain_rows(),
                 delivery,
                 proptest::option::of(any::<i64>()),
                 retraction,
@@ -410,7 +412,7 @@ mod tests {
         )
             .prop_map(|(a, b)| {
                 let (id, kind, created, onchain, log, snapshot, plan) = a;
-                let (c, h, delivery, sequence, retraction, risk) = b;
+                let (chain, delivery, sequence, retraction, risk) = b;
                 EventRow {
                     id: EventId::parse(&format!("evt_{}", hex_id(id))).expect("valid"),
                     kind,
@@ -419,15 +421,7 @@ mod tests {
                     log,
                     snapshot,
                     plan_id: plan.and_then(|p| PlanId::parse(&format!("plan_{p}"))),
-                    chain: ChainRow {
-                        chain_id: c.0,
-                        contract: Address::from(c.1),
-                        block_number: c.2,
-                        block_hash: B256::from(h.0),
-                        transaction_hash: B256::from(h.1),
-                        log_index: h.2,
-                        indexed_block: h.3,
-                    },
+                    chain,
                     delivery,
                     sequence,
                     retraction,
