@@ -326,20 +326,14 @@ impl WriteJson for EventView<'_> {
         json::raw(out, ",\"data\":");
         self.data.write_json(out);
         json::raw(out, ",\"chain\":");
-        match &self.chain {
-            Some(c) => c.write_json(out),
-            None => json::raw(out, "null"),
-        }
+        self.chain.write_json(out);
         if let Some(o) = &self.observation {
             json::raw(out, ",\"observation\":");
             o.write_json(out);
         }
         if let Some(d) = &self.delivery {
             json::raw(out, ",\"delivery\":");
-            match d {
-                Some(d) => d.write_json(out),
-                None => json::raw(out, "null"),
-            }
+            d.write_json(out);
         }
         json::raw(out, "}");
     }

@@ -17,6 +17,16 @@ pub trait WriteJson {
     fn write_json(&self, out: &mut Vec<u8>);
 }
 
+/// An optional view: `null` when absent, as serde writes `None`.
+impl<T: WriteJson> WriteJson for Option<T> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Some(v) => v.write_json(out),
+            None => raw(out, "null"),
+        }
+    }
+}
+
 /// A constant piece of JSON (keys with their quotes, colons and commas).
 #[inline]
 pub(crate) fn raw(out: &mut Vec<u8>, piece: &str) {
