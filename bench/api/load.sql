@@ -82,8 +82,8 @@ FROM chain_events WHERE kind = 'subscription.charged';
 
 -- Every event confirmed and its webhook delivered, as in a live system: the events list
 -- reads each event's delivery state.
-INSERT INTO webhook_outbox (event_public_id, merchant_wallet, status, attempts, delivered_at)
-SELECT public_id, merchant_wallet, 'delivered', 1, block_time + interval '1 second'
+INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, status, attempts, delivered_at)
+SELECT id, public_id, merchant_wallet, 'delivered', 1, block_time + interval '1 second'
 FROM chain_events WHERE kind IS NOT NULL;
 COMMIT;
 ANALYZE;

@@ -164,7 +164,7 @@ impl Sink {
             .collect();
         let ids = store::insert_events(&tx, ctx.chain_id, &ctx.contract, &rows).await?;
         laps.lap("insert_events");
-        enqueued += insert_outbox(&tx, ctx.chain_id, &events, &confirmed).await?;
+        enqueued += insert_outbox(&tx, ctx.chain_id, &events, &ids, &confirmed).await?;
         laps.lap("insert_outbox");
         insert_projections(&tx, ctx.chain_id, &events, &ids).await?;
         laps.lap("ledger_and_plans");
@@ -391,18 +391,21 @@ fn new_event<'a>(e: &'a MappedEvent, folded: Option<&'a Folded>, enqueued: bool)
 }
 
 /// Outbox rows for the events of this batch marked `enqueued`, in chain order
-/// ([`chainsub_store::outbox::enqueue`]).
+/// ([`chainsub_store::outbox::enqueue`]); `ids` are the events' row ids, in the same order.
 async fn insert_outbox(
     tx: &Transaction<'_>,
     chain_id: i64,
     events: &[MappedEvent],
+    ids: &[i64],
     enqueued: &[bool],
 ) -> Result<u64> {
     let rows: Vec<NewDelivery> = events
         .iter()
+        .zip(ids)
         .zip(enqueued)
         .filter(|(_, q)| **q)
-        .map(|(e, _)| NewDelivery {
+        .map(|((e, &event_id), _)| NewDelivery {
+            event_id,
             event_public_id: &e.public_id,
             merchant_wallet: e.merchant.as_ref().map_or(&[], |m| m.as_slice()),
             subscription_id: e.subscription_id,

@@ -207,6 +207,7 @@ pub async fn verify<S: BlockSource + ?Sized>(
         let rows = outbox.get(&e.public_id).map_or(&[][..], Vec::as_slice);
         let have = rows.len() as i64;
         let expected = store::StoredDelivery {
+            event_id: db_ids.get(&key_of(e)).copied(),
             chain_id: Some(chain_id),
             subscription_id: e.subscription_id,
             merchant_wallet: e.merchant.map(|m| m.to_vec()).unwrap_or_default(),
@@ -242,11 +243,12 @@ pub async fn verify<S: BlockSource + ?Sized>(
             format!("{column} names event {event}, which the index does not hold"),
         );
     }
-    for (id, event, status) in store::orphan_outbox(client).await? {
+    for (id, event, status, row) in store::orphan_outbox(client).await? {
+        let row = row.map_or("no row id".to_string(), |n| format!("row id {n}"));
         out.add(
             "webhook_outbox",
             format!("{id}"),
-            format!("row ({status}) for event {event}, which the index does not hold"),
+            format!("row ({status}) for event {event} ({row}), which the index does not hold"),
         );
     }
     Ok(out.0)

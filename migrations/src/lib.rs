@@ -118,6 +118,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "event_links_without_foreign_keys",
         sql: include_str!("../sql/0022_event_links_without_foreign_keys.sql"),
     },
+    Migration {
+        version: 23,
+        name: "outbox_event_id",
+        sql: include_str!("../sql/0023_outbox_event_id.sql"),
+    },
 ];
 
 /// Migration failures.

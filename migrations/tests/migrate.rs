@@ -281,7 +281,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
     let want = want.as_str().to_string();
     assert_eq!(events, [(want.clone(), Some(1)), (want, Some(2))]);
     // Migration 0020: the subscription keeps the count of its events, and the writer epoch
-    // moved on (an indexer of the previous release is fenced; 0022 moves it on again).
+    // moved on (an indexer of the previous release is fenced; 0022 and 0023 move it on again).
     let row = client
         .query_one(
             "SELECT (SELECT event_count FROM subscriptions), (SELECT writer_epoch FROM indexer_cursor)",
@@ -289,7 +289,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         )
         .await
         .unwrap();
-    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 7));
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 8));
     // A subscription written as the previous release writes it (without the count) fails,
     // new or updated through ON CONFLICT alike.
     let old_write = client
@@ -373,4 +373,115 @@ async fn a_schema_newer_or_older_than_the_binarys_is_refused_by_the_check() {
         .unwrap();
     let ahead = chainsub_migrations::check_known(&client).await.unwrap_err();
     assert!(matches!(ahead, Error::Unknown(9999)), "{ahead}");
+}
+
+/// Migration 0023: each outbox row names its event by row id (a chain event, a retraction
+/// or a renewal-at-risk observation), backfilled from the public id; the one live row per
+/// event is kept by that id; a row written as the previous release writes it (no id) is
+/// refused, and the writer epoch moves on.
+#[tokio::test]
+async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
+    let db = TestDb::create_empty().await;
+    let client = db.connect().await;
+    let (before, after): (Vec<&chainsub_migrations::Migration>, Vec<_>) =
+        MIGRATIONS.iter().partition(|m| m.version < 23);
+    for m in before {
+        client.batch_execute(m.sql).await.unwrap();
+    }
+    client
+        .batch_execute(
+            "INSERT INTO chain_events (id, public_id, chain_id, contract, block_number, block_hash,
+                 block_time, transaction_hash, transaction_index, log_index, name, kind,
+                 merchant_wallet, topics, data)
+             VALUES (10, 'evt_a', 31337, '\\x00', 5, '\\x01', now(), '\\x02', 0, 0,
+                     'SubscriptionCharged', 'subscription.charged', '\\x02', '{}', '\\x');
+             INSERT INTO event_retractions (id, public_id, chain_id, contract, merchant_wallet,
+                 retracted_event_id, retracted_kind, block_number, block_hash, block_time,
+                 transaction_hash, log_index, ancestor_block, ancestor_hash)
+             VALUES (11, 'evt_r', 31337, '\\x00', '\\x02', 'evt_gone', 'subscription.charged',
+                     6, '\\x03', now(), '\\x04', 0, 5, '\\x01');
+             INSERT INTO renewal_risks (id, public_id, chain_id, contract, merchant_wallet,
+                 subscription_id, plan_id, period, reason, amount, required, available, due_at,
+                 block_number, block_hash, block_time)
+             VALUES (12, 'evt_k', 31337, '\\x00', '\\x02', 1, 1, 2, 'balance', 5, 5, 1, now(),
+                     5, '\\x01', now());
+             INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash,
+                 writer_epoch)
+             VALUES (31337, '\\x00', 6, '\\x03', 5);
+             INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload, retracted_at)
+             VALUES ('evt_a', '\\x02', NULL, NULL), ('evt_r', '\\x02', NULL, NULL),
+                    ('evt_k', '\\x02', NULL, NULL), ('evt_test', '\\x02', '{}', NULL),
+                    ('evt_gone', '\\x02', NULL, now()), ('evt_nobody', '\\x02', NULL, NULL);",
+        )
+        .await
+        .unwrap();
+    for m in after {
+        client.batch_execute(m.sql).await.unwrap();
+    }
+
+    let rows: Vec<(String, Option<i64>)> = client
+        .query(
+            "SELECT event_public_id, event_id FROM webhook_outbox ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let want: Vec<(String, Option<i64>)> = [
+        ("evt_a", Some(10)),
+        ("evt_r", Some(11)),
+        ("evt_k", Some(12)),
+        ("evt_test", None),
+        ("evt_gone", None),
+        ("evt_nobody", None),
+    ]
+    .into_iter()
+    .map(|(e, id)| (e.to_string(), id))
+    .collect();
+    assert_eq!(rows, want);
+    let epoch: i64 = client
+        .query_one("SELECT writer_epoch FROM indexer_cursor", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(epoch, 6, "an indexer of the previous release is fenced");
+
+    // The previous release's insert (no row id, its conflict target the public id) fails.
+    let old_write = client
+        .execute(
+            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet) VALUES ('evt_b', '\\x02')",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        old_write.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+        "{old_write}"
+    );
+    let old_conflict = client
+        .execute(
+            "INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet) VALUES (13, 'evt_b', '\\x02')
+             ON CONFLICT (event_public_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        old_conflict.code(),
+        Some(&tokio_postgres::error::SqlState::INVALID_COLUMN_REFERENCE),
+        "{old_conflict}"
+    );
+    // One live row per event, by row id: a second row for event 10 is not written.
+    let again = client
+        .execute(
+            "INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet) VALUES (10, 'evt_a', '\\x02')
+             ON CONFLICT (event_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(again, 0);
 }

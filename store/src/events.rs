@@ -35,7 +35,7 @@ const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.cha
     LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
     LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id \
-    LEFT JOIN webhook_outbox o ON o.event_public_id = ce.public_id AND o.test_payload IS NULL \
+    LEFT JOIN webhook_outbox o ON o.event_id = ce.id AND o.test_payload IS NULL \
          AND o.retracted_at IS NULL";
 
 /// The same columns for `event.retracted` events (`event_retractions`, migration 0013): the
@@ -57,7 +57,7 @@ const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind
     LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id \
     LEFT JOIN merchants pm ON pm.wallet = r.merchant_wallet \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
-    LEFT JOIN webhook_outbox o ON o.event_public_id = r.public_id AND o.test_payload IS NULL \
+    LEFT JOIN webhook_outbox o ON o.event_id = r.id AND o.test_payload IS NULL \
          AND o.retracted_at IS NULL";
 
 /// The same columns for `subscription.renewal_at_risk` events (`renewal_risks`, migration
@@ -83,7 +83,7 @@ const KSELECT: &str = "SELECT k.id, k.public_id, 'subscription.renewal_at_risk':
     LEFT JOIN merchants pm ON pm.wallet = k.merchant_wallet \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
     LEFT JOIN indexer_cursor cur ON cur.chain_id = k.chain_id \
-    LEFT JOIN webhook_outbox o ON o.event_public_id = k.public_id AND o.test_payload IS NULL \
+    LEFT JOIN webhook_outbox o ON o.event_id = k.id AND o.test_payload IS NULL \
          AND o.retracted_at IS NULL";
 
 /// The type of a retraction event.

@@ -320,6 +320,8 @@ pub async fn queue_depth(client: &Client) -> Result<i64> {
 /// The outbox row of a lifecycle event of the batch being written.
 #[derive(Debug, Clone, Copy)]
 pub struct NewDelivery<'a> {
+    /// The event's row id (`chain_events.id`).
+    pub event_id: i64,
     pub event_public_id: &'a str,
     pub merchant_wallet: &'a [u8],
     pub subscription_id: Option<i64>,
@@ -336,17 +338,18 @@ pub async fn enqueue(
     if events.is_empty() {
         return Ok(0);
     }
+    let event_ids: Vec<i64> = events.iter().map(|d| d.event_id).collect();
     let ids: Vec<&str> = events.iter().map(|d| d.event_public_id).collect();
     let wallets: Vec<&[u8]> = events.iter().map(|d| d.merchant_wallet).collect();
     let subs: Vec<Option<i64>> = events.iter().map(|d| d.subscription_id).collect();
     Ok(client
         .execute(
-            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id) \
-             SELECT u.id, u.w, $1, u.sid \
-             FROM unnest($2::text[], $3::bytea[], $4::int8[]) WITH ORDINALITY AS u(id, w, sid, i) \
+            "INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id) \
+             SELECT u.eid, u.id, u.w, $1, u.sid \
+             FROM unnest($5::int8[], $2::text[], $3::bytea[], $4::int8[]) WITH ORDINALITY AS u(eid, id, w, sid, i) \
              ORDER BY u.i \
-             ON CONFLICT (event_public_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
-            &[&chain_id, &ids, &wallets, &subs],
+             ON CONFLICT (event_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
+            &[&chain_id, &ids, &wallets, &subs, &event_ids],
         )
         .await?)
 }
@@ -364,9 +367,9 @@ pub async fn enqueue_confirmed(
                  UPDATE chain_events SET enqueued = TRUE \
                  WHERE chain_id = $1 AND NOT enqueued AND kind IS NOT NULL AND block_number <= $2 \
                  RETURNING id, public_id, merchant_wallet, chain_id, subscription_id) \
-             INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id) \
-             SELECT public_id, merchant_wallet, chain_id, subscription_id FROM due ORDER BY id \
-             ON CONFLICT (event_public_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
+             INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id) \
+             SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM due ORDER BY id \
+             ON CONFLICT (event_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
             &[&chain_id, &upto],
         )
         .await?)
@@ -388,7 +391,7 @@ pub async fn retract_above(
     let dropped = client
         .execute(
             "DELETE FROM webhook_outbox o USING chain_events e \
-             WHERE e.chain_id = $1 AND e.block_number > $2 AND o.event_public_id = e.public_id \
+             WHERE e.chain_id = $1 AND e.block_number > $2 AND o.event_id = e.id \
                AND o.test_payload IS NULL AND o.retracted_at IS NULL \
                AND o.status = 'pending' AND o.attempts = 0",
             &[&chain_id, &above],
@@ -398,7 +401,7 @@ pub async fn retract_above(
         .execute(
             "WITH gone AS ( \
                  SELECT e.*, o.id AS outbox_id FROM chain_events e \
-                 JOIN webhook_outbox o ON o.event_public_id = e.public_id \
+                 JOIN webhook_outbox o ON o.event_id = e.id \
                       AND o.test_payload IS NULL AND o.retracted_at IS NULL \
                  WHERE e.chain_id = $1 AND e.block_number > $2), \
              marked AS ( \
@@ -424,8 +427,8 @@ pub async fn retract_above(
                  FROM gone g ORDER BY g.id \
                  ON CONFLICT (public_id) DO NOTHING \
                  RETURNING id, public_id, merchant_wallet, chain_id, subscription_id) \
-             INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id) \
-             SELECT public_id, merchant_wallet, chain_id, subscription_id FROM written ORDER BY id",
+             INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id) \
+             SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM written ORDER BY id",
             &[&chain_id, &above, &ancestor],
         )
         .await?;

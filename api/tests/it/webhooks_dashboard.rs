@@ -366,7 +366,8 @@ async fn index_charged_event(client: &tokio_postgres::Client, merchant: Address)
         .unwrap();
     client
         .execute(
-            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet) VALUES ($1, $2)",
+            "INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet)
+             SELECT id, public_id, $2 FROM chain_events WHERE public_id = $1",
             &[&event_id, &merchant.as_slice().to_vec()],
         )
         .await

@@ -114,12 +114,20 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
               AND log_period = 2)",
     )
     .await;
+    // The creation's webhook naming another event row (the events page would show no
+    // delivery for it).
+    exec(
+        &client,
+        "UPDATE webhook_outbox SET event_id = -event_id WHERE event_public_id =
+             (SELECT public_id FROM chain_events WHERE name = 'SubscriptionCreated')",
+    )
+    .await;
     // An outbox row for an event nobody indexed; the first plan's merchant.
     exec(
         &client,
         &format!(
-            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet)
-             VALUES ('evt_00000000000000000000000000000000', {other_merchant})"
+            "INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet)
+             VALUES (0, 'evt_00000000000000000000000000000000', {other_merchant})"
         ),
     )
     .await;
@@ -201,9 +209,15 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         "{out}"
     );
     assert!(
+        has("webhook_outbox", &["row differs", "event_id: Some(-"]),
+        "{out}"
+    );
+    assert!(
         has(
             "webhook_outbox",
-            &["for event evt_00000000000000000000000000000000, which the index does not hold"]
+            &[
+                "for event evt_00000000000000000000000000000000 (row id 0), which the index does not hold"
+            ]
         ),
         "{out}"
     );

@@ -889,6 +889,8 @@ pub async fn plans(client: &Client, chain_id: i64, ids: &[i64]) -> Result<Vec<St
 /// A webhook outbox row of an indexed event, as `indexer verify` checks it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredDelivery {
+    /// The event's row id the outbox row names (the events page joins on it).
+    pub event_id: Option<i64>,
     pub chain_id: Option<i64>,
     pub subscription_id: Option<i64>,
     pub merchant_wallet: Vec<u8>,
@@ -903,7 +905,7 @@ pub async fn outbox_in_range(
 ) -> Result<HashMap<String, Vec<StoredDelivery>>> {
     let rows = client
         .query(
-            "SELECT o.event_public_id, o.chain_id, o.subscription_id, o.merchant_wallet
+            "SELECT o.event_public_id, o.chain_id, o.subscription_id, o.merchant_wallet, o.event_id
              FROM webhook_outbox o
              JOIN chain_events ce ON ce.public_id = o.event_public_id
              WHERE ce.chain_id = $1 AND ce.block_number BETWEEN $2 AND $3
@@ -914,6 +916,7 @@ pub async fn outbox_in_range(
     let mut out: HashMap<String, Vec<StoredDelivery>> = HashMap::new();
     for r in rows {
         out.entry(r.get(0)).or_default().push(StoredDelivery {
+            event_id: r.get(4),
             chain_id: r.get(1),
             subscription_id: r.get(2),
             merchant_wallet: r.get(3),
@@ -923,24 +926,29 @@ pub async fn outbox_in_range(
 }
 
 /// Outbox rows (not dashboard tests) whose event is not in the index: `(id, event id,
-/// status)`. Neither the rows of retracted events (a reorg removed the event and an
-/// `event.retracted` event said so) nor those of the retractions themselves count, nor those
-/// of renewal-at-risk observations (no log: not the index's to check).
-pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String)>> {
+/// status, event row id)`. Neither the rows of retracted events (a reorg removed the event
+/// and an `event.retracted` event said so) nor those of the retractions themselves count, nor
+/// those of renewal-at-risk observations (no log: not the index's to check). A row whose
+/// event id is stored under another row id than it names counts too (the events page finds a
+/// delivery by row id, the dispatcher its body by public id).
+pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String, Option<i64>)>> {
     let rows = client
         .query(
-            "SELECT o.id, o.event_public_id, o.status FROM webhook_outbox o
+            "SELECT o.id, o.event_public_id, o.status, o.event_id FROM webhook_outbox o
              WHERE o.test_payload IS NULL AND o.retracted_at IS NULL
-               AND NOT EXISTS (SELECT 1 FROM chain_events ce WHERE ce.public_id = o.event_public_id)
-               AND NOT EXISTS (SELECT 1 FROM event_retractions r WHERE r.public_id = o.event_public_id)
-               AND NOT EXISTS (SELECT 1 FROM renewal_risks k WHERE k.public_id = o.event_public_id)
+               AND NOT EXISTS (SELECT 1 FROM chain_events ce
+                               WHERE ce.id = o.event_id AND ce.public_id = o.event_public_id)
+               AND NOT EXISTS (SELECT 1 FROM event_retractions r
+                               WHERE r.id = o.event_id AND r.public_id = o.event_public_id)
+               AND NOT EXISTS (SELECT 1 FROM renewal_risks k
+                               WHERE k.id = o.event_id AND k.public_id = o.event_public_id)
              ORDER BY o.id",
             &[],
         )
         .await?;
     Ok(rows
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect())
 }
 

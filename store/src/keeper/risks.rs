@@ -148,8 +148,8 @@ impl Store {
                      ON CONFLICT DO NOTHING
                      RETURNING id, public_id, merchant_wallet, chain_id, subscription_id, reason),
                  queued AS (
-                     INSERT INTO webhook_outbox (event_public_id, merchant_wallet, chain_id, subscription_id)
-                     SELECT public_id, merchant_wallet, chain_id, subscription_id FROM risks ORDER BY id)
+                     INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id)
+                     SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM risks ORDER BY id)
                  SELECT reason FROM risks ORDER BY id",
                 &[
                     &self.chain_id,

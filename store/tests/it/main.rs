@@ -212,7 +212,9 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
     let refs: Vec<outbox::NewDelivery> = events
         .iter()
         .zip([7, 7, 8])
-        .map(|((id, w), sub)| outbox::NewDelivery {
+        .zip(1..)
+        .map(|(((id, w), sub), event_id)| outbox::NewDelivery {
+            event_id,
             event_public_id: id,
             merchant_wallet: w,
             subscription_id: Some(sub),
