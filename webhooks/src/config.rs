@@ -39,10 +39,22 @@ pub struct WebhookConfig {
         default_value_t = 8
     )]
     pub per_merchant_concurrency: usize,
+    /// Rows a dispatcher holds claimed beyond its requests in flight, so the next ones are
+    /// ready when a slot frees; it claims again once half of them have gone out. Each claim
+    /// round costs a few statements whatever it claims, so larger rounds cost Postgres less
+    /// per delivery; a claimed row waits for a request slot, and one whose lease could run
+    /// out before its request ends is handed back unsent.
+    #[arg(
+        long = "webhook-claim-ahead",
+        env = "WEBHOOK_CLAIM_AHEAD",
+        default_value_t = 256
+    )]
+    pub claim_ahead: usize,
     /// How long a claimed delivery is reserved; a dispatcher that dies mid-delivery loses
     /// its claims when this runs out and another dispatcher redelivers (same webhook-id).
-    /// Must exceed twice the timeout: a claimed row may wait up to one timeout for a
-    /// request slot, then send for up to another.
+    /// Must exceed twice the timeout: a claimed row waits for a request slot (behind at most
+    /// `WEBHOOK_CLAIM_AHEAD` others), and is sent only while at least one timeout of its
+    /// lease is left (otherwise handed back unsent, for the next claim).
     #[arg(long = "webhook-lease", env = "WEBHOOK_LEASE", value_parser = duration, default_value = "60s")]
     pub lease: Duration,
     /// Fallback poll interval for due retries (new outbox rows also wake dispatchers
@@ -82,6 +94,7 @@ impl Default for WebhookConfig {
             retry_after_max: Duration::from_secs(3600),
             concurrency: 64,
             per_merchant_concurrency: 8,
+            claim_ahead: 256,
             lease: Duration::from_secs(60),
             poll_interval: Duration::from_millis(500),
             secret_overlap: Duration::from_secs(24 * 3600),

@@ -8,12 +8,15 @@
 //! marked done before the writer commits, so a crash anywhere leaves leased rows that
 //! another dispatcher redelivers when the lease runs out (at-least-once, same webhook-id).
 //!
-//! The claimer works ahead: it holds up to twice `WEBHOOK_CONCURRENCY` claimed rows while
-//! at most `WEBHOOK_CONCURRENCY` requests are in flight, so a claim round (a few queries,
+//! The claimer works ahead: it holds up to `WEBHOOK_CLAIM_AHEAD` (256) claimed rows beyond
+//! the `WEBHOOK_CONCURRENCY` (64) requests in flight, so a claim round (a few queries,
 //! whatever it claims) runs while earlier rows are being sent instead of between them, and
-//! each round claims a large batch. Before this, each round claimed the ~16 rows that had
-//! just finished, and a dispatcher spent its time waiting for the next round (3.6k
-//! deliveries/s against 29k for a bare client on the same receiver).
+//! each round claims a large batch: it claims again once half of the rows ahead have gone
+//! out. Each round's statements visit every merchant with due rows, so the size of the
+//! round is what Postgres pays per delivery: with 64 rows ahead (rounds of ~32) Postgres
+//! spent 110–175 ms of CPU per 1,000 deliveries on the webhook benchmark, with 256 ahead
+//! 84 (issue 13). Before the claimer worked ahead at all, each round claimed the ~16 rows
+//! that had just finished, and a dispatcher spent its time waiting for the next round.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -95,9 +98,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
     if cfg.lease <= cfg.timeout * 2 {
-        // Allowed (tests use it to force redelivery), but rows claimed ahead wait up to one
-        // timeout for a request slot, and one whose lease could run out during its request is
-        // handed back unsent (`may_send`): with a short lease that happens often.
+        // Allowed (tests use it to force redelivery), but rows claimed ahead wait for a
+        // request slot, and one whose lease could run out during its request is handed back
+        // unsent (`may_send`): with a short lease that happens often.
         tracing::warn!(lease = ?cfg.lease, timeout = ?cfg.timeout,
             "WEBHOOK_LEASE should exceed twice WEBHOOK_TIMEOUT; rows may be handed back unsent, and a slow delivery duplicated");
     }
@@ -144,10 +147,21 @@ pub async fn run(
 }
 
 impl Shared {
-    /// Claimed rows held at most: the requests in flight and as many waiting their turn.
+    /// Claimed rows held at most: the requests in flight and `WEBHOOK_CLAIM_AHEAD` more
+    /// waiting their turn.
     fn claim_capacity(&self) -> usize {
-        self.cfg.concurrency.max(1) * 2
+        self.cfg.concurrency.max(1) + self.cfg.claim_ahead
     }
+}
+
+/// Whether the claimer runs a round now, holding `inflight` claimed rows of `capacity`: at
+/// once when nothing is claimed (a lone event goes out without waiting), otherwise once
+/// half of the rows claimed ahead have gone out (with nothing claimed ahead, as soon as a
+/// request slot is free), so that each round claims a batch rather than the few rows that
+/// just finished.
+fn claim_now(inflight: usize, capacity: usize, claim_ahead: usize) -> bool {
+    let spare = capacity.saturating_sub(inflight);
+    inflight == 0 || spare >= claim_ahead.div_ceil(2).max(1)
 }
 
 async fn claim_loop(shared: Arc<Shared>) {
@@ -157,9 +171,8 @@ async fn claim_loop(shared: Arc<Shared>) {
         let inflight = shared.inflight.load(Ordering::SeqCst);
         let spare = capacity.saturating_sub(inflight);
         // Under load, claim in batches rather than one row per finished delivery: each round
-        // costs a few queries whatever it claims. Claiming when a quarter of the capacity is
-        // free leaves the other rows to keep every request slot busy meanwhile.
-        if inflight > 0 && spare < capacity.div_ceil(4) {
+        // costs a few queries whatever it claims ([`claim_now`]).
+        if !claim_now(inflight, capacity, shared.cfg.claim_ahead) {
             let _ = tokio::time::timeout(shared.cfg.poll_interval, shared.wake.notified()).await;
             continue;
         }
@@ -470,10 +483,24 @@ async fn queue_gauge(pool: Pool) {
 
 #[cfg(test)]
 mod tests {
-    use super::may_send;
+    use super::{claim_now, may_send};
     use std::time::Duration;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn the_claimer_claims_in_batches_of_half_what_it_holds_ahead() {
+        // 64 requests in flight and 64 rows ahead (the defaults): a round once 32 are free.
+        assert!(claim_now(0, 128, 64), "nothing claimed: at once");
+        assert!(!claim_now(97, 128, 64));
+        assert!(claim_now(96, 128, 64));
+        // 448 ahead: rounds of at least 224 rows.
+        assert!(!claim_now(289, 512, 448));
+        assert!(claim_now(288, 512, 448));
+        // Nothing ahead: a round whenever a request slot is free.
+        assert!(!claim_now(64, 64, 0));
+        assert!(claim_now(63, 64, 0));
+    }
 
     #[test]
     fn a_row_is_sent_only_while_its_lease_outlasts_the_request() {

@@ -331,39 +331,51 @@ async fn a_hung_endpoint_does_not_starve_other_merchants() {
     }
 }
 
-/// Issue 13, point 6: the claimer works ahead of the senders. With a concurrency of 2 and a
-/// hung endpoint, exactly 2 requests are in flight while 4 rows (twice the concurrency) are
+/// Issue 13, point 6: the claimer works ahead of the senders. With a concurrency of 2, 2 rows
+/// claimed ahead and a hung endpoint, exactly 2 requests are in flight while 4 rows are
 /// claimed, so the next batch is ready the moment a slot frees; released, everything arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dispatcher_claims_ahead_but_sends_at_most_its_concurrency() {
+    claims_ahead(2, 2, 4).await;
+}
+
+/// `WEBHOOK_CLAIM_AHEAD` sets how far ahead (claim rounds are larger, and so cheaper per
+/// delivery, the further ahead): 5 ahead of 2 requests is 7 rows claimed, still 2 sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn how_far_the_dispatcher_claims_ahead_is_set_by_claim_ahead() {
+    claims_ahead(2, 5, 7).await;
+}
+
+async fn claims_ahead(concurrency: usize, ahead: usize, claimed: i64) {
     let db = TestDb::create().await;
     let (client, rx) = held_endpoint(&db).await;
     let ids = enqueue(&client, 1, "ahead", 10).await;
     let mut cfg = fast_config("0s,5ms");
-    cfg.concurrency = 2;
+    cfg.concurrency = concurrency;
+    cfg.claim_ahead = ahead;
     cfg.per_merchant_concurrency = 8;
     let (_stop, _task) = spawn_dispatcher(&db.url, cfg);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !(rx.count() == 2 && count_status(&client, "delivering").await == 4) {
+    while !(rx.count() == concurrency && count_status(&client, "delivering").await == claimed) {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "expected 2 in flight and 4 claimed; saw {} and {}",
+            "expected {concurrency} in flight and {claimed} claimed; saw {} and {}",
             rx.count(),
             count_status(&client, "delivering").await
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Nothing more goes out while the two requests hang.
+    // Nothing more goes out while the requests hang.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         rx.count(),
-        2,
+        concurrency,
         "at most WEBHOOK_CONCURRENCY requests in flight"
     );
     assert_eq!(
         count_status(&client, "delivering").await,
-        4,
-        "twice the concurrency claimed, no more"
+        claimed,
+        "the concurrency and WEBHOOK_CLAIM_AHEAD claimed, no more"
     );
     rx.release();
     for id in &ids {
@@ -382,6 +394,7 @@ async fn a_stopping_dispatcher_hands_back_the_rows_it_claimed_ahead() {
     let ids = enqueue(&client, 1, "stop", 3).await;
     let mut cfg = fast_config("0s,5ms");
     cfg.concurrency = 1;
+    cfg.claim_ahead = 1;
     let (stop, task) = spawn_dispatcher(&db.url, cfg);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !(rx.count() == 1 && count_status(&client, "delivering").await == 2) {
