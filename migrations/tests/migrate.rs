@@ -449,31 +449,21 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
     assert_eq!(epoch, 6, "an indexer of the previous release is fenced");
 
     // The previous release's insert (no row id, its conflict target the public id) fails.
-    let old_write = client
-        .execute(
+    use tokio_postgres::error::SqlState;
+    for (sql, code) in [
+        (
             "INSERT INTO webhook_outbox (event_public_id, merchant_wallet) VALUES ('evt_b', '\\x02')",
-            &[],
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        old_write.code(),
-        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
-        "{old_write}"
-    );
-    let old_conflict = client
-        .execute(
+            SqlState::CHECK_VIOLATION,
+        ),
+        (
             "INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet) VALUES (13, 'evt_b', '\\x02')
              ON CONFLICT (event_public_id) WHERE test_payload IS NULL AND retracted_at IS NULL DO NOTHING",
-            &[],
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        old_conflict.code(),
-        Some(&tokio_postgres::error::SqlState::INVALID_COLUMN_REFERENCE),
-        "{old_conflict}"
-    );
+            SqlState::INVALID_COLUMN_REFERENCE,
+        ),
+    ] {
+        let refused = client.execute(sql, &[]).await.unwrap_err();
+        assert_eq!(refused.code(), Some(&code), "{refused}");
+    }
     // One live row per event, by row id: a second row for event 10 is not written.
     let again = client
         .execute(
