@@ -248,7 +248,9 @@ pub async fn verify<S: BlockSource + ?Sized>(
         out.add(
             "webhook_outbox",
             format!("{id}"),
-            format!("row ({status}) for event {event} ({row}), which the index does not hold"),
+            format!(
+                "row ({status}) for event {event} ({row}), which the index does not hold under that id"
+            ),
         );
     }
     Ok(out.0)

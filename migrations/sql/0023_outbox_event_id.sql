@@ -8,9 +8,11 @@
 -- faster) (issue 10); the sink writes a bigint key instead of a text one (issue 13).
 --
 -- Rows written by a release that does not set the id are refused (the CHECK below): a test
--- delivery has no event, and a retracted row's event is gone (so a backfilled row whose
--- event was removed by a reorg keeps NULL). Existing rows whose event the index does not
--- hold (`indexer verify` reports them) keep NULL too: the CHECK is NOT VALID for them.
+-- delivery has no event, and a retracted row's event is gone (retracted rows keep NULL; a
+-- reorged event that came back has a new row and a new outbox row). A live row whose event
+-- the index does not hold (`indexer verify` reports it) gets minus its own id: never an
+-- event's id, unique, so the CHECK holds for every row and an update of such a row (a claim,
+-- a retry) works as before; verify keeps reporting it.
 SET LOCAL lock_timeout = '5s';
 -- First, the writer epoch moves on: an indexer still running the previous release (which
 -- inserts outbox rows without the id) is fenced at its next batch; its batch in flight,
@@ -21,11 +23,11 @@ UPDATE webhook_outbox o
 SET event_id = COALESCE(
         (SELECT e.id FROM chain_events e WHERE e.public_id = o.event_public_id),
         (SELECT r.id FROM event_retractions r WHERE r.public_id = o.event_public_id),
-        (SELECT k.id FROM renewal_risks k WHERE k.public_id = o.event_public_id))
-WHERE o.test_payload IS NULL;
+        (SELECT k.id FROM renewal_risks k WHERE k.public_id = o.event_public_id),
+        -o.id)
+WHERE o.test_payload IS NULL AND o.retracted_at IS NULL;
 ALTER TABLE webhook_outbox ADD CONSTRAINT webhook_outbox_event_id_set
-    CHECK (event_id IS NOT NULL OR test_payload IS NOT NULL OR retracted_at IS NOT NULL)
-    NOT VALID;
+    CHECK (event_id IS NOT NULL OR test_payload IS NOT NULL OR retracted_at IS NOT NULL);
 DROP INDEX webhook_outbox_event;
 CREATE UNIQUE INDEX webhook_outbox_event ON webhook_outbox (event_id)
     WHERE test_payload IS NULL AND retracted_at IS NULL;

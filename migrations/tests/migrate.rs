@@ -435,7 +435,7 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         ("evt_k", Some(12)),
         ("evt_test", None),
         ("evt_gone", None),
-        ("evt_nobody", None),
+        ("evt_nobody", Some(-6)),
     ]
     .into_iter()
     .map(|(e, id)| (e.to_string(), id))
@@ -464,6 +464,16 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         let refused = client.execute(sql, &[]).await.unwrap_err();
         assert_eq!(refused.code(), Some(&code), "{refused}");
     }
+    // Every existing row passes the CHECK: the row of an event nobody holds can still be
+    // claimed (a dispatcher's UPDATE), the retracted one still updated.
+    let updated = client
+        .execute(
+            "UPDATE webhook_outbox SET status = 'delivering' WHERE event_public_id IN ('evt_nobody', 'evt_gone')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(updated, 2);
     // One live row per event, by row id: a second row for event 10 is not written.
     let again = client
         .execute(

@@ -150,7 +150,10 @@ impl Shared {
     /// Claimed rows held at most: the requests in flight and `WEBHOOK_CLAIM_AHEAD` more
     /// waiting their turn.
     fn claim_capacity(&self) -> usize {
-        self.cfg.concurrency.max(1) + self.cfg.claim_ahead
+        self.cfg
+            .concurrency
+            .max(1)
+            .saturating_add(self.cfg.claim_ahead)
     }
 }
 
@@ -490,7 +493,8 @@ mod tests {
 
     #[test]
     fn the_claimer_claims_in_batches_of_half_what_it_holds_ahead() {
-        // 64 requests in flight and 64 rows ahead (the defaults): a round once 32 are free.
+        // 64 requests in flight and 64 rows ahead (before WEBHOOK_CLAIM_AHEAD, the fixed
+        // setting): a round once 32 are free.
         assert!(claim_now(0, 128, 64), "nothing claimed: at once");
         assert!(!claim_now(97, 128, 64));
         assert!(claim_now(96, 128, 64));
