@@ -44,6 +44,17 @@ async fn tables(db: &TestDb) -> Vec<String> {
         .collect()
 }
 
+/// The rows of a two-column query: a text and a nullable bigint.
+async fn text_and_number(client: &tokio_postgres::Client, sql: &str) -> Vec<(String, Option<i64>)> {
+    client
+        .query(sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
 #[tokio::test]
 async fn applies_to_an_empty_database_then_second_run_applies_nothing() {
     let db = TestDb::create_empty().await;
@@ -268,16 +279,11 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
     assert_eq!(row.get::<_, String>(0), want.as_str());
     // Each event's snapshot names the new id; migration 0019 gave each its place in its
     // subscription's sequence, from id order.
-    let events: Vec<(String, Option<i64>)> = client
-        .query(
-            "SELECT snapshot->>'id', sequence FROM chain_events ORDER BY id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let events = text_and_number(
+        &client,
+        "SELECT snapshot->>'id', sequence FROM chain_events ORDER BY id",
+    )
+    .await;
     let want = want.as_str().to_string();
     assert_eq!(events, [(want.clone(), Some(1)), (want, Some(2))]);
     // Migration 0020: the subscription keeps the count of its events, and the writer epoch
@@ -419,16 +425,11 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         client.batch_execute(m.sql).await.unwrap();
     }
 
-    let rows: Vec<(String, Option<i64>)> = client
-        .query(
-            "SELECT event_public_id, event_id FROM webhook_outbox ORDER BY id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let rows = text_and_number(
+        &client,
+        "SELECT event_public_id, event_id FROM webhook_outbox ORDER BY id",
+    )
+    .await;
     let want: Vec<(String, Option<i64>)> = [
         ("evt_a", Some(10)),
         ("evt_r", Some(11)),
