@@ -44,6 +44,14 @@ async fn tables(db: &TestDb) -> Vec<String> {
         .collect()
 }
 
+/// Applies the migrations whose version `which` selects, in order (a test seeds the rows of
+/// an older schema between two calls).
+async fn apply(client: &tokio_postgres::Client, which: impl Fn(i32) -> bool) {
+    for m in MIGRATIONS.iter().filter(|m| which(m.version)) {
+        client.batch_execute(m.sql).await.unwrap();
+    }
+}
+
 /// The rows of a two-column query: a text and a nullable bigint.
 async fn text_and_number(client: &tokio_postgres::Client, sql: &str) -> Vec<(String, Option<i64>)> {
     client
@@ -233,11 +241,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
 
     let db = TestDb::create_empty().await;
     let client = db.connect().await;
-    let (before, after): (Vec<&chainsub_migrations::Migration>, Vec<_>) =
-        MIGRATIONS.iter().partition(|m| m.version < 7);
-    for m in before {
-        client.batch_execute(m.sql).await.unwrap();
-    }
+    apply(&client, |v| v < 7).await;
     let tx = B256::repeat_byte(0x5a);
     client
         .batch_execute(&format!(
@@ -267,9 +271,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         ))
         .await
         .unwrap();
-    for m in after {
-        client.batch_execute(m.sql).await.unwrap();
-    }
+    apply(&client, |v| v >= 7).await;
 
     let want = SubscriptionId::of_creation(31337, tx, 42);
     let row = client
@@ -389,11 +391,7 @@ async fn a_schema_newer_or_older_than_the_binarys_is_refused_by_the_check() {
 async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
     let db = TestDb::create_empty().await;
     let client = db.connect().await;
-    let (before, after): (Vec<&chainsub_migrations::Migration>, Vec<_>) =
-        MIGRATIONS.iter().partition(|m| m.version < 23);
-    for m in before {
-        client.batch_execute(m.sql).await.unwrap();
-    }
+    apply(&client, |v| v < 23).await;
     client
         .batch_execute(
             "INSERT INTO chain_events (id, public_id, chain_id, contract, block_number, block_hash,
@@ -421,9 +419,7 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         )
         .await
         .unwrap();
-    for m in after {
-        client.batch_execute(m.sql).await.unwrap();
-    }
+    apply(&client, |v| v >= 23).await;
 
     let rows = text_and_number(
         &client,

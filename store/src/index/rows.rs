@@ -2,6 +2,7 @@
 //! table per transaction, whatever the number of rows.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use alloy::primitives::{Address, B256, U256};
 use chainsub_core::{LedgerKind, SubscriptionId, SubscriptionState, SubscriptionStatus, ts};
@@ -959,60 +960,55 @@ pub async fn dangling_event_links(
     client: &Client,
     chain_id: i64,
 ) -> Result<Vec<(&'static str, String, &'static str, i64)>> {
-    // Each: the row's key and the event id it names, for the rows whose event is not stored.
-    let checks: [(&str, &str, &str); 5] = [
+    /// Each link: the table, the row's key as text, the column naming an event.
+    const LINKS: [(&str, &str, &str); 5] = [
         (
             "ledger_entries",
+            "'subscription ' || x.subscription_id || ' period ' || x.period || ' attempt ' || x.attempt",
             "event_id",
-            "SELECT 'subscription ' || x.subscription_id || ' period ' || x.period \
-                 || ' attempt ' || x.attempt, x.event_id FROM ledger_entries x \
-             WHERE x.chain_id = $1 AND NOT EXISTS \
-                 (SELECT 1 FROM chain_events ce WHERE ce.id = x.event_id AND ce.chain_id = $1) \
-             ORDER BY 1",
         ),
+        ("chain_plans", "'plan ' || x.onchain_id", "event_id"),
         (
             "chain_plans",
-            "event_id",
-            "SELECT 'plan ' || x.onchain_id, x.event_id FROM chain_plans x \
-             WHERE x.chain_id = $1 AND NOT EXISTS \
-                 (SELECT 1 FROM chain_events ce WHERE ce.id = x.event_id AND ce.chain_id = $1) \
-             ORDER BY 1",
-        ),
-        (
-            "chain_plans",
+            "'plan ' || x.onchain_id",
             "deactivated_event_id",
-            "SELECT 'plan ' || x.onchain_id, x.deactivated_event_id FROM chain_plans x \
-             WHERE x.chain_id = $1 AND x.deactivated_event_id IS NOT NULL AND NOT EXISTS \
-                 (SELECT 1 FROM chain_events ce \
-                  WHERE ce.id = x.deactivated_event_id AND ce.chain_id = $1) \
-             ORDER BY 1",
         ),
         (
             "subscriptions",
+            "'onchain ' || x.onchain_id",
             "created_event_id",
-            "SELECT 'onchain ' || x.onchain_id, x.created_event_id FROM subscriptions x \
-             WHERE x.chain_id = $1 AND NOT EXISTS \
-                 (SELECT 1 FROM chain_events ce \
-                  WHERE ce.id = x.created_event_id AND ce.chain_id = $1) \
-             ORDER BY 1",
         ),
         (
             "subscriptions",
+            "'onchain ' || x.onchain_id",
             "last_event_id",
-            "SELECT 'onchain ' || x.onchain_id, x.last_event_id FROM subscriptions x \
-             WHERE x.chain_id = $1 AND NOT EXISTS \
-                 (SELECT 1 FROM chain_events ce \
-                  WHERE ce.id = x.last_event_id AND ce.chain_id = $1) \
-             ORDER BY 1",
         ),
     ];
-    let mut out = Vec::new();
-    for (table, column, sql) in checks {
-        for r in client.query(sql, &[&chain_id]).await? {
-            out.push((table, r.get(0), column, r.get(1)));
-        }
-    }
-    Ok(out)
+    // One statement (built once from the constants above), the links in that order, each
+    // one's rows by key: the rows whose named event is not stored.
+    static DANGLING: LazyLock<String> = LazyLock::new(|| {
+        let branches: Vec<String> = LINKS
+            .iter()
+            .enumerate()
+            .map(|(n, (table, key, column))| {
+                format!(
+                    "SELECT {n} AS link, {key} AS key, x.{column} AS event FROM {table} x \
+                     WHERE x.chain_id = $1 AND x.{column} IS NOT NULL AND NOT EXISTS \
+                         (SELECT 1 FROM chain_events ce WHERE ce.id = x.{column} AND ce.chain_id = $1)"
+                )
+            })
+            .collect();
+        format!("{} ORDER BY 1, 2", branches.join(" UNION ALL "))
+    });
+    Ok(client
+        .query(DANGLING.as_str(), &[&chain_id])
+        .await?
+        .iter()
+        .map(|r| {
+            let (table, _, column) = LINKS[r.get::<_, i32>(0) as usize];
+            (table, r.get(1), column, r.get(2))
+        })
+        .collect())
 }
 
 /// The highest block any stored event of `chain_id` is in.
