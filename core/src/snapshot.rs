@@ -319,20 +319,43 @@ mod tests {
         let base = serde_json::to_string(&s).unwrap();
         let id = s.id.as_str().to_owned();
         // Each text is one way a stored snapshot could differ from the plain form.
+        let escaped = base.replace("\"cust-1\"", "\"cu\\\"st\"");
+        let repeated = base.replace(
+            "\"nextPaymentAt\":null",
+            "\"nextPaymentAt\":\"x\",\"nextPaymentAt\":null",
+        );
+        let unknown = base.replace("{", "{\"extra\":[1,{\"a\":2}],");
+        let spaced = [
+            base.replace("{", " { "),
+            base.replace(",", " , "),
+            format!("{base} "),
+        ];
+        let not_utf8 = {
+            let mut b = base.clone().into_bytes();
+            let at = base.find("cust-1").unwrap();
+            b[at] = 0xff;
+            b
+        };
         let variants: Vec<String> = vec![
-            base.replace("\"cust-1\"", "\"cu\\\"st\""),
             base.replace("\"cust-1\"", "\"cu\\u0041st\""),
             base.replace("\"period\":7", "\"period\":07"),
             base.replace("\"period\":7", "\"period\":7.0"),
             base.replace("\"period\":7", "\"period\":-7"),
             base.replace("\"period\":7", "\"period\":4294967296"),
             base.replace("\"period\":7", "\"period\":\"7\""),
+            base.replace("\"period\":7", "\"period\":99999999999999999999999"),
             base.replace("\"failedAttempts\":2", "\"failedAttempts\":256"),
+            base.replace("\"failedAttempts\":2", "\"failedAttempts\":02"),
             base.replace("\"planOnchainId\":3", "\"planOnchainId\":-3"),
             base.replace("\"planOnchainId\":3", "\"planOnchainId\":-0"),
+            base.replace("\"planOnchainId\":3", "\"planOnchainId\":03"),
             base.replace(
                 "\"planOnchainId\":3",
                 "\"planOnchainId\":-9223372036854775808",
+            ),
+            base.replace(
+                "\"planOnchainId\":3",
+                "\"planOnchainId\":9223372036854775808",
             ),
             base.replace("\"planOnchainId\":3", "\"planOnchainId\":3e0"),
             base.replace("\"cancelAtPeriodEnd\":true", "\"cancelAtPeriodEnd\":truex"),
@@ -342,43 +365,49 @@ mod tests {
             base.replace("0xbbbb", "0xBBbb"),
             base.replace("0xbbbb", "bbbbbb"),
             base.replace("0xbbbb", "0xbbb"),
+            base.replace("0xbbbb", "0x0xbb"),
             base.replace(
                 "\"customerExternalId\":\"cust-1\"",
                 "\"customerExternalId\":null",
             ),
             base.replace("\"nextPaymentAt\":null", "\"nextPaymentAt\":nul"),
-            base.replace(
-                "\"nextPaymentAt\":null",
-                "\"nextPaymentAt\":\"x\",\"nextPaymentAt\":null",
-            ),
             base.replace("\"amount\":\"9990000\"", "\"amount\":9990000"),
             base.replace("\"amount\":\"9990000\",", ""),
-            base.replace("{", "{\"extra\":[1,{\"a\":2}],"),
-            base.replace("{", " { "),
-            format!("{base} "),
+            base.replace("}", ",}"),
             format!("{base}x"),
             format!("{base}}}"),
-            base.replace(",", " , "),
             base.replace("cust-1", "cust\u{1}"),
             base.replace("{", "\n{"),
             base.replace(",", ",\t"),
+            base.replace(",", ",\r"),
             "{}".into(),
             "[]".into(),
             String::new(),
         ];
-        for text in &variants {
+        for text in variants
+            .iter()
+            .chain(&spaced)
+            .chain([&escaped, &repeated, &unknown])
+        {
             let plain = SubscriptionSnapshot::read_plain_json(text.as_bytes());
             if plain.is_some() {
                 assert_eq!(plain, serde(text), "{text}");
             }
         }
-        // The forms the writer never produces go to the full parser (escapes, a repeated or
-        // unknown key), and the plain ones do not.
-        assert!(SubscriptionSnapshot::read_plain_json(variants[0].as_bytes()).is_none());
-        assert!(SubscriptionSnapshot::read_plain_json(variants[21].as_bytes()).is_none());
-        assert!(SubscriptionSnapshot::read_plain_json(variants[24].as_bytes()).is_none());
-        assert!(SubscriptionSnapshot::read_plain_json(variants[25].as_bytes()).is_some());
-        assert!(SubscriptionSnapshot::read_plain_json(variants[29].as_bytes()).is_some());
-        assert!(SubscriptionSnapshot::read_plain_json(b"{\"id\":\"\xff\"}").is_none());
+        // The forms the writer never produces go to the full parser (an escape, a repeated
+        // or unknown key, a byte that is not UTF-8), and spaced plain ones do not.
+        for text in [&escaped, &repeated, &unknown] {
+            assert!(
+                SubscriptionSnapshot::read_plain_json(text.as_bytes()).is_none(),
+                "{text}"
+            );
+        }
+        assert!(SubscriptionSnapshot::read_plain_json(&not_utf8).is_none());
+        for text in &spaced {
+            assert_eq!(
+                SubscriptionSnapshot::read_plain_json(text.as_bytes()),
+                Some(s.clone())
+            );
+        }
     }
 }

@@ -570,4 +570,52 @@ mod tests {
         }
         assert!(JsonText::from_sql(&Type::JSONB, &[2, b'{', b'}']).is_err());
     }
+
+    #[test]
+    fn the_plain_snapshot_reader_never_disagrees_with_the_full_parsers_on_edited_texts() {
+        use rand::{Rng, SeedableRng};
+        let s = SubscriptionSnapshot {
+            id: SubscriptionId::of_creation(1, B256::repeat_byte(7), 5),
+            status: SubscriptionStatus::Active,
+            cancel_at_period_end: false,
+            period: 12,
+            current_period_start: "2026-01-01T00:00:00Z".into(),
+            current_period_end: "2026-02-01T00:00:00Z".into(),
+            next_payment_at: Some("2026-02-01T00:00:00Z".into()),
+            failed_attempts: 1,
+            subscriber: Address::repeat_byte(0xab),
+            customer_external_id: Some("cust-7".into()),
+            amount: "9990000".into(),
+            plan_onchain_id: 42,
+        };
+        let base = serde_json::to_string(&s).unwrap().into_bytes();
+        let alphabet = b"0123456789-+.eE\"\\{}[],: \t\ntrufalsn_xX\xff";
+        let mut rng = rand::rngs::StdRng::seed_from_u64(20261127);
+        let (mut plain, mut agreed) = (0, 0);
+        for _ in 0..50_000 {
+            let mut text = base.clone();
+            for _ in 0..rng.random_range(1..=3) {
+                let at = rng.random_range(0..text.len());
+                let byte = alphabet[rng.random_range(0..alphabet.len())];
+                match rng.random_range(0..3) {
+                    0 => text[at] = byte,
+                    1 => text.insert(at, byte),
+                    _ => drop(text.remove(at)),
+                }
+            }
+            let Some(read) = SubscriptionSnapshot::read_plain_json(&text) else {
+                continue;
+            };
+            plain += 1;
+            let by_serde: SubscriptionSnapshot = serde_json::from_slice(&text)
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&text)));
+            let by_sonic: SubscriptionSnapshot = sonic_rs::from_slice(&text)
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&text)));
+            assert_eq!((&read, &read), (&by_serde, &by_sonic));
+            agreed += 1;
+        }
+        // Edits that keep the text plain (a digit for a digit, a space) are read by it.
+        assert!(plain > 1_000, "{plain}");
+        assert_eq!(plain, agreed);
+    }
 }
