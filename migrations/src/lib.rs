@@ -123,6 +123,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "outbox_event_id",
         sql: include_str!("../sql/0023_outbox_event_id.sql"),
     },
+    Migration {
+        version: 24,
+        name: "webhook_attempts_without_foreign_key",
+        sql: include_str!("../sql/0024_webhook_attempts_without_foreign_key.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -216,7 +216,9 @@ pub struct Outcome {
 pub async fn record(client: &impl Cached, outcomes: &[Outcome]) -> Result<()> {
     const RECORD: &str = "WITH attempts AS (
             INSERT INTO webhook_attempts (outbox_id, attempt, attempted_at, url, status_code, latency_ms, error, response_excerpt)
-            SELECT * FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::text[], $5::int[], $6::int[], $7::text[], $8::text[])),
+            SELECT a.* FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::text[], $5::int[], $6::int[], $7::text[], $8::text[])
+                AS a(outbox_id, attempt, attempted_at, url, status_code, latency_ms, error, response_excerpt)
+            WHERE EXISTS (SELECT 1 FROM webhook_outbox o WHERE o.id = a.outbox_id)),
          gone AS (
             UPDATE merchants m SET webhook_enabled = FALSE, webhook_disabled_reason = g.reason
             FROM unnest($11::bytea[], $12::text[]) AS g(wallet, reason)
@@ -388,15 +390,20 @@ pub async fn retract_above(
     above: i64,
     ancestor: &[u8],
 ) -> Result<(u64, u64)> {
-    let dropped = client
-        .execute(
-            "DELETE FROM webhook_outbox o USING chain_events e \
-             WHERE e.chain_id = $1 AND e.block_number > $2 AND o.event_id = e.id \
-               AND o.test_payload IS NULL AND o.retracted_at IS NULL \
-               AND o.status = 'pending' AND o.attempts = 0",
+    // Such a row has no attempts (a claim that sent nothing hands its count back), but
+    // attempts have no foreign key to cascade (migration 0024): any are deleted with it.
+    let dropped: i64 = client
+        .query_one(
+            "WITH d AS (DELETE FROM webhook_outbox o USING chain_events e \
+                 WHERE e.chain_id = $1 AND e.block_number > $2 AND o.event_id = e.id \
+                   AND o.test_payload IS NULL AND o.retracted_at IS NULL \
+                   AND o.status = 'pending' AND o.attempts = 0 RETURNING o.id), \
+             a AS (DELETE FROM webhook_attempts x USING d WHERE x.outbox_id = d.id) \
+             SELECT count(*) FROM d",
             &[&chain_id, &above],
         )
-        .await?;
+        .await?
+        .get(0);
     let retracted = client
         .execute(
             "WITH gone AS ( \
@@ -432,7 +439,7 @@ pub async fn retract_above(
             &[&chain_id, &above, &ancestor],
         )
         .await?;
-    Ok((dropped, retracted))
+    Ok((dropped.unsigned_abs(), retracted))
 }
 
 /// Makes the merchant's waiting deliveries due now (a new URL or a re-enabled endpoint

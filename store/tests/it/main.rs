@@ -286,3 +286,78 @@ async fn a_uint256_is_written_as_the_numeric_postgres_reads() {
         assert_eq!(row.get::<_, String>(0), v.to_string());
     }
 }
+
+/// Attempts have no foreign key to their outbox row since migration 0024 (its check locked
+/// the row in every `record`): `record` writes no attempt for a row that does not exist, and
+/// a reorg's undo that deletes an outbox row deletes its attempts, as the cascade did.
+#[tokio::test]
+async fn attempts_only_ever_name_outbox_rows_that_exist() {
+    use chainsub_store::outbox;
+    let db = TestDb::create().await;
+    let pool = db.pool();
+    let c = pool.get().await.unwrap();
+    let wallet = vec![0x22u8; 20];
+    c.execute(
+        "INSERT INTO chain_events (id, public_id, chain_id, contract, block_number, block_hash, \
+         block_time, transaction_hash, transaction_index, log_index, name, kind, \
+         merchant_wallet, subscription_id, topics, data) \
+         VALUES (1, 'evt_1', 1, '\\x00', 10, '\\x01', now(), '\\x02', 0, 0, \
+                 'Charged', 'subscription.charged', $1, 7, '{}', '\\x')",
+        &[&wallet],
+    )
+    .await
+    .unwrap();
+    let delivery = outbox::NewDelivery {
+        event_id: 1,
+        event_public_id: "evt_1",
+        merchant_wallet: &wallet,
+        subscription_id: Some(7),
+    };
+    assert_eq!(outbox::enqueue(&**c, 1, &[delivery]).await.unwrap(), 1);
+    let row: i64 = c
+        .query_one("SELECT id FROM webhook_outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let outcome = |outbox_id| outbox::Outcome {
+        outbox_id,
+        attempt: 1,
+        attempted_at: chrono::Utc::now(),
+        url: "https://example.com/hook".into(),
+        status_code: Some(500),
+        latency_ms: 3,
+        error: Some("HTTP 500".into()),
+        response_excerpt: None,
+        next: outbox::NextState::Retry(chrono::Utc::now()),
+        disable_wallet: None,
+    };
+    outbox::record(&c, &[outcome(row), outcome(row + 1_000)])
+        .await
+        .unwrap();
+    assert_eq!(
+        attempt_rows(&c).await,
+        vec![row],
+        "no attempt for a row that does not exist"
+    );
+
+    // A row that was never attempted, with an attempt left in the table (as a cascade would
+    // have found it): the undo of a reorg above block 5 deletes both.
+    c.batch_execute(&format!(
+        "UPDATE webhook_outbox SET attempts = 0, status = 'pending' WHERE id = {row}"
+    ))
+    .await
+    .unwrap();
+    let (dropped, retracted) = outbox::retract_above(&**c, 1, 5, &[0u8; 32]).await.unwrap();
+    assert_eq!((dropped, retracted), (1, 0));
+    assert_eq!(attempt_rows(&c).await, Vec::<i64>::new());
+}
+
+/// The outbox row each webhook attempt names, in order.
+async fn attempt_rows(c: &tokio_postgres::Client) -> Vec<i64> {
+    c.query("SELECT outbox_id FROM webhook_attempts ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
