@@ -253,6 +253,13 @@ pub async fn verify<S: BlockSource + ?Sized>(
             ),
         );
     }
+    for (id, outbox) in store::orphan_attempts(client).await? {
+        out.add(
+            "webhook_attempts",
+            format!("{id}"),
+            format!("names outbox row {outbox}, which does not exist"),
+        );
+    }
     Ok(out.0)
 }
 

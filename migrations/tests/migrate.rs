@@ -482,3 +482,49 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         .unwrap();
     assert_eq!(again, 0);
 }
+
+/// Migration 0024: webhook attempts lose their foreign key to the outbox (the dispatcher and a
+/// reorg's undo keep that link; `indexer verify` reports a broken one) and the outbox its
+/// redundant due index; nothing else goes.
+#[tokio::test]
+async fn attempts_lose_their_foreign_key_and_the_outbox_its_due_index_in_migration_24() {
+    let db = TestDb::create_empty().await;
+    let client = db.connect().await;
+    apply(&client, |v| v < 24).await;
+    let (keys, before) = attempts_keys_and_outbox_indexes(&client).await;
+    assert_eq!(keys, 1);
+    assert!(
+        before.contains(&"webhook_outbox_due".to_string()),
+        "{before:?}"
+    );
+    apply(&client, |v| v == 24).await;
+    let (keys, after) = attempts_keys_and_outbox_indexes(&client).await;
+    assert_eq!(keys, 0);
+    let mut expected = before.clone();
+    expected.retain(|i| i != "webhook_outbox_due");
+    assert_eq!(after, expected);
+}
+
+/// The foreign keys of `webhook_attempts` and the indexes of `webhook_outbox`.
+async fn attempts_keys_and_outbox_indexes(client: &tokio_postgres::Client) -> (i64, Vec<String>) {
+    let keys: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_constraint
+             WHERE conrelid = 'webhook_attempts'::regclass AND contype = 'f'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let indexes = client
+        .query(
+            "SELECT indexname::text FROM pg_indexes WHERE tablename = 'webhook_outbox' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    (keys, indexes)
+}

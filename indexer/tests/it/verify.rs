@@ -159,6 +159,13 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
     )
     .await;
 
+    // A webhook attempt of an outbox row that does not exist (no foreign key since 0024).
+    exec(
+        &client,
+        "INSERT INTO webhook_attempts (outbox_id, attempt, url) VALUES (999997, 1, 'https://x')",
+    )
+    .await;
+
     let (ok, out) = verify(&chain, &db, head, false);
     assert!(!ok, "differences must fail the command: {out}");
     let has = |table: &str, what: &[&str]| {
@@ -218,6 +225,13 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
             &[
                 "for event evt_00000000000000000000000000000000 (row id 0), which the index does not hold"
             ]
+        ),
+        "{out}"
+    );
+    assert!(
+        has(
+            "webhook_attempts",
+            &["names outbox row 999997, which does not exist"]
         ),
         "{out}"
     );
@@ -283,6 +297,7 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
             "chain_plans",
             "ledger_entries",
             "subscriptions",
+            "webhook_attempts",
             "webhook_outbox"
         ]
         .into()

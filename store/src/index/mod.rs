@@ -19,8 +19,9 @@ pub use rows::{
     Checkpoint, EventKey, LogFields, NewEvent, NewLedgerEntry, NewPlan, StoredDelivery,
     StoredEvent, StoredLog, StoredPlan, dangling_event_links, delete_above, events_in_range,
     highest_event_block, insert_events, insert_ledger, insert_plans, insert_subscriptions,
-    ledger_in_range, load_subscriptions, mark_plans_deactivated, orphan_outbox, outbox_in_range,
-    plans, resolve_customers, subscription_logs, upsert_subscriptions, write_checkpoints,
+    ledger_in_range, load_subscriptions, mark_plans_deactivated, orphan_attempts, orphan_outbox,
+    outbox_in_range, plans, resolve_customers, subscription_logs, upsert_subscriptions,
+    write_checkpoints,
 };
 
 /// Where the index stands: the last block whose effects are committed.

@@ -953,6 +953,20 @@ pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String, 
         .collect())
 }
 
+/// Webhook attempts whose outbox row does not exist (no foreign key keeps that link since
+/// migration 0024; the dispatcher and a reorg's undo do): `(attempt id, outbox row id)`.
+pub async fn orphan_attempts(client: &Client) -> Result<Vec<(i64, i64)>> {
+    let rows = client
+        .query(
+            "SELECT a.id, a.outbox_id FROM webhook_attempts a
+             WHERE NOT EXISTS (SELECT 1 FROM webhook_outbox o WHERE o.id = a.outbox_id)
+             ORDER BY a.id",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
 /// The rows derived from events that name an event the index does not hold (no foreign key
 /// keeps these links since migration 0022; the sink and its undo do): `(table, the row's key,
 /// the column, the event id it names)`, over the whole index of `chain_id`.
