@@ -28,6 +28,26 @@ pub struct SubscriptionSnapshot {
 }
 
 impl SubscriptionSnapshot {
+    /// A past-due snapshot for tests (one shape for every crate's tests), with the given
+    /// customer reference and next payment time.
+    #[doc(hidden)]
+    pub fn example(external: Option<&str>, next: Option<&str>) -> SubscriptionSnapshot {
+        SubscriptionSnapshot {
+            id: SubscriptionId::of_creation(1, alloy::primitives::B256::repeat_byte(7), 5),
+            status: SubscriptionStatus::PastDue,
+            cancel_at_period_end: true,
+            period: 7,
+            current_period_start: "2026-01-01T00:00:00Z".into(),
+            current_period_end: "2026-02-01T00:00:00Z".into(),
+            next_payment_at: next.map(Into::into),
+            failed_attempts: 2,
+            subscriber: Address::repeat_byte(0xbb),
+            customer_external_id: external.map(Into::into),
+            amount: "9990000".into(),
+            plan_onchain_id: 3,
+        }
+    }
+
     /// Reads a stored snapshot's JSON text the way its `Deserialize` does, for the text our
     /// writer and Postgres's `jsonb` output produce: one flat object of the twelve fields,
     /// strings without escapes, plain integers. `None` for anything else (an escape, an
@@ -262,23 +282,6 @@ mod tests {
         assert!(serde_json::from_str::<SubscriptionSnapshot>(&bad).is_err());
     }
 
-    fn sample(external: Option<&str>, next: Option<&str>) -> SubscriptionSnapshot {
-        SubscriptionSnapshot {
-            id: SubscriptionId::of_creation(1, B256::repeat_byte(7), 5),
-            status: SubscriptionStatus::PastDue,
-            cancel_at_period_end: true,
-            period: 7,
-            current_period_start: "2026-01-01T00:00:00Z".into(),
-            current_period_end: "2026-02-01T00:00:00Z".into(),
-            next_payment_at: next.map(Into::into),
-            failed_attempts: 2,
-            subscriber: Address::repeat_byte(0xbb),
-            customer_external_id: external.map(Into::into),
-            amount: "9990000".into(),
-            plan_onchain_id: 3,
-        }
-    }
-
     /// What the derived `Deserialize` makes of `text` (`None` where it refuses it).
     fn serde(text: &str) -> Option<SubscriptionSnapshot> {
         serde_json::from_str(text).ok()
@@ -287,8 +290,8 @@ mod tests {
     #[test]
     fn the_plain_reader_reads_what_the_writer_and_jsonb_write() {
         for s in [
-            sample(None, None),
-            sample(Some("cust-1 é ✓"), Some("2026-02-01T00:00:00Z")),
+            SubscriptionSnapshot::example(None, None),
+            SubscriptionSnapshot::example(Some("cust-1 é ✓"), Some("2026-02-01T00:00:00Z")),
         ] {
             let written = serde_json::to_string(&s).unwrap();
             // jsonb's output: keys by length, ", " and ": " between them.
@@ -315,7 +318,7 @@ mod tests {
 
     #[test]
     fn the_plain_reader_returns_what_serde_returns_or_leaves_the_text_to_it() {
-        let s = sample(Some("cust-1"), None);
+        let s = SubscriptionSnapshot::example(Some("cust-1"), None);
         let base = serde_json::to_string(&s).unwrap();
         let id = s.id.as_str().to_owned();
         // Each text is one way a stored snapshot could differ from the plain form.
@@ -336,54 +339,58 @@ mod tests {
             b[at] = 0xff;
             b
         };
-        let variants: Vec<String> = vec![
-            base.replace("\"cust-1\"", "\"cu\\u0041st\""),
-            base.replace("\"period\":7", "\"period\":07"),
-            base.replace("\"period\":7", "\"period\":7.0"),
-            base.replace("\"period\":7", "\"period\":-7"),
-            base.replace("\"period\":7", "\"period\":4294967296"),
-            base.replace("\"period\":7", "\"period\":\"7\""),
-            base.replace("\"period\":7", "\"period\":99999999999999999999999"),
-            base.replace("\"failedAttempts\":2", "\"failedAttempts\":256"),
-            base.replace("\"failedAttempts\":2", "\"failedAttempts\":02"),
-            base.replace("\"planOnchainId\":3", "\"planOnchainId\":-3"),
-            base.replace("\"planOnchainId\":3", "\"planOnchainId\":-0"),
-            base.replace("\"planOnchainId\":3", "\"planOnchainId\":03"),
-            base.replace(
+        // What is replaced in the plain text, and by what.
+        let edits: [(&str, &str); 31] = [
+            ("\"cust-1\"", "\"cu\\u0041st\""),
+            ("\"period\":7", "\"period\":07"),
+            ("\"period\":7", "\"period\":7.0"),
+            ("\"period\":7", "\"period\":-7"),
+            ("\"period\":7", "\"period\":4294967296"),
+            ("\"period\":7", "\"period\":\"7\""),
+            ("\"period\":7", "\"period\":99999999999999999999999"),
+            ("\"failedAttempts\":2", "\"failedAttempts\":256"),
+            ("\"failedAttempts\":2", "\"failedAttempts\":02"),
+            ("\"planOnchainId\":3", "\"planOnchainId\":-3"),
+            ("\"planOnchainId\":3", "\"planOnchainId\":-0"),
+            ("\"planOnchainId\":3", "\"planOnchainId\":03"),
+            (
                 "\"planOnchainId\":3",
                 "\"planOnchainId\":-9223372036854775808",
             ),
-            base.replace(
+            (
                 "\"planOnchainId\":3",
                 "\"planOnchainId\":9223372036854775808",
             ),
-            base.replace("\"planOnchainId\":3", "\"planOnchainId\":3e0"),
-            base.replace("\"cancelAtPeriodEnd\":true", "\"cancelAtPeriodEnd\":truex"),
-            base.replace("\"cancelAtPeriodEnd\":true", "\"cancelAtPeriodEnd\":null"),
-            base.replace("\"status\":\"past_due\"", "\"status\":\"PastDue\""),
-            base.replace(&id, "sub_5"),
-            base.replace("0xbbbb", "0xBBbb"),
-            base.replace("0xbbbb", "bbbbbb"),
-            base.replace("0xbbbb", "0xbbb"),
-            base.replace("0xbbbb", "0x0xbb"),
-            base.replace(
+            ("\"planOnchainId\":3", "\"planOnchainId\":3e0"),
+            ("\"cancelAtPeriodEnd\":true", "\"cancelAtPeriodEnd\":truex"),
+            ("\"cancelAtPeriodEnd\":true", "\"cancelAtPeriodEnd\":null"),
+            ("\"status\":\"past_due\"", "\"status\":\"PastDue\""),
+            ("0xbbbb", "0xBBbb"),
+            ("0xbbbb", "bbbbbb"),
+            ("0xbbbb", "0xbbb"),
+            ("0xbbbb", "0x0xbb"),
+            (
                 "\"customerExternalId\":\"cust-1\"",
                 "\"customerExternalId\":null",
             ),
-            base.replace("\"nextPaymentAt\":null", "\"nextPaymentAt\":nul"),
-            base.replace("\"amount\":\"9990000\"", "\"amount\":9990000"),
-            base.replace("\"amount\":\"9990000\",", ""),
-            base.replace("}", ",}"),
+            ("\"nextPaymentAt\":null", "\"nextPaymentAt\":nul"),
+            ("\"amount\":\"9990000\"", "\"amount\":9990000"),
+            ("\"amount\":\"9990000\",", ""),
+            ("}", ",}"),
+            ("cust-1", "cust\u{1}"),
+            ("{", "\n{"),
+            (",", ",\t"),
+            (",", ",\r"),
+        ];
+        let mut variants: Vec<String> = edits.iter().map(|(a, b)| base.replace(a, b)).collect();
+        variants.extend([
+            base.replace(&id, "sub_5"),
             format!("{base}x"),
             format!("{base}}}"),
-            base.replace("cust-1", "cust\u{1}"),
-            base.replace("{", "\n{"),
-            base.replace(",", ",\t"),
-            base.replace(",", ",\r"),
             "{}".into(),
             "[]".into(),
             String::new(),
-        ];
+        ]);
         for text in variants
             .iter()
             .chain(&spaced)

@@ -16,27 +16,31 @@ fn all_versions() -> Vec<i32> {
 }
 
 async fn recorded_versions(db: &TestDb) -> Vec<i32> {
-    db.connect()
-        .await
-        .query(
-            "SELECT version FROM schema_migrations ORDER BY version",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
+    let client = db.connect().await;
+    column(
+        &client,
+        "SELECT version FROM schema_migrations ORDER BY version",
+    )
+    .await
 }
 
 async fn tables(db: &TestDb) -> Vec<String> {
-    db.connect()
-        .await
-        .query(
-            "SELECT table_name::text FROM information_schema.tables
-             WHERE table_schema = 'public' ORDER BY 1",
-            &[],
-        )
+    let client = db.connect().await;
+    column(
+        &client,
+        "SELECT table_name::text FROM information_schema.tables
+         WHERE table_schema = 'public' ORDER BY 1",
+    )
+    .await
+}
+
+/// The first column of every row of `sql`.
+async fn column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Vec<T> {
+    client
+        .query(sql, &[])
         .await
         .unwrap()
         .iter()
@@ -516,15 +520,10 @@ async fn attempts_keys_and_outbox_indexes(client: &tokio_postgres::Client) -> (i
         .await
         .unwrap()
         .get(0);
-    let indexes = client
-        .query(
-            "SELECT indexname::text FROM pg_indexes WHERE tablename = 'webhook_outbox' ORDER BY 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let indexes = column(
+        client,
+        "SELECT indexname::text FROM pg_indexes WHERE tablename = 'webhook_outbox' ORDER BY 1",
+    )
+    .await;
     (keys, indexes)
 }

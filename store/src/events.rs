@@ -515,8 +515,6 @@ pub fn list_statements() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloy::primitives::B256;
-    use chainsub_core::SubscriptionStatus;
 
     fn jsonb(text: &str) -> Vec<u8> {
         let mut raw = vec![1];
@@ -527,20 +525,7 @@ mod tests {
     #[test]
     fn a_stored_snapshot_parses_as_serde_json_parses_it() {
         for external in [None, Some("cus_\"1\" \\ é ✓ \u{1F600} \t")] {
-            let s = SubscriptionSnapshot {
-                id: SubscriptionId::of_creation(1, B256::repeat_byte(7), 5),
-                status: SubscriptionStatus::PastDue,
-                cancel_at_period_end: true,
-                period: 7,
-                current_period_start: "2026-01-01T00:00:00Z".into(),
-                current_period_end: "2026-02-01T00:00:00Z".into(),
-                next_payment_at: None,
-                failed_attempts: 2,
-                subscriber: Address::repeat_byte(0xbb),
-                customer_external_id: external.map(Into::into),
-                amount: "9990000".into(),
-                plan_onchain_id: 3,
-            };
+            let s = SubscriptionSnapshot::example(external, None);
             // As Postgres returns it: jsonb's own key order and spacing, \u escapes kept.
             let text = serde_json::to_string(&serde_json::to_value(&s).unwrap())
                 .unwrap()
@@ -574,20 +559,7 @@ mod tests {
     #[test]
     fn the_plain_snapshot_reader_never_disagrees_with_the_full_parsers_on_edited_texts() {
         use rand::{Rng, SeedableRng};
-        let s = SubscriptionSnapshot {
-            id: SubscriptionId::of_creation(1, B256::repeat_byte(7), 5),
-            status: SubscriptionStatus::Active,
-            cancel_at_period_end: false,
-            period: 12,
-            current_period_start: "2026-01-01T00:00:00Z".into(),
-            current_period_end: "2026-02-01T00:00:00Z".into(),
-            next_payment_at: Some("2026-02-01T00:00:00Z".into()),
-            failed_attempts: 1,
-            subscriber: Address::repeat_byte(0xab),
-            customer_external_id: Some("cust-7".into()),
-            amount: "9990000".into(),
-            plan_onchain_id: 42,
-        };
+        let s = SubscriptionSnapshot::example(Some("cust-7"), Some("2026-02-01T00:00:00Z"));
         let base = serde_json::to_string(&s).unwrap().into_bytes();
         let alphabet = b"0123456789-+.eE\"\\{}[],: \t\ntrufalsn_xX\xff";
         let mut rng = rand::rngs::StdRng::seed_from_u64(20261127);
