@@ -66,16 +66,9 @@ impl SubscriptionSnapshot {
             return None;
         }
         let text = std::str::from_utf8(text).ok()?;
-        let mut r = Plain {
-            s: text.as_bytes(),
-            at: 0,
-            text,
-        };
+        let mut r = Plain { s: text, at: 0 };
         let mut f = Fields::default();
         r.expect(b'{')?;
-        if r.peek()? == b'}' {
-            return None;
-        }
         loop {
             let key = r.string()?;
             r.expect(b':')?;
@@ -97,7 +90,10 @@ impl SubscriptionSnapshot {
                 "subscriber" => f.subscriber.replace(address(r.string()?)?).is_some(),
                 "customerExternalId" => f.customer_external_id.replace(r.opt_string()?).is_some(),
                 "amount" => f.amount.replace(r.string()?).is_some(),
-                "planOnchainId" => f.plan_onchain_id.replace(r.int()?).is_some(),
+                "planOnchainId" => f
+                    .plan_onchain_id
+                    .replace(r.uint()?.try_into().ok()?)
+                    .is_some(),
                 _ => return None,
             };
             if slot_taken {
@@ -156,15 +152,14 @@ fn address(s: &str) -> Option<Address> {
 
 /// A cursor over JSON text that knows only the plain forms (see `read_plain_json`).
 struct Plain<'a> {
-    s: &'a [u8],
+    s: &'a str,
     at: usize,
-    text: &'a str,
 }
 
 impl<'a> Plain<'a> {
     /// The next byte after spaces, not consumed.
     fn peek(&mut self) -> Option<u8> {
-        while let Some(&b) = self.s.get(self.at) {
+        while let Some(&b) = self.s.as_bytes().get(self.at) {
             if b != b' ' {
                 return Some(b);
             }
@@ -187,10 +182,10 @@ impl<'a> Plain<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.expect(b'"')?;
         let start = self.at;
-        let len = memchr::memchr(b'"', &self.s[start..])?;
+        let len = memchr::memchr(b'"', &self.s.as_bytes()[start..])?;
         self.at = start + len + 1;
         // Both ends are ASCII quotes, so these are character boundaries.
-        self.text.get(start..start + len)
+        self.s.get(start..start + len)
     }
 
     fn opt_string(&mut self) -> Option<Option<&'a str>> {
@@ -204,7 +199,7 @@ impl<'a> Plain<'a> {
     fn literal(&mut self, word: &[u8]) -> Option<()> {
         self.peek()?;
         let end = self.at + word.len();
-        (self.s.get(self.at..end)? == word).then_some(())?;
+        (self.s.as_bytes().get(self.at..end)? == word).then_some(())?;
         self.at = end;
         self.delimited()
     }
@@ -219,20 +214,19 @@ impl<'a> Plain<'a> {
 
     /// What follows a number or a literal must end it (`,`, `}` or whitespace).
     fn delimited(&self) -> Option<()> {
-        match self.s.get(self.at) {
+        match self.s.as_bytes().get(self.at) {
             Some(b',' | b'}' | b' ') => Some(()),
             _ => None,
         }
     }
 
-    /// A JSON integer without sign, fraction or exponent, and without a leading zero.
+    /// A JSON integer without sign (a sign goes to the full parser), fraction or exponent,
+    /// and without a leading zero.
     fn uint(&mut self) -> Option<u64> {
         self.peek()?;
-        let digits = self.s[self.at..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        let text = &self.s[self.at..self.at + digits];
+        let rest = &self.s.as_bytes()[self.at..];
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        let text = &rest[..digits];
         if digits == 0 || (digits > 1 && text[0] == b'0') {
             return None;
         }
@@ -241,11 +235,6 @@ impl<'a> Plain<'a> {
         text.iter().try_fold(0u64, |n, &d| {
             n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
         })
-    }
-
-    /// A non-negative `i64` (a plan id); a sign goes to the full parser.
-    fn int(&mut self) -> Option<i64> {
-        self.uint()?.try_into().ok()
     }
 }
 

@@ -195,16 +195,7 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
     let c = pool.get().await.unwrap();
     let wallet = vec![0x11u8; 20];
     for (i, sub) in [(1i32, 7i64), (2, 7), (3, 8)] {
-        c.execute(
-            "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
-             block_time, transaction_hash, transaction_index, log_index, name, kind, \
-             merchant_wallet, subscription_id, topics, data) \
-             VALUES ($4, 1, '\\x00', $1::int, '\\x01', now(), '\\x02', 0, $1::int, \
-                     'Charged', 'subscription.charged', $2, $3, '{}', '\\x')",
-            &[&i, &wallet, &sub, &format!("evt_{i}")],
-        )
-        .await
-        .unwrap();
+        charge_event(&c, i, &wallet, sub).await;
     }
     let events: Vec<(String, Vec<u8>)> = (1..=3)
         .map(|i| (format!("evt_{i}"), wallet.clone()))
@@ -297,19 +288,10 @@ async fn attempts_only_ever_name_outbox_rows_that_exist() {
     let pool = db.pool();
     let c = pool.get().await.unwrap();
     let wallet = vec![0x22u8; 20];
-    c.execute(
-        "INSERT INTO chain_events (id, public_id, chain_id, contract, block_number, block_hash, \
-         block_time, transaction_hash, transaction_index, log_index, name, kind, \
-         merchant_wallet, subscription_id, topics, data) \
-         VALUES (1, 'evt_1', 1, '\\x00', 10, '\\x01', now(), '\\x02', 0, 0, \
-                 'Charged', 'subscription.charged', $1, 7, '{}', '\\x')",
-        &[&wallet],
-    )
-    .await
-    .unwrap();
+    let event = charge_event(&c, 10, &wallet, 7).await;
     let delivery = outbox::NewDelivery {
-        event_id: 1,
-        event_public_id: "evt_1",
+        event_id: event,
+        event_public_id: "evt_10",
         merchant_wallet: &wallet,
         subscription_id: Some(7),
     };
@@ -360,4 +342,20 @@ async fn attempt_rows(c: &tokio_postgres::Client) -> Vec<i64> {
         .iter()
         .map(|r| r.get(0))
         .collect()
+}
+
+/// A `subscription.charged` event of `wallet`'s subscription `sub` at `block` (also its log
+/// index), public id `evt_<block>`: its row id.
+async fn charge_event(c: &tokio_postgres::Client, block: i32, wallet: &[u8], sub: i64) -> i64 {
+    c.query_one(
+        "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
+         block_time, transaction_hash, transaction_index, log_index, name, kind, \
+         merchant_wallet, subscription_id, topics, data) \
+         VALUES ('evt_' || $1::int, 1, '\\x00', $1::int, '\\x01', now(), '\\x02', 0, $1::int, \
+                 'Charged', 'subscription.charged', $2, $3, '{}', '\\x') RETURNING id",
+        &[&block, &wallet, &sub],
+    )
+    .await
+    .unwrap()
+    .get(0)
 }
