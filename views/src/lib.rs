@@ -70,23 +70,24 @@ impl<T: WriteJson> WriteJson for ListView<T> {
 
 /// RFC 3339 UTC with second precision and `Z` (every time the API serves).
 pub fn rfc3339(t: &DateTime<Utc>) -> String {
-    let mut buf = [0u8; 20];
-    match rfc3339_into(t, &mut buf) {
+    let mut buf = [0u8; 24];
+    match rfc3339_into(t, &mut buf, false) {
         Some(s) => s.to_owned(),
         None => t.to_rfc3339_opts(SecondsFormat::Secs, true),
     }
 }
 
-/// [`rfc3339`] written into `buf` without allocating (a list page writes thousands of
-/// times); `None` for a year outside 0000–9999, which chrono formats instead.
-fn rfc3339_into<'b>(t: &DateTime<Utc>, buf: &'b mut [u8; 20]) -> Option<&'b str> {
+/// [`rfc3339`] (or, with `millis`, [`rfc3339_millis`]) written into `buf` without
+/// allocating (a list page writes thousands of times); `None` for a year outside 0000–9999,
+/// which chrono formats instead.
+fn rfc3339_into<'b>(t: &DateTime<Utc>, buf: &'b mut [u8; 24], millis: bool) -> Option<&'b str> {
     use chrono::{Datelike, Timelike};
     // The naive UTC value once: each accessor of a `DateTime` converts to local time
     // (adding the zero offset) again, which cost more than the formatting (callgrind).
     let t = t.naive_utc();
     let (date, time) = (t.date(), t.time());
     let year = u32::try_from(date.year()).ok().filter(|y| *y <= 9999)?;
-    let two = |buf: &mut [u8; 20], at: usize, v: u32| {
+    let two = |buf: &mut [u8; 24], at: usize, v: u32| {
         buf[at] = b'0' + (v / 10) as u8;
         buf[at + 1] = b'0' + (v % 10) as u8;
     };
@@ -107,14 +108,27 @@ fn rfc3339_into<'b>(t: &DateTime<Utc>, buf: &'b mut [u8; 20]) -> Option<&'b str>
         17,
         time.second() + u32::from(time.nanosecond() >= 1_000_000_000),
     );
-    buf[19] = b'Z';
-    std::str::from_utf8(&buf[..]).ok()
+    let end = if millis {
+        let ms = time.nanosecond() % 1_000_000_000 / 1_000_000;
+        buf[19] = b'.';
+        buf[20] = b'0' + (ms / 100) as u8;
+        two(buf, 21, ms % 100);
+        23
+    } else {
+        19
+    };
+    buf[end] = b'Z';
+    std::str::from_utf8(&buf[..=end]).ok()
 }
 
 /// RFC 3339 UTC with milliseconds: webhook delivery times (attempts are seconds apart at
 /// first), in the events list and the dashboard alike.
 pub fn rfc3339_millis(t: &DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+    let mut buf = [0u8; 24];
+    match rfc3339_into(t, &mut buf, true) {
+        Some(s) => s.to_owned(),
+        None => t.to_rfc3339_opts(SecondsFormat::Millis, true),
+    }
 }
 
 /// Amount in base units -> `"9.99"`.
@@ -124,8 +138,8 @@ fn usdc(units: Option<u128>) -> Option<String> {
 
 /// `serialize_with` for times.
 fn time<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-    let mut buf = [0u8; 20];
-    match rfc3339_into(t, &mut buf) {
+    let mut buf = [0u8; 24];
+    match rfc3339_into(t, &mut buf, false) {
         Some(text) => s.serialize_str(text),
         None => s.serialize_str(&rfc3339(t)),
     }
@@ -213,14 +227,28 @@ mod tests {
             -62_167_219_200,
             1_700_000_000,
         ]);
-        for s in secs {
+        for &s in &secs {
             let t = DateTime::from_timestamp(s, 0).unwrap();
             assert_eq!(rfc3339(&t), chrono(&t), "{s}");
         }
-        let leap = DateTime::from_timestamp(1_483_228_799, 1_500_000_000).unwrap();
-        assert_eq!(rfc3339(&leap), chrono(&leap));
+        let millis = |t: &DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
+        for (i, s) in secs.iter().enumerate() {
+            // Sub-second parts from 0 to 999,999,999 ns, exact milliseconds among them.
+            let nanos = (i as u32).wrapping_mul(2_654_435_761) % 1_000_000_000;
+            for n in [nanos, nanos / 1_000_000 * 1_000_000, 0, 999_999_999] {
+                let t = DateTime::from_timestamp(*s, n).unwrap();
+                assert_eq!(rfc3339(&t), chrono(&t), "{s} {n}");
+                assert_eq!(rfc3339_millis(&t), millis(&t), "{s} {n}");
+            }
+        }
+        for leap in [1_500_000_000, 1_000_000_000, 1_999_999_999] {
+            let leap = DateTime::from_timestamp(1_483_228_799, leap).unwrap();
+            assert_eq!(rfc3339(&leap), chrono(&leap));
+            assert_eq!(rfc3339_millis(&leap), millis(&leap));
+        }
         for t in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
             assert_eq!(rfc3339(&t), chrono(&t));
+            assert_eq!(rfc3339_millis(&t), millis(&t));
         }
     }
 }
