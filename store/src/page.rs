@@ -76,7 +76,7 @@ pub(crate) async fn fetch<T>(
     let stmt = client.prepare_cached(text).await?;
     let mut rows = client.query(&stmt, params).await?;
     let more = page.finish(&mut rows);
-    // Not `collect::<Result<Vec<_>>>()`: its iterator has no size hint, so the typed rows
+    // Not `collect::<Result<Vec<_>>>()`: its iterator's size hint starts at 0, so the typed rows
     // (an event row is ~1 KB) were copied five times over as the vector grew (callgrind:
     // ~4 % of the API's instructions per events page).
     let mut out = Vec::with_capacity(rows.len());

@@ -70,9 +70,15 @@ impl<T: WriteJson> WriteJson for ListView<T> {
 
 /// RFC 3339 UTC with second precision and `Z` (every time the API serves).
 pub fn rfc3339(t: &DateTime<Utc>) -> String {
+    rfc3339_string(t, false)
+}
+
+/// [`rfc3339_into`] as a `String`, or chrono's text where that declines.
+fn rfc3339_string(t: &DateTime<Utc>, millis: bool) -> String {
     let mut buf = [0u8; 24];
-    match rfc3339_into(t, &mut buf, false) {
+    match rfc3339_into(t, &mut buf, millis) {
         Some(s) => s.to_owned(),
+        None if millis => t.to_rfc3339_opts(SecondsFormat::Millis, true),
         None => t.to_rfc3339_opts(SecondsFormat::Secs, true),
     }
 }
@@ -124,11 +130,7 @@ fn rfc3339_into<'b>(t: &DateTime<Utc>, buf: &'b mut [u8; 24], millis: bool) -> O
 /// RFC 3339 UTC with milliseconds: webhook delivery times (attempts are seconds apart at
 /// first), in the events list and the dashboard alike.
 pub fn rfc3339_millis(t: &DateTime<Utc>) -> String {
-    let mut buf = [0u8; 24];
-    match rfc3339_into(t, &mut buf, true) {
-        Some(s) => s.to_owned(),
-        None => t.to_rfc3339_opts(SecondsFormat::Millis, true),
-    }
+    rfc3339_string(t, true)
 }
 
 /// Amount in base units -> `"9.99"`.
