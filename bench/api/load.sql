@@ -9,8 +9,10 @@ VALUES (31337, '\xcccccccccccccccccccccccccccccccccccccccc', 200000, '\x00', 200
 
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
     transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
-    plan_id, topics, data, log_amount, log_subscriber, log_period, log_attempt, snapshot,
-    sequence)
+    plan_id, topics, data, log_amount, log_subscriber, log_period, log_attempt, snap_id,
+    snap_status, snap_cancel_at_period_end, snap_period, snap_period_start, snap_period_end,
+    snap_next_payment_at, snap_failed_attempts, snap_subscriber, snap_customer_external_id,
+    snap_amount, snap_plan_onchain_id, sequence)
 SELECT 'evt_' || md5('e' || g),
        31337,
        '\xcccccccccccccccccccccccccccccccccccccccc'::bytea,
@@ -31,14 +33,12 @@ SELECT 'evt_' || md5('e' || g),
        '\x4444444444444444444444444444444444444444'::bytea,
        g % 10 + 1,
        1,
-       jsonb_build_object('id', 'sub_' || md5('s' || (g / 10 + 1)), 'status', 'active',
-                          'cancelAtPeriodEnd', false, 'period', g % 10 + 1,
-                          'currentPeriodStart', '2026-01-01T00:00:00Z',
-                          'currentPeriodEnd', '2026-02-01T00:00:00Z',
-                          'nextPaymentAt', '2026-02-01T00:00:00Z', 'failedAttempts', 0,
-                          'subscriber', '0x4444444444444444444444444444444444444444',
-                          'customerExternalId', 'cust-' || (g / 10 + 1), 'amount', '9990000',
-                          'planOnchainId', (g / 10) % 5 + 1),
+       -- The subscription's snapshot (migration 0025's typed columns).
+       'sub_' || md5('s' || (g / 10 + 1)), 'active', false, g % 10 + 1,
+       timestamptz '2026-01-01T00:00:00Z', timestamptz '2026-02-01T00:00:00Z',
+       timestamptz '2026-02-01T00:00:00Z', 0,
+       '\x4444444444444444444444444444444444444444'::bytea, 'cust-' || (g / 10 + 1), 9990000,
+       (g / 10) % 5 + 1,
        g % 10 + 1
 FROM generate_series(0, 999999) g;
 

@@ -14,6 +14,7 @@ pub mod slug;
 pub mod snapshot;
 pub mod state;
 pub mod status;
+pub mod time;
 pub mod tx;
 
 pub use address::{checksum, hex0x};
@@ -22,8 +23,9 @@ pub use ids::{CheckoutId, EventId, MerchantId, PlanId, SubscriptionId};
 pub use listen::Listen;
 pub use slug::Slug;
 pub use snapshot::SubscriptionSnapshot;
-pub use state::{SubscriptionState, rfc3339, ts};
+pub use state::SubscriptionState;
 pub use status::{LedgerKind, OutboxStatus, ProvisionStatus, SubscriptionStatus, UnknownStatus};
+pub use time::{rfc3339, ts};
 pub use tx::{Outcome, SignedTx};
 
 /// USDC's decimals: 1 USDC = 1,000,000 base units.

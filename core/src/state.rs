@@ -3,8 +3,8 @@
 //! event's [`SubscriptionSnapshot`].
 
 use alloy::primitives::{Address, B256, U256};
-use chrono::{DateTime, SecondsFormat, Utc};
 
+use crate::time::rfc3339;
 use crate::{SubscriptionId, SubscriptionSnapshot, SubscriptionStatus};
 
 /// One subscription after some prefix of its events (a `subscriptions` row).
@@ -38,17 +38,6 @@ pub struct SubscriptionState {
     /// among the subscription's events in chain order). Stored with the subscription so the
     /// sink numbers a batch's events without reading any earlier event.
     pub events: u64,
-}
-
-/// RFC 3339 UTC with seconds, e.g. `2026-01-31T12:00:00Z`.
-pub fn rfc3339(secs: u64) -> String {
-    ts(secs).to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-/// Unix seconds as a timestamp (clamped into chrono's range; chain times always fit).
-pub fn ts(secs: u64) -> DateTime<Utc> {
-    DateTime::from_timestamp(i64::try_from(secs).unwrap_or(i64::MAX), 0)
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 impl SubscriptionState {

@@ -320,9 +320,8 @@ impl Ctx {
             match fold::apply(states.remove(&sid), ev, &ctx)? {
                 Some(s) => {
                     snapshots[i] = Some(Folded {
-                        snapshot: serde_json::to_value(s.snapshot())
-                            .expect("a snapshot serializes"),
                         sequence: s.events,
+                        state: s.clone(),
                     });
                     states.insert(sid, s);
                     changed.insert(sid);
@@ -362,7 +361,8 @@ impl Ctx {
 /// event's place among the subscription's events.
 #[derive(Debug, Clone)]
 struct Folded {
-    snapshot: serde_json::Value,
+    /// The subscription right after the event: its snapshot.
+    state: SubscriptionState,
     sequence: u64,
 }
 
@@ -384,7 +384,7 @@ fn new_event<'a>(e: &'a MappedEvent, folded: Option<&'a Folded>, enqueued: bool)
         topics: &e.topics,
         data: &e.data,
         fields: &e.fields,
-        snapshot: folded.map(|f| &f.snapshot),
+        snapshot: folded.map(|f| &f.state),
         enqueued,
         sequence: folded.map(|f| f.sequence),
     }

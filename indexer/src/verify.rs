@@ -30,7 +30,7 @@ use alloy::eips::BlockId;
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use chainsub_abi::{ContractEvent, SubscriptionManager};
-use chainsub_core::{SubscriptionState, SubscriptionStatus};
+use chainsub_core::{SubscriptionSnapshot, SubscriptionState, SubscriptionStatus};
 use chainsub_store::index::{self as store, EventKey, NewLedgerEntry, StoredEvent};
 use serde::Serialize;
 use tokio_postgres::Client;
@@ -633,18 +633,20 @@ async fn subscriptions(
             if !e.in_range {
                 continue;
             }
-            let want = state
-                .as_ref()
-                .map(|s| serde_json::to_value(s.snapshot()).expect("a snapshot serializes"));
+            let want = state.as_ref().map(|s| s.snapshot());
             if let Some(have) = db.get(&e.key)
                 && have.snapshot != want
             {
+                let json = |s: &Option<SubscriptionSnapshot>| {
+                    s.as_ref()
+                        .map(|s| serde_json::to_value(s).expect("a snapshot serializes"))
+                };
                 out.add(
                     "chain_events",
                     key_text(&e.key),
                     format!(
                         "snapshot differs ({})",
-                        json_diff(have.snapshot.as_ref(), want.as_ref())
+                        json_diff(json(&have.snapshot).as_ref(), json(&want).as_ref())
                     ),
                 );
             }

@@ -128,6 +128,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "webhook_attempts_without_foreign_key",
         sql: include_str!("../sql/0024_webhook_attempts_without_foreign_key.sql"),
     },
+    Migration {
+        version: 25,
+        name: "typed_snapshots",
+        sql: include_str!("../sql/0025_typed_snapshots.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -56,6 +56,10 @@ async fn apply(client: &tokio_postgres::Client, which: impl Fn(i32) -> bool) {
     }
 }
 
+/// A whole snapshot as the sink wrote it before migration 0025 (JSON; a customer reference
+/// that needs escapes, no next payment).
+const SNAPSHOT_0018: &str = r#"{"id": "sub_1", "status": "past_due", "cancelAtPeriodEnd": true, "period": 7, "currentPeriodStart": "2026-01-01T00:00:00Z", "currentPeriodEnd": "2026-02-01T00:00:00Z", "nextPaymentAt": null, "failedAttempts": 2, "subscriber": "0xAbAbabABabAbAbABabababaBABAbabAbABABAbAB", "customerExternalId": "cus \"7\" é", "amount": "340282366920938463463374607431768211455", "planOnchainId": 3}"#;
+
 /// The rows of a two-column query: a text and a nullable bigint.
 async fn text_and_number(client: &tokio_postgres::Client, sql: &str) -> Vec<(String, Option<i64>)> {
     client
@@ -254,13 +258,13 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
                  merchant_wallet, subscription_id, topics, data, decoded, snapshot)
              VALUES (1, 'evt_a', 31337, '\\x00', 5, '\\x01', now(), '\\x{tx}', 0, 0,
                      'SubscriptionCreated', 'subscription.created', '\\x02', 42, '{{}}', '\\x',
-                     '{{}}', '{{\"id\": \"sub_42\", \"status\": \"active\"}}'),
+                     '{{}}', '{snapshot}'),
                     (2, 'evt_b', 31337, '\\x00', 6, '\\x03', now(), '\\x04', 0, 0,
                      'SubscriptionCharged', 'subscription.charged', '\\x02', 42, '{{}}', '\\x',
                      '{{\"amount\": \"9990000\", \"period\": \"2\", \"attempt\": \"1\",
                        \"subscriber\": \"0x{subscriber}\", \"reason\": \"2\",
                        \"nextRetryAt\": \"18446744073709551615\"}}',
-                     '{{\"id\": \"sub_42\", \"status\": \"active\"}}');
+                     '{snapshot}');
              INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet,
                  subscriber, plan_onchain_id, amount, customer_ref, status, period,
                  current_period_start, current_period_end, created_event_id, last_event_id,
@@ -271,7 +275,8 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
                  writer_epoch)
              VALUES (31337, '\\x00', 6, '\\x03', 5);",
             tx = alloy::hex::encode(tx),
-            subscriber = "Ab".repeat(20)
+            subscriber = "Ab".repeat(20),
+            snapshot = SNAPSHOT_0018.replace("sub_1", "sub_42"),
         ))
         .await
         .unwrap();
@@ -283,17 +288,18 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         .await
         .unwrap();
     assert_eq!(row.get::<_, String>(0), want.as_str());
-    // Each event's snapshot names the new id; migration 0019 gave each its place in its
-    // subscription's sequence, from id order.
+    // Each event's snapshot names the new id (a column since 0025); migration 0019 gave each
+    // its place in its subscription's sequence, from id order.
     let events = text_and_number(
         &client,
-        "SELECT snapshot->>'id', sequence FROM chain_events ORDER BY id",
+        "SELECT snap_id, sequence FROM chain_events ORDER BY id",
     )
     .await;
     let want = want.as_str().to_string();
     assert_eq!(events, [(want.clone(), Some(1)), (want, Some(2))]);
     // Migration 0020: the subscription keeps the count of its events, and the writer epoch
-    // moved on (an indexer of the previous release is fenced; 0022 and 0023 move it on again).
+    // moved on (an indexer of the previous release is fenced; 0022, 0023 and 0025 move it on
+    // again).
     let row = client
         .query_one(
             "SELECT (SELECT event_count FROM subscriptions), (SELECT writer_epoch FROM indexer_cursor)",
@@ -301,7 +307,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         )
         .await
         .unwrap();
-    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 8));
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 9));
     // A subscription written as the previous release writes it (without the count) fails,
     // new or updated through ON CONFLICT alike.
     let old_write = client
@@ -423,7 +429,7 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         )
         .await
         .unwrap();
-    apply(&client, |v| v >= 23).await;
+    apply(&client, |v| v == 23).await;
 
     let rows = text_and_number(
         &client,
@@ -526,4 +532,139 @@ async fn attempts_keys_and_outbox_indexes(client: &tokio_postgres::Client) -> (i
     )
     .await;
     (keys, indexes)
+}
+
+/// Migration 0025: each event's snapshot (chain events, retractions, renewal-at-risk
+/// observations) moves from JSON into typed columns with the same values; a row without one
+/// keeps none; the writer epoch moves on; a partial snapshot is refused.
+#[tokio::test]
+async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
+    let db = TestDb::create_empty().await;
+    let client = db.connect().await;
+    apply(&client, |v| v < 25).await;
+    client
+        .batch_execute(&format!(
+            "INSERT INTO chain_events (id, public_id, chain_id, contract, block_number, block_hash,
+                 block_time, transaction_hash, transaction_index, log_index, name, kind,
+                 merchant_wallet, subscription_id, topics, data, snapshot)
+             VALUES (10, 'evt_a', 31337, '\\x00', 5, '\\x01', now(), '\\x02', 0, 0,
+                     'PaymentFailed', 'subscription.payment_failed', '\\x02', 1, '{{}}', '\\x',
+                     '{snapshot}'),
+                    (11, 'evt_b', 31337, '\\x00', 5, '\\x01', now(), '\\x02', 0, 1,
+                     'SubscriptionCharged', 'subscription.charged', '\\x02', 2, '{{}}', '\\x',
+                     NULL);
+             INSERT INTO event_retractions (id, public_id, chain_id, contract, merchant_wallet,
+                 retracted_event_id, retracted_kind, block_number, block_hash, block_time,
+                 transaction_hash, log_index, ancestor_block, ancestor_hash, snapshot)
+             VALUES (12, 'evt_r', 31337, '\\x00', '\\x02', 'evt_gone', 'subscription.charged',
+                     6, '\\x03', now(), '\\x04', 0, 5, '\\x01', '{snapshot}');
+             INSERT INTO renewal_risks (id, public_id, chain_id, contract, merchant_wallet,
+                 subscription_id, plan_id, period, reason, amount, required, available, due_at,
+                 block_number, block_hash, block_time, snapshot)
+             VALUES (13, 'evt_k', 31337, '\\x00', '\\x02', 1, 1, 2, 'balance', 5, 5, 1, now(),
+                     5, '\\x01', now(), '{snapshot}');
+             INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash,
+                 writer_epoch)
+             VALUES (31337, '\\x00', 6, '\\x03', 5);",
+            snapshot = SNAPSHOT_0018.replace('\'', "''"),
+        ))
+        .await
+        .unwrap();
+    apply(&client, |v| v >= 25).await;
+
+    let typed = "SELECT snap_id, snap_status, snap_cancel_at_period_end, snap_period,
+             to_char(snap_period_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
+             to_char(snap_period_end AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),
+             snap_next_payment_at IS NULL, snap_failed_attempts, encode(snap_subscriber, 'hex'),
+             snap_customer_external_id, snap_amount::text, snap_plan_onchain_id";
+    for table in ["chain_events", "event_retractions", "renewal_risks"] {
+        let rows = client
+            .query(&format!("{typed} FROM {table} ORDER BY id"), &[])
+            .await
+            .unwrap();
+        let first = &rows[0];
+        let got: (
+            String,
+            String,
+            bool,
+            i32,
+            String,
+            String,
+            bool,
+            i16,
+            String,
+            String,
+            String,
+            i64,
+        ) = (
+            first.get(0),
+            first.get(1),
+            first.get(2),
+            first.get(3),
+            first.get(4),
+            first.get(5),
+            first.get(6),
+            first.get(7),
+            first.get(8),
+            first.get(9),
+            first.get(10),
+            first.get(11),
+        );
+        assert_eq!(
+            got,
+            (
+                "sub_1".to_string(),
+                "past_due".to_string(),
+                true,
+                7,
+                "2026-01-01T00:00:00Z".to_string(),
+                "2026-02-01T00:00:00Z".to_string(),
+                true,
+                2,
+                "ab".repeat(20),
+                "cus \"7\" é".to_string(),
+                u128::MAX.to_string(),
+                3
+            ),
+            "{table}"
+        );
+        // The JSON column is gone.
+        let refused = client
+            .query(&format!("SELECT snapshot FROM {table}"), &[])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Some(&tokio_postgres::error::SqlState::UNDEFINED_COLUMN)
+        );
+    }
+    // The event without a snapshot has none.
+    let none: bool = client
+        .query_one(
+            "SELECT num_nulls(snap_id, snap_status, snap_amount) = 3 FROM chain_events WHERE id = 11",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(none);
+    let epoch: i64 = client
+        .query_one("SELECT writer_epoch FROM indexer_cursor", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(epoch, 6, "an indexer of the previous release is fenced");
+    // Part of a snapshot is not one.
+    let partial = client
+        .execute(
+            "UPDATE chain_events SET snap_subscriber = NULL WHERE id = 10",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        partial.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+        "{partial}"
+    );
 }

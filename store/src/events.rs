@@ -7,21 +7,24 @@ use chainsub_core::{EventId, OutboxStatus, PlanId, SubscriptionId, SubscriptionS
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
-use tokio_postgres::types::{FromSql, Type};
 
-use crate::chain::{ChainRow, Columns, WithChain, typed_by};
+use crate::chain::{ChainCols, ChainRow, Columns, typed_by};
 use crate::page::{self, keyset};
+use crate::snapshot::{SnapshotCols, snapshot_columns};
 use crate::{Error, MerchantScope, Page, Result};
 
 /// `SELECT … FROM chain_events ce …` with every column an [`EventRow`] reads, including the
 /// webhook's delivery state. Append `WHERE …`; the `plans` join is scoped to the event's
 /// merchant, so a planRef cannot resolve to another merchant's plan.
-const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.chain_id, \
+const SELECT: &str = concat!(
+    "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.chain_id, \
     ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, ce.log_index, \
     ce.subscription_id, ce.log_amount::text AS log_amount, ce.log_subscriber, \
     ce.log_period::text AS log_period, ce.log_attempt::text AS log_attempt, \
     ce.log_reason::text AS log_reason, ce.log_next_retry_at::text AS log_next_retry_at, \
-    ce.snapshot, p.public_id AS plan_public_id, \
+    ",
+    snapshot_columns!("ce"),
+    ", p.public_id AS plan_public_id, \
     cur.block_number AS indexed_block, o.status AS delivery_status, \
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
@@ -36,17 +39,21 @@ const SELECT: &str = "SELECT ce.id, ce.public_id, ce.kind, ce.block_time, ce.cha
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
     LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id \
     LEFT JOIN webhook_outbox o ON o.event_id = ce.id AND o.test_payload IS NULL \
-         AND o.retracted_at IS NULL";
+         AND o.retracted_at IS NULL"
+);
 
 /// The same columns for `event.retracted` events (`event_retractions`, migration 0013): the
 /// removed event's position and content, the retraction's own id, type and detection time,
 /// and no confirmations (the block is not on the chain any more).
-const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind, \
+const RSELECT: &str = concat!(
+    "SELECT r.id, r.public_id, 'event.retracted'::text AS kind, \
     r.detected_at AS block_time, r.chain_id, r.contract, r.block_number, r.block_hash, \
     r.transaction_hash, r.log_index, r.subscription_id, r.log_amount::text AS log_amount, \
     r.log_subscriber, r.log_period::text AS log_period, r.log_attempt::text AS log_attempt, \
     r.log_reason::text AS log_reason, r.log_next_retry_at::text AS log_next_retry_at, \
-    r.snapshot, p.public_id AS plan_public_id, \
+    ",
+    snapshot_columns!("r"),
+    ", p.public_id AS plan_public_id, \
     NULL::bigint AS indexed_block, o.status AS delivery_status, \
     o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
     o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
@@ -58,18 +65,22 @@ const RSELECT: &str = "SELECT r.id, r.public_id, 'event.retracted'::text AS kind
     LEFT JOIN merchants pm ON pm.wallet = r.merchant_wallet \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
     LEFT JOIN webhook_outbox o ON o.event_id = r.id AND o.test_payload IS NULL \
-         AND o.retracted_at IS NULL";
+         AND o.retracted_at IS NULL"
+);
 
 /// The same columns for `subscription.renewal_at_risk` events (`renewal_risks`, migration
 /// 0017): observations of chain state, not logs — the block they were observed at, a zero
 /// transaction hash and log index -1 that the view never serves (it renders `chain: null`
 /// and an `observation` block instead), and the subscription as last indexed.
-const KSELECT: &str = "SELECT k.id, k.public_id, 'subscription.renewal_at_risk'::text AS kind, \
+const KSELECT: &str = concat!(
+    "SELECT k.id, k.public_id, 'subscription.renewal_at_risk'::text AS kind, \
     k.block_time, k.chain_id, k.contract, k.block_number, k.block_hash, \
     decode(repeat('00', 32), 'hex') AS transaction_hash, -1 AS log_index, k.subscription_id, \
     k.amount::text AS log_amount, NULL::bytea AS log_subscriber, NULL::text AS log_period, \
     NULL::text AS log_attempt, NULL::text AS log_reason, NULL::text AS log_next_retry_at, \
-    k.snapshot, p.public_id AS plan_public_id, cur.block_number AS indexed_block, \
+    ",
+    snapshot_columns!("k"),
+    ", p.public_id AS plan_public_id, cur.block_number AS indexed_block, \
     o.status AS delivery_status, o.attempts AS delivery_attempts, \
     o.next_attempt_at AS delivery_next_attempt_at, o.delivered_at AS delivery_delivered_at, \
     o.last_error AS delivery_last_error, NULL::bigint AS subscription_sequence, \
@@ -84,7 +95,8 @@ const KSELECT: &str = "SELECT k.id, k.public_id, 'subscription.renewal_at_risk':
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id \
     LEFT JOIN indexer_cursor cur ON cur.chain_id = k.chain_id \
     LEFT JOIN webhook_outbox o ON o.event_id = k.id AND o.test_payload IS NULL \
-         AND o.retracted_at IS NULL";
+         AND o.retracted_at IS NULL"
+);
 
 /// The type of a retraction event.
 pub const RETRACTED: &str = "event.retracted";
@@ -187,10 +199,7 @@ impl EventRow {
             reason: r.try_get(c.log_reason)?,
             next_retry_at: r.try_get(c.log_next_retry_at)?,
         };
-        let snapshot = r
-            .try_get::<_, Option<JsonText>>(c.snapshot)?
-            .map(|t| t.snapshot())
-            .transpose()?;
+        let snapshot = cols.snapshot.read(r)?;
         let delivery = match r.try_get::<_, Option<&str>>(c.delivery_status)? {
             None => None,
             Some(status) => Some(DeliveryRow {
@@ -243,44 +252,6 @@ impl EventRow {
     }
 }
 
-/// A `jsonb` (or `json`) column's text, borrowed from the row: parsed straight into its type
-/// with sonic-rs (SIMD), where `Json<T>` parses with serde_json. The snapshot is the largest
-/// column of an event row, and parsing it was ~18 % of the API's CPU on an events page.
-struct JsonText<'a>(&'a [u8]);
-
-impl JsonText<'_> {
-    /// A stored snapshot: the plain form by the dedicated reader, anything else by sonic-rs.
-    fn snapshot(&self) -> Result<SubscriptionSnapshot> {
-        match SubscriptionSnapshot::read_plain_json(self.0) {
-            Some(s) => Ok(s),
-            None => self.parse(),
-        }
-    }
-
-    fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        sonic_rs::from_slice(self.0)
-            .map_err(|e| Error::Inconsistent(format!("stored JSON does not parse: {e}")))
-    }
-}
-
-impl<'a> FromSql<'a> for JsonText<'a> {
-    fn from_sql(
-        ty: &Type,
-        raw: &'a [u8],
-    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
-        // jsonb's binary form is a version byte (1) and the text; json's is the text.
-        match (ty, raw.split_first()) {
-            (&Type::JSONB, Some((1, text))) => Ok(JsonText(text)),
-            (&Type::JSONB, _) => Err("unsupported jsonb version".into()),
-            _ => Ok(JsonText(raw)),
-        }
-    }
-
-    fn accepts(ty: &Type) -> bool {
-        matches!(*ty, Type::JSONB | Type::JSON)
-    }
-}
-
 columns! {
     /// Where [`EventRow`]'s own columns are in a result.
     EventOwnCols {
@@ -309,14 +280,27 @@ columns! {
         risk_period,
         risk_reason,
         risk_required,
-        snapshot,
         subscription_id,
         subscription_sequence,
     }
 }
 
 /// Where all of [`EventRow`]'s columns are in a result.
-type EventCols = WithChain<EventOwnCols>;
+struct EventCols {
+    own: EventOwnCols,
+    chain: ChainCols,
+    snapshot: SnapshotCols,
+}
+
+impl Columns for EventCols {
+    fn of(columns: &[tokio_postgres::Column]) -> Result<EventCols> {
+        Ok(EventCols {
+            own: EventOwnCols::of(columns)?,
+            chain: ChainCols::of(columns)?,
+            snapshot: SnapshotCols::of(columns)?,
+        })
+    }
+}
 
 /// Events by public id, for webhook bodies (the outbox rows name them; not merchant-scoped:
 /// the dispatcher acts for the system). Unknown ids are absent.
@@ -372,7 +356,7 @@ const SUB_IS: &str = "ce.subscription_id = (SELECT s.onchain_id FROM subscriptio
     WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
 /// For retractions, the subscription as the removed event served it (its snapshot's id): the
 /// subscription row may be gone with the reorg that removed its creation.
-const RSUB_IS: &str = "r.snapshot->>'id' = $4";
+const RSUB_IS: &str = "r.snap_id = $4";
 /// For observations, the subscription by its on-chain number, as for chain events.
 const KSUB_IS: &str = "k.subscription_id = (SELECT s.onchain_id FROM subscriptions s \
     WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
@@ -510,84 +494,4 @@ pub async fn get(
 #[doc(hidden)]
 pub fn list_statements() -> Vec<&'static str> {
     LIST.iter().flatten().map(String::as_str).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn jsonb(text: &str) -> Vec<u8> {
-        let mut raw = vec![1];
-        raw.extend_from_slice(text.as_bytes());
-        raw
-    }
-
-    #[test]
-    fn a_stored_snapshot_parses_as_serde_json_parses_it() {
-        for external in [None, Some("cus_\"1\" \\ é ✓ \u{1F600} \t")] {
-            let s = SubscriptionSnapshot::example(external, None);
-            // As Postgres returns it: jsonb's own key order and spacing, \u escapes kept.
-            let text = serde_json::to_string(&serde_json::to_value(&s).unwrap())
-                .unwrap()
-                .replace("\\\\", "\\u005c");
-            let raw = jsonb(&text);
-            let parsed = JsonText::from_sql(&Type::JSONB, &raw)
-                .unwrap()
-                .snapshot()
-                .unwrap();
-            assert_eq!(parsed, serde_json::from_str(&text).unwrap());
-            assert_eq!(parsed, s);
-            let as_json = JsonText::from_sql(&Type::JSON, text.as_bytes())
-                .unwrap()
-                .snapshot()
-                .unwrap();
-            // The full parser reads it the same way.
-            let by_sonic: SubscriptionSnapshot = JsonText::from_sql(&Type::JSON, text.as_bytes())
-                .unwrap()
-                .parse()
-                .unwrap();
-            assert_eq!(by_sonic, s);
-            assert_eq!(as_json, s);
-            // A snapshot whose id is not a subscription id is refused, as before.
-            let bad = jsonb(&text.replace(s.id.as_str(), "sub_5"));
-            let refused = JsonText::from_sql(&Type::JSONB, &bad).unwrap().snapshot();
-            assert!(refused.is_err());
-        }
-        assert!(JsonText::from_sql(&Type::JSONB, &[2, b'{', b'}']).is_err());
-    }
-
-    #[test]
-    fn the_plain_snapshot_reader_never_disagrees_with_the_full_parsers_on_edited_texts() {
-        use rand::{Rng, SeedableRng};
-        let s = SubscriptionSnapshot::example(Some("cust-7"), Some("2026-02-01T00:00:00Z"));
-        let base = serde_json::to_string(&s).unwrap().into_bytes();
-        let alphabet = b"0123456789-+.eE\"\\{}[],: \t\ntrufalsn_xX\xff";
-        let mut rng = rand::rngs::StdRng::seed_from_u64(20261127);
-        let (mut plain, mut agreed) = (0, 0);
-        for _ in 0..50_000 {
-            let mut text = base.clone();
-            for _ in 0..rng.random_range(1..=3) {
-                let at = rng.random_range(0..text.len());
-                let byte = alphabet[rng.random_range(0..alphabet.len())];
-                match rng.random_range(0..3) {
-                    0 => text[at] = byte,
-                    1 => text.insert(at, byte),
-                    _ => drop(text.remove(at)),
-                }
-            }
-            let Some(read) = SubscriptionSnapshot::read_plain_json(&text) else {
-                continue;
-            };
-            plain += 1;
-            let by_serde: SubscriptionSnapshot = serde_json::from_slice(&text)
-                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&text)));
-            let by_sonic: SubscriptionSnapshot = sonic_rs::from_slice(&text)
-                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&text)));
-            assert_eq!((&read, &read), (&by_serde, &by_sonic));
-            agreed += 1;
-        }
-        // Edits that keep the text plain (a digit for a digit, a space) are read by it.
-        assert!(plain > 1_000, "{plain}");
-        assert_eq!(plain, agreed);
-    }
 }

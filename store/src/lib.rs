@@ -59,6 +59,7 @@ pub mod page;
 pub mod pg;
 pub mod plans;
 pub mod siwe;
+mod snapshot;
 pub mod startup;
 pub mod subscriptions;
 pub mod webhooks;

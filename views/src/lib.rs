@@ -29,7 +29,7 @@ pub use webhook::{
     WebhookEndpointView, WebhookSecretsView,
 };
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 /// `{object: "list", data, hasMore}`.
@@ -68,70 +68,12 @@ impl<T: WriteJson> WriteJson for ListView<T> {
     }
 }
 
-/// RFC 3339 UTC with second precision and `Z` (every time the API serves).
-pub fn rfc3339(t: &DateTime<Utc>) -> String {
-    rfc3339_string(t, false)
-}
-
-/// [`rfc3339_into`] as a `String`, or chrono's text where that declines.
-fn rfc3339_string(t: &DateTime<Utc>, millis: bool) -> String {
-    let mut buf = [0u8; 24];
-    match rfc3339_into(t, &mut buf, millis) {
-        Some(s) => s.to_owned(),
-        None if millis => t.to_rfc3339_opts(SecondsFormat::Millis, true),
-        None => t.to_rfc3339_opts(SecondsFormat::Secs, true),
-    }
-}
-
-/// [`rfc3339`] (or, with `millis`, [`rfc3339_millis`]) written into `buf` without
-/// allocating (a list page writes thousands of times); `None` for a year outside 0000–9999,
-/// which chrono formats instead.
-fn rfc3339_into<'b>(t: &DateTime<Utc>, buf: &'b mut [u8; 24], millis: bool) -> Option<&'b str> {
-    use chrono::{Datelike, Timelike};
-    // The naive UTC value once: each accessor of a `DateTime` converts to local time
-    // (adding the zero offset) again, which cost more than the formatting (callgrind).
-    let t = t.naive_utc();
-    let (date, time) = (t.date(), t.time());
-    let year = u32::try_from(date.year()).ok().filter(|y| *y <= 9999)?;
-    let two = |buf: &mut [u8; 24], at: usize, v: u32| {
-        buf[at] = b'0' + (v / 10) as u8;
-        buf[at + 1] = b'0' + (v % 10) as u8;
-    };
-    two(buf, 0, year / 100);
-    two(buf, 2, year % 100);
-    buf[4] = b'-';
-    two(buf, 5, date.month());
-    buf[7] = b'-';
-    two(buf, 8, date.day());
-    buf[10] = b'T';
-    two(buf, 11, time.hour());
-    buf[13] = b':';
-    two(buf, 14, time.minute());
-    buf[16] = b':';
-    // A leap second (nanosecond >= 1e9) is :60, as chrono writes it.
-    two(
-        buf,
-        17,
-        time.second() + u32::from(time.nanosecond() >= 1_000_000_000),
-    );
-    let end = if millis {
-        let ms = time.nanosecond() % 1_000_000_000 / 1_000_000;
-        buf[19] = b'.';
-        buf[20] = b'0' + (ms / 100) as u8;
-        two(buf, 21, ms % 100);
-        23
-    } else {
-        19
-    };
-    buf[end] = b'Z';
-    std::str::from_utf8(&buf[..=end]).ok()
-}
-
+use chainsub_core::time::rfc3339_into;
 /// RFC 3339 UTC with milliseconds: webhook delivery times (attempts are seconds apart at
 /// first), in the events list and the dashboard alike.
-pub fn rfc3339_millis(t: &DateTime<Utc>) -> String {
-    rfc3339_string(t, true)
-}
+pub use chainsub_core::time::rfc3339_millis_of as rfc3339_millis;
+/// RFC 3339 UTC with second precision and `Z` (every time the API serves).
+pub use chainsub_core::time::rfc3339_of as rfc3339;
 
 /// Amount in base units -> `"9.99"`.
 fn usdc(units: Option<u128>) -> Option<String> {
@@ -210,47 +152,6 @@ mod tests {
         // Twice round, more addresses than are remembered: every answer is still right.
         for a in addrs.iter().chain(addrs.iter()).chain(addrs.iter().rev()) {
             with_checksum(a, |text| assert_eq!(text, a.to_checksum(None)));
-        }
-    }
-
-    #[test]
-    fn times_are_written_as_chrono_writes_them() {
-        let chrono = |t: &DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
-        // Every day of a few centuries at a varying time of day, the edges of the 4-digit
-        // years, and chrono's own extremes (which it formats itself).
-        let mut secs: Vec<i64> = (0..150_000i64)
-            .map(|d| -2_208_988_800 + d * 86_400 + (d * 7_919) % 86_400)
-            .collect();
-        secs.extend([
-            0,
-            59,
-            86_399,
-            253_402_300_799,
-            -62_167_219_200,
-            1_700_000_000,
-        ]);
-        for &s in &secs {
-            let t = DateTime::from_timestamp(s, 0).unwrap();
-            assert_eq!(rfc3339(&t), chrono(&t), "{s}");
-        }
-        let millis = |t: &DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
-        for (i, s) in secs.iter().enumerate() {
-            // Sub-second parts from 0 to 999,999,999 ns, exact milliseconds among them.
-            let nanos = (i as u32).wrapping_mul(2_654_435_761) % 1_000_000_000;
-            for n in [nanos, nanos / 1_000_000 * 1_000_000, 0, 999_999_999] {
-                let t = DateTime::from_timestamp(*s, n).unwrap();
-                assert_eq!(rfc3339(&t), chrono(&t), "{s} {n}");
-                assert_eq!(rfc3339_millis(&t), millis(&t), "{s} {n}");
-            }
-        }
-        for leap in [1_500_000_000, 1_000_000_000, 1_999_999_999] {
-            let leap = DateTime::from_timestamp(1_483_228_799, leap).unwrap();
-            assert_eq!(rfc3339(&leap), chrono(&leap));
-            assert_eq!(rfc3339_millis(&leap), millis(&leap));
-        }
-        for t in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
-            assert_eq!(rfc3339(&t), chrono(&t));
-            assert_eq!(rfc3339_millis(&t), millis(&t));
         }
     }
 }

@@ -372,6 +372,24 @@ pub struct SeedEvent<'a> {
 
 pub const CONTRACT: [u8; 20] = [0xcc; 20];
 
+/// The snapshot columns of an event row (migration 0025), for seeds that copy them.
+pub const SNAP_COLUMNS: &str = "snap_id, snap_status, snap_cancel_at_period_end, snap_period, \
+    snap_period_start, snap_period_end, snap_next_payment_at, snap_failed_attempts, \
+    snap_subscriber, snap_customer_external_id, snap_amount, snap_plan_onchain_id";
+
+/// The values of [`SNAP_COLUMNS`] from a snapshot given as JSON (the API's shape) in
+/// parameter `$n`, as the migration that typed them reads them.
+pub fn snap_from_json(n: usize) -> String {
+    format!(
+        "${n}::jsonb->>'id', ${n}::jsonb->>'status', (${n}::jsonb->>'cancelAtPeriodEnd')::boolean, \
+         (${n}::jsonb->>'period')::int, (${n}::jsonb->>'currentPeriodStart')::timestamptz, \
+         (${n}::jsonb->>'currentPeriodEnd')::timestamptz, \
+         (${n}::jsonb->>'nextPaymentAt')::timestamptz, (${n}::jsonb->>'failedAttempts')::smallint, \
+         decode(substr(${n}::jsonb->>'subscriber', 3), 'hex'), ${n}::jsonb->>'customerExternalId', \
+         (${n}::jsonb->>'amount')::numeric, (${n}::jsonb->>'planOnchainId')::bigint"
+    )
+}
+
 /// Inserts a chain_events row; returns (id, public_id).
 pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
     let tx = seed_tx_hash(e.block_number, e.log_index);
@@ -380,19 +398,22 @@ pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
     let topics: Vec<Vec<u8>> = vec![vec![0u8; 32]];
     let row = c
         .query_one(
-            "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
-             block_time, transaction_hash, transaction_index, log_index, name, kind, \
-             merchant_wallet, subscription_id, plan_id, topics, data, log_amount, \
-             log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at, snapshot, \
-             sequence) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12, $13, $14, $15, \
-             ($16::jsonb->>'amount')::numeric, \
-             decode(substr($16::jsonb->>'subscriber', 3), 'hex'), \
-             ($16::jsonb->>'period')::bigint, ($16::jsonb->>'attempt')::int, \
-             ($16::jsonb->>'reason')::int, ($16::jsonb->>'nextRetryAt')::numeric, $17, \
-             CASE WHEN $12::bigint IS NOT NULL THEN (SELECT count(*) + 1 FROM chain_events x \
-              WHERE x.chain_id = $2 AND x.subscription_id = $12::bigint) END) \
-             RETURNING id",
+            &format!(
+                "INSERT INTO chain_events (public_id, chain_id, contract, block_number, \
+                 block_hash, block_time, transaction_hash, transaction_index, log_index, name, \
+                 kind, merchant_wallet, subscription_id, plan_id, topics, data, log_amount, \
+                 log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at, \
+                 {SNAP_COLUMNS}, sequence) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, $9, $10, $11, $12, $13, $14, $15, \
+                 ($16::jsonb->>'amount')::numeric, \
+                 decode(substr($16::jsonb->>'subscriber', 3), 'hex'), \
+                 ($16::jsonb->>'period')::bigint, ($16::jsonb->>'attempt')::int, \
+                 ($16::jsonb->>'reason')::int, ($16::jsonb->>'nextRetryAt')::numeric, {}, \
+                 CASE WHEN $12::bigint IS NOT NULL THEN (SELECT count(*) + 1 FROM chain_events x \
+                  WHERE x.chain_id = $2 AND x.subscription_id = $12::bigint) END) \
+                 RETURNING id",
+                snap_from_json(17)
+            ),
             &[
                 &public_id,
                 &CHAIN_ID,

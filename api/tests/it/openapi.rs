@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::api_common::{App, Opts, Res, read, seed_cursor, seed_subscription, spawn};
+use crate::api_common::{
+    App, Opts, Res, SNAP_COLUMNS, read, seed_cursor, seed_subscription, spawn,
+};
 use chainsub_api::app::API_ROUTES;
 use chainsub_tests::chain::accounts::{MERCHANT, MERCHANT_B};
 use chainsub_tests::{DevChain, dev_key};
@@ -420,16 +422,18 @@ async fn responses_validate_against_the_document() {
     );
     // A retraction of the seeded subscription's creation, as a deep reorg writes it.
     db.execute(
-        "INSERT INTO event_retractions (public_id, chain_id, contract, merchant_wallet,
-             retracted_event_id, retracted_kind, block_number, block_hash, block_time,
-             transaction_hash, log_index, subscription_id, plan_id, log_amount, log_subscriber,
-             log_period, log_attempt, log_reason, log_next_retry_at, snapshot, ancestor_block,
-             ancestor_hash)
-         SELECT 'evt_' || md5('r'), chain_id, contract, merchant_wallet, public_id, kind,
-             block_number, block_hash, block_time, transaction_hash, log_index,
-             subscription_id, plan_id, log_amount, log_subscriber, log_period, log_attempt,
-             log_reason, log_next_retry_at, snapshot, block_number - 1, block_hash
-         FROM chain_events WHERE public_id = $1",
+        &format!(
+            "INSERT INTO event_retractions (public_id, chain_id, contract, merchant_wallet,
+                 retracted_event_id, retracted_kind, block_number, block_hash, block_time,
+                 transaction_hash, log_index, subscription_id, plan_id, log_amount,
+                 log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at,
+                 {SNAP_COLUMNS}, ancestor_block, ancestor_hash)
+             SELECT 'evt_' || md5('r'), chain_id, contract, merchant_wallet, public_id, kind,
+                 block_number, block_hash, block_time, transaction_hash, log_index,
+                 subscription_id, plan_id, log_amount, log_subscriber, log_period, log_attempt,
+                 log_reason, log_next_retry_at, {SNAP_COLUMNS}, block_number - 1, block_hash
+             FROM chain_events WHERE public_id = $1"
+        ),
         &[&evt],
     )
     .await
@@ -445,13 +449,15 @@ async fn responses_validate_against_the_document() {
     assert_eq!(listed.body["data"][0]["id"], data[0]["id"], "newest first");
     // A renewal-at-risk observation of the same subscription, as the keeper writes it.
     db.execute(
-        "INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
-             subscription_id, plan_id, period, reason, amount, required, available, due_at,
-             block_number, block_hash, block_time, snapshot)
-         SELECT 'evt_' || md5('k'), chain_id, contract, merchant_wallet, subscription_id,
-             plan_id, 2, 'allowance', 9990000, 9990000, 0, block_time + interval '1 month',
-             block_number, block_hash, block_time, snapshot
-         FROM chain_events WHERE public_id = $1",
+        &format!(
+            "INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
+                 subscription_id, plan_id, period, reason, amount, required, available, due_at,
+                 block_number, block_hash, block_time, {SNAP_COLUMNS})
+             SELECT 'evt_' || md5('k'), chain_id, contract, merchant_wallet, subscription_id,
+                 plan_id, 2, 'allowance', 9990000, 9990000, 0, block_time + interval '1 month',
+                 block_number, block_hash, block_time, {SNAP_COLUMNS}
+             FROM chain_events WHERE public_id = $1"
+        ),
         &[&evt],
     )
     .await

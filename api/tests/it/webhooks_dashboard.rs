@@ -2,6 +2,7 @@
 // key), and the end-to-end path from an indexed event to a signed webhook whose body is the
 // Event object `GET /api/v1/events` returns.
 
+use crate::api_common::{SNAP_COLUMNS, snap_from_json};
 use crate::webhooks_common::*;
 use alloy::primitives::Address;
 use chainsub_api::server::{self, Running};
@@ -345,13 +346,16 @@ async fn index_charged_event(client: &tokio_postgres::Client, merchant: Address)
     });
     client
         .execute(
-            "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
-                transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
-                plan_id, topics, data, log_amount, log_subscriber, log_period, log_attempt, snapshot,
-                enqueued, sequence)
-             VALUES ($1, 31337, $2, 42, $3, '2026-01-01T00:00:00Z', $4, 0, 2, 'SubscriptionCharged',
-                'subscription.charged', $5, 1, 1, ARRAY[]::bytea[], ''::bytea, 9990000, $6, 2, 1,
-                $7, TRUE, 1)",
+            &format!(
+                "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
+                    block_time, transaction_hash, transaction_index, log_index, name, kind,
+                    merchant_wallet, subscription_id, plan_id, topics, data, log_amount,
+                    log_subscriber, log_period, log_attempt, {SNAP_COLUMNS}, enqueued, sequence)
+                 VALUES ($1, 31337, $2, 42, $3, '2026-01-01T00:00:00Z', $4, 0, 2,
+                    'SubscriptionCharged', 'subscription.charged', $5, 1, 1, ARRAY[]::bytea[],
+                    ''::bytea, 9990000, $6, 2, 1, {}, TRUE, 1)",
+                snap_from_json(7)
+            ),
             &[
                 &event_id,
                 &hex_bytes("5FbDB2315678afecb367f032d93F642f64180aa3"),

@@ -87,8 +87,7 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
     // The creation event's snapshot, and the renewal's amount as its log says.
     exec(
         &client,
-        "UPDATE chain_events SET snapshot = jsonb_set(snapshot::jsonb, '{failedAttempts}', '3')
-         WHERE name = 'SubscriptionCreated'",
+        "UPDATE chain_events SET snap_failed_attempts = 3 WHERE name = 'SubscriptionCreated'",
     )
     .await;
     exec(
@@ -454,7 +453,7 @@ async fn events_of_a_subscription_created_before_the_start_block_are_numbered_to
     ix.stop().await.unwrap();
     let rows: Vec<(Option<i64>, bool)> = client
         .query(
-            "SELECT sequence, snapshot IS NULL FROM chain_events WHERE subscription_id = $1
+            "SELECT sequence, snap_id IS NULL FROM chain_events WHERE subscription_id = $1
              ORDER BY id",
             &[&(sub as i64)],
         )

@@ -5,12 +5,15 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use alloy::primitives::{Address, B256, U256};
-use chainsub_core::{LedgerKind, SubscriptionId, SubscriptionState, SubscriptionStatus, ts};
+use chainsub_core::{
+    LedgerKind, SubscriptionId, SubscriptionSnapshot, SubscriptionState, SubscriptionStatus, ts,
+};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use super::{address, b256};
 use crate::copy::{Numeric, copy_in};
+use crate::snapshot::{SnapshotCols, snapshot_columns};
 use crate::{Error, Result};
 
 fn i32_of(v: u64, what: &str) -> Result<i32> {
@@ -50,8 +53,9 @@ pub struct NewEvent<'a> {
     pub topics: &'a [B256],
     pub data: &'a [u8],
     pub fields: &'a LogFields,
-    /// The subscription right after this event.
-    pub snapshot: Option<&'a serde_json::Value>,
+    /// The subscription right after this event: its snapshot (`snap_*` columns,
+    /// [`SubscriptionState::snapshot`]).
+    pub snapshot: Option<&'a SubscriptionState>,
     /// Confirmed in this batch: its outbox row is written with it.
     pub enqueued: bool,
     /// Its place among its subscription's events, from the fold ([`SubscriptionState::events`]
@@ -128,7 +132,7 @@ pub struct StoredEvent {
     /// `None` when a stored `log_*` value is out of its field's range (a hand edit).
     pub fields: Option<LogFields>,
     /// The subscription right after this event (not compared column by column).
-    pub snapshot: Option<serde_json::Value>,
+    pub snapshot: Option<SubscriptionSnapshot>,
     /// Its 1-based place among its subscription's events (not compared column by column).
     pub sequence: Option<i64>,
 }
@@ -137,7 +141,10 @@ pub struct StoredEvent {
 const COPY_EVENTS: &str = "COPY chain_events (id, public_id, chain_id, contract, block_number, \
     block_hash, block_time, transaction_hash, transaction_index, log_index, name, kind, \
     merchant_wallet, subscription_id, plan_id, topics, data, log_amount, log_subscriber, \
-    log_period, log_attempt, log_reason, log_next_retry_at, snapshot, enqueued, sequence) \
+    log_period, log_attempt, log_reason, log_next_retry_at, snap_id, snap_status, \
+    snap_cancel_at_period_end, snap_period, snap_period_start, snap_period_end, \
+    snap_next_payment_at, snap_failed_attempts, snap_subscriber, snap_customer_external_id, \
+    snap_amount, snap_plan_onchain_id, enqueued, sequence) \
     FROM STDIN (FORMAT binary)";
 const EVENT_TYPES: &[Type] = &[
     Type::INT8,
@@ -163,7 +170,18 @@ const EVENT_TYPES: &[Type] = &[
     Type::INT4,
     Type::INT4,
     Type::NUMERIC,
-    Type::JSON,
+    Type::TEXT,
+    Type::TEXT,
+    Type::BOOL,
+    Type::INT4,
+    Type::TIMESTAMPTZ,
+    Type::TIMESTAMPTZ,
+    Type::TIMESTAMPTZ,
+    Type::INT2,
+    Type::BYTEA,
+    Type::TEXT,
+    Type::NUMERIC,
+    Type::INT8,
     Type::BOOL,
     Type::INT8,
 ];
@@ -200,11 +218,15 @@ pub async fn insert_events(
         }
         i32_of(e.tx_index, "transaction index")?;
         i32_of(e.log_index, "log index")?;
+        if let Some(s) = e.snapshot {
+            i32_of(s.period.into(), "period")?;
+        }
     }
     let rows = events.iter().zip(&ids).zip(&sequences);
     copy_in(tx, COPY_EVENTS, EVENT_TYPES, rows, |out, ((e, id), seq)| {
         let f = e.fields;
         let topics: Vec<&[u8]> = e.topics.iter().map(|t| t.as_slice()).collect();
+        let s = e.snapshot;
         out.row(&[
             id,
             &e.public_id,
@@ -229,7 +251,18 @@ pub async fn insert_events(
             &f.attempt.map(i32::from),
             &f.reason.map(i32::from),
             &f.next_retry_at.map(|t| Numeric(U256::from(t))),
-            &e.snapshot,
+            &s.map(|s| s.public_id.as_str()),
+            &s.map(|s| s.status.as_str()),
+            &s.map(|s| s.cancel_at_period_end),
+            &s.map(|s| s.period as i32),
+            &s.map(|s| ts(s.current_period_start)),
+            &s.map(|s| ts(s.current_period_end)),
+            &s.and_then(|s| s.next_payment_at().map(ts)),
+            &s.map(|s| i16::from(s.failed_attempts)),
+            &s.map(|s| s.subscriber.as_slice()),
+            &s.and_then(|s| s.customer_external_id.as_deref()),
+            &s.map(|s| Numeric(s.amount)),
+            &s.map(|s| s.plan_onchain_id),
             &e.enqueued,
             seq,
         ])
@@ -715,11 +748,14 @@ pub async fn events_in_range(
 ) -> Result<Vec<StoredEvent>> {
     let rows = client
         .query(
-            "SELECT block_number, transaction_hash, log_index, public_id, contract, block_hash,
+            concat!(
+                "SELECT block_number, transaction_hash, log_index, public_id, contract, block_hash,
                  transaction_index, name, kind, merchant_wallet, subscription_id, plan_id, topics,
                  data, log_amount::text, log_subscriber, log_period, log_attempt, log_reason,
-                 log_next_retry_at::text, snapshot, id, sequence
-             FROM chain_events WHERE chain_id = $1 AND block_number BETWEEN $2 AND $3",
+                 log_next_retry_at::text, id, sequence, ",
+                snapshot_columns!("chain_events"),
+                " FROM chain_events WHERE chain_id = $1 AND block_number BETWEEN $2 AND $3"
+            ),
             &[&chain_id, &(from as i64), &(to as i64)],
         )
         .await?;
@@ -741,9 +777,9 @@ pub async fn events_in_range(
                 topics: r.get(12),
                 data: r.get(13),
                 fields: log_fields_at(r, 14).ok(),
-                snapshot: r.get(20),
-                id: r.get(21),
-                sequence: r.get(22),
+                id: r.get(20),
+                sequence: r.get(21),
+                snapshot: SnapshotCols::read_row(r)?,
             })
         })
         .collect()

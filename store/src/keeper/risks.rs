@@ -121,18 +121,29 @@ impl Store {
                  risks AS (
                      INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
                          subscription_id, plan_id, period, reason, amount, required, available,
-                         due_at, block_number, block_hash, block_time, snapshot)
+                         due_at, block_number, block_hash, block_time, snap_id, snap_status,
+                         snap_cancel_at_period_end, snap_period, snap_period_start,
+                         snap_period_end, snap_next_payment_at, snap_failed_attempts,
+                         snap_subscriber, snap_customer_external_id, snap_amount,
+                         snap_plan_onchain_id)
                      SELECT 'evt_' || md5('chainsub.renewal_at_risk:' || c.chain_id || ':'
                                           || c.subscription_id || ':' || c.period || ':' || r.reason),
                          c.chain_id, $8, s.merchant_wallet, s.onchain_id, s.plan_onchain_id,
                          c.period, r.reason, s.amount, need.total, r.available, s.current_period_end,
-                         $4, $5, $9,
-                         (SELECT ce.snapshot FROM chain_events ce
-                          WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
-                            AND ce.snapshot IS NOT NULL
-                          ORDER BY ce.id DESC LIMIT 1)
+                         $4, $5, $9, last.snap_id, last.snap_status,
+                         last.snap_cancel_at_period_end, last.snap_period, last.snap_period_start,
+                         last.snap_period_end, last.snap_next_payment_at,
+                         last.snap_failed_attempts, last.snap_subscriber,
+                         last.snap_customer_external_id, last.snap_amount,
+                         last.snap_plan_onchain_id
                      FROM checked c
                      JOIN subscriptions s ON s.chain_id = c.chain_id AND s.onchain_id = c.subscription_id
+                     -- The subscription as last indexed: its latest event's snapshot.
+                     LEFT JOIN LATERAL (
+                         SELECT ce.* FROM chain_events ce
+                         WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
+                           AND ce.snap_id IS NOT NULL
+                         ORDER BY ce.id DESC LIMIT 1) AS last ON TRUE
                      -- The wallet's balance and allowance serve all its subscriptions: this
                      -- charge and every other live one due no later need them first.
                      CROSS JOIN LATERAL (
