@@ -51,7 +51,7 @@ impl SubscriptionState {
         }
     }
 
-    /// The `chain_events.snapshot` (the contract with the API and webhooks).
+    /// The event snapshot: `chain_events.snap_*` (the contract with the API and webhooks).
     pub fn snapshot(&self) -> SubscriptionSnapshot {
         SubscriptionSnapshot {
             id: self.public_id.clone(),

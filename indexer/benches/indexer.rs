@@ -541,7 +541,7 @@ async fn index_costs(url: &str) -> Vec<(String, f64)> {
 }
 
 /// What a lean event row would cost (issue 13, point 1, not built): the same events as typed
-/// columns only — no `snapshot` JSON, no text ids, no log fields — with just the primary
+/// columns only — no snapshot columns, no text ids, no log fields — with just the primary
 /// key and the idempotency key (chain, block hash, log index), copied the same way. Seconds.
 async fn copy_lean(url: &str) -> f64 {
     use futures::{SinkExt, TryStreamExt};
@@ -868,7 +868,7 @@ async fn main() {
     for r in &rows {
         println!("sink alone, {}: {}", r.shape, r.stages);
         println!(
-            "events table alone, {}: COPY {:.0} ev/s as it is (JSON columns, 8 indexes); {:.0} ev/s as lean typed rows (2 indexes; not built)",
+            "events table alone, {}: COPY {:.0} ev/s as it is (8 indexes); {:.0} ev/s as lean typed rows (no snapshot, text ids or log fields; 2 indexes; not built)",
             r.shape,
             r.events as f64 / r.copy_events_secs,
             r.events as f64 / r.lean_secs

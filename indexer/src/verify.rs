@@ -282,7 +282,7 @@ fn expected(contract: Address, e: &MappedEvent) -> StoredEvent {
         topics: e.topics.iter().map(|t| t.to_vec()).collect(),
         data: e.data.to_vec(),
         fields: Some(e.fields),
-        snapshot: None,
+        snapshot: Ok(None),
         sequence: None,
     }
 }
@@ -634,21 +634,25 @@ async fn subscriptions(
                 continue;
             }
             let want = state.as_ref().map(|s| s.snapshot());
-            if let Some(have) = db.get(&e.key)
-                && have.snapshot != want
-            {
-                let json = |s: &Option<SubscriptionSnapshot>| {
-                    s.as_ref()
-                        .map(|s| serde_json::to_value(s).expect("a snapshot serializes"))
-                };
-                out.add(
+            let json = |s: &Option<SubscriptionSnapshot>| {
+                s.as_ref()
+                    .map(|s| serde_json::to_value(s).expect("a snapshot serializes"))
+            };
+            match db.get(&e.key).map(|have| &have.snapshot) {
+                Some(Ok(have)) if *have != want => out.add(
                     "chain_events",
                     key_text(&e.key),
                     format!(
                         "snapshot differs ({})",
-                        json_diff(json(&have.snapshot).as_ref(), json(&want).as_ref())
+                        json_diff(json(have).as_ref(), json(&want).as_ref())
                     ),
-                );
+                ),
+                Some(Err(unreadable)) => out.add(
+                    "chain_events",
+                    key_text(&e.key),
+                    format!("snapshot unreadable ({unreadable})"),
+                ),
+                _ => {}
             }
             // Its place among the subscription's stored events (those before the range are
             // stored ones, those inside it the chain's, both in chain order).

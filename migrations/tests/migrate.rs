@@ -429,7 +429,7 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         )
         .await
         .unwrap();
-    apply(&client, |v| v == 23).await;
+    apply(&client, |v| v >= 23).await;
 
     let rows = text_and_number(
         &client,
@@ -453,7 +453,10 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(epoch, 6, "an indexer of the previous release is fenced");
+    assert_eq!(
+        epoch, 7,
+        "an indexer of the previous release is fenced (and 0025 moves it on again)"
+    );
 
     // The previous release's insert (no row id, its conflict target the public id) fails.
     use tokio_postgres::error::SqlState;
@@ -552,7 +555,10 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
                      '{snapshot}'),
                     (11, 'evt_b', 31337, '\\x00', 5, '\\x01', now(), '\\x02', 0, 1,
                      'SubscriptionCharged', 'subscription.charged', '\\x02', 2, '{{}}', '\\x',
-                     NULL);
+                     NULL),
+                    (14, 'evt_c', 31337, '\\x00', 5, '\\x01', now(), '\\x02', 0, 2,
+                     'SubscriptionCharged', 'subscription.charged', '\\x02', 3, '{{}}', '\\x',
+                     '{active}');
              INSERT INTO event_retractions (id, public_id, chain_id, contract, merchant_wallet,
                  retracted_event_id, retracted_kind, block_number, block_hash, block_time,
                  transaction_hash, log_index, ancestor_block, ancestor_hash, snapshot)
@@ -567,6 +573,18 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
                  writer_epoch)
              VALUES (31337, '\\x00', 6, '\\x03', 5);",
             snapshot = SNAPSHOT_0018.replace('\'', "''"),
+            // Active: a next payment, no customer reference, a lowercase subscriber.
+            active = SNAPSHOT_0018
+                .replace("past_due", "active")
+                .replace(
+                    r#""nextPaymentAt": null"#,
+                    r#""nextPaymentAt": "2026-02-01T00:00:00Z""#
+                )
+                .replace(r#""cus \"7\" é""#, "null")
+                .replace(
+                    "0xAbAbabABabAbAbABabababaBABAbabAbABABAbAB",
+                    &format!("0x{}", "ab".repeat(20))
+                ),
         ))
         .await
         .unwrap();
@@ -638,6 +656,33 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
             Some(&tokio_postgres::error::SqlState::UNDEFINED_COLUMN)
         );
     }
+    let active = client
+        .query_one(
+            &format!(
+                "{typed}, to_char(snap_next_payment_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+                 FROM chain_events WHERE id = 14"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let got: (&str, bool, Option<&str>, &str, &str) = (
+        active.get(1),
+        active.get(6),
+        active.get(9),
+        active.get(8),
+        active.get(12),
+    );
+    assert_eq!(
+        got,
+        (
+            "active",
+            false,
+            None,
+            "ab".repeat(20).as_str(),
+            "2026-02-01 00:00:00"
+        )
+    );
     // The event without a snapshot has none.
     let none: bool = client
         .query_one(

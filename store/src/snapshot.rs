@@ -7,7 +7,7 @@
 use chainsub_core::{SubscriptionId, SubscriptionSnapshot, SubscriptionStatus};
 use tokio_postgres::Row;
 
-use crate::chain::{Columns, address, opt_time, time};
+use crate::chain::{address, opt_time, time};
 use crate::{Error, Result};
 
 /// A `SELECT` list of the snapshot columns of table alias `$t` (the amount as text).
@@ -87,10 +87,5 @@ impl SnapshotCols {
             amount: r.try_get(self.snap_amount)?,
             plan_onchain_id: r.try_get(self.snap_plan_onchain_id)?,
         }))
-    }
-
-    /// [`Self::read`] for a result whose snapshot column positions are not known yet.
-    pub(crate) fn read_row(r: &Row) -> Result<Option<SubscriptionSnapshot>> {
-        SnapshotCols::of(r.columns())?.read(r)
     }
 }

@@ -96,6 +96,13 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
          WHERE name = 'SubscriptionCharged' AND log_period = 2",
     )
     .await;
+    // The first charge's snapshot naming no subscription id (out of the reader's range).
+    exec(
+        &client,
+        "UPDATE chain_events SET snap_id = 'sub_5'
+         WHERE name = 'SubscriptionCharged' AND log_period = 1",
+    )
+    .await;
     // The renewal's place in its subscription's sequence (created, charged 1, charged 2:
     // the third; served on every event).
     exec(
@@ -196,6 +203,13 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         "{out}"
     );
     assert!(has("chain_events", &["differs (log_amount)"]), "{out}");
+    assert!(
+        has(
+            "chain_events",
+            &["snapshot unreadable (", "snapshot id out of range"]
+        ),
+        "{out}"
+    );
     assert!(
         has(
             "webhook_outbox",

@@ -12,6 +12,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use super::{address, b256};
+use crate::chain::Columns;
 use crate::copy::{Numeric, copy_in};
 use crate::snapshot::{SnapshotCols, snapshot_columns};
 use crate::{Error, Result};
@@ -131,8 +132,9 @@ pub struct StoredEvent {
     pub data: Vec<u8>,
     /// `None` when a stored `log_*` value is out of its field's range (a hand edit).
     pub fields: Option<LogFields>,
-    /// The subscription right after this event (not compared column by column).
-    pub snapshot: Option<SubscriptionSnapshot>,
+    /// The subscription right after this event (not compared column by column); `Err` with
+    /// the reason when a stored value is out of the snapshot's range (a hand edit).
+    pub snapshot: std::result::Result<Option<SubscriptionSnapshot>, String>,
     /// Its 1-based place among its subscription's events (not compared column by column).
     pub sequence: Option<i64>,
 }
@@ -759,6 +761,10 @@ pub async fn events_in_range(
             &[&chain_id, &(from as i64), &(to as i64)],
         )
         .await?;
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let snapshot = SnapshotCols::of(first.columns())?;
     rows.iter()
         .map(|r| {
             Ok(StoredEvent {
@@ -779,7 +785,7 @@ pub async fn events_in_range(
                 fields: log_fields_at(r, 14).ok(),
                 id: r.get(20),
                 sequence: r.get(21),
-                snapshot: SnapshotCols::read_row(r)?,
+                snapshot: snapshot.read(r).map_err(|e| e.to_string()),
             })
         })
         .collect()

@@ -437,7 +437,7 @@ async fn a_snapshot_is_read_back_as_the_state_it_was_written_from() {
 
     let mut stored = index::events_in_range(&c, 1, 5, 5).await.unwrap();
     stored.sort_by_key(|e| e.log_index);
-    let read: Vec<_> = stored.into_iter().map(|e| e.snapshot).collect();
+    let read: Vec<_> = stored.into_iter().map(|e| e.snapshot.unwrap()).collect();
     assert_eq!(read, want, "verify's reader");
 
     let pool = db.pool();
