@@ -391,7 +391,7 @@ fn new_event<'a>(e: &'a MappedEvent, folded: Option<&'a Folded>, enqueued: bool)
 }
 
 /// Outbox rows for the events of this batch marked `enqueued`, in chain order
-/// ([`chainsub_store::outbox::enqueue`]); `ids` are the events' row ids, in the same order.
+/// ([`chainsub_store::outbox::enqueue_new`]); `ids` are the events' row ids, in the same order.
 async fn insert_outbox(
     tx: &Transaction<'_>,
     chain_id: i64,
@@ -411,7 +411,7 @@ async fn insert_outbox(
             subscription_id: e.subscription_id,
         })
         .collect();
-    Ok(chainsub_store::outbox::enqueue(tx, chain_id, &rows).await?)
+    Ok(chainsub_store::outbox::enqueue_new(tx, chain_id, &rows).await?)
 }
 
 /// Ledger rows (charges and failed charges), plans and plan deactivations for the events

@@ -356,6 +356,41 @@ pub async fn enqueue(
         .await?)
 }
 
+/// Outbox rows for lifecycle events the caller has just inserted in the same transaction
+/// (in chain order, so ids follow it), with one binary COPY: the sink's path for a batch's
+/// confirmed events. A new event has no row yet, so there is nothing to skip — where
+/// [`enqueue`]'s `ON CONFLICT` pays a speculative insertion per row; a row that did exist
+/// would fail the COPY (the unique live-row index), and with it the batch. The insert
+/// trigger wakes dispatchers at commit, as for [`enqueue`]. Returns the rows written.
+pub async fn enqueue_new(
+    tx: &tokio_postgres::Transaction<'_>,
+    chain_id: i64,
+    events: &[NewDelivery<'_>],
+) -> Result<u64> {
+    use tokio_postgres::types::Type;
+    const TYPES: &[Type] = &[Type::INT8, Type::TEXT, Type::BYTEA, Type::INT8, Type::INT8];
+    if events.is_empty() {
+        return Ok(0);
+    }
+    crate::copy::copy_in(
+        tx,
+        "COPY webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, \
+         subscription_id) FROM STDIN (FORMAT binary)",
+        TYPES,
+        events,
+        |out, d| {
+            out.row(&[
+                &d.event_id,
+                &d.event_public_id,
+                &d.merchant_wallet,
+                &chain_id,
+                &d.subscription_id,
+            ])
+        },
+    )
+    .await
+}
+
 /// Outbox rows for the stored lifecycle events of `chain_id` up to block `upto` that have
 /// none yet (marking them `enqueued`), in chain order. Returns the rows written.
 pub async fn enqueue_confirmed(

@@ -448,3 +448,89 @@ async fn a_snapshot_is_read_back_as_the_state_it_was_written_from() {
     let read: Vec<_> = rows.into_iter().map(|e| e.snapshot).collect();
     assert_eq!(read, want, "the events reader");
 }
+
+/// The sink's outbox rows for a batch's new events (`outbox::enqueue_new`, one binary COPY)
+/// are the rows `outbox::enqueue` writes — in the order given, pending, no attempts — and
+/// their insert runs the trigger that wakes dispatchers at commit; a row for an event that
+/// already has a live one fails (and with it the sink's batch) instead of being skipped.
+#[tokio::test]
+async fn a_batchs_outbox_rows_are_copied_as_enqueue_writes_them() {
+    use chainsub_store::outbox::{self, NewDelivery};
+    let db = TestDb::create().await;
+    let mut c = db.connect().await;
+    let wallet = vec![0x22u8; 20];
+    let mut events = Vec::new();
+    for block in 1..=6 {
+        events.push(charge_event(&c, block, &wallet, 7 + i64::from(block % 2)).await);
+    }
+    let public: Vec<String> = (1..=6).map(|b| format!("evt_{b}")).collect();
+    let delivery = |i: usize| NewDelivery {
+        event_id: events[i],
+        event_public_id: &public[i],
+        merchant_wallet: &wallet,
+        subscription_id: Some(7 + (i as i64 + 1) % 2),
+    };
+    // Three rows the sink's way, in reverse chain order on purpose, then three the other way.
+    let copied: Vec<NewDelivery> = [2, 1, 0].map(delivery).to_vec();
+    let tx = c.transaction().await.unwrap();
+    tx.batch_execute("SET LOCAL track_functions = 'pl'")
+        .await
+        .unwrap();
+    assert_eq!(outbox::enqueue_new(&tx, 1, &copied).await.unwrap(), 3);
+    let notified: i64 = tx
+        .query_one(
+            "SELECT calls FROM pg_stat_xact_user_functions
+             WHERE funcname = 'chainsub_webhook_outbox_notify'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(notified, 1, "one wake-up per statement");
+    tx.commit().await.unwrap();
+    let inserted: Vec<NewDelivery> = [3, 4, 5].map(delivery).to_vec();
+    assert_eq!(outbox::enqueue(&c, 1, &inserted).await.unwrap(), 3);
+
+    let rows: Vec<String> = c
+        .query(
+            "SELECT format('%s %s %s %s %s %s %s %s %s', event_id, event_public_id,
+                 encode(merchant_wallet, 'hex'), chain_id, subscription_id, status, attempts,
+                 next_attempt_at <= now() AND created_at <= clock_timestamp(),
+                 num_nulls(test_payload, locked_until, last_error, delivered_at, retracted_at))
+             FROM webhook_outbox ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let want: Vec<String> = [2, 1, 0, 3, 4, 5]
+        .iter()
+        .map(|&i| {
+            let d = delivery(i);
+            format!(
+                "{} {} {} 1 {} pending 0 t 5",
+                d.event_id,
+                d.event_public_id,
+                "22".repeat(20),
+                d.subscription_id.unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(rows, want);
+
+    // An event that has its row already: the COPY fails rather than skip it.
+    let tx = c.transaction().await.unwrap();
+    let again = outbox::enqueue_new(&tx, 1, &[delivery(0)])
+        .await
+        .unwrap_err();
+    let chainsub_store::Error::Db(db) = &again else {
+        panic!("{again:?}");
+    };
+    assert_eq!(
+        db.as_db_error().and_then(|e| e.constraint()),
+        Some("webhook_outbox_event"),
+        "{again:?}"
+    );
+}
