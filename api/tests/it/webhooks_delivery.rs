@@ -506,7 +506,7 @@ async fn delivery_list(
 
 /// The dispatcher's connections commit asynchronously (its bookkeeping is re-done by
 /// redelivery if Postgres loses it) and plan each execution; the API's connections keep
-/// synchronous commit and generic plans.
+/// synchronous commit and generic plans, and never plan a parallel query.
 #[tokio::test]
 async fn only_the_dispatchers_pool_commits_asynchronously() {
     let db = TestDb::create().await;
@@ -514,21 +514,27 @@ async fn only_the_dispatchers_pool_commits_asynchronously() {
         let c = pool.get().await.unwrap();
         let row = c
             .query_one(
-                "SELECT current_setting('synchronous_commit'), current_setting('plan_cache_mode')",
+                "SELECT current_setting('synchronous_commit'), current_setting('plan_cache_mode'),
+                     current_setting('max_parallel_workers_per_gather')",
                 &[],
             )
             .await
             .unwrap();
-        (row.get::<_, String>(0), row.get::<_, String>(1))
+        (
+            row.get::<_, String>(0),
+            row.get::<_, String>(1),
+            row.get::<_, String>(2),
+        )
     };
     let dispatcher = chainsub_api::db::dispatcher_pool(&db.url, 1).unwrap();
     let api = chainsub_api::db::pool(&db.url, 1).unwrap();
+    let (commit, plans, _) = settings(dispatcher).await;
     assert_eq!(
-        settings(dispatcher).await,
-        ("off".into(), "force_custom_plan".into())
+        (commit.as_str(), plans.as_str()),
+        ("off", "force_custom_plan")
     );
     assert_eq!(
         settings(api).await,
-        ("on".into(), "force_generic_plan".into())
+        ("on".into(), "force_generic_plan".into(), "0".into())
     );
 }
