@@ -1,5 +1,6 @@
-//! Multi-row statements of the indexer's batches: every insert is one `UNNEST` statement per
-//! table per transaction, whatever the number of rows.
+//! Multi-row statements of the indexer's batches: every insert is one statement per table per
+//! transaction, whatever the number of rows — a binary COPY for rows that are new by
+//! construction (events, new subscriptions), an `UNNEST` statement where rows may exist.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
