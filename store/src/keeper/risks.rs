@@ -140,7 +140,12 @@ impl Store {
                      JOIN subscriptions s ON s.chain_id = c.chain_id AND s.onchain_id = c.subscription_id
                      -- The subscription as last indexed: its latest event's snapshot.
                      LEFT JOIN LATERAL (
-                         SELECT ce.* FROM chain_events ce
+                         SELECT ce.snap_id, ce.snap_status, ce.snap_cancel_at_period_end,
+                             ce.snap_period, ce.snap_period_start, ce.snap_period_end,
+                             ce.snap_next_payment_at, ce.snap_failed_attempts,
+                             ce.snap_subscriber, ce.snap_customer_external_id, ce.snap_amount,
+                             ce.snap_plan_onchain_id
+                         FROM chain_events ce
                          WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
                            AND ce.snap_id IS NOT NULL
                          ORDER BY ce.id DESC LIMIT 1) AS last ON TRUE

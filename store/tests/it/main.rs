@@ -336,7 +336,15 @@ async fn attempts_only_ever_name_outbox_rows_that_exist() {
 
 /// The outbox row each webhook attempt names, in order.
 async fn attempt_rows(c: &tokio_postgres::Client) -> Vec<i64> {
-    c.query("SELECT outbox_id FROM webhook_attempts ORDER BY id", &[])
+    first_column(c, "SELECT outbox_id FROM webhook_attempts ORDER BY id").await
+}
+
+/// The first column of every row of `sql`.
+async fn first_column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+    c: &tokio_postgres::Client,
+    sql: &str,
+) -> Vec<T> {
+    c.query(sql, &[])
         .await
         .unwrap()
         .iter()
@@ -491,20 +499,15 @@ async fn a_batchs_outbox_rows_are_copied_as_enqueue_writes_them() {
     let inserted: Vec<NewDelivery> = [3, 4, 5].map(delivery).to_vec();
     assert_eq!(outbox::enqueue(&c, 1, &inserted).await.unwrap(), 3);
 
-    let rows: Vec<String> = c
-        .query(
-            "SELECT format('%s %s %s %s %s %s %s %s %s', event_id, event_public_id,
-                 encode(merchant_wallet, 'hex'), chain_id, subscription_id, status, attempts,
-                 next_attempt_at <= now() AND created_at <= clock_timestamp(),
-                 num_nulls(test_payload, locked_until, last_error, delivered_at, retracted_at))
-             FROM webhook_outbox ORDER BY id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let rows: Vec<String> = first_column(
+        &c,
+        "SELECT format('%s %s %s %s %s %s %s %s %s', event_id, event_public_id,
+             encode(merchant_wallet, 'hex'), chain_id, subscription_id, status, attempts,
+             next_attempt_at <= now() AND created_at <= clock_timestamp(),
+             num_nulls(test_payload, locked_until, last_error, delivered_at, retracted_at))
+         FROM webhook_outbox ORDER BY id",
+    )
+    .await;
     let want: Vec<String> = [2, 1, 0, 3, 4, 5]
         .iter()
         .map(|&i| {
