@@ -181,18 +181,20 @@ fn parse_id(id: &str) -> Result<SubscriptionId> {
     SubscriptionId::parse(id).ok_or_else(|| Error::Inconsistent(format!("subscription id {id:?}")))
 }
 
-/// Columns and joins; `$1` merchant id, `$2` merchant wallet, `$3` chain id.
+/// Columns and joins; `$1` merchant id, `$2` merchant wallet, `$3` chain id. The chain's
+/// indexed head is one row, read once per statement (an uncorrelated subquery), not joined
+/// to each row of a page.
 const SELECT: &str = "SELECT s.onchain_id, s.public_id, s.status, s.cancel_at_period_end, \
     s.subscriber, s.amount::TEXT AS amount, s.customer_external_id, s.customer_ref, s.period, \
     s.current_period_start, s.current_period_end, s.failed_attempts, s.next_retry_at, \
     s.ended_reason, s.created_at, s.updated_at, s.plan_onchain_id, p.public_id AS plan_public_id, \
     ce.chain_id, ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, \
-    ce.log_index, cur.block_number AS indexed_block \
+    ce.log_index, \
+    (SELECT cur.block_number FROM indexer_cursor cur WHERE cur.chain_id = $3) AS indexed_block \
     FROM subscriptions s \
     JOIN chain_events ce ON ce.id = s.created_event_id \
     LEFT JOIN chain_plans cp ON cp.chain_id = s.chain_id AND cp.onchain_id = s.plan_onchain_id \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $1 \
-    LEFT JOIN indexer_cursor cur ON cur.chain_id = s.chain_id \
     WHERE s.merchant_wallet = $2 AND s.chain_id = $3::bigint";
 
 /// The plan filter: the subscriptions of the merchant's plan with public id `$5`. An

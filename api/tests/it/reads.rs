@@ -211,6 +211,55 @@ async fn subscription_carries_plan_ledger_and_chain_blocks() {
     assert_eq!((bad.status, bad.error_param()), (400, Some("colour")));
 }
 
+/// Anyone may create an on-chain plan with any reference: merchant A's plan carrying the
+/// reference of merchant B's API plan must not name B's plan anywhere A reads it.
+#[tokio::test]
+async fn a_plan_reference_of_another_merchant_never_names_that_merchants_plan() {
+    let (app, a, b) = app_with_two_merchants().await;
+    let db = app.db().await;
+    seed_cursor(&db, 1000).await;
+    let plan_b = app
+        .post(
+            "/api/v1/plans",
+            &b,
+            &json!({"name":"B","amount":"9.99","currency":"USDC","interval":"month"}),
+            None,
+        )
+        .await
+        .body;
+    let plan_ref: Vec<u8> = db
+        .query_one(
+            "SELECT plan_ref FROM plans WHERE public_id = $1",
+            &[&plan_b["id"].as_str().unwrap()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // Merchant A's on-chain plan 7 with B's reference, and a subscription to it.
+    seed_chain_plan(&db, wallet(MERCHANT), 7, &plan_ref, 50).await;
+    let (sub, _) = seed_subscription(&db, wallet(MERCHANT), 5, 7, None).await;
+
+    let one = app.get(&format!("/api/v1/subscriptions/{sub}"), &a).await;
+    assert_eq!(one.status, 200, "{:?}", one.body);
+    assert_eq!(one.body["planId"], serde_json::Value::Null);
+    let list = app.get("/api/v1/subscriptions", &a).await;
+    assert_eq!(list.body["data"][0]["planId"], serde_json::Value::Null);
+    for path in [
+        "/api/v1/events",
+        &format!("/api/v1/events?subscriptionId={sub}"),
+    ] {
+        let events = app.get(path, &a).await;
+        let data = events.body["data"].as_array().unwrap();
+        assert_eq!(data.len(), 2, "{path}: {:?}", events.body);
+        for e in data {
+            assert_eq!(e["data"]["planId"], serde_json::Value::Null, "{path}: {e}");
+        }
+        let id = data[0]["id"].as_str().unwrap();
+        let one = app.get(&format!("/api/v1/events/{id}"), &a).await;
+        assert_eq!(one.body["data"]["planId"], serde_json::Value::Null);
+    }
+}
+
 #[tokio::test]
 async fn pagination_walks_250_subscriptions_forwards_and_backwards_without_gap_or_repeat() {
     let (app, a, _) = app_with_two_merchants().await;
