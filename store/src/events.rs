@@ -16,9 +16,9 @@ use crate::{Error, MerchantScope, Page, Result};
 /// `SELECT … FROM chain_events ce …` with every column an [`EventRow`] reads, including the
 /// webhook's delivery state. Append `WHERE …`. The `plans` join is scoped to the event's
 /// merchant, so a planRef cannot resolve to another merchant's plan: `$merchant` is that
-/// merchant's id (a parameter where one merchant's events are read, else `pm.id` from the
-/// `merchants` row of the event's wallet, which `$joins` then brings); `$indexed` is the
-/// indexed head of the event's chain.
+/// merchant's id (a parameter in the list statements, else `pm.id` from the `merchants` row
+/// of the event's wallet, which `$joins` then brings); `$indexed` is the indexed head of the
+/// event's chain.
 macro_rules! ce_select {
     ($merchant:literal, $indexed:literal, $joins:literal) => {
         concat!(
@@ -86,10 +86,10 @@ macro_rules! r_select {
 /// The same columns for `subscription.renewal_at_risk` events (`renewal_risks`, migration
 /// 0017): observations of chain state, not logs — the block they were observed at, a zero
 /// transaction hash and log index -1 that the view never serves (it renders `chain: null`
-/// and an `observation` block instead), and the subscription as last indexed. `$merchant`,
-/// `$indexed`, `$joins` as for [`ce_select`].
+/// and an `observation` block instead, so no indexed head either), and the subscription as
+/// last indexed. `$merchant`, `$joins` as for [`ce_select`].
 macro_rules! k_select {
-    ($merchant:literal, $indexed:literal, $joins:literal) => {
+    ($merchant:literal, $joins:literal) => {
         concat!(
             "SELECT k.id, k.public_id, 'subscription.renewal_at_risk'::text AS kind, \
             k.block_time, k.chain_id, k.contract, k.block_number, k.block_hash, \
@@ -98,9 +98,7 @@ macro_rules! k_select {
             NULL::text AS log_attempt, NULL::text AS log_reason, NULL::text AS log_next_retry_at, \
             ",
             snapshot_columns!("k"),
-            ", p.public_id AS plan_public_id, ",
-            $indexed,
-            " AS indexed_block, \
+            ", p.public_id AS plan_public_id, NULL::bigint AS indexed_block, \
             o.status AS delivery_status, o.attempts AS delivery_attempts, \
             o.next_attempt_at AS delivery_next_attempt_at, o.delivered_at AS delivery_delivered_at, \
             o.last_error AS delivery_last_error, NULL::bigint AS subscription_sequence, \
@@ -120,7 +118,8 @@ macro_rules! k_select {
     };
 }
 
-/// Events of any merchant (webhook bodies): each row's merchant and chain head by join.
+/// Events with each row's merchant and chain head by join: webhook bodies (any merchant)
+/// and the single-event read.
 const SELECT: &str = ce_select!(
     "pm.id",
     "cur.block_number",
@@ -133,26 +132,19 @@ const RSELECT: &str = r_select!(
 );
 const KSELECT: &str = k_select!(
     "pm.id",
-    "cur.block_number",
-    " LEFT JOIN merchants pm ON pm.wallet = k.merchant_wallet \
-     LEFT JOIN indexer_cursor cur ON cur.chain_id = k.chain_id"
+    " LEFT JOIN merchants pm ON pm.wallet = k.merchant_wallet"
 );
 
-/// One merchant's events on one chain (the events page: `$11` the merchant's id, `$2` the
-/// chain): the merchant is known and the chain head is one row, read once per statement
-/// (an uncorrelated subquery) instead of joined to each of a page's rows — two lookups less
-/// per row, a sixth of the page's Postgres time on the API benchmark.
+/// One merchant's events on one chain (the list statements: `$11` the merchant's id, `$2`
+/// the chain): the merchant is known, and the chain head is one row, read once per statement
+/// (an uncorrelated subquery) instead of joined to each of a page's rows.
 const SCOPED_SELECT: &str = ce_select!(
     "$11",
     "(SELECT cur.block_number FROM indexer_cursor cur WHERE cur.chain_id = $2)",
     ""
 );
 const SCOPED_RSELECT: &str = r_select!("$11", "");
-const SCOPED_KSELECT: &str = k_select!(
-    "$11",
-    "(SELECT cur.block_number FROM indexer_cursor cur WHERE cur.chain_id = $2)",
-    ""
-);
+const SCOPED_KSELECT: &str = k_select!("$11", "");
 
 /// The type of a retraction event.
 pub const RETRACTED: &str = "event.retracted";
@@ -417,12 +409,12 @@ const RSUB_IS: &str = "r.snap_id = $4";
 const KSUB_IS: &str = "k.subscription_id = (SELECT s.onchain_id FROM subscriptions s \
     WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)";
 
-/// The 6 list statements: leading filter (none, type, subscription) x 2 directions. `$3`
-/// type, `$4` subscription public id, `$5`/`$6` block range, `$7`/`$8` time range, `$9`
-/// cursor key, `$10` rows to fetch, `$11` the merchant's id. Each is the page of chain events, the page of
-/// retractions and the page of renewal-at-risk observations (each branch ordered and
-/// limited on its own index), merged by id: the three tables take their ids from one
-/// sequence.
+/// The 6 list statements: leading filter (none, type, subscription) x 2 directions. `$1`
+/// wallet, `$2` chain id, `$3` type, `$4` subscription public id, `$5`/`$6` block range,
+/// `$7`/`$8` time range, `$9` cursor key, `$10` rows to fetch, `$11` the merchant's id. Each
+/// is the page of chain events, the page of retractions and the page of renewal-at-risk
+/// observations (each branch ordered and limited on its own index), merged by id: the three
+/// tables take their ids from one sequence.
 static LIST: LazyLock<[[String; 2]; 3]> = LazyLock::new(|| {
     let kind = |lead| page::filter(lead, 3, "text", "ce.kind = $3");
     let sub = |lead| page::filter(lead, 4, "text", SUB_IS);

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use crate::api_common::{
-    App, Opts, seed_chain_plan, seed_cursor, seed_subscription, spawn, sub_id,
+    App, Opts, SNAP_COLUMNS, seed_chain_plan, seed_cursor, seed_subscription, spawn, sub_id,
 };
 use alloy::primitives::Address;
 use chainsub_tests::DevChain;
@@ -237,27 +237,74 @@ async fn a_plan_reference_of_another_merchant_never_names_that_merchants_plan() 
         .get(0);
     // Merchant A's on-chain plan 7 with B's reference, and a subscription to it.
     seed_chain_plan(&db, wallet(MERCHANT), 7, &plan_ref, 50).await;
-    let (sub, _) = seed_subscription(&db, wallet(MERCHANT), 5, 7, None).await;
+    let (sub, created) = seed_subscription(&db, wallet(MERCHANT), 5, 7, None).await;
+    // A retraction of its creation (as a deep reorg writes it) and a renewal-at-risk
+    // observation (as the keeper writes it): both carry the on-chain plan too.
+    let copy = |table: &str, cols: &str, vals: &str| {
+        format!(
+            "INSERT INTO {table} (public_id, chain_id, contract, merchant_wallet, {cols}, \
+                 block_number, block_hash, block_time, subscription_id, plan_id, {SNAP_COLUMNS}) \
+             SELECT 'evt_' || md5('{table}'), chain_id, contract, merchant_wallet, {vals}, \
+                 block_number, block_hash, block_time, subscription_id, plan_id, {SNAP_COLUMNS} \
+             FROM chain_events WHERE public_id = $1"
+        )
+    };
+    for insert in [
+        copy(
+            "event_retractions",
+            "retracted_event_id, retracted_kind, transaction_hash, log_index, ancestor_block, \
+             ancestor_hash",
+            "public_id, kind, transaction_hash, log_index, block_number - 1, block_hash",
+        ),
+        copy(
+            "renewal_risks",
+            "period, reason, amount, required, available, due_at",
+            "2, 'allowance', 9990000, 9990000, 0, block_time + interval '1 month'",
+        ),
+    ] {
+        db.execute(&insert, &[&created]).await.unwrap();
+    }
 
     let one = app.get(&format!("/api/v1/subscriptions/{sub}"), &a).await;
     assert_eq!(one.status, 200, "{:?}", one.body);
     assert_eq!(one.body["planId"], serde_json::Value::Null);
     let list = app.get("/api/v1/subscriptions", &a).await;
+    assert_eq!(
+        list.body["data"].as_array().unwrap().len(),
+        1,
+        "{:?}",
+        list.body
+    );
     assert_eq!(list.body["data"][0]["planId"], serde_json::Value::Null);
+    let mut types = HashSet::new();
     for path in [
         "/api/v1/events",
         &format!("/api/v1/events?subscriptionId={sub}"),
     ] {
         let events = app.get(path, &a).await;
         let data = events.body["data"].as_array().unwrap();
-        assert_eq!(data.len(), 2, "{path}: {:?}", events.body);
+        assert_eq!(data.len(), 4, "{path}: {:?}", events.body);
         for e in data {
+            assert!(e["data"].get("planId").is_some(), "{path}: {e}");
             assert_eq!(e["data"]["planId"], serde_json::Value::Null, "{path}: {e}");
+            types.insert(e["type"].as_str().unwrap().to_string());
+            let id = e["id"].as_str().unwrap();
+            let one = app.get(&format!("/api/v1/events/{id}"), &a).await;
+            assert_eq!(one.status, 200, "{:?}", one.body);
+            assert_eq!(one.body["data"]["planId"], serde_json::Value::Null);
         }
-        let id = data[0]["id"].as_str().unwrap();
-        let one = app.get(&format!("/api/v1/events/{id}"), &a).await;
-        assert_eq!(one.body["data"]["planId"], serde_json::Value::Null);
     }
+    assert_eq!(
+        types,
+        [
+            "subscription.created",
+            "subscription.charged",
+            "event.retracted",
+            "subscription.renewal_at_risk"
+        ]
+        .map(String::from)
+        .into(),
+    );
 }
 
 #[tokio::test]
