@@ -13,12 +13,46 @@ use crate::page::{self, keyset};
 use crate::snapshot::{SnapshotCols, snapshot_columns};
 use crate::{Error, MerchantScope, Page, Result};
 
-/// `SELECT … FROM chain_events ce …` with every column an [`EventRow`] reads, including the
-/// webhook's delivery state. Append `WHERE …`. The `plans` join is scoped to the event's
-/// merchant, so a planRef cannot resolve to another merchant's plan: `$merchant` is that
-/// merchant's id (a parameter in the list statements, else `pm.id` from the `merchants` row
-/// of the event's wallet, which `$joins` then brings); `$indexed` is the indexed head of the
-/// event's chain.
+/// The columns every event branch takes from its joins: the plan's public id, the chain's
+/// indexed head (`$indexed`) and the webhook's delivery state.
+macro_rules! joined_columns {
+    ($indexed:literal) => {
+        concat!(
+            "p.public_id AS plan_public_id, ",
+            $indexed,
+            " AS indexed_block, o.status AS delivery_status, o.attempts AS delivery_attempts, \
+            o.next_attempt_at AS delivery_next_attempt_at, o.delivered_at AS delivery_delivered_at, \
+            o.last_error AS delivery_last_error"
+        )
+    };
+}
+
+/// The joins behind [`joined_columns`] for the event table aliased `$t`. The `plans` join is
+/// scoped to the event's merchant, so a planRef cannot resolve to another merchant's plan:
+/// `$merchant` is that merchant's id (a parameter in the list statements, else `pm.id` from
+/// the `merchants` row of the event's wallet, which `$joins` then brings, with the cursor
+/// row where the head is joined).
+macro_rules! joins {
+    ($t:literal, $merchant:literal, $joins:literal) => {
+        concat!(
+            " LEFT JOIN chain_plans cp ON cp.chain_id = ",
+            $t,
+            ".chain_id AND cp.onchain_id = ",
+            $t,
+            ".plan_id",
+            $joins,
+            " LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = ",
+            $merchant,
+            " LEFT JOIN webhook_outbox o ON o.event_id = ",
+            $t,
+            ".id AND o.test_payload IS NULL AND o.retracted_at IS NULL"
+        )
+    };
+}
+
+/// `SELECT … FROM chain_events ce …` with every column an [`EventRow`] reads. Append
+/// `WHERE …`. `$indexed` is the indexed head of the event's chain; `$merchant`, `$joins` as
+/// for [`joins`].
 macro_rules! ce_select {
     ($merchant:literal, $indexed:literal, $joins:literal) => {
         concat!(
@@ -26,26 +60,17 @@ macro_rules! ce_select {
             ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, ce.log_index, \
             ce.subscription_id, ce.log_amount::text AS log_amount, ce.log_subscriber, \
             ce.log_period::text AS log_period, ce.log_attempt::text AS log_attempt, \
-            ce.log_reason::text AS log_reason, ce.log_next_retry_at::text AS log_next_retry_at, \
-            ",
+            ce.log_reason::text AS log_reason, ce.log_next_retry_at::text AS log_next_retry_at, ",
             snapshot_columns!("ce"),
-            ", p.public_id AS plan_public_id, ",
-            $indexed,
-            " AS indexed_block, o.status AS delivery_status, \
-            o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
-            o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
-            ce.sequence AS subscription_sequence, \
+            ", ",
+            joined_columns!($indexed),
+            ", ce.sequence AS subscription_sequence, \
             NULL::text AS retracted_event_id, NULL::text AS retracted_kind, \
             NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash, NULL::text AS risk_reason, \
             NULL::text AS risk_amount, NULL::text AS risk_required, NULL::text AS risk_available, \
             NULL::timestamptz AS risk_due_at, NULL::integer AS risk_period \
-            FROM chain_events ce \
-            LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id",
-            $joins,
-            " LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = ",
-            $merchant,
-            " LEFT JOIN webhook_outbox o ON o.event_id = ce.id AND o.test_payload IS NULL \
-            AND o.retracted_at IS NULL"
+            FROM chain_events ce",
+            joins!("ce", $merchant, $joins)
         )
     };
 }
@@ -53,7 +78,7 @@ macro_rules! ce_select {
 /// The same columns for `event.retracted` events (`event_retractions`, migration 0013): the
 /// removed event's position and content, the retraction's own id, type and detection time,
 /// and no confirmations (the block is not on the chain any more). `$merchant`, `$joins` as
-/// for [`ce_select`].
+/// for [`joins`].
 macro_rules! r_select {
     ($merchant:literal, $joins:literal) => {
         concat!(
@@ -61,24 +86,16 @@ macro_rules! r_select {
             r.detected_at AS block_time, r.chain_id, r.contract, r.block_number, r.block_hash, \
             r.transaction_hash, r.log_index, r.subscription_id, r.log_amount::text AS log_amount, \
             r.log_subscriber, r.log_period::text AS log_period, r.log_attempt::text AS log_attempt, \
-            r.log_reason::text AS log_reason, r.log_next_retry_at::text AS log_next_retry_at, \
-            ",
+            r.log_reason::text AS log_reason, r.log_next_retry_at::text AS log_next_retry_at, ",
             snapshot_columns!("r"),
-            ", p.public_id AS plan_public_id, \
-            NULL::bigint AS indexed_block, o.status AS delivery_status, \
-            o.attempts AS delivery_attempts, o.next_attempt_at AS delivery_next_attempt_at, \
-            o.delivered_at AS delivery_delivered_at, o.last_error AS delivery_last_error, \
-            NULL::bigint AS subscription_sequence, r.retracted_event_id, r.retracted_kind, \
+            ", ",
+            joined_columns!("NULL::bigint"),
+            ", NULL::bigint AS subscription_sequence, r.retracted_event_id, r.retracted_kind, \
             r.ancestor_block, r.ancestor_hash, NULL::text AS risk_reason, NULL::text AS risk_amount, \
             NULL::text AS risk_required, NULL::text AS risk_available, \
             NULL::timestamptz AS risk_due_at, NULL::integer AS risk_period \
-            FROM event_retractions r \
-            LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id",
-            $joins,
-            " LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = ",
-            $merchant,
-            " LEFT JOIN webhook_outbox o ON o.event_id = r.id AND o.test_payload IS NULL \
-            AND o.retracted_at IS NULL"
+            FROM event_retractions r",
+            joins!("r", $merchant, $joins)
         )
     };
 }
@@ -87,7 +104,7 @@ macro_rules! r_select {
 /// 0017): observations of chain state, not logs — the block they were observed at, a zero
 /// transaction hash and log index -1 that the view never serves (it renders `chain: null`
 /// and an `observation` block instead, so no indexed head either), and the subscription as
-/// last indexed. `$merchant`, `$joins` as for [`ce_select`].
+/// last indexed. `$merchant`, `$joins` as for [`joins`].
 macro_rules! k_select {
     ($merchant:literal, $joins:literal) => {
         concat!(
@@ -95,25 +112,18 @@ macro_rules! k_select {
             k.block_time, k.chain_id, k.contract, k.block_number, k.block_hash, \
             decode(repeat('00', 32), 'hex') AS transaction_hash, -1 AS log_index, k.subscription_id, \
             k.amount::text AS log_amount, NULL::bytea AS log_subscriber, NULL::text AS log_period, \
-            NULL::text AS log_attempt, NULL::text AS log_reason, NULL::text AS log_next_retry_at, \
-            ",
+            NULL::text AS log_attempt, NULL::text AS log_reason, NULL::text AS log_next_retry_at, ",
             snapshot_columns!("k"),
-            ", p.public_id AS plan_public_id, NULL::bigint AS indexed_block, \
-            o.status AS delivery_status, o.attempts AS delivery_attempts, \
-            o.next_attempt_at AS delivery_next_attempt_at, o.delivered_at AS delivery_delivered_at, \
-            o.last_error AS delivery_last_error, NULL::bigint AS subscription_sequence, \
+            ", ",
+            joined_columns!("NULL::bigint"),
+            ", NULL::bigint AS subscription_sequence, \
             NULL::text AS retracted_event_id, NULL::text AS retracted_kind, \
             NULL::bigint AS ancestor_block, NULL::bytea AS ancestor_hash, k.reason AS risk_reason, \
             k.amount::text AS risk_amount, k.required::text AS risk_required, \
             k.available::text AS risk_available, k.due_at AS risk_due_at, \
             k.period AS risk_period \
-            FROM renewal_risks k \
-            LEFT JOIN chain_plans cp ON cp.chain_id = k.chain_id AND cp.onchain_id = k.plan_id",
-            $joins,
-            " LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = ",
-            $merchant,
-            " LEFT JOIN webhook_outbox o ON o.event_id = k.id AND o.test_payload IS NULL \
-            AND o.retracted_at IS NULL"
+            FROM renewal_risks k",
+            joins!("k", $merchant, $joins)
         )
     };
 }

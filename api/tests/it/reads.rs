@@ -22,6 +22,32 @@ fn wallet(i: usize) -> Address {
     DevChain::address(i)
 }
 
+/// A plan created through the API by the merchant with `key`, and its planRef.
+async fn plan_with_ref(
+    app: &App,
+    key: &str,
+    db: &tokio_postgres::Client,
+) -> (serde_json::Value, Vec<u8>) {
+    let plan = app
+        .post(
+            "/api/v1/plans",
+            key,
+            &json!({"name":"A","amount":"9.99","currency":"USDC","interval":"month"}),
+            None,
+        )
+        .await
+        .body;
+    let plan_ref = db
+        .query_one(
+            "SELECT plan_ref FROM plans WHERE public_id = $1",
+            &[&plan["id"].as_str().unwrap()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    (plan, plan_ref)
+}
+
 #[tokio::test]
 async fn merchant_b_gets_404_for_merchant_a_objects_and_never_sees_them_in_lists() {
     let (app, a, b) = app_with_two_merchants().await;
@@ -109,23 +135,7 @@ async fn subscription_carries_plan_ledger_and_chain_blocks() {
     let db = app.db().await;
     seed_cursor(&db, 205).await;
     // An API plan whose planRef the index knows as on-chain plan 7.
-    let plan = app
-        .post(
-            "/api/v1/plans",
-            &a,
-            &json!({"name":"A","amount":"9.99","currency":"USDC","interval":"month"}),
-            None,
-        )
-        .await
-        .body;
-    let plan_ref: Vec<u8> = db
-        .query_one(
-            "SELECT plan_ref FROM plans WHERE public_id = $1",
-            &[&plan["id"].as_str().unwrap()],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let (plan, plan_ref) = plan_with_ref(&app, &a, &db).await;
     seed_chain_plan(&db, wallet(MERCHANT), 7, &plan_ref, 50).await;
     let (sub, _) = seed_subscription(&db, wallet(MERCHANT), 5, 7, Some("cust-1")).await;
 
@@ -218,23 +228,7 @@ async fn a_plan_reference_of_another_merchant_never_names_that_merchants_plan() 
     let (app, a, b) = app_with_two_merchants().await;
     let db = app.db().await;
     seed_cursor(&db, 1000).await;
-    let plan_b = app
-        .post(
-            "/api/v1/plans",
-            &b,
-            &json!({"name":"B","amount":"9.99","currency":"USDC","interval":"month"}),
-            None,
-        )
-        .await
-        .body;
-    let plan_ref: Vec<u8> = db
-        .query_one(
-            "SELECT plan_ref FROM plans WHERE public_id = $1",
-            &[&plan_b["id"].as_str().unwrap()],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let (_, plan_ref) = plan_with_ref(&app, &b, &db).await;
     // Merchant A's on-chain plan 7 with B's reference, and a subscription to it.
     seed_chain_plan(&db, wallet(MERCHANT), 7, &plan_ref, 50).await;
     let (sub, created) = seed_subscription(&db, wallet(MERCHANT), 5, 7, None).await;
