@@ -31,6 +31,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient as Cached;
 use tokio_postgres::{Client, GenericClient};
 
+use crate::snapshot::stored_snapshot;
 use crate::{MerchantScope, Result};
 
 /// The NOTIFY channel dispatchers LISTEN on (migration 0004's trigger signals it on every
@@ -441,6 +442,7 @@ pub async fn retract_above(
         .get(0);
     let retracted = client
         .execute(
+            concat!(
             "WITH gone AS ( \
                  SELECT e.*, o.id AS outbox_id FROM chain_events e \
                  JOIN webhook_outbox o ON o.event_id = e.id \
@@ -458,26 +460,23 @@ pub async fn retract_above(
                  INSERT INTO event_retractions (public_id, chain_id, contract, merchant_wallet, \
                      retracted_event_id, retracted_kind, block_number, block_hash, block_time, \
                      transaction_hash, log_index, subscription_id, plan_id, log_amount, \
-                     log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at, snap_id, \
-                     snap_status, snap_cancel_at_period_end, snap_period, snap_period_start, \
-                     snap_period_end, snap_next_payment_at, snap_failed_attempts, snap_subscriber, \
-                     snap_customer_external_id, snap_amount, snap_plan_onchain_id, \
-                     ancestor_block, ancestor_hash) \
+                     log_subscriber, log_period, log_attempt, log_reason, log_next_retry_at, ",
+            stored_snapshot!(""),
+            ", ancestor_block, ancestor_hash) \
                  SELECT 'evt_' || md5('chainsub.retraction:' || g.public_id || ':' \
                                       || encode(g.block_hash, 'hex')), \
                      g.chain_id, g.contract, g.merchant_wallet, g.public_id, g.kind, \
                      g.block_number, g.block_hash, g.block_time, g.transaction_hash, g.log_index, \
                      g.subscription_id, g.plan_id, g.log_amount, g.log_subscriber, g.log_period, \
-                     g.log_attempt, g.log_reason, g.log_next_retry_at, g.snap_id, g.snap_status, \
-                     g.snap_cancel_at_period_end, g.snap_period, g.snap_period_start, \
-                     g.snap_period_end, g.snap_next_payment_at, g.snap_failed_attempts, \
-                     g.snap_subscriber, g.snap_customer_external_id, g.snap_amount, \
-                     g.snap_plan_onchain_id, $2, $3 \
+                     g.log_attempt, g.log_reason, g.log_next_retry_at, ",
+            stored_snapshot!("g."),
+            ", $2, $3 \
                  FROM gone g ORDER BY g.id \
                  ON CONFLICT (public_id) DO NOTHING \
                  RETURNING id, public_id, merchant_wallet, chain_id, subscription_id) \
              INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id) \
-             SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM written ORDER BY id",
+             SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM written ORDER BY id"
+            ),
             &[&chain_id, &above, &ancestor],
         )
         .await?;

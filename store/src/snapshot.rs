@@ -43,6 +43,40 @@ macro_rules! snapshot_columns {
 }
 pub(crate) use snapshot_columns;
 
+/// The snapshot columns as stored, each name after `$p` (`""` for an insert's column list,
+/// `"x."` for table alias `x`): for statements that copy a snapshot from one table to another.
+macro_rules! stored_snapshot {
+    ($p:literal) => {
+        concat!(
+            $p,
+            "snap_id, ",
+            $p,
+            "snap_status, ",
+            $p,
+            "snap_cancel_at_period_end, ",
+            $p,
+            "snap_period, ",
+            $p,
+            "snap_period_start, ",
+            $p,
+            "snap_period_end, ",
+            $p,
+            "snap_next_payment_at, ",
+            $p,
+            "snap_failed_attempts, ",
+            $p,
+            "snap_subscriber, ",
+            $p,
+            "snap_customer_external_id, ",
+            $p,
+            "snap_amount, ",
+            $p,
+            "snap_plan_onchain_id"
+        )
+    };
+}
+pub(crate) use stored_snapshot;
+
 columns! {
     /// Where a snapshot's columns are in a result.
     SnapshotCols {

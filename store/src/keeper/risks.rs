@@ -6,6 +6,7 @@ use alloy::primitives::{Address, B256, U256};
 use chrono::{DateTime, Utc};
 
 use super::{Store, in_scope, parse_u128};
+use crate::snapshot::stored_snapshot;
 use crate::{Error, Result};
 
 /// An active subscription whose renewal falls due within the warning lead.
@@ -109,6 +110,7 @@ impl Store {
         .await?;
         let rows = tx
             .query(
+                concat!(
                 "WITH checked AS (
                      INSERT INTO renewal_checks
                          (chain_id, subscription_id, period, block_number, block_hash, balance, allowance)
@@ -121,30 +123,23 @@ impl Store {
                  risks AS (
                      INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
                          subscription_id, plan_id, period, reason, amount, required, available,
-                         due_at, block_number, block_hash, block_time, snap_id, snap_status,
-                         snap_cancel_at_period_end, snap_period, snap_period_start,
-                         snap_period_end, snap_next_payment_at, snap_failed_attempts,
-                         snap_subscriber, snap_customer_external_id, snap_amount,
-                         snap_plan_onchain_id)
+                         due_at, block_number, block_hash, block_time, ",
+                stored_snapshot!(""),
+                ")
                      SELECT 'evt_' || md5('chainsub.renewal_at_risk:' || c.chain_id || ':'
                                           || c.subscription_id || ':' || c.period || ':' || r.reason),
                          c.chain_id, $8, s.merchant_wallet, s.onchain_id, s.plan_onchain_id,
                          c.period, r.reason, s.amount, need.total, r.available, s.current_period_end,
-                         $4, $5, $9, last.snap_id, last.snap_status,
-                         last.snap_cancel_at_period_end, last.snap_period, last.snap_period_start,
-                         last.snap_period_end, last.snap_next_payment_at,
-                         last.snap_failed_attempts, last.snap_subscriber,
-                         last.snap_customer_external_id, last.snap_amount,
-                         last.snap_plan_onchain_id
+                         $4, $5, $9, ",
+                stored_snapshot!("last."),
+                "
                      FROM checked c
                      JOIN subscriptions s ON s.chain_id = c.chain_id AND s.onchain_id = c.subscription_id
                      -- The subscription as last indexed: its latest event's snapshot.
                      LEFT JOIN LATERAL (
-                         SELECT ce.snap_id, ce.snap_status, ce.snap_cancel_at_period_end,
-                             ce.snap_period, ce.snap_period_start, ce.snap_period_end,
-                             ce.snap_next_payment_at, ce.snap_failed_attempts,
-                             ce.snap_subscriber, ce.snap_customer_external_id, ce.snap_amount,
-                             ce.snap_plan_onchain_id
+                         SELECT ",
+                stored_snapshot!("ce."),
+                "
                          FROM chain_events ce
                          WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
                            AND ce.snap_id IS NOT NULL
@@ -166,7 +161,8 @@ impl Store {
                  queued AS (
                      INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id)
                      SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM risks ORDER BY id)
-                 SELECT reason FROM risks ORDER BY id",
+                 SELECT reason FROM risks ORDER BY id"
+                ),
                 &[
                     &self.chain_id,
                     &(sub.onchain_id as i64),
