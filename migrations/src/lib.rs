@@ -133,6 +133,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "typed_snapshots",
         sql: include_str!("../sql/0025_typed_snapshots.sql"),
     },
+    Migration {
+        version: 26,
+        name: "outbox_lease_without_status",
+        sql: include_str!("../sql/0026_outbox_lease_without_status.sql"),
+    },
 ];
 
 /// Migration failures.

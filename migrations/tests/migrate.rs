@@ -475,10 +475,12 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         assert_eq!(refused.code(), Some(&code), "{refused}");
     }
     // Every existing row passes the CHECK: the row of an event nobody holds can still be
-    // claimed (a dispatcher's UPDATE), the retracted one still updated.
+    // claimed (a dispatcher's UPDATE, a lease since migration 0026), the retracted one still
+    // updated.
     let updated = client
         .execute(
-            "UPDATE webhook_outbox SET status = 'delivering' WHERE event_public_id IN ('evt_nobody', 'evt_gone')",
+            "UPDATE webhook_outbox SET attempts = attempts + 1, locked_until = now() + interval '30 seconds'
+             WHERE event_public_id IN ('evt_nobody', 'evt_gone')",
             &[],
         )
         .await
@@ -712,4 +714,68 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
         Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
         "{partial}"
     );
+}
+
+/// Migration 0026: a row a dispatcher holds (`delivering`) becomes `pending` under the same
+/// lease and attempt number (so that dispatcher's outcome still lands), `delivering` can no
+/// longer be stored, and the outbox keeps room on each page for in-place (HOT) claims.
+#[tokio::test]
+async fn leased_rows_stay_pending_from_migration_26() {
+    let db = TestDb::create_empty().await;
+    let client = db.connect().await;
+    apply(&client, |v| v < 26).await;
+    client
+        .batch_execute(
+            "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload, status,
+                 attempts, locked_until)
+             VALUES ('evt_held', '\\x02', '{}', 'delivering', 2, now() + interval '1 minute'),
+                    ('evt_done', '\\x02', '{}', 'delivered', 1, NULL),
+                    ('evt_waiting', '\\x02', '{}', 'pending', 0, NULL);",
+        )
+        .await
+        .unwrap();
+    apply(&client, |v| v == 26).await;
+    let rows: Vec<(String, String, i32, bool)> = client
+        .query(
+            "SELECT event_public_id, status, attempts, locked_until > now() FROM webhook_outbox
+             WHERE locked_until IS NOT NULL OR status <> 'pending' ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                r.get(1),
+                r.get(2),
+                r.get::<_, Option<bool>>(3).unwrap_or(false),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("evt_held".to_string(), "pending".to_string(), 2, true),
+            ("evt_done".to_string(), "delivered".to_string(), 1, false),
+        ]
+    );
+    let refused = client
+        .execute(
+            "UPDATE webhook_outbox SET status = 'delivering' WHERE event_public_id = 'evt_waiting'",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
+        "{refused}"
+    );
+    let options: Vec<String> = column(
+        &client,
+        "SELECT unnest(reloptions) FROM pg_class WHERE relname = 'webhook_outbox'",
+    )
+    .await;
+    assert_eq!(options, ["fillfactor=70"]);
 }

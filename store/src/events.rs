@@ -9,6 +9,7 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use crate::chain::{ChainCols, ChainRow, Columns, typed_by};
+use crate::outbox::live_status;
 use crate::page::{self, keyset};
 use crate::snapshot::{SnapshotCols, snapshot_columns};
 use crate::{Error, MerchantScope, Page, Result};
@@ -20,7 +21,9 @@ macro_rules! joined_columns {
         concat!(
             "p.public_id AS plan_public_id, ",
             $indexed,
-            " AS indexed_block, o.status AS delivery_status, o.attempts AS delivery_attempts, \
+            " AS indexed_block, ",
+            live_status!("o"),
+            " AS delivery_status, o.attempts AS delivery_attempts, \
             o.next_attempt_at AS delivery_next_attempt_at, o.delivered_at AS delivery_delivered_at, \
             o.last_error AS delivery_last_error"
         )

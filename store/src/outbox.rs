@@ -11,6 +11,11 @@
 //!            pending row for its `event.retracted` event
 //! ```
 //!
+//! `delivering` is not a stored status (migration 0026): it is a `pending` row with a live
+//! lease (`locked_until` in the future). The claim sets only the lease and the attempt count,
+//! columns no index covers, so Postgres updates the row in place (HOT) instead of adding an
+//! entry to each of the table's five indexes; readers derive the state with [`live_status!`].
+//!
 //! - **Indexer** ([`enqueue`], [`enqueue_confirmed`], [`retract_above`]): a row per
 //!   lifecycle event once it has CONFIRMATIONS, in chain order, idempotent per event; a reorg
 //!   deletes the rows of undone events that no dispatcher has attempted yet, and retracts the
@@ -45,7 +50,31 @@ pub async fn listen(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// Condition shared by every "is this row due" query (`o` is webhook_outbox).
+/// A delivery's state as readers show it, from the outbox row aliased `$o`: a `pending` row
+/// under a live lease is `delivering` (see the module docs).
+macro_rules! live_status {
+    ($o:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $o,
+            ".status = 'pending' AND ",
+            $o,
+            ".locked_until > now() \
+             THEN 'delivering' ELSE ",
+            $o,
+            ".status END"
+        )
+    };
+}
+pub(crate) use live_status;
+/// [`live_status!`] for a statement over `webhook_outbox o` (tools and tests that read a row's
+/// state directly).
+pub const LIVE_STATUS: &str = live_status!("o");
+
+/// Condition shared by every "is this row due" query (`o` is webhook_outbox): waiting, due, and
+/// not leased (a lease that ran out frees the row for another dispatcher). The status test is
+/// the partial indexes' predicate as written (migrations 0004, 0008), so the planner matches
+/// them; no row is stored as `delivering` since migration 0026.
 const DUE: &str = "o.status IN ('pending', 'delivering') AND o.next_attempt_at <= now() \
                    AND (o.locked_until IS NULL OR o.locked_until <= now())";
 
@@ -141,8 +170,9 @@ pub struct Claimed {
     pub created_at: DateTime<Utc>,
 }
 
-/// Claims up to `limit` due rows of each merchant in `wallets` in one statement: marks them
-/// `delivering`, counts the attempt, and leases them for `lease`. Returns (wallet, row).
+/// Claims up to `limit` due rows of each merchant in `wallets` in one statement: counts the
+/// attempt and leases them for `lease` (which makes them `delivering`; the stored status stays
+/// `pending`, so the update is HOT). Returns (wallet, row).
 pub async fn claim(
     client: &impl Cached,
     wallets: &[Vec<u8>],
@@ -156,7 +186,7 @@ pub async fn claim(
                             SELECT o.id FROM webhook_outbox o WHERE o.merchant_wallet = w.wallet AND {DUE}
                             AND {IN_ORDER}
                             ORDER BY o.next_attempt_at, o.id LIMIT $2 FOR UPDATE SKIP LOCKED) x)
-             UPDATE webhook_outbox o SET status = 'delivering', attempts = o.attempts + 1,
+             UPDATE webhook_outbox o SET attempts = o.attempts + 1,
                     locked_until = clock_timestamp() + make_interval(secs => $3)
              FROM c WHERE o.id = c.id
              RETURNING o.id, o.event_public_id, o.test_payload, o.attempts, o.created_at, o.merchant_wallet"
@@ -211,8 +241,9 @@ pub struct Outcome {
 
 /// Persists a batch of attempts and moves their rows on, in one statement (so one round
 /// trip and one commit): the attempts, the rows' new states and the endpoints a 410 disabled.
-/// A failure is applied only if the row is still ours (same attempt number, still
-/// `delivering`): if our lease ran out and another dispatcher took the row, its outcome wins.
+/// A failure is applied only if the row is still ours (same attempt number, still `pending`
+/// under a lease): if our lease ran out and another dispatcher took the row, or the dashboard
+/// queued it again, that outcome wins.
 /// A success is always applied: the receiver has the event.
 pub async fn record(client: &impl Cached, outcomes: &[Outcome]) -> Result<()> {
     const RECORD: &str = "WITH attempts AS (
@@ -229,7 +260,8 @@ pub async fn record(client: &impl Cached, outcomes: &[Outcome]) -> Result<()> {
                 delivered_at = CASE WHEN u.status = 'delivered' THEN clock_timestamp() ELSE o.delivered_at END
          FROM unnest($1::bigint[], $2::int[], $9::text[], $10::timestamptz[], $7::text[]) AS u(id, attempt, status, next_at, err)
          WHERE o.id = u.id
-           AND (u.status = 'delivered' OR (o.status = 'delivering' AND o.attempts = u.attempt))";
+           AND (u.status = 'delivered'
+                OR (o.status = 'pending' AND o.locked_until IS NOT NULL AND o.attempts = u.attempt))";
     let ids: Vec<i64> = outcomes.iter().map(|o| o.outbox_id).collect();
     let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempt).collect();
     let at: Vec<DateTime<Utc>> = outcomes.iter().map(|o| o.attempted_at).collect();
@@ -300,8 +332,8 @@ pub async fn record(client: &impl Cached, outcomes: &[Outcome]) -> Result<()> {
 pub async fn release(client: &Client, outbox_id: i64, attempt: i32) -> Result<()> {
     client
         .execute(
-            "UPDATE webhook_outbox SET status = 'pending', attempts = attempts - 1, locked_until = NULL
-             WHERE id = $1 AND attempts = $2 AND status = 'delivering'",
+            "UPDATE webhook_outbox SET attempts = attempts - 1, locked_until = NULL
+             WHERE id = $1 AND attempts = $2 AND status = 'pending' AND locked_until IS NOT NULL",
             &[&outbox_id, &attempt],
         )
         .await?;
@@ -450,9 +482,9 @@ pub async fn retract_above(
                  WHERE e.chain_id = $1 AND e.block_number > $2), \
              marked AS ( \
                  UPDATE webhook_outbox o SET retracted_at = clock_timestamp(), locked_until = NULL, \
-                        status = CASE WHEN o.status IN ('pending', 'delivering') THEN 'failed' \
+                        status = CASE WHEN o.status = 'pending' THEN 'failed' \
                                       ELSE o.status END, \
-                        last_error = CASE WHEN o.status IN ('pending', 'delivering') \
+                        last_error = CASE WHEN o.status = 'pending' \
                                           THEN 'retracted: a reorg removed the event' \
                                           ELSE o.last_error END \
                  FROM gone WHERE o.id = gone.outbox_id), \
@@ -545,7 +577,7 @@ pub async fn retry(
             "UPDATE webhook_outbox SET status = 'pending', next_attempt_at = now(), \
              locked_until = NULL \
              WHERE id = $1 AND merchant_wallet = $2 AND retracted_at IS NULL \
-               AND (status <> 'delivering' OR locked_until IS NULL OR locked_until <= now())",
+               AND (locked_until IS NULL OR locked_until <= now())",
             &[&outbox_id, &scope.wallet_bytes()],
         )
         .await?;

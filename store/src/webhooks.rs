@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Client;
 use tokio_postgres::GenericClient;
 
+use crate::outbox::live_status;
 use crate::{Error, MerchantScope, Result, outbox};
 
 /// The endpoint settings.
@@ -197,7 +198,10 @@ pub async fn deliveries(
 ) -> Result<(Vec<DeliveryRow>, Vec<AttemptRow>, bool)> {
     let rows = client
         .query(
-            "SELECT o.id, o.event_public_id, o.test_payload IS NOT NULL, o.status, o.attempts, \
+            concat!(
+                "SELECT o.id, o.event_public_id, o.test_payload IS NOT NULL, ",
+                live_status!("o"),
+                ", o.attempts, \
                     o.next_attempt_at, o.last_error, o.created_at, o.delivered_at, \
                     COALESCE(o.test_payload->>'type', e.kind, \
                              CASE WHEN r.id IS NOT NULL THEN 'event.retracted' END, \
@@ -207,7 +211,8 @@ pub async fn deliveries(
              LEFT JOIN event_retractions r ON r.public_id = o.event_public_id \
              LEFT JOIN renewal_risks k ON k.public_id = o.event_public_id \
              WHERE o.merchant_wallet = $1 AND ($2::bigint IS NULL OR o.id < $2) \
-             ORDER BY o.id DESC LIMIT $3",
+             ORDER BY o.id DESC LIMIT $3"
+            ),
             &[&scope.wallet_bytes(), &before, &(limit + 1)],
         )
         .await?;

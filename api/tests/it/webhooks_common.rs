@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chainsub_api::webhook_settings::{self as settings, WebhookUrl};
 use chainsub_store::MerchantScope;
+use chainsub_store::outbox::LIVE_STATUS;
 use chainsub_webhooks::WebhookConfig;
 use tokio::sync::oneshot;
 use tokio_postgres::Client;
@@ -88,7 +89,10 @@ pub fn spawn_dispatcher(
 pub async fn outbox_state(client: &Client, event_id: &str) -> (String, i32) {
     let r = client
         .query_one(
-            "SELECT status, attempts FROM webhook_outbox WHERE event_public_id = $1 AND retracted_at IS NULL",
+            &format!(
+                "SELECT {LIVE_STATUS}, o.attempts FROM webhook_outbox o \
+                 WHERE o.event_public_id = $1 AND o.retracted_at IS NULL"
+            ),
             &[&event_id],
         )
         .await
@@ -135,7 +139,7 @@ pub async fn held_endpoint(db: &chainsub_tests::TestDb) -> (Client, WebhookRecei
 pub async fn count_status(client: &Client, status: &str) -> i64 {
     client
         .query_one(
-            "SELECT count(*) FROM webhook_outbox WHERE status = $1",
+            &format!("SELECT count(*) FROM webhook_outbox o WHERE {LIVE_STATUS} = $1"),
             &[&status],
         )
         .await

@@ -250,6 +250,131 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
     assert_eq!(claimed(third), ["evt_2"]);
 }
 
+/// Migration 0026: a claim leases a row without changing its stored status, so Postgres
+/// updates it in place (HOT: no new entry in any of the outbox's indexes, which every claim
+/// wrote before); readers still call a leased row `delivering`, the dashboard's retry still
+/// leaves it alone until the lease runs out, and an outcome from a lease that ran out (the row
+/// queued again meanwhile) is still not applied.
+#[tokio::test]
+async fn a_claim_leases_rows_in_place_and_readers_still_call_them_delivering() {
+    use chainsub_store::outbox;
+    use std::time::Duration;
+    let db = TestDb::create().await;
+    let pool = db.pool();
+    let mut c = pool.get().await.unwrap();
+    let wallet = vec![0x33u8; 20];
+    let scope =
+        chainsub_store::merchants::sign_in(&**c, alloy::primitives::Address::from_slice(&wallet))
+            .await
+            .unwrap();
+    let a = charge_event(&c, 1, &wallet, 7).await;
+    let b = charge_event(&c, 2, &wallet, 8).await;
+    let refs = [(a, "evt_1", 7), (b, "evt_2", 8)].map(|(event_id, id, sub)| outbox::NewDelivery {
+        event_id,
+        event_public_id: id,
+        merchant_wallet: &wallet,
+        subscription_id: Some(sub),
+    });
+    assert_eq!(outbox::enqueue(&**c, 1, &refs).await.unwrap(), 2);
+    let tx = c.transaction().await.unwrap();
+    let claimed = outbox::claim(
+        &tx,
+        std::slice::from_ref(&wallet),
+        10,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(claimed.len(), 2);
+    let (updated, hot): (i64, i64) = {
+        let r = tx
+            .query_one(
+                "SELECT pg_stat_get_xact_tuples_updated('webhook_outbox'::regclass), \
+                        pg_stat_get_xact_tuples_hot_updated('webhook_outbox'::regclass)",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((updated, hot), (2, 2), "both claims are HOT updates");
+    tx.commit().await.unwrap();
+    let (stored, live, attempts, row_a) = outbox_row(&c, "evt_1").await;
+    assert_eq!(
+        (stored.as_str(), live.as_str(), attempts),
+        ("pending", "delivering", 1)
+    );
+
+    // The dashboard's retry waits for the lease...
+    let retry = outbox::retry(&**c, &scope, row_a).await.unwrap();
+    assert_eq!(retry, outbox::Retry::InFlight);
+    // ...and once it ran out, queues the row again: the late failure of that attempt is then
+    // not applied (the row is no longer ours), while the other row's success is.
+    c.execute(
+        "UPDATE webhook_outbox SET locked_until = now() - interval '1 second' WHERE id = $1",
+        &[&row_a],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outbox::retry(&**c, &scope, row_a).await.unwrap(),
+        outbox::Retry::Queued
+    );
+    let row_b = outbox_row(&c, "evt_2").await.3;
+    let outcome = |outbox_id, next| outbox::Outcome {
+        outbox_id,
+        attempt: 1,
+        attempted_at: chrono::Utc::now(),
+        url: "https://example.com/hook".into(),
+        status_code: Some(500),
+        latency_ms: 3,
+        error: None,
+        response_excerpt: None,
+        next,
+        disable_wallet: None,
+    };
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    outbox::record(
+        &c,
+        &[
+            outcome(row_a, outbox::NextState::Retry(later)),
+            outcome(row_b, outbox::NextState::Delivered),
+        ],
+    )
+    .await
+    .unwrap();
+    let due_now: bool = c
+        .query_one(
+            "SELECT next_attempt_at <= now() FROM webhook_outbox WHERE id = $1",
+            &[&row_a],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        due_now,
+        "the stale outcome did not push the queued row back"
+    );
+    assert_eq!(outbox_row(&c, "evt_1").await.1, "pending");
+    assert_eq!(outbox_row(&c, "evt_2").await.1, "delivered");
+}
+
+/// An outbox row's stored status, its state as readers show it, its attempts and its id.
+async fn outbox_row(c: &tokio_postgres::Client, event_id: &str) -> (String, String, i32, i64) {
+    let r = c
+        .query_one(
+            &format!(
+                "SELECT o.status, {}, o.attempts, o.id FROM webhook_outbox o \
+                 WHERE o.event_public_id = $1",
+                chainsub_store::outbox::LIVE_STATUS
+            ),
+            &[&event_id],
+        )
+        .await
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2), r.get(3))
+}
+
 /// `copy::Numeric` writes a `uint256` in NUMERIC's binary form (base-10000 digits, trailing
 /// zero digits implied by the weight): Postgres reads back the same decimal, for zero, digit
 /// group edges, powers of ten and the largest `uint256`.
