@@ -717,8 +717,9 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
 }
 
 /// Migration 0026: a row a dispatcher holds (`delivering`) becomes `pending` under the same
-/// lease and attempt number (so that dispatcher's outcome still lands), `delivering` can no
-/// longer be stored, and the outbox keeps room on each page for in-place (HOT) claims.
+/// lease and attempt number (no other dispatcher takes it before the lease runs out),
+/// `delivering` can no longer be stored, and the outbox keeps room on each page for in-place
+/// (HOT) claims.
 #[tokio::test]
 async fn leased_rows_stay_pending_from_migration_26() {
     let db = TestDb::create_empty().await;

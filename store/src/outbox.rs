@@ -14,7 +14,8 @@
 //! `delivering` is not a stored status (migration 0026): it is a `pending` row with a live
 //! lease (`locked_until` in the future). The claim sets only the lease and the attempt count,
 //! columns no index covers, so Postgres updates the row in place (HOT) instead of adding an
-//! entry to each of the table's five indexes; readers derive the state with [`live_status!`].
+//! entry to each of the table's five indexes; readers derive the state with `live_status!`
+//! ([`LIVE_STATUS`]).
 //!
 //! - **Indexer** ([`enqueue`], [`enqueue_confirmed`], [`retract_above`]): a row per
 //!   lifecycle event once it has CONFIRMATIONS, in chain order, idempotent per event; a reorg
