@@ -321,24 +321,12 @@ async fn a_claim_leases_rows_in_place_and_readers_still_call_them_delivering() {
         outbox::Retry::Queued
     );
     let row_b = outbox_row(&c, "evt_2").await.3;
-    let outcome = |outbox_id, next| outbox::Outcome {
-        outbox_id,
-        attempt: 1,
-        attempted_at: chrono::Utc::now(),
-        url: "https://example.com/hook".into(),
-        status_code: Some(500),
-        latency_ms: 3,
-        error: None,
-        response_excerpt: None,
-        next,
-        disable_wallet: None,
-    };
     let later = chrono::Utc::now() + chrono::Duration::hours(1);
     outbox::record(
         &c,
         &[
-            outcome(row_a, outbox::NextState::Retry(later)),
-            outcome(row_b, outbox::NextState::Delivered),
+            attempt_one(row_a, outbox::NextState::Retry(later)),
+            attempt_one(row_b, outbox::NextState::Delivered),
         ],
     )
     .await
@@ -357,6 +345,26 @@ async fn a_claim_leases_rows_in_place_and_readers_still_call_them_delivering() {
     );
     assert_eq!(outbox_row(&c, "evt_1").await.1, "pending");
     assert_eq!(outbox_row(&c, "evt_2").await.1, "delivered");
+}
+
+/// The outcome of a first attempt at outbox row `outbox_id` that got HTTP 500, moving the
+/// row to `next`.
+fn attempt_one(
+    outbox_id: i64,
+    next: chainsub_store::outbox::NextState,
+) -> chainsub_store::outbox::Outcome {
+    chainsub_store::outbox::Outcome {
+        outbox_id,
+        attempt: 1,
+        attempted_at: chrono::Utc::now(),
+        url: "https://example.com/hook".into(),
+        status_code: Some(500),
+        latency_ms: 3,
+        error: Some("HTTP 500".into()),
+        response_excerpt: None,
+        next,
+        disable_wallet: None,
+    }
 }
 
 /// An outbox row's stored status, its state as readers show it, its attempts and its id.
@@ -426,18 +434,7 @@ async fn attempts_only_ever_name_outbox_rows_that_exist() {
         .await
         .unwrap()
         .get(0);
-    let outcome = |outbox_id| outbox::Outcome {
-        outbox_id,
-        attempt: 1,
-        attempted_at: chrono::Utc::now(),
-        url: "https://example.com/hook".into(),
-        status_code: Some(500),
-        latency_ms: 3,
-        error: Some("HTTP 500".into()),
-        response_excerpt: None,
-        next: outbox::NextState::Retry(chrono::Utc::now()),
-        disable_wallet: None,
-    };
+    let outcome = |outbox_id| attempt_one(outbox_id, outbox::NextState::Retry(chrono::Utc::now()));
     outbox::record(&c, &[outcome(row), outcome(row + 1_000)])
         .await
         .unwrap();
