@@ -22,7 +22,7 @@ macro_rules! joined_columns {
             "p.public_id AS plan_public_id, ",
             $indexed,
             " AS indexed_block, ",
-            live_status!("o"),
+            live_status!(),
             " AS delivery_status, o.attempts AS delivery_attempts, \
             o.next_attempt_at AS delivery_next_attempt_at, o.delivered_at AS delivery_delivered_at, \
             o.last_error AS delivery_last_error"

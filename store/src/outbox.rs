@@ -51,26 +51,19 @@ pub async fn listen(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// A delivery's state as readers show it, from the outbox row aliased `$o`: a `pending` row
-/// under a live lease is `delivering` (see the module docs).
+/// A delivery's state as readers show it, from the outbox row aliased `o`: a `pending` row
+/// under a live lease is `delivering` (see the module docs). A macro so that statements built
+/// with `concat!` can include it; [`LIVE_STATUS`] is the same text.
 macro_rules! live_status {
-    ($o:literal) => {
-        concat!(
-            "CASE WHEN ",
-            $o,
-            ".status = 'pending' AND ",
-            $o,
-            ".locked_until > now() \
-             THEN 'delivering' ELSE ",
-            $o,
-            ".status END"
-        )
+    () => {
+        "CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' \
+         ELSE o.status END"
     };
 }
 pub(crate) use live_status;
 /// [`live_status!`] for a statement over `webhook_outbox o` (tools and tests that read a row's
 /// state directly).
-pub const LIVE_STATUS: &str = live_status!("o");
+pub const LIVE_STATUS: &str = live_status!();
 
 /// Condition shared by every "is this row due" query (`o` is webhook_outbox): waiting, due, and
 /// not leased (a lease that ran out frees the row for another dispatcher). The status test is

@@ -200,7 +200,7 @@ pub async fn deliveries(
         .query(
             concat!(
                 "SELECT o.id, o.event_public_id, o.test_payload IS NOT NULL, ",
-                live_status!("o"),
+                live_status!(),
                 ", o.attempts, \
                     o.next_attempt_at, o.last_error, o.created_at, o.delivered_at, \
                     COALESCE(o.test_payload->>'type', e.kind, \
