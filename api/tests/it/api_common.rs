@@ -211,6 +211,17 @@ impl App {
             .expect("POST")
     }
 
+    /// `POST /api/v1/plans`: a 9.99 USDC monthly plan named `name`.
+    pub async fn monthly_plan(&self, key: &str, name: &str) -> Res {
+        self.post(
+            "/api/v1/plans",
+            key,
+            &json!({"name": name, "amount": "9.99", "currency": "USDC", "interval": "month"}),
+            None,
+        )
+        .await
+    }
+
     /// `POST /api/v1/plans/{id}/provision` (retry provisioning).
     pub async fn provision(&self, id: &str, key: &str) -> Res {
         self.post(

@@ -48,14 +48,7 @@ async fn wait_indexed(app: &App) {
 
 /// A 9.99 plan and a checkout link for `customer`; the link's URL.
 async fn plan_and_checkout(app: &App, key: &str, customer: &str) -> String {
-    let plan = app
-        .post(
-            "/api/v1/plans",
-            key,
-            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
-            None,
-        )
-        .await;
+    let plan = app.monthly_plan(key, "Pro").await;
     let plan_id = plan.body["id"].as_str().unwrap().to_string();
     let checkout = app
         .post(

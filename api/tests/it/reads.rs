@@ -28,15 +28,7 @@ async fn plan_with_ref(
     key: &str,
     db: &tokio_postgres::Client,
 ) -> (serde_json::Value, Vec<u8>) {
-    let plan = app
-        .post(
-            "/api/v1/plans",
-            key,
-            &json!({"name":"A","amount":"9.99","currency":"USDC","interval":"month"}),
-            None,
-        )
-        .await
-        .body;
+    let plan = app.monthly_plan(key, "A").await.body;
     let plan_ref = db
         .query_one(
             "SELECT plan_ref FROM plans WHERE public_id = $1",

@@ -104,14 +104,7 @@ async fn app_and_key() -> (App, String) {
 /// A plan created through the API (so by the operator), CUSTOMER subscribed on chain, and the
 /// subscription's id once indexed.
 async fn api_plan_and_subscription(app: &App, key: &str) -> String {
-    let plan = app
-        .post(
-            "/api/v1/plans",
-            key,
-            &json!({"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "month"}),
-            None,
-        )
-        .await;
+    let plan = app.monthly_plan(key, "Pro").await;
     assert_eq!(plan.body["status"], "active", "{:?}", plan.body);
     subscribe(app, DevChain::address(CUSTOMER), U256::from(1)).await;
     listed(app, key, 1).await[0]["id"]
