@@ -74,10 +74,17 @@ pub async fn pass(ctx: &Ctx) -> Result<usize, String> {
                 Some((false, Some(DEAD)))
             }
             TxState::Unmined => {
-                if let Err(e) = relayer.rebroadcast(&row.tx.raw).await {
-                    tracing::warn!(tx = %row.tx.hash, error = %e, "cancellation re-driver");
-                } else {
-                    metrics::counter!("api_cancellations_rebroadcast_total").increment(1);
+                match relayer.rebroadcast(&row.tx.raw).await {
+                    Ok(chainsub_sender::Broadcast::Accepted) => {
+                        metrics::counter!("api_cancellations_rebroadcast_total").increment(1);
+                    }
+                    // The next pass reads where it stands.
+                    Ok(said) => {
+                        tracing::warn!(tx = %row.tx.hash, ?said, "cancellation re-driver");
+                    }
+                    Err(e) => {
+                        tracing::warn!(tx = %row.tx.hash, error = %e, "cancellation re-driver");
+                    }
                 }
                 None
             }

@@ -30,7 +30,7 @@ pub struct Relayer {
     min_balance: U256,
     /// The last balance check: `Some(true)` funded, `Some(false)` low, `None` unknown.
     funded: std::sync::Mutex<Option<bool>>,
-    /// Test-only crash point (`--fail-point`).
+    /// Test-only fail points (`--fail-point`, comma-separated names).
     fail_point: Option<String>,
 }
 
@@ -526,13 +526,16 @@ impl Relayer {
                 ));
             }
             journaled = Some(signed.hash);
-            if self.fail_point.as_deref() == Some("relayer-after-journal") {
+            if self.fail_point("relayer-after-journal") {
                 tracing::warn!("fail point relayer-after-journal reached: aborting");
                 std::process::abort();
             }
+            if self.fail_point("relayer-pause-after-journal") {
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
             match self
                 .sender
-                .broadcast(&signed.raw)
+                .broadcast_journaled(&signed.raw)
                 .await
                 .map_err(|e| SendFailure::MaybeSent(format!("send: {e}")))?
             {
@@ -629,14 +632,24 @@ impl Relayer {
         }
     }
 
-    /// Sends a journaled transaction's bytes again (the node may never have seen them); the
-    /// node's "already known" counts as accepted.
-    pub async fn rebroadcast(&self, raw: &[u8]) -> Result<(), String> {
-        match self.sender.broadcast(raw).await {
-            Ok(Broadcast::Accepted) => Ok(()),
-            Ok(other) => Err(format!("rebroadcast: {other:?}")),
-            Err(e) => Err(format!("rebroadcast: {e}")),
+    /// Sends a journaled transaction's bytes again (the node may never have seen them): the
+    /// node's "already known", and a used nonce this very transaction took (mined meanwhile,
+    /// from another request's broadcast), are [`Broadcast::Accepted`].
+    pub async fn rebroadcast(&self, raw: &[u8]) -> Result<Broadcast, String> {
+        if self.fail_point("relayer-pause-before-rebroadcast") {
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         }
+        self.sender
+            .broadcast_journaled(raw)
+            .await
+            .map_err(|e| format!("rebroadcast: {e}"))
+    }
+
+    /// Whether the test-only fail point `name` is set.
+    fn fail_point(&self, name: &str) -> bool {
+        self.fail_point
+            .as_deref()
+            .is_some_and(|set| set.split(',').any(|p| p.trim() == name))
     }
 
     /// Whether the relayer's key is the contract's operator now.

@@ -34,8 +34,10 @@ pub struct Config {
         default_value_t = 50_000_000_000_000_000
     )]
     pub relayer_min_balance_wei: u128,
-    /// Test-only: abort the process at a named point (`relayer-after-journal`: a createPlan
-    /// was journaled on its plan row, not broadcast yet), as a crash would.
+    /// Test-only, comma-separated: abort the process at a named point
+    /// (`relayer-after-journal`: a transaction was journaled on its row, not broadcast yet),
+    /// as a crash would, or pause there (`relayer-pause-after-journal` 1 s,
+    /// `relayer-pause-before-rebroadcast` 2 s), as a slow process would.
     #[arg(long, env = "API_FAIL_POINT", hide = true)]
     pub fail_point: Option<String>,
     /// Confirmations an indexed plan needs before the checkout hands out a transaction to

@@ -11,7 +11,7 @@
 use alloy::consensus::TxEnvelope;
 use alloy::eips::Encodable2718;
 use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{Address, B256, U256, keccak256};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::rpc::types::TransactionRequest;
 use alloy::signers::local::PrivateKeySigner;
@@ -161,6 +161,18 @@ impl Sender {
                 Some(payload) => Ok(classify_broadcast(&payload.message)),
                 None => Err(e),
             },
+        }
+    }
+
+    /// [`Sender::broadcast`] of journaled bytes that others may send too (every reader of the
+    /// journal may re-broadcast them): a used nonce that this very transaction took — mined
+    /// from someone else's copy — is the transaction accepted, not a nonce to re-read.
+    pub async fn broadcast_journaled(&self, raw: &[u8]) -> Result<Broadcast, TransportError> {
+        match self.broadcast(raw).await? {
+            Broadcast::NonceTooLow if self.receipt(keccak256(raw)).await?.is_some() => {
+                Ok(Broadcast::Accepted)
+            }
+            said => Ok(said),
         }
     }
 

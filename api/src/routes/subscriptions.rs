@@ -219,6 +219,7 @@ async fn cancel_once(
     body: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Resp> {
     use crate::chain::{CancelError, Journal, Refusal, Sent, TxState};
+    use chainsub_sender::Broadcast;
     use chainsub_store::cancellations;
 
     let at_period_end = parse_cancel(body)?;
@@ -306,8 +307,15 @@ async fn cancel_once(
                     if found.since_update_secs < REPLACE_AFTER_SECS || found.sends >= MAX_SENDS =>
                 {
                     // Pending, or lost before the node saw it: the same bytes again.
-                    relayer.rebroadcast(&tx.raw).await.map_err(unreachable)?;
-                    return Ok(accepted(tx.hash, found.created_at));
+                    return match relayer.rebroadcast(&tx.raw).await.map_err(unreachable)? {
+                        Broadcast::Accepted => Ok(accepted(tx.hash, found.created_at)),
+                        // Since the read above, its nonce went to another transaction or a
+                        // replacement entered the pool: the next request reads where it stands.
+                        Broadcast::NonceTooLow | Broadcast::Underpriced => {
+                            Err(in_progress(BEING_SENT))
+                        }
+                        Broadcast::Rejected(why) => Err(unreachable(format!("rebroadcast: {why}"))),
+                    };
                 }
                 TxState::Unmined => replace = Some((found.row_id, tx.clone(), found.created_at)),
                 TxState::Dead => {

@@ -392,6 +392,72 @@ async fn concurrent_requests_send_one_transaction() {
     );
 }
 
+/// Two requests for one cancellation, the first paused between journaling its transaction and
+/// broadcasting it (test fail points): the second finds the journaled transaction unmined and
+/// sends its bytes again. Both answer that one transaction, and the relayer's nonce moves by one.
+async fn two_requests_across_a_paused_broadcast(fail_points: &str) {
+    let app = spawn(Opts {
+        chain: true,
+        confirmations: Some(CONFIRMATIONS),
+        args: vec!["--fail-point".into(), fail_points.into()],
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let _indexer = spawn_indexer(&app, CONFIRMATIONS);
+    let id = api_plan_and_subscription(&app, &key).await;
+    let chain = app.chain.as_ref().unwrap();
+    let before = relayer_nonce(chain).await;
+    let path = format!("/api/v1/subscriptions/{id}/cancel");
+    let body = json!({"atPeriodEnd": false});
+    let db = app.db().await;
+    let second = async {
+        chainsub_tests::wait_until("the first request to journal its transaction", || async {
+            db.query_one(
+                "SELECT count(*) FROM subscription_cancellations WHERE tx_hash IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+                == 1
+        })
+        .await;
+        app.post(&path, &key, &body, None).await
+    };
+    let (first, second) = tokio::join!(app.post(&path, &key, &body, None), second);
+    for r in [&first, &second] {
+        assert_eq!(r.status, 202, "{:?}", r.body);
+    }
+    assert_eq!(
+        first.body["transactionHash"], second.body["transactionHash"],
+        "one transaction answered"
+    );
+    assert_eq!(
+        relayer_nonce(chain).await,
+        before + 1,
+        "one transaction sent"
+    );
+    wait_cancelled_on_chain(chain, "the cancellation").await;
+}
+
+/// The second request's re-broadcast is mined before the first request broadcasts: the first
+/// meets a used nonce, and the transaction using it is its own — it must not sign another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_whose_journaled_transaction_another_sent_does_not_send_a_second() {
+    two_requests_across_a_paused_broadcast("relayer-pause-after-journal").await;
+}
+
+/// The first request's broadcast is mined while the second is about to send the same bytes
+/// again: the second meets a used nonce — its transaction was mined, not a chain outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebroadcast_that_finds_its_transaction_mined_answers_it() {
+    two_requests_across_a_paused_broadcast(
+        "relayer-pause-after-journal,relayer-pause-before-rebroadcast",
+    )
+    .await;
+}
+
 /// A subscription to a plan the operator created, indexed, whose cancellation an API
 /// process journaled and then died before broadcasting (fail point `relayer-after-journal`).
 struct Crashed {
