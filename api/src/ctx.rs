@@ -19,6 +19,9 @@ pub struct AppState {
     /// Sends createPlan; `None` when no RELAYER_PRIVATE_KEY is configured.
     pub relayer: Option<Arc<Relayer>>,
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+    /// API-key lookups (the merchant and the key's row id), cached while their revocations
+    /// can be heard.
+    pub keys: Arc<crate::auth::key_cache::KeyCache<(chainsub_store::MerchantScope, i64)>>,
     /// Permits for concurrent ledger exports (`LEDGER_EXPORTS_MAX`).
     pub exports: Arc<tokio::sync::Semaphore>,
 }

@@ -3,6 +3,7 @@
 use chainsub_core::Listen;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -25,6 +26,7 @@ pub struct Running {
     /// One per request loop: dropping or sending stops that loop's accepting.
     stops: Vec<oneshot::Sender<()>>,
     task: JoinHandle<()>,
+    key_listener: JoinHandle<()>,
 }
 
 /// Builds the shared state: pool, limiters, relayer, metrics.
@@ -42,6 +44,9 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
         relayer,
         metrics: crate::metrics::install(),
         exports: Arc::new(tokio::sync::Semaphore::new(cfg.ledger_exports_max)),
+        keys: Arc::new(crate::auth::key_cache::KeyCache::new(Duration::from_secs(
+            cfg.api_key_cache_secs,
+        ))),
         cfg,
     }))
 }
@@ -104,6 +109,8 @@ pub async fn start_sharded(
         }
     }
     let ctx = build_ctx(cfg)?;
+    // Hears key revocations; the key cache serves only while it does.
+    let key_listener = tokio::spawn(ctx.keys.clone().listen(ctx.cfg.database_url.clone()));
     if let Some(r) = &ctx.relayer {
         // The relayer's balance at start (a warning in /health and the metric if low);
         // later checks happen before each send.
@@ -170,6 +177,7 @@ pub async fn start_sharded(
         ctx,
         stops,
         task,
+        key_listener,
     })
 }
 
@@ -223,6 +231,7 @@ impl Running {
             let _ = stop.send(());
         }
         let _ = (&mut self.task).await;
+        self.key_listener.abort();
     }
 }
 

@@ -138,6 +138,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "outbox_lease_without_status",
         sql: include_str!("../sql/0026_outbox_lease_without_status.sql"),
     },
+    Migration {
+        version: 27,
+        name: "api_key_change_notify",
+        sql: include_str!("../sql/0027_api_key_change_notify.sql"),
+    },
 ];
 
 /// Migration failures.

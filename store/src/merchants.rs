@@ -71,6 +71,10 @@ pub struct ApiKeyMatch {
     pub stale: bool,
 }
 
+/// The NOTIFY channel migration 0027's trigger signals when one of a merchant's keys is
+/// revoked, rotated or deleted; the payload is the merchant's row id ([`MerchantScope::id`]).
+pub const KEYS_CHANNEL: &str = "chainsub_api_keys";
+
 const BY_API_KEY: &str = "SELECT k.id AS key_id, k.key_hash, \
     k.last_used_at < now() - interval '60 seconds' OR k.last_used_at IS NULL AS stale, \
     m.id AS merchant_id, m.public_id AS merchant_public_id, m.wallet AS merchant_wallet, \

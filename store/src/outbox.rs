@@ -44,13 +44,6 @@ use crate::{MerchantScope, Result};
 /// insert; [`retry`] and [`resume_held`] signal it too).
 pub const CHANNEL: &str = "chainsub_webhook_outbox";
 
-/// Subscribes `client` to [`CHANNEL`] (the dispatcher's wake-up on new outbox rows).
-pub async fn listen(client: &Client) -> Result<()> {
-    // LISTEN takes no parameters; the channel is a constant.
-    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
-    Ok(())
-}
-
 /// A delivery's state as readers show it, from the outbox row aliased `o`: a `pending` row
 /// under a live lease is `delivering` (see the module docs). A macro so that statements built
 /// with `concat!` can include it; [`LIVE_STATUS`] is the same text.

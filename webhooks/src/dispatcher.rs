@@ -25,9 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use futures::StreamExt;
 use tokio::sync::{Notify, Semaphore, mpsc};
-use tokio_postgres::AsyncMessage;
 
 use super::config::WebhookConfig;
 use super::delivery::{Attempt, Deliverer};
@@ -427,49 +425,22 @@ async fn write_outcomes(pool: Pool, mut rx: mpsc::UnboundedReceiver<Outcome>, le
     }
 }
 
-/// LISTEN on [`CHANNEL`] and wake the claimer on every notification, reconnecting forever.
+/// LISTEN on [`CHANNEL`] and wake the claimer on every notification (and on every
+/// (re)subscription: anything inserted meanwhile is found by that round), reconnecting forever.
 async fn listen(database_url: String, shared: Arc<Shared>) {
-    loop {
-        let connected = match chainsub_store::pg::Database::from_url(&database_url) {
-            Ok(db) => db.connect_raw().await,
-            Err(e) => {
-                tracing::error!(error = %e, "webhook listener cannot connect");
-                return;
+    use chainsub_store::listen::{Heard, listen_forever};
+    listen_forever(
+        &database_url,
+        CHANNEL,
+        Duration::from_secs(1),
+        |heard| {
+            if heard != Heard::Lost {
+                shared.wake.notify_one();
             }
-        };
-        match connected {
-            Ok((client, mut conn)) => {
-                let (tx, mut rx) = mpsc::unbounded_channel();
-                let driver = tokio::spawn(async move {
-                    let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
-                    while let Some(msg) = messages.next().await {
-                        match msg {
-                            Ok(AsyncMessage::Notification(_)) => {
-                                let _ = tx.send(());
-                            }
-                            Ok(_) => {}
-                            Err(_) => break,
-                        }
-                    }
-                });
-                if let Err(e) = chainsub_store::outbox::listen(&client).await {
-                    tracing::warn!(error = %e, "LISTEN failed");
-                } else {
-                    // Anything inserted while we were not listening is found by this round.
-                    shared.wake.notify_one();
-                    while rx.recv().await.is_some() {
-                        shared.wake.notify_one();
-                    }
-                }
-                driver.abort();
-            }
-            Err(e) => tracing::warn!(error = %e, "webhook LISTEN connection failed"),
-        }
-        if shared.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+        },
+        || shared.stopping.load(Ordering::SeqCst),
+    )
+    .await
 }
 
 /// Publishes the number of due rows every few seconds.

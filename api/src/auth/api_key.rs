@@ -82,6 +82,16 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
         return Err(ApiError::bad_key());
     };
     let hash = key.hash();
+    if let Some(hit) = ctx.keys.get(&hash) {
+        let (merchant, key_id) = hit.found;
+        let rate = ctx.limits.per_key.check(merchant.public_id().as_str())?;
+        if hit.touch {
+            let conn = ctx.pool.get().await?;
+            chainsub_store::merchants::touch_api_key(&**conn, &merchant, key_id).await?;
+        }
+        return Ok(Authed { merchant, rate });
+    }
+    let before = ctx.keys.generation();
     let conn = ctx.pool.get().await?;
     let Some((merchant, found)) = chainsub_store::merchants::by_api_key_hash(&conn, &hash).await?
     else {
@@ -97,6 +107,12 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
         // last_used_at at minute resolution: one write per key per minute, not per request.
         chainsub_store::merchants::touch_api_key(&**conn, &merchant, found.key_id).await?;
     }
+    ctx.keys.insert(
+        before,
+        hash,
+        merchant.id(),
+        (merchant.clone(), found.key_id),
+    );
     Ok(Authed { merchant, rate })
 }
 

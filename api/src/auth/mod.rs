@@ -1,6 +1,7 @@
 //! Authentication: API keys for the merchant's backend, SIWE sessions for the dashboard.
 
 pub mod api_key;
+pub mod key_cache;
 pub mod session;
 pub mod siwe;
 

@@ -86,6 +86,9 @@ async fn create(
         || async {
             let mut conn = ctx.pool.get().await?;
             let (key, rotated) = api_key::create_or_rotate(&mut conn, &s.merchant).await?;
+            // This process stops accepting the old key before it answers; the others when
+            // the trigger's notification reaches them.
+            ctx.keys.forget_merchant(s.merchant.id());
             tracing::info!(merchant = %s.merchant.public_id(), rotated, "api key issued");
             let status = api_key_status(&**conn, &s.merchant).await?;
             Ok(Resp::json_view(
@@ -105,6 +108,7 @@ async fn create(
 async fn revoke(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
     let revoked = api_key::revoke(&**conn, &s.merchant).await?;
+    ctx.keys.forget_merchant(s.merchant.id());
     let status = api_key_status(&**conn, &s.merchant).await?;
     Ok(Resp::view(&KeyStatusView {
         revoked: Some(revoked),

@@ -259,3 +259,106 @@ async fn admin_create_key_binary_prints_a_working_key() {
     assert!(key.starts_with("sk_live_"));
     assert_eq!(app.get("/api/v1/plans", &key).await.status, 200);
 }
+
+/// An API server whose key lookups stay cached for an hour unless a change is heard, with
+/// `/metrics` on its own listener, and a merchant's key.
+async fn caching_app() -> (App, String) {
+    let app = spawn(Opts {
+        metrics: true,
+        args: vec!["--api-key-cache-secs".into(), "3600".into()],
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(dev_key(MERCHANT).address()).await;
+    (app, key)
+}
+
+/// The value of the metric line starting with `series` (0 when absent).
+async fn metric(app: &App, series: &str) -> f64 {
+    let url = format!("http://{}/metrics", app.running.metrics_addr.unwrap());
+    let text = app
+        .http
+        .get(&url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+const HITS: &str = "api_key_cache_lookups_total{result=\"hit\"}";
+
+/// The key cache's LISTEN session, once the server has one.
+async fn key_listener(app: &App) -> i32 {
+    let db = app.db().await;
+    chainsub_tests::wait_for_some("the key cache's LISTEN session", || async {
+        db.query_opt(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE datname = current_database() AND query = 'LISTEN chainsub_api_keys'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+    })
+    .await
+}
+
+/// A key used once is served from the cache (one round trip per request, not two)...
+async fn cached(app: &App, key: &str) {
+    key_listener(app).await;
+    chainsub_tests::wait_until("the key cache to listen", || async {
+        metric(app, "api_key_cache_listening").await == 1.0
+    })
+    .await;
+    assert_eq!(app.get("/api/v1/plans", key).await.status, 200);
+    let hits = metric(app, HITS).await;
+    assert_eq!(app.get("/api/v1/plans", key).await.status, 200);
+    assert_eq!(
+        metric(app, HITS).await,
+        hits + 1.0,
+        "the second use is a hit"
+    );
+}
+
+/// ...and a key revoked in the database by anyone (another API process, an operator's SQL)
+/// stops working here when the change is heard, long before the entry would expire.
+#[tokio::test]
+async fn a_key_revoked_elsewhere_stops_working_when_the_change_is_heard() {
+    let (app, key) = caching_app().await;
+    cached(&app, &key).await;
+    app.db()
+        .await
+        .execute("UPDATE api_keys SET revoked_at = now()", &[])
+        .await
+        .unwrap();
+    chainsub_tests::wait_until("the revoked key to be refused", || async {
+        app.get("/api/v1/plans", &key).await.status == 401
+    })
+    .await;
+}
+
+/// A revocation while the cache's LISTEN connection is down is never heard: everything
+/// cached is dropped with the connection, so the key is refused once the server listens again.
+#[tokio::test]
+async fn a_key_revoked_while_the_listener_was_down_is_refused() {
+    let (app, key) = caching_app().await;
+    cached(&app, &key).await;
+    let old = key_listener(&app).await;
+    let db = app.db().await;
+    db.execute("SELECT pg_terminate_backend($1)", &[&old])
+        .await
+        .unwrap();
+    db.execute("UPDATE api_keys SET revoked_at = now()", &[])
+        .await
+        .unwrap();
+    chainsub_tests::wait_until("a new LISTEN session", || async {
+        key_listener(&app).await != old
+    })
+    .await;
+    assert_eq!(app.get("/api/v1/plans", &key).await.status, 401);
+}
