@@ -45,8 +45,8 @@ pub struct Config {
     #[arg(long, env = "CONFIRMATIONS", default_value_t = 12)]
     pub confirmations: u64,
     /// Seconds an API key's lookup is cached in this process at most (0: every request reads
-    /// the key from the database). Revocation still takes effect at once: the cache is used
-    /// only while the process hears key changes (LISTEN), see `auth::key_cache`.
+    /// the key from the database). A revocation takes effect when the process hears it
+    /// (LISTEN): the cache is used only while it can, see `auth::key_cache`.
     #[arg(long, env = "API_KEY_CACHE_SECS", default_value_t = 30)]
     pub api_key_cache_secs: u64,
     /// Ledger exports (`GET /api/v1/ledger`) one API process streams at once; each holds a

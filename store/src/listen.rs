@@ -1,5 +1,13 @@
 //! LISTEN on one channel over a connection of its own, reconnecting forever: the webhook
 //! dispatcher's wake-up on new outbox rows, and the API's key cache's evictions.
+//!
+//! A connection can die without closing (a NAT or firewall forgetting it, a failover without
+//! a reset): nothing would arrive and nothing would say so. So the listener probes its own
+//! channel: every `probe` interval it NOTIFYs a token of its own on its session and expects it
+//! back before the next probe. A probe that does not come back (no answer, or a server or
+//! pooler that accepts LISTEN but does not deliver) ends the session as [`Heard::Lost`].
+//! Payloads starting with [`PROBE_PREFIX`] are the probes (every listener's) and are never
+//! handed on.
 
 use std::time::Duration;
 
@@ -16,18 +24,39 @@ pub enum Heard<'a> {
     Listening,
     /// One notification's payload.
     Notified(&'a str),
-    /// The connection ended: everything signalled until the next [`Heard::Listening`] is
-    /// missed.
+    /// The session ended or stopped answering its probe: everything signalled until the next
+    /// [`Heard::Listening`] is missed.
     Lost,
 }
 
-/// LISTENs on `channel` and hands every change of state to `heard`, reconnecting `retry`
-/// after each failure, until `stopping()` says so after one. `channel` is a constant
-/// identifier (LISTEN takes no parameters).
+/// The payload prefix reserved for the listeners' own probes.
+pub const PROBE_PREFIX: &str = "listen-probe:";
+
+/// How often a listener reconnects and probes.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Wait after a failure before connecting again.
+    pub retry: Duration,
+    /// A probe goes out this often and must be back before the next one.
+    pub probe: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            retry: Duration::from_secs(1),
+            probe: Duration::from_secs(5),
+        }
+    }
+}
+
+/// LISTENs on `channel` and hands every change of state to `heard`, reconnecting after each
+/// failure, until `stopping()` says so after one. `channel` is a constant identifier (LISTEN
+/// takes no parameters).
 pub async fn listen_forever(
     database_url: &str,
     channel: &'static str,
-    retry: Duration,
+    timing: Timing,
     mut heard: impl FnMut(Heard<'_>),
     stopping: impl Fn() -> bool,
 ) {
@@ -55,9 +84,9 @@ pub async fn listen_forever(
                 match client.batch_execute(&format!("LISTEN {channel}")).await {
                     Ok(()) => {
                         heard(Heard::Listening);
-                        while let Some(payload) = rx.recv().await {
-                            heard(Heard::Notified(&payload));
-                        }
+                        let why =
+                            session(&client, &mut rx, channel, timing.probe, &mut heard).await;
+                        tracing::warn!(channel, why, "LISTEN session lost");
                         heard(Heard::Lost);
                     }
                     Err(e) => tracing::warn!(error = %e, channel, "LISTEN failed"),
@@ -69,6 +98,49 @@ pub async fn listen_forever(
         if stopping() {
             return;
         }
-        tokio::time::sleep(retry).await;
+        tokio::time::sleep(timing.retry).await;
+    }
+}
+
+/// Hands on notifications and probes the session until it ends; returns why it did.
+async fn session(
+    client: &tokio_postgres::Client,
+    rx: &mut mpsc::UnboundedReceiver<String>,
+    channel: &'static str,
+    every: Duration,
+    heard: &mut impl FnMut(Heard<'_>),
+) -> &'static str {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    let mut outstanding: Option<String> = None;
+    loop {
+        tokio::select! {
+            payload = rx.recv() => match payload {
+                None => return "the connection ended",
+                Some(p) if p.starts_with(PROBE_PREFIX) => {
+                    if outstanding.as_deref() == Some(p.as_str()) {
+                        outstanding = None;
+                    }
+                }
+                Some(p) => heard(Heard::Notified(&p)),
+            },
+            _ = ticks.tick() => {
+                if outstanding.is_some() {
+                    return "the probe did not come back";
+                }
+                let token = format!("{PROBE_PREFIX}{:016x}", rand::random::<u64>());
+                // The token is ours (hex), the channel a constant: nothing to quote.
+                let sent = tokio::time::timeout(
+                    every,
+                    client.batch_execute(&format!("NOTIFY {channel}, '{token}'")),
+                )
+                .await;
+                if !matches!(sent, Ok(Ok(()))) {
+                    return "the probe could not be sent";
+                }
+                outstanding = Some(token);
+            }
+        }
     }
 }

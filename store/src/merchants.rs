@@ -75,6 +75,20 @@ pub struct ApiKeyMatch {
 /// revoked, rotated or deleted; the payload is the merchant's row id ([`MerchantScope::id`]).
 pub const KEYS_CHANNEL: &str = "chainsub_api_keys";
 
+/// Whether migration 0027's triggers are in place and enabled (a process that caches key
+/// lookups relies on them to hear revocations).
+pub async fn key_changes_signalled(client: &impl tokio_postgres::GenericClient) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT count(*) = 2 FROM pg_trigger \
+             WHERE tgrelid = 'api_keys'::regclass AND NOT tgisinternal AND tgenabled <> 'D' \
+               AND tgname IN ('api_key_notify', 'api_key_truncate_notify')",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
 const BY_API_KEY: &str = "SELECT k.id AS key_id, k.key_hash, \
     k.last_used_at < now() - interval '60 seconds' OR k.last_used_at IS NULL AS stale, \
     m.id AS merchant_id, m.public_id AS merchant_public_id, m.wallet AS merchant_wallet, \

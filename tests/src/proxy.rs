@@ -1,6 +1,8 @@
 //! A switchable TCP proxy: forwards a local port to a dependency (Postgres, the RPC) while
 //! enabled; disabled, it refuses new connections and cuts open ones — an outage of the
-//! dependency behind it, for the tests of what a service does through one.
+//! dependency behind it, for the tests of what a service does through one. Frozen, its open
+//! connections stay open and carry nothing (a silent network partition, a half-open
+//! connection) while new ones work.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ pub struct Proxy {
     pub addr: SocketAddr,
     enabled: Arc<AtomicBool>,
     epoch: tokio::sync::watch::Sender<u64>,
+    frozen: tokio::sync::watch::Sender<u64>,
 }
 
 impl Proxy {
@@ -30,7 +33,8 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let enabled = Arc::new(AtomicBool::new(false));
         let (epoch, _) = tokio::sync::watch::channel(0u64);
-        let (en, ep) = (enabled.clone(), epoch.clone());
+        let (frozen, _) = tokio::sync::watch::channel(0u64);
+        let (en, ep, fr) = (enabled.clone(), epoch.clone(), frozen.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((inbound, _)) = listener.accept().await else {
@@ -41,6 +45,7 @@ impl Proxy {
                     continue;
                 }
                 let mut cut = ep.subscribe();
+                let mut freeze = fr.subscribe();
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(target).await else {
                         return;
@@ -51,6 +56,10 @@ impl Proxy {
                         _ = tokio::io::copy(&mut ri, &mut wo) => {}
                         _ = tokio::io::copy(&mut ro, &mut wi) => {}
                         _ = cut.changed() => {}
+                        // Holds both sockets open, carrying nothing, until cut.
+                        _ = freeze.changed() => {
+                            let _ = cut.changed().await;
+                        }
                     }
                 });
             }
@@ -59,12 +68,18 @@ impl Proxy {
             addr,
             enabled,
             epoch,
+            frozen,
         }
     }
 
     pub fn disable(&self) {
         self.enabled.store(false, Ordering::SeqCst);
         self.epoch.send_modify(|e| *e += 1);
+    }
+
+    /// The connections open now stop carrying data but stay open; new ones work.
+    pub fn freeze(&self) {
+        self.frozen.send_modify(|e| *e += 1);
     }
 
     pub fn enable(&self) {

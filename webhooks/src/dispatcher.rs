@@ -428,11 +428,11 @@ async fn write_outcomes(pool: Pool, mut rx: mpsc::UnboundedReceiver<Outcome>, le
 /// LISTEN on [`CHANNEL`] and wake the claimer on every notification (and on every
 /// (re)subscription: anything inserted meanwhile is found by that round), reconnecting forever.
 async fn listen(database_url: String, shared: Arc<Shared>) {
-    use chainsub_store::listen::{Heard, listen_forever};
+    use chainsub_store::listen::{Heard, Timing, listen_forever};
     listen_forever(
         &database_url,
         CHANNEL,
-        Duration::from_secs(1),
+        Timing::default(),
         |heard| {
             if heard != Heard::Lost {
                 shared.wake.notify_one();

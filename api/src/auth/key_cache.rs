@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use chainsub_store::listen::{Heard, listen_forever};
+use chainsub_store::listen::{Heard, Timing, listen_forever};
 use chainsub_store::merchants::KEYS_CHANNEL;
 
 /// Entries at most (one per live key in use); a full cache starts over.
@@ -146,6 +146,7 @@ impl<T: Clone> KeyCache<T> {
     /// What the listener heard.
     fn heard(&self, heard: Heard<'_>) {
         match heard {
+            // `*`: every key at once (TRUNCATE); anything unreadable is taken the same way.
             Heard::Notified(payload) => match payload.parse::<i64>() {
                 Ok(id) => self.forget_merchant(id),
                 Err(_) => {
@@ -169,21 +170,48 @@ impl<T: Clone> KeyCache<T> {
     }
 
     /// Listens for key changes until the task is dropped (a no-op cache when `ttl` is zero).
+    /// Not before the database signals them (migration 0027's trigger: a process started with
+    /// `NO_MIGRATE` may run before it is applied): until then nothing is cached.
     pub async fn listen(self: std::sync::Arc<Self>, database_url: String)
     where
         T: Send + 'static,
     {
+        metrics::gauge!("api_key_cache_listening").set(0.0);
         if self.ttl.is_zero() {
             return;
+        }
+        let mut said = false;
+        while !signalled(&database_url).await {
+            if !said {
+                tracing::warn!(
+                    "api_keys changes are not signalled (migration 0027 not applied): API keys \
+                     are read from the database on every request until it is"
+                );
+                said = true;
+            }
+            tokio::time::sleep(Duration::from_secs(10)).await;
         }
         listen_forever(
             &database_url,
             KEYS_CHANNEL,
-            Duration::from_secs(1),
+            Timing::default(),
             |heard| self.heard(heard),
             || false,
         )
         .await
+    }
+}
+
+/// Whether the database signals key changes (false when it cannot be asked).
+async fn signalled(database_url: &str) -> bool {
+    let Ok(db) = chainsub_store::pg::Database::from_url(database_url) else {
+        return false;
+    };
+    match db.connect().await {
+        Ok(client) => chainsub_store::merchants::key_changes_signalled(&client)
+            .await
+            .unwrap_or(false),
+        Err(_) => false,
     }
 }
 
@@ -235,11 +263,12 @@ mod tests {
             c.get(&[1; 32]).is_none(),
             "a lookup that started before the notification is not cached"
         );
+        c.heard(Heard::Notified("*"));
+        assert!(c.get(&[2; 32]).is_none(), "`*` (TRUNCATE) drops everything");
+        let g = c.generation();
+        c.insert(g, [2; 32], 2, 20);
         c.heard(Heard::Notified("not a number"));
-        assert!(
-            c.get(&[2; 32]).is_none(),
-            "an unreadable payload drops everything"
-        );
+        assert!(c.get(&[2; 32]).is_none(), "so does an unreadable payload");
     }
 
     #[test]

@@ -659,3 +659,80 @@ async fn a_batchs_outbox_rows_are_copied_as_enqueue_writes_them() {
         "{again:?}"
     );
 }
+
+/// A LISTEN session whose connection goes silent without closing (a firewall forgetting it,
+/// a failover without a reset) is noticed by its probe and replaced: without the probe the
+/// listener would wait forever, hearing nothing. Notifications reach the new session, and
+/// the probes themselves are never handed on.
+#[tokio::test]
+async fn a_listener_whose_connection_goes_silent_is_lost_and_listens_again() {
+    use chainsub_store::listen::{Heard, Timing, listen_forever};
+    use chainsub_tests::proxy::{Proxy, target_of, via};
+    use std::time::Duration;
+
+    let db = TestDb::create().await;
+    let proxy = Proxy::start(target_of(&db.url)).await;
+    let url = via(&db.url, proxy.addr);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let timing = Timing {
+        retry: Duration::from_millis(50),
+        probe: Duration::from_millis(300),
+    };
+    let listener = tokio::spawn(async move {
+        listen_forever(
+            &url,
+            "chainsub_test_channel",
+            timing,
+            |heard| {
+                let _ = tx.send(match heard {
+                    Heard::Listening => "listening".to_string(),
+                    Heard::Lost => "lost".to_string(),
+                    Heard::Notified(p) => format!("notified {p}"),
+                });
+            },
+            || false,
+        )
+        .await
+    });
+    let next = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("the listener said nothing for 30 s")
+            .unwrap()
+    };
+    assert_eq!(next(&mut rx).await, "listening");
+    // Several probes answered: nothing is said.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(rx.try_recv().is_err(), "probes are not handed on");
+    proxy.freeze();
+    assert_eq!(next(&mut rx).await, "lost", "the silent session is noticed");
+    assert_eq!(next(&mut rx).await, "listening", "and replaced");
+    db.connect()
+        .await
+        .batch_execute("NOTIFY chainsub_test_channel, 'after'")
+        .await
+        .unwrap();
+    assert_eq!(next(&mut rx).await, "notified after");
+    listener.abort();
+}
+
+/// An API process caches key lookups only when the database signals key changes: true once
+/// migrated, false when a trigger is missing or disabled.
+#[tokio::test]
+async fn key_changes_are_signalled_only_with_both_triggers_enabled() {
+    use chainsub_store::merchants::key_changes_signalled;
+    let db = TestDb::create().await;
+    let c = db.connect().await;
+    assert!(key_changes_signalled(&c).await.unwrap());
+    c.batch_execute("ALTER TABLE api_keys DISABLE TRIGGER api_key_truncate_notify")
+        .await
+        .unwrap();
+    assert!(!key_changes_signalled(&c).await.unwrap());
+    c.batch_execute(
+        "ALTER TABLE api_keys ENABLE TRIGGER api_key_truncate_notify; \
+         DROP TRIGGER api_key_notify ON api_keys",
+    )
+    .await
+    .unwrap();
+    assert!(!key_changes_signalled(&c).await.unwrap());
+}
