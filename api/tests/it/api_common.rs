@@ -211,6 +211,19 @@ impl App {
             .expect("POST")
     }
 
+    /// The text of `/metrics` (the server was spawned with `Opts { metrics: true, .. }`).
+    pub async fn metrics(&self) -> String {
+        let addr = self.running.metrics_addr.expect("a metrics listener");
+        self.http
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// `POST /api/v1/plans`: a 9.99 USDC monthly plan named `name`.
     pub async fn monthly_plan(&self, key: &str, name: &str) -> Res {
         self.post(

@@ -275,17 +275,9 @@ async fn caching_app() -> (App, String) {
 
 /// The value of the metric line starting with `series` (0 when absent).
 async fn metric(app: &App, series: &str) -> f64 {
-    let url = format!("http://{}/metrics", app.running.metrics_addr.unwrap());
-    let text = app
-        .http
-        .get(&url)
-        .send()
+    app.metrics()
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
         .unwrap_or(0.0)
 }

@@ -317,16 +317,7 @@ async fn health_reports_the_index_and_metrics_are_exposed() {
     }
     let public = read(app.http.get(app.url("/metrics")).send().await.unwrap()).await;
     assert_eq!(public.status, 404, "no metrics on the public port");
-    let metrics_url = format!("http://{}/metrics", app.running.metrics_addr.unwrap());
-    let m = app
-        .http
-        .get(&metrics_url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = app.metrics().await;
     assert!(m.contains("api_requests_total"), "{m}");
     assert!(m.contains("method=\"other\""), "{m}");
     for invented in ["FOO", "BREW", "X-EVIL", "random-path-1234"] {

@@ -551,17 +551,8 @@ async fn a_relayer_that_cannot_pay_refuses_provisioning_with_a_clear_503() {
     let health = app.get("/api/v1/health", "").await;
     assert_eq!(health.status, 200, "a warning, not a failed health check");
     assert_eq!(health.body["relayer"], "low_balance");
-    let metrics_addr = app.running.metrics_addr.expect("metrics listener");
-    let m = app
-        .api
-        .send(app.http.get(format!("http://{metrics_addr}/metrics")))
-        .await
-        .unwrap();
-    assert!(
-        m.body.as_str().unwrap().contains("api_relayer_balance_wei"),
-        "{:?}",
-        m.body
-    );
+    let m = app.metrics().await;
+    assert!(m.contains("api_relayer_balance_wei"), "{m}");
 }
 
 async fn hand_operator(dev: &DevChain, from: usize, to: usize) {

@@ -91,14 +91,51 @@ async fn event(app: &App, key: &str, id: &str, kind: &str) -> Value {
 
 /// The API (with chain and relayer) and the merchant's key.
 async fn app_and_key() -> (App, String) {
+    app_and_key_with(Vec::new()).await
+}
+
+/// [`app_and_key`] with extra server flags.
+async fn app_and_key_with(args: Vec<String>) -> (App, String) {
     let app = spawn(Opts {
         chain: true,
         confirmations: Some(CONFIRMATIONS),
+        args,
         ..Opts::default()
     })
     .await;
     let key = app.merchant_key(DevChain::address(MERCHANT)).await;
     (app, key)
+}
+
+/// An API (with chain, relayer and indexer; extra server flags `args`), the merchant's key,
+/// CUSTOMER's indexed subscription to a plan created through the API, its cancel path, and
+/// the relayer's nonce before any cancellation.
+struct Cancelling {
+    app: App,
+    key: String,
+    path: String,
+    before: u64,
+    _indexer: chainsub_tests::ChildGuard,
+}
+
+impl Cancelling {
+    async fn new(args: Vec<String>) -> Cancelling {
+        let (app, key) = app_and_key_with(args).await;
+        let _indexer = spawn_indexer(&app, CONFIRMATIONS);
+        let id = api_plan_and_subscription(&app, &key).await;
+        let before = relayer_nonce(app.chain.as_ref().unwrap()).await;
+        Cancelling {
+            path: format!("/api/v1/subscriptions/{id}/cancel"),
+            app,
+            key,
+            before,
+            _indexer,
+        }
+    }
+
+    fn chain(&self) -> &DevChain {
+        self.app.chain.as_ref().unwrap()
+    }
 }
 
 /// A plan created through the API (so by the operator), CUSTOMER subscribed on chain, and the
@@ -356,15 +393,10 @@ async fn a_subscription_to_a_plan_the_merchant_created_itself_is_not_cancellable
 /// transaction's 202 or a "retry shortly" 409, and the relayer's nonce moves by one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_requests_send_one_transaction() {
-    let (app, key) = app_and_key().await;
-    let _indexer = spawn_indexer(&app, CONFIRMATIONS);
-    let id = api_plan_and_subscription(&app, &key).await;
-    let chain = app.chain.as_ref().unwrap();
-    let before = relayer_nonce(chain).await;
-    let path = format!("/api/v1/subscriptions/{id}/cancel");
+    let c = Cancelling::new(Vec::new()).await;
+    let (app, key, path, chain) = (&c.app, &c.key, &c.path, c.chain());
     let body = json!({"atPeriodEnd": false});
-    let answers =
-        futures::future::join_all((0..6).map(|_| app.post(&path, &key, &body, None))).await;
+    let answers = futures::future::join_all((0..6).map(|_| app.post(path, key, &body, None))).await;
     let mut hashes = std::collections::BTreeSet::new();
     for r in &answers {
         match r.status {
@@ -387,7 +419,7 @@ async fn concurrent_requests_send_one_transaction() {
     assert_eq!(hashes.len(), 1, "one transaction answered: {answers:?}");
     assert_eq!(
         relayer_nonce(chain).await,
-        before + 1,
+        c.before + 1,
         "one transaction sent"
     );
 }
@@ -396,19 +428,8 @@ async fn concurrent_requests_send_one_transaction() {
 /// broadcasting it (test fail points): the second finds the journaled transaction unmined and
 /// sends its bytes again. Both answer that one transaction, and the relayer's nonce moves by one.
 async fn two_requests_across_a_paused_broadcast(fail_points: &str) {
-    let app = spawn(Opts {
-        chain: true,
-        confirmations: Some(CONFIRMATIONS),
-        args: vec!["--fail-point".into(), fail_points.into()],
-        ..Opts::default()
-    })
-    .await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
-    let _indexer = spawn_indexer(&app, CONFIRMATIONS);
-    let id = api_plan_and_subscription(&app, &key).await;
-    let chain = app.chain.as_ref().unwrap();
-    let before = relayer_nonce(chain).await;
-    let path = format!("/api/v1/subscriptions/{id}/cancel");
+    let c = Cancelling::new(vec!["--fail-point".into(), fail_points.into()]).await;
+    let (app, key, path, chain) = (&c.app, &c.key, &c.path, c.chain());
     let body = json!({"atPeriodEnd": false});
     let db = app.db().await;
     let second = async {
@@ -423,9 +444,9 @@ async fn two_requests_across_a_paused_broadcast(fail_points: &str) {
                 == 1
         })
         .await;
-        app.post(&path, &key, &body, None).await
+        app.post(path, key, &body, None).await
     };
-    let (first, second) = tokio::join!(app.post(&path, &key, &body, None), second);
+    let (first, second) = tokio::join!(app.post(path, key, &body, None), second);
     for r in [&first, &second] {
         assert_eq!(r.status, 202, "{:?}", r.body);
     }
@@ -435,7 +456,7 @@ async fn two_requests_across_a_paused_broadcast(fail_points: &str) {
     );
     assert_eq!(
         relayer_nonce(chain).await,
-        before + 1,
+        c.before + 1,
         "one transaction sent"
     );
     wait_cancelled_on_chain(chain, "the cancellation").await;
