@@ -289,8 +289,10 @@ async fn key_listener(app: &App) -> i32 {
     let db = app.db().await;
     chainsub_tests::wait_for_some("the key cache's LISTEN session", || async {
         db.query_opt(
-            "SELECT pid FROM pg_stat_activity \
-             WHERE datname = current_database() AND query = 'LISTEN chainsub_api_keys'",
+            // Its last statement: the LISTEN, or one of its probes since.
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND (query = 'LISTEN chainsub_api_keys' \
+                  OR query LIKE 'NOTIFY chainsub_api_keys, ''listen-probe:%')",
             &[],
         )
         .await
