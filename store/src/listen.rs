@@ -3,11 +3,12 @@
 //!
 //! A connection can die without closing (a NAT or firewall forgetting it, a failover without
 //! a reset): nothing would arrive and nothing would say so. So the listener probes its own
-//! channel: every `probe` interval it NOTIFYs a token of its own on its session and expects it
-//! back before the next probe. A probe that does not come back (no answer, or a server or
-//! pooler that accepts LISTEN but does not deliver) ends the session as [`Heard::Lost`].
-//! Payloads starting with [`PROBE_PREFIX`] are the probes (every listener's) and are never
-//! handed on.
+//! channel: it NOTIFYs a token of its own on its session at once and then every `probe`
+//! interval, and expects it back, from its own backend, before the next probe. Only the first
+//! probe's return says [`Heard::Listening`]; a probe that does not come back (no answer, or a
+//! server or pooler that accepts LISTEN but does not deliver to this session) ends the session
+//! as [`Heard::Lost`]. Payloads starting with [`PROBE_PREFIX`] are the probes (every
+//! listener's) and are never handed on.
 
 use std::time::Duration;
 
@@ -20,7 +21,8 @@ use crate::pg::Database;
 /// What a listener hears.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Heard<'a> {
-    /// Subscribed (again): anything signalled before this may have been missed.
+    /// Subscribed (again), and the session's first probe came back: anything signalled
+    /// before this may have been missed.
     Listening,
     /// One notification's payload.
     Notified(&'a str),
@@ -70,22 +72,21 @@ pub async fn listen_forever(
     loop {
         match db.connect_raw().await {
             Ok((client, mut conn)) => {
-                let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+                let (tx, mut rx) = mpsc::unbounded_channel::<(i32, String)>();
                 let driver = tokio::spawn(async move {
                     let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
                     while let Some(Ok(msg)) = messages.next().await {
                         if let AsyncMessage::Notification(n) = msg
-                            && tx.send(n.payload().to_string()).is_err()
+                            && tx.send((n.process_id(), n.payload().to_string())).is_err()
                         {
                             break;
                         }
                     }
                 });
-                match client.batch_execute(&format!("LISTEN {channel}")).await {
-                    Ok(()) => {
-                        heard(Heard::Listening);
+                match subscribe(&client, channel).await {
+                    Ok(pid) => {
                         let why =
-                            session(&client, &mut rx, channel, timing.probe, &mut heard).await;
+                            session(&client, pid, &mut rx, channel, timing.probe, &mut heard).await;
                         tracing::warn!(channel, why, "LISTEN session lost");
                         heard(Heard::Lost);
                     }
@@ -102,28 +103,50 @@ pub async fn listen_forever(
     }
 }
 
-/// Hands on notifications and probes the session until it ends; returns why it did.
+/// LISTENs on `channel`; returns the session's backend pid (its own notifications carry it).
+async fn subscribe(
+    client: &tokio_postgres::Client,
+    channel: &'static str,
+) -> Result<i32, tokio_postgres::Error> {
+    client.batch_execute(&format!("LISTEN {channel}")).await?;
+    Ok(client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0))
+}
+
+/// Hands on notifications and probes the session (backend `own_pid`) until it ends; returns
+/// why it did.
 async fn session(
     client: &tokio_postgres::Client,
-    rx: &mut mpsc::UnboundedReceiver<String>,
+    own_pid: i32,
+    rx: &mut mpsc::UnboundedReceiver<(i32, String)>,
     channel: &'static str,
     every: Duration,
     heard: &mut impl FnMut(Heard<'_>),
 ) -> &'static str {
+    // The first tick is at once: the first probe goes out with the session.
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
     let mut outstanding: Option<String> = None;
+    let mut listening = false;
     loop {
         tokio::select! {
+            // What arrived is read before a tick is taken: a probe that came back in time is
+            // never declared lost because the next tick was ready too.
+            biased;
             payload = rx.recv() => match payload {
                 None => return "the connection ended",
-                Some(p) if p.starts_with(PROBE_PREFIX) => {
-                    if outstanding.as_deref() == Some(p.as_str()) {
+                Some((pid, p)) if p.starts_with(PROBE_PREFIX) => {
+                    if pid == own_pid && outstanding.as_deref() == Some(p.as_str()) {
                         outstanding = None;
+                        if !listening {
+                            listening = true;
+                            heard(Heard::Listening);
+                        }
                     }
                 }
-                Some(p) => heard(Heard::Notified(&p)),
+                Some((_, p)) => heard(Heard::Notified(&p)),
             },
             _ = ticks.tick() => {
                 if outstanding.is_some() {

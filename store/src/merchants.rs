@@ -75,13 +75,13 @@ pub struct ApiKeyMatch {
 /// revoked, rotated or deleted; the payload is the merchant's row id ([`MerchantScope::id`]).
 pub const KEYS_CHANNEL: &str = "chainsub_api_keys";
 
-/// Whether migration 0027's triggers are in place and enabled (a process that caches key
-/// lookups relies on them to hear revocations).
+/// Whether migration 0027's triggers are in place and fire in ordinary sessions (a process
+/// that caches key lookups relies on them to hear revocations).
 pub async fn key_changes_signalled(client: &impl tokio_postgres::GenericClient) -> Result<bool> {
     let row = client
         .query_one(
             "SELECT count(*) = 2 FROM pg_trigger \
-             WHERE tgrelid = 'api_keys'::regclass AND NOT tgisinternal AND tgenabled <> 'D' \
+             WHERE tgrelid = 'api_keys'::regclass AND NOT tgisinternal AND tgenabled IN ('O', 'A') \
                AND tgname IN ('api_key_notify', 'api_key_truncate_notify')",
             &[],
         )
