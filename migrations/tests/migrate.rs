@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use chainsub_migrations::{Error, MIGRATIONS, locks, migrate};
 use chainsub_tests::TestDb;
 use chainsub_tests::db::connect;
+use tokio_postgres::error::SqlState;
 
 /// The environment variable that turns [`child_process_migrates`] into a worker.
 const CHILD_URL: &str = "CHAINSUB_MIGRATE_CHILD_URL";
@@ -69,6 +70,12 @@ async fn text_and_number(client: &tokio_postgres::Client, sql: &str) -> Vec<(Str
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect()
+}
+
+/// Runs `sql`, which the schema must refuse with `code`.
+async fn assert_refused(client: &tokio_postgres::Client, sql: &str, code: SqlState) {
+    let refused = client.execute(sql, &[]).await.unwrap_err();
+    assert_eq!(refused.code(), Some(&code), "{sql}: {refused}");
 }
 
 #[tokio::test]
@@ -310,24 +317,18 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 9));
     // A subscription written as the previous release writes it (without the count) fails,
     // new or updated through ON CONFLICT alike.
-    let old_write = client
-        .execute(
-            "INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet,
+    assert_refused(
+        &client,
+        "INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet,
                  subscriber, plan_onchain_id, amount, customer_ref, status, period,
                  current_period_start, current_period_end, created_event_id, last_event_id,
                  created_at, updated_at)
              VALUES (31337, 42, 'sub_x', '\\x02', '\\x03', 1, 1, '\\x04', 'active', 3,
                      now(), now(), 1, 2, now(), now())
              ON CONFLICT (chain_id, onchain_id) DO UPDATE SET period = EXCLUDED.period",
-            &[],
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        old_write.code(),
-        Some(&tokio_postgres::error::SqlState::NOT_NULL_VIOLATION),
-        "{old_write}"
-    );
+        SqlState::NOT_NULL_VIOLATION,
+    )
+    .await;
     // Migration 0021: the log's fields as typed columns (NULL where the log has none).
     let fields: Vec<String> = client
         .query(
@@ -459,7 +460,6 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
     );
 
     // The previous release's insert (no row id, its conflict target the public id) fails.
-    use tokio_postgres::error::SqlState;
     for (sql, code) in [
         (
             "INSERT INTO webhook_outbox (event_public_id, merchant_wallet) VALUES ('evt_b', '\\x02')",
@@ -471,8 +471,7 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
             SqlState::INVALID_COLUMN_REFERENCE,
         ),
     ] {
-        let refused = client.execute(sql, &[]).await.unwrap_err();
-        assert_eq!(refused.code(), Some(&code), "{refused}");
+        assert_refused(&client, sql, code).await;
     }
     // Every existing row passes the CHECK: the row of an event nobody holds can still be
     // claimed (a dispatcher's UPDATE, a lease since migration 0026), the retracted one still
@@ -649,14 +648,12 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
             "{table}"
         );
         // The JSON column is gone.
-        let refused = client
-            .query(&format!("SELECT snapshot FROM {table}"), &[])
-            .await
-            .unwrap_err();
-        assert_eq!(
-            refused.code(),
-            Some(&tokio_postgres::error::SqlState::UNDEFINED_COLUMN)
-        );
+        assert_refused(
+            &client,
+            &format!("SELECT snapshot FROM {table}"),
+            SqlState::UNDEFINED_COLUMN,
+        )
+        .await;
     }
     let active = client
         .query_one(
@@ -702,18 +699,12 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
         .get(0);
     assert_eq!(epoch, 6, "an indexer of the previous release is fenced");
     // Part of a snapshot is not one.
-    let partial = client
-        .execute(
-            "UPDATE chain_events SET snap_subscriber = NULL WHERE id = 10",
-            &[],
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        partial.code(),
-        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
-        "{partial}"
-    );
+    assert_refused(
+        &client,
+        "UPDATE chain_events SET snap_subscriber = NULL WHERE id = 10",
+        SqlState::CHECK_VIOLATION,
+    )
+    .await;
 }
 
 /// Migration 0026: a row a dispatcher holds (`delivering`) becomes `pending` under the same
@@ -761,18 +752,12 @@ async fn leased_rows_stay_pending_from_migration_26() {
             ("evt_done".to_string(), "delivered".to_string(), 1, false),
         ]
     );
-    let refused = client
-        .execute(
-            "UPDATE webhook_outbox SET status = 'delivering' WHERE event_public_id = 'evt_waiting'",
-            &[],
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused.code(),
-        Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION),
-        "{refused}"
-    );
+    assert_refused(
+        &client,
+        "UPDATE webhook_outbox SET status = 'delivering' WHERE event_public_id = 'evt_waiting'",
+        SqlState::CHECK_VIOLATION,
+    )
+    .await;
     let options: Vec<String> = column(
         &client,
         "SELECT unnest(reloptions) FROM pg_class WHERE relname = 'webhook_outbox'",
