@@ -57,6 +57,14 @@ async fn apply(client: &tokio_postgres::Client, which: impl Fn(i32) -> bool) {
     }
 }
 
+/// A new database with the schema just before migration `version`, and a connection to it.
+async fn schema_before(version: i32) -> (TestDb, tokio_postgres::Client) {
+    let db = TestDb::create_empty().await;
+    let client = db.connect().await;
+    apply(&client, |v| v < version).await;
+    (db, client)
+}
+
 /// A whole snapshot as the sink wrote it before migration 0025 (JSON; a customer reference
 /// that needs escapes, no next payment).
 const SNAPSHOT_0018: &str = r#"{"id": "sub_1", "status": "past_due", "cancelAtPeriodEnd": true, "period": 7, "currentPeriodStart": "2026-01-01T00:00:00Z", "currentPeriodEnd": "2026-02-01T00:00:00Z", "nextPaymentAt": null, "failedAttempts": 2, "subscriber": "0xAbAbabABabAbAbABabababaBABAbabAbABABAbAB", "customerExternalId": "cus \"7\" é", "amount": "340282366920938463463374607431768211455", "planOnchainId": 3}"#;
@@ -254,9 +262,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
     use alloy::primitives::B256;
     use chainsub_core::SubscriptionId;
 
-    let db = TestDb::create_empty().await;
-    let client = db.connect().await;
-    apply(&client, |v| v < 7).await;
+    let (_db, client) = schema_before(7).await;
     let tx = B256::repeat_byte(0x5a);
     client
         .batch_execute(&format!(
@@ -400,9 +406,7 @@ async fn a_schema_newer_or_older_than_the_binarys_is_refused_by_the_check() {
 /// refused, and the writer epoch moves on.
 #[tokio::test]
 async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
-    let db = TestDb::create_empty().await;
-    let client = db.connect().await;
-    apply(&client, |v| v < 23).await;
+    let (_db, client) = schema_before(23).await;
     client
         .batch_execute(
             "INSERT INTO chain_events (id, public_id, chain_id, contract, block_number, block_hash,
@@ -502,9 +506,7 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
 /// redundant due index; nothing else goes.
 #[tokio::test]
 async fn attempts_lose_their_foreign_key_and_the_outbox_its_due_index_in_migration_24() {
-    let db = TestDb::create_empty().await;
-    let client = db.connect().await;
-    apply(&client, |v| v < 24).await;
+    let (_db, client) = schema_before(24).await;
     let (keys, before) = attempts_keys_and_outbox_indexes(&client).await;
     assert_eq!(keys, 1);
     assert!(
@@ -543,9 +545,7 @@ async fn attempts_keys_and_outbox_indexes(client: &tokio_postgres::Client) -> (i
 /// keeps none; the writer epoch moves on; a partial snapshot is refused.
 #[tokio::test]
 async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
-    let db = TestDb::create_empty().await;
-    let client = db.connect().await;
-    apply(&client, |v| v < 25).await;
+    let (_db, client) = schema_before(25).await;
     client
         .batch_execute(&format!(
             "INSERT INTO chain_events (id, public_id, chain_id, contract, block_number, block_hash,
@@ -713,9 +713,7 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
 /// (HOT) claims.
 #[tokio::test]
 async fn leased_rows_stay_pending_from_migration_26() {
-    let db = TestDb::create_empty().await;
-    let client = db.connect().await;
-    apply(&client, |v| v < 26).await;
+    let (_db, client) = schema_before(26).await;
     client
         .batch_execute(
             "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload, status,
