@@ -44,12 +44,19 @@ impl Page {
 /// to one after five executions) an `OR` is a filter, and every later page would read all
 /// newer rows of the merchant; `key < COALESCE($n, max)` stays an index condition.
 pub(crate) fn keyset(key: &str, cursor: usize, limit: usize) -> [String; 2] {
+    let [older, newer] = keyset_bound(key, cursor);
     [
-        format!(
-            " AND {key} < COALESCE(${cursor}::bigint, 9223372036854775807) \
-             ORDER BY {key} DESC LIMIT ${limit}"
-        ),
-        format!(" AND {key} > ${cursor}::bigint ORDER BY {key} ASC LIMIT ${limit}"),
+        format!("{older} ORDER BY {key} DESC LIMIT ${limit}"),
+        format!("{newer} ORDER BY {key} ASC LIMIT ${limit}"),
+    ]
+}
+
+/// The cursor conditions of [`keyset`] alone, `[older, newer]`: for a statement that asks
+/// whether any row lies beyond the cursor without ordering or limiting them.
+pub(crate) fn keyset_bound(key: &str, cursor: usize) -> [String; 2] {
+    [
+        format!(" AND {key} < COALESCE(${cursor}::bigint, 9223372036854775807)"),
+        format!(" AND {key} > ${cursor}::bigint"),
     ]
 }
 
@@ -71,10 +78,19 @@ pub(crate) async fn fetch<T>(
     text: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     page: Page,
-    mut typed: impl FnMut(tokio_postgres::Row) -> crate::Result<T>,
+    typed: impl FnMut(tokio_postgres::Row) -> crate::Result<T>,
 ) -> crate::Result<(Vec<T>, bool)> {
     let stmt = client.prepare_cached(text).await?;
-    let mut rows = client.query(&stmt, params).await?;
+    let rows = client.query(&stmt, params).await?;
+    typed_page(rows, page, typed)
+}
+
+/// The page of `rows` a list statement returned, typed by `typed`, and whether there are more.
+pub(crate) fn typed_page<T>(
+    mut rows: Vec<tokio_postgres::Row>,
+    page: Page,
+    mut typed: impl FnMut(tokio_postgres::Row) -> crate::Result<T>,
+) -> crate::Result<(Vec<T>, bool)> {
     let more = page.finish(&mut rows);
     // Not `collect::<Result<Vec<_>>>()`: its iterator's size hint starts at 0, so the typed rows
     // (an event row is ~1 KB) were copied five times over as the vector grew (callgrind:

@@ -61,7 +61,7 @@ async fn every_list_statement_pages_by_an_index_condition_under_a_generic_plan()
             checked += 1;
         }
     }
-    assert_eq!(checked, 8 + 6 + 2);
+    assert_eq!(checked, 8 + 12 + 2);
     // A fixed set: distinct texts, each scoped, with its page size as a parameter.
     let texts: Vec<&str> = [
         subscriptions::list_statements(),
@@ -742,4 +742,128 @@ async fn key_changes_are_signalled_only_with_both_triggers_enabled() {
     .await
     .unwrap();
     assert!(!key_changes_signalled(&c).await.unwrap());
+}
+
+/// A lifecycle event of `wallet` on chain 1 at `block`, public id `evt_` + md5 of the block:
+/// its row id.
+async fn listed_event(c: &tokio_postgres::Client, block: i32, wallet: &[u8]) -> i64 {
+    c.query_one(
+        "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
+         block_time, transaction_hash, transaction_index, log_index, name, kind, \
+         merchant_wallet, subscription_id, topics, data) \
+         VALUES ('evt_' || md5($1::int::text), 1, decode(repeat('cc', 20), 'hex'), $1::int, \
+                 decode(repeat('01', 32), 'hex'), now(), decode(repeat('02', 32), 'hex'), 0, $1::int, 'Charged', 'subscription.charged', $2, 7, '{}', '\\x') RETURNING id",
+        &[&block, &wallet],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// An events page is read by the chain-events-only statement whenever no retraction or
+/// renewal-at-risk observation of the merchant could be on it, and by the merged statement
+/// (all three tables) otherwise: same answers, and the cheaper statement for the common case.
+/// Counted by the executions `pg_prepared_statements` records on the one connection.
+#[tokio::test]
+async fn an_events_page_merges_other_tables_only_when_they_could_be_on_it() {
+    use chainsub_store::events::{self, Filter};
+    use chainsub_store::{Direction, Page};
+    let db = TestDb::create().await;
+    let pool = db.pool();
+    let c = pool.get().await.unwrap();
+    let wallet = vec![0x44u8; 20];
+    let scope =
+        chainsub_store::merchants::sign_in(&**c, alloy::primitives::Address::from_slice(&wallet))
+            .await
+            .unwrap();
+    let ids: Vec<i64> = {
+        let mut v = Vec::new();
+        for b in 1..=3 {
+            v.push(listed_event(&c, b, &wallet).await);
+        }
+        v
+    };
+    let statements = events::list_statements();
+    let (merged, chain_only) = statements.split_at(statements.len() / 2);
+    // Executions of the merged and chain-only statements so far (all leading filters).
+    let runs = || async {
+        let rows = c
+            .query(
+                "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements",
+                &[],
+            )
+            .await
+            .unwrap();
+        let count = |set: &[&str]| -> i64 {
+            rows.iter()
+                .filter(|r| set.contains(&r.get::<_, String>(0).as_str()))
+                .map(|r| r.get::<_, i64>(1))
+                .sum()
+        };
+        (count(merged), count(chain_only))
+    };
+    let page = |key: Option<i64>, direction| Page {
+        limit: 2,
+        key,
+        direction,
+    };
+    let list = |filter: Filter<'static>, p: Page| {
+        let (c, scope) = (&c, &scope);
+        async move {
+            let (rows, more) = events::list(c, scope, 1, &filter, p).await.unwrap();
+            let blocks: Vec<i64> = rows.iter().map(|e| e.chain.block_number).collect();
+            (blocks, more)
+        }
+    };
+    let older = Direction::Older;
+
+    // No other rows: one statement per page.
+    assert_eq!(
+        list(Filter::default(), page(None, older)).await,
+        (vec![3, 2], true)
+    );
+    assert_eq!(runs().await, (0, 1));
+
+    // An observation newer than every event (ids come from one sequence) is on the first page.
+    c.execute(
+        "INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet, \
+             subscription_id, plan_id, period, reason, amount, required, available, due_at, \
+             block_number, block_hash, block_time) \
+         VALUES ('evt_' || md5('k'), 1, decode(repeat('cc', 20), 'hex'), $1, 7, 1, 2, \
+                 'allowance', 1, 1, 0, now(), 9, decode(repeat('09', 32), 'hex'), now())",
+        &[&wallet],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        list(Filter::default(), page(None, older)).await,
+        (vec![9, 3], true)
+    );
+    assert_eq!(runs().await, (1, 2));
+    // Older than event 3: the observation cannot be on the page.
+    assert_eq!(
+        list(Filter::default(), page(Some(ids[2]), older)).await,
+        (vec![2, 1], false)
+    );
+    assert_eq!(runs().await, (1, 3));
+    // Newer than event 2: it can.
+    assert_eq!(
+        list(Filter::default(), page(Some(ids[1]), Direction::Newer)).await,
+        (vec![9, 3], false)
+    );
+    assert_eq!(runs().await, (2, 4));
+    // Filtered to charges, it cannot.
+    let charges = Filter {
+        kind: Some("subscription.charged"),
+        ..Filter::default()
+    };
+    assert_eq!(list(charges, page(None, older)).await, (vec![3, 2], true));
+    assert_eq!(runs().await, (2, 5));
+    // Filtered to observations, the chain-events page is empty and says nothing: merged.
+    let risks = Filter {
+        kind: Some("subscription.renewal_at_risk"),
+        ..Filter::default()
+    };
+    assert_eq!(list(risks, page(None, older)).await, (vec![9], false));
+    assert_eq!(runs().await, (3, 6));
 }
