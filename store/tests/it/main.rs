@@ -866,4 +866,33 @@ async fn an_events_page_merges_other_tables_only_when_they_could_be_on_it() {
     };
     assert_eq!(list(risks, page(None, older)).await, (vec![9], false));
     assert_eq!(runs().await, (3, 6));
+
+    // A queued event: the page shows its delivery; its webhook body's reader (all merchants)
+    // does not read it (a body has no delivery).
+    let id: String = c
+        .query_one(
+            "SELECT public_id FROM chain_events WHERE id = $1",
+            &[&ids[2]],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let queued = chainsub_store::outbox::NewDelivery {
+        event_id: ids[2],
+        event_public_id: &id,
+        merchant_wallet: &wallet,
+        subscription_id: Some(7),
+    };
+    chainsub_store::outbox::enqueue(&**c, 1, &[queued])
+        .await
+        .unwrap();
+    let (rows, _) = events::list(&c, &scope, 1, &Filter::default(), page(None, older))
+        .await
+        .unwrap();
+    let on_page = rows.iter().find(|e| e.id.as_str() == id).unwrap();
+    assert!(on_page.delivery.is_some(), "{on_page:?}");
+    let bodies = events::by_ids(&c, &[id.as_str()]).await.unwrap();
+    assert_eq!(bodies.len(), 1);
+    assert_eq!(bodies[0].delivery, None);
+    assert_eq!(bodies[0].chain, on_page.chain);
 }
