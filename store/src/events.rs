@@ -12,7 +12,7 @@ use crate::chain::{ChainCols, ChainRow, Columns, typed_by};
 use crate::outbox::live_status;
 use crate::page::{self, keyset};
 use crate::snapshot::{SnapshotCols, snapshot_columns};
-use crate::{Error, MerchantScope, Page, Result};
+use crate::{Direction, Error, MerchantScope, Page, Result};
 
 /// The columns every event branch takes from its joins: the plan's public id, the chain's
 /// indexed head (`$indexed`) and, with `delivery`, the webhook's delivery state (`no_delivery`:
@@ -478,12 +478,14 @@ struct ListStatements {
     /// observations (each branch ordered and limited on its own index), merged by id: the
     /// three tables take their ids from one sequence.
     merged: [[String; 2]; 3],
-    /// The page of chain events alone, each row also saying (`others`, one-time subqueries
-    /// over the same snapshot) whether the other two branches would return any row. When none
-    /// would, this page *is* the merged page; a merchant rarely has retractions or
-    /// observations, and the merged statement costs ~25 % more Postgres time per page (three
-    /// branches to start, each with its joins). When one would, [`list`] runs the merged
-    /// statement.
+    /// The page of chain events alone, each row also carrying `nearest_other`: the id of the
+    /// nearest retraction or observation beyond the cursor that the merged statement's other
+    /// branches would consider (one-time subqueries over the same snapshot; `NULL` if none).
+    /// When there is none, or the page is full and that row lies past its far edge, this page
+    /// *is* the merged page ([`chain_page_is_merged_page`]); otherwise [`list`] runs the merged
+    /// statement. Most merchants have no such rows near the top of their list, and the merged
+    /// statement costs ~25 % more Postgres time per page (three branches to start, each with
+    /// its joins).
     chain_only: [[String; 2]; 3],
 }
 
@@ -529,11 +531,16 @@ static LIST: LazyLock<ListStatements> = LazyLock::new(|| {
             )
         })
     };
+    // Older pages go down from the cursor: the nearest other row is the greatest id below it;
+    // newer pages go up: the least id above it. GREATEST/LEAST skip NULLs.
+    let nearest = [("GREATEST", "max"), ("LEAST", "min")];
     let chain_only = |k: bool, s: bool| {
         std::array::from_fn(|d| {
-            let others = format!(
-                "(EXISTS (SELECT 1 FROM event_retractions r{RSCOPE}{}{}{r_ranges}{}) \
-                 OR EXISTS (SELECT 1 FROM renewal_risks k{KSCOPE}{}{}{k_ranges}{})) AS others",
+            let (pick, agg) = nearest[d];
+            let nearest_other = format!(
+                "{pick}((SELECT {agg}(r.id) FROM event_retractions r{RSCOPE}{}{}{r_ranges}{}), \
+                 (SELECT {agg}(k.id) FROM renewal_risks k{KSCOPE}{}{}{k_ranges}{})) \
+                 AS nearest_other",
                 rkind(k),
                 rsub(s),
                 r_bounds[d],
@@ -545,7 +552,7 @@ static LIST: LazyLock<ListStatements> = LazyLock::new(|| {
                 .strip_prefix("SELECT ")
                 .expect("a SELECT statement");
             format!(
-                "SELECT {others}, {columns}{SCOPE}{}{}{ce_ranges}{}",
+                "SELECT {nearest_other}, {columns}{SCOPE}{}{}{ce_ranges}{}",
                 kind(k),
                 sub(s),
                 tails[d],
@@ -575,6 +582,17 @@ pub async fn list(
     filter: &Filter<'_>,
     page: Page,
 ) -> Result<(Vec<EventRow>, bool)> {
+    list_by(client, scope, chain_id, filter, page, false).await
+}
+
+async fn list_by(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    chain_id: i64,
+    filter: &Filter<'_>,
+    page: Page,
+    merged_only: bool,
+) -> Result<(Vec<EventRow>, bool)> {
     let leading = if filter.subscription.is_some() {
         2
     } else if filter.kind.is_some() {
@@ -602,16 +620,53 @@ pub async fn list(
         &id,
     ];
     let dir = page.direction.index();
-    let stmt = client
-        .prepare_cached(&LIST.chain_only[leading][dir])
-        .await?;
-    let mut rows = client.query(&stmt, &params).await?;
-    // An empty page says nothing about the other branches: ask the merged statement.
-    if rows.first().is_none_or(|r| r.get::<_, bool>(0)) {
+    // Retractions or observations only: the chain-events branch has nothing to give.
+    let merged_now = merged_only || matches!(filter.kind, Some(RETRACTED | RENEWAL_AT_RISK));
+    let mut rows = Vec::new();
+    if !merged_now {
+        let stmt = client
+            .prepare_cached(&LIST.chain_only[leading][dir])
+            .await?;
+        rows = client.query(&stmt, &params).await?;
+    }
+    if merged_now || !chain_page_is_merged_page(&rows, page)? {
         let stmt = client.prepare_cached(&LIST.merged[leading][dir]).await?;
         rows = client.query(&stmt, &params).await?;
     }
     page::typed_page(rows, page, typed_by(EventRow::at))
+}
+
+/// Whether a page of the chain-only statement is the page the merged statement would give:
+/// the three tables share one id sequence, so it is when no other row lies beyond the cursor
+/// (`nearest_other` NULL), or when the page is full (`fetch` rows) and the nearest other row
+/// lies past its last row (older pages: below its least id; newer pages: above its greatest).
+/// An empty page carries no `nearest_other` and says nothing.
+fn chain_page_is_merged_page(rows: &[Row], page: Page) -> Result<bool> {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return Ok(false);
+    };
+    let Some(nearest) = first.try_get::<_, Option<i64>>("nearest_other")? else {
+        return Ok(true);
+    };
+    let edge: i64 = last.try_get("id")?;
+    let full = rows.len() as i64 >= page.fetch();
+    Ok(full
+        && match page.direction {
+            Direction::Older => nearest < edge,
+            Direction::Newer => nearest > edge,
+        })
+}
+
+/// [`list`] by the merged statement alone: what [`list`] must always answer (tests compare).
+#[doc(hidden)]
+pub async fn list_merged(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    chain_id: i64,
+    filter: &Filter<'_>,
+    page: Page,
+) -> Result<(Vec<EventRow>, bool)> {
+    list_by(client, scope, chain_id, filter, page, true).await
 }
 
 /// The cursor key of one of `scope`'s events (`None` for an unknown or other merchant's).
