@@ -165,31 +165,30 @@ macro_rules! merchant_join {
     };
 }
 
-/// Events with each row's merchant and chain head by join, with delivery state: the
-/// single-event read.
-const SELECT: &str = ce_select!(
-    delivery,
-    "pm.id",
-    "cur.block_number",
-    concat!(
-        merchant_join!("ce"),
-        " LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id"
-    )
-);
+/// `SELECT … FROM chain_events ce …` for events of any merchant: each row's merchant and
+/// chain head by join. `$d` as for [`joined_columns`].
+macro_rules! unscoped_select {
+    ($d:ident) => {
+        ce_select!(
+            $d,
+            "pm.id",
+            "cur.block_number",
+            concat!(
+                merchant_join!("ce"),
+                " LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id"
+            )
+        )
+    };
+}
+
+/// Events of any merchant, with delivery state: the single-event read.
+const SELECT: &str = unscoped_select!(delivery);
 const RSELECT: &str = r_select!(delivery, "pm.id", merchant_join!("r"));
 const KSELECT: &str = k_select!(delivery, "pm.id", merchant_join!("k"));
 
-/// The same for webhook bodies (any merchant), without delivery state: a body does not carry
-/// it, and the outbox probe per event was ~30 % of the bodies' statement (pgbench, 50 ids).
-const BODY_SELECT: &str = ce_select!(
-    no_delivery,
-    "pm.id",
-    "cur.block_number",
-    concat!(
-        merchant_join!("ce"),
-        " LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id"
-    )
-);
+/// The same for webhook bodies, without delivery state: a body does not carry it, and the
+/// outbox probe per event was ~30 % of the bodies' statement (pgbench, 50 ids).
+const BODY_SELECT: &str = unscoped_select!(no_delivery);
 const BODY_RSELECT: &str = r_select!(no_delivery, "pm.id", merchant_join!("r"));
 const BODY_KSELECT: &str = k_select!(no_delivery, "pm.id", merchant_join!("k"));
 

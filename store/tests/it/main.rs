@@ -484,13 +484,25 @@ async fn first_column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
 /// A `subscription.charged` event of `wallet`'s subscription `sub` at `block` (also its log
 /// index), public id `evt_<block>`: its row id.
 async fn charge_event(c: &tokio_postgres::Client, block: i32, wallet: &[u8], sub: i64) -> i64 {
+    insert_charge(c, &format!("evt_{block}"), block, wallet, sub).await
+}
+
+/// A `subscription.charged` event with public id `public` on chain 1 (contract `0xcc…`).
+async fn insert_charge(
+    c: &tokio_postgres::Client,
+    public: &str,
+    block: i32,
+    wallet: &[u8],
+    sub: i64,
+) -> i64 {
     c.query_one(
         "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
          block_time, transaction_hash, transaction_index, log_index, name, kind, \
          merchant_wallet, subscription_id, topics, data) \
-         VALUES ('evt_' || $1::int, 1, '\\x00', $1::int, '\\x01', now(), '\\x02', 0, $1::int, \
-                 'Charged', 'subscription.charged', $2, $3, '{}', '\\x') RETURNING id",
-        &[&block, &wallet, &sub],
+         VALUES ($1, 1, decode(repeat('cc', 20), 'hex'), $2::int, \
+                 decode(repeat('01', 32), 'hex'), now(), decode(repeat('02', 32), 'hex'), 0, \
+                 $2::int, 'Charged', 'subscription.charged', $3, $4, '{}', '\\x') RETURNING id",
+        &[&public, &block, &wallet, &sub],
     )
     .await
     .unwrap()
@@ -751,20 +763,31 @@ async fn key_changes_are_signalled_only_with_both_triggers_enabled() {
     assert!(!key_changes_signalled(&c).await.unwrap());
 }
 
-/// A lifecycle event of `wallet` on chain 1 at `block`, public id `evt_` + md5 of the block:
-/// its row id.
+/// A lifecycle event of `wallet`'s subscription 7 at `block`, with a public id the API's
+/// reader accepts (`evt_` and 32 hex digits): its row id.
 async fn listed_event(c: &tokio_postgres::Client, block: i32, wallet: &[u8]) -> i64 {
-    c.query_one(
-        "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, \
-         block_time, transaction_hash, transaction_index, log_index, name, kind, \
-         merchant_wallet, subscription_id, topics, data) \
-         VALUES ('evt_' || md5($1::int::text), 1, decode(repeat('cc', 20), 'hex'), $1::int, \
-                 decode(repeat('01', 32), 'hex'), now(), decode(repeat('02', 32), 'hex'), 0, $1::int, 'Charged', 'subscription.charged', $2, 7, '{}', '\\x') RETURNING id",
-        &[&block, &wallet],
-    )
-    .await
-    .unwrap()
-    .get(0)
+    insert_charge(c, &format!("evt_{block:032x}"), block, wallet, 7).await
+}
+
+/// How many times this connection executed the events list statements: `(merged, chain-only)`
+/// (`pg_prepared_statements` counts a plan per execution).
+async fn events_list_runs(c: &tokio_postgres::Client) -> (i64, i64) {
+    let statements = chainsub_store::events::list_statements();
+    let (merged, chain_only) = statements.split_at(statements.len() / 2);
+    let rows = c
+        .query(
+            "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements",
+            &[],
+        )
+        .await
+        .unwrap();
+    let count = |set: &[&str]| -> i64 {
+        rows.iter()
+            .filter(|r| set.contains(&r.get::<_, String>(0).as_str()))
+            .map(|r| r.get::<_, i64>(1))
+            .sum()
+    };
+    (count(merged), count(chain_only))
 }
 
 /// An events page is read by the chain-events-only statement whenever no retraction or
@@ -791,25 +814,7 @@ async fn an_events_page_merges_other_tables_only_when_they_could_be_on_it() {
         }
         v
     };
-    let statements = events::list_statements();
-    let (merged, chain_only) = statements.split_at(statements.len() / 2);
-    // Executions of the merged and chain-only statements so far (all leading filters).
-    let runs = || async {
-        let rows = c
-            .query(
-                "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements",
-                &[],
-            )
-            .await
-            .unwrap();
-        let count = |set: &[&str]| -> i64 {
-            rows.iter()
-                .filter(|r| set.contains(&r.get::<_, String>(0).as_str()))
-                .map(|r| r.get::<_, i64>(1))
-                .sum()
-        };
-        (count(merged), count(chain_only))
-    };
+    let runs = || events_list_runs(&c);
     let page = |key: Option<i64>, direction| Page {
         limit: 2,
         key,
@@ -964,20 +969,8 @@ async fn an_events_page_is_the_merged_page_for_every_filter_direction_and_cursor
     let mut ids = Vec::new();
     for (n, (table, block, sub)) in layout.into_iter().enumerate() {
         let public = format!("evt_{n:032x}");
-        let row = match table {
-            'e' => c
-                .query_one(
-                    "INSERT INTO chain_events (public_id, chain_id, contract, block_number, \
-                         block_hash, block_time, transaction_hash, transaction_index, log_index, \
-                         name, kind, merchant_wallet, subscription_id, topics, data) \
-                     VALUES ($1, 1, decode(repeat('cc', 20), 'hex'), $2::bigint, \
-                         decode(repeat('01', 32), 'hex'), now(), decode(repeat('02', 32), 'hex'), \
-                         0, $2::int, 'Charged', 'subscription.charged', $3, $4, '{}', '\\x') \
-                     RETURNING id",
-                    &[&public, &block, &wallet, &sub],
-                )
-                .await
-                .unwrap(),
+        let id: i64 = match table {
+            'e' => insert_charge(&c, &public, block as i32, &wallet, sub).await,
             'r' => c
                 .query_one(
                     "INSERT INTO event_retractions (public_id, chain_id, contract, \
@@ -996,7 +989,8 @@ async fn an_events_page_is_the_merged_page_for_every_filter_direction_and_cursor
                     &[&public, &block, &wallet, &sub, &sub_id(sub).as_str()],
                 )
                 .await
-                .unwrap(),
+                .unwrap()
+                .get(0),
             _ => c
                 .query_one(
                     "INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet, \
@@ -1008,9 +1002,10 @@ async fn an_events_page_is_the_merged_page_for_every_filter_direction_and_cursor
                     &[&public, &block, &wallet, &sub],
                 )
                 .await
-                .unwrap(),
+                .unwrap()
+                .get(0),
         };
-        ids.push(row.get::<_, i64>(0));
+        ids.push(id);
     }
     let (s7, s8) = (sub_id(7), sub_id(8));
     let filters = [
@@ -1090,27 +1085,13 @@ async fn an_events_page_is_the_merged_page_for_every_filter_direction_and_cursor
             }
         }
     }
-    let statements = events::list_statements();
-    let (merged, chain_only) = statements.split_at(statements.len() / 2);
-    let rows = c
-        .query(
-            "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements",
-            &[],
-        )
-        .await
-        .unwrap();
-    let runs = |set: &[&str]| -> i64 {
-        rows.iter()
-            .filter(|r| set.contains(&r.get::<_, String>(0).as_str()))
-            .map(|r| r.get::<_, i64>(1))
-            .sum()
-    };
+    let (merged_runs, chain_only_runs) = events_list_runs(&c).await;
     // `list_merged` ran the merged statement once per comparison; `list` the rest. Rows of
     // the other tables sit between every few chain events here, and three of the filters
     // (retractions only, observations only, nothing in range) always need the merged statement:
     // 286 of the 972 pages need no more than the chain events' statement.
-    let answered_alone = compared - (runs(merged) - compared);
-    assert!(runs(chain_only) > 0);
+    let answered_alone = compared - (merged_runs - compared);
+    assert!(chain_only_runs > 0);
     assert!(
         answered_alone > compared / 4,
         "the chain-events statement alone answered only {answered_alone} of {compared} pages"
