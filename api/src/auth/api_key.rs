@@ -91,10 +91,19 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
         }
         return Ok(Authed { merchant, rate });
     }
+    // A caller already refused for failed attempts gets no database lookup until its wait
+    // has passed: a flood of well-formed guesses must not cost a round trip each.
+    ctx.limits.refused_client(&caller.client)?;
     let before = ctx.keys.generation();
     let conn = ctx.pool.get().await?;
-    let Some((merchant, found)) = chainsub_store::merchants::by_api_key_hash(&conn, &hash).await?
-    else {
+    let looked_up = chainsub_store::merchants::by_api_key_hash(&conn, &hash).await?;
+    let result = if looked_up.is_some() {
+        "found"
+    } else {
+        "unknown"
+    };
+    metrics::counter!("api_key_lookups_total", "result" => result).increment(1);
+    let Some((merchant, found)) = looked_up else {
         ctx.limits.check_client(&caller.client)?;
         return Err(ApiError::bad_key());
     };

@@ -356,3 +356,50 @@ async fn a_key_revoked_while_the_listener_was_down_is_refused() {
     .await;
     assert_eq!(app.get("/api/v1/plans", &key).await.status, 401);
 }
+
+/// Guessed keys past the per-IP limit cost no database lookup: once the caller's bucket has
+/// refused it, further attempts are refused before their key is looked up, until the wait it
+/// was told has passed. (Before, every guess was looked up and only then refused.)
+#[tokio::test]
+async fn guessed_keys_past_the_ip_limit_are_refused_before_any_lookup() {
+    let app = spawn(Opts {
+        metrics: true,
+        ip_per_sec: 1,
+        ip_burst: 3,
+        ..Opts::default()
+    })
+    .await;
+    const UNKNOWN: &str = "api_key_lookups_total{result=\"unknown\"}";
+    let before = metric(&app, UNKNOWN).await;
+    let mut statuses = Vec::new();
+    for i in 0..20u32 {
+        // Well-formed, so only the database can tell they are unknown.
+        let guess = format!("sk_live_{i:064x}");
+        statuses.push(app.get("/api/v1/plans", &guess).await.status);
+    }
+    assert!(
+        statuses.iter().all(|s| *s == 401 || *s == 429),
+        "{statuses:?}"
+    );
+    // A guess is looked up unless the one before it was already refused (a token may come
+    // back in between on a slow machine; the sequence says exactly which were looked up).
+    let expected = statuses
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| **s == 401 || *i == 0 || statuses[i - 1] == 401)
+        .count();
+    let refused_early = statuses.len() - expected;
+    assert!(
+        refused_early >= 10,
+        "most guesses come after the burst: {statuses:?}"
+    );
+    chainsub_tests::wait_until("the lookups to be counted", || async {
+        metric(&app, UNKNOWN).await - before >= expected as f64
+    })
+    .await;
+    assert_eq!(
+        metric(&app, UNKNOWN).await - before,
+        expected as f64,
+        "lookups for {statuses:?}"
+    );
+}
