@@ -93,7 +93,7 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
     }
     // A caller already refused for failed attempts gets no database lookup until its wait
     // has passed: a flood of well-formed guesses must not cost a round trip each.
-    ctx.limits.refused_client(&caller.client)?;
+    ctx.limits.refused_key_guesser(&caller.client)?;
     let before = ctx.keys.generation();
     let conn = ctx.pool.get().await?;
     let looked_up = chainsub_store::merchants::by_api_key_hash(&conn, &hash).await?;
@@ -104,7 +104,7 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
     };
     metrics::counter!("api_key_lookups_total", "result" => result).increment(1);
     let Some((merchant, found)) = looked_up else {
-        ctx.limits.check_client(&caller.client)?;
+        ctx.limits.check_failed_key(&caller.client)?;
         return Err(ApiError::bad_key());
     };
     // The index lookup found the row; compare again in constant time as defence in depth.

@@ -23,10 +23,8 @@ pub struct Limiter {
     inner: Inner,
     burst: u32,
     window_secs: u64,
-    /// Keys refused by [`Limiter::check`], until when: [`Limiter::refused`] answers from it
-    /// without counting, so a caller already over its limit can be turned away before the
-    /// work its request would cost (a database lookup of an unknown API key).
-    refused_until: Mutex<HashMap<String, Instant>>,
+    /// Time for one request's token to come back.
+    interval: Duration,
 }
 
 /// What a 429 tells the client.
@@ -99,6 +97,7 @@ impl Limiter {
         let burst_nz = NonZeroU32::new(burst.max(1)).expect("non-zero");
         let quota = Quota::per_second(per_sec).allow_burst(burst_nz);
         Limiter {
+            interval: quota.replenish_interval(),
             name,
             inner: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
             burst: burst_nz.get(),
@@ -106,12 +105,16 @@ impl Limiter {
             window_secs: (burst_nz.get() as u64)
                 .div_ceil(per_sec.get() as u64)
                 .max(1),
-            refused_until: Mutex::new(HashMap::new()),
         }
     }
 
     /// Counts one request for `key`.
     pub fn check(&self, key: &str) -> Result<Allowed, Limited> {
+        self.check_timed(key).map_err(|(limited, _)| limited)
+    }
+
+    /// [`Limiter::check`], with the exact wait of a refusal.
+    fn check_timed(&self, key: &str) -> Result<Allowed, (Limited, Duration)> {
         match self.inner.check_key(&key.to_string()) {
             Ok(snapshot) => Ok(Allowed {
                 policy: self.name,
@@ -124,29 +127,9 @@ impl Limiter {
                 // which calibrates with CPUID (a VM exit under a hypervisor) — ~20 % of the
                 // API's CPU while a flood is being refused.
                 let wait = not_until.wait_time_from(self.inner.clock().now());
-                self.refused_until
-                    .lock()
-                    .expect("refused_until lock")
-                    .insert(key.to_string(), Instant::now() + wait);
-                Err(self.limited(wait))
+                Err((self.limited(wait), wait))
             }
         }
-    }
-
-    /// Refuses `key` without counting a request when its last [`Limiter::check`] was refused
-    /// and the wait it was told has not passed yet; otherwise `Ok` (the request then counts
-    /// as usual where it fails).
-    pub fn refused(&self, key: &str) -> Result<(), Limited> {
-        let mut refused = self.refused_until.lock().expect("refused_until lock");
-        let Some(until) = refused.get(key).copied() else {
-            return Ok(());
-        };
-        let now = Instant::now();
-        if until <= now {
-            refused.remove(key);
-            return Ok(());
-        }
-        Err(self.limited(until - now))
     }
 
     fn limited(&self, wait: Duration) -> Limited {
@@ -158,15 +141,47 @@ impl Limiter {
         }
     }
 
-    /// Forgets keys whose buckets are full again, and refusals that have passed (bounded
-    /// memory).
+    /// Forgets keys whose buckets are full again (bounded memory).
     pub fn retain_recent(&self) {
         self.inner.retain_recent();
-        let now = Instant::now();
-        self.refused_until
+    }
+}
+
+/// Callers refused for failed API-key attempts, and until when, so that their next attempts
+/// can be turned away before the database lookup a key costs. Only failed key attempts put a
+/// caller here (not its page or dashboard traffic, which share its per-IP bucket).
+#[derive(Default)]
+struct Refusals {
+    until: Mutex<HashMap<String, Instant>>,
+}
+
+impl Refusals {
+    fn refuse(&self, key: String, until: Instant) {
+        self.until.lock().expect("refusals lock").insert(key, until);
+    }
+
+    /// The time left on `key`'s refusal at `now`, if any. When it has run out, one caller is
+    /// let through and the refusal is pushed back by one token's `interval`, so that callers
+    /// racing in at that moment do not all reach the database before the first is counted.
+    fn left(&self, key: &str, now: Instant, interval: Duration) -> Option<Duration> {
+        let mut until = self.until.lock().expect("refusals lock");
+        let at = until.get_mut(key)?;
+        if *at > now {
+            return Some(*at - now);
+        }
+        if now.duration_since(*at) >= interval {
+            until.remove(key);
+        } else {
+            *at = now + interval;
+        }
+        None
+    }
+
+    fn retain(&self, now: Instant) {
+        self.until
             .lock()
-            .expect("refused_until lock")
-            .retain(|_, until| *until > now);
+            .expect("refusals lock")
+            .retain(|_, at| *at > now);
     }
 }
 
@@ -180,6 +195,7 @@ pub struct Limits {
     pub per_key: Limiter,
     pub per_ip: Limiter,
     trusted_proxies: Vec<Cidr>,
+    key_guessers: Refusals,
 }
 
 impl Limits {
@@ -190,6 +206,7 @@ impl Limits {
             per_key: Limiter::new("key", per_key.0, per_key.1),
             per_ip: Limiter::new("ip", per_ip.0, per_ip.1),
             trusted_proxies,
+            key_guessers: Refusals::default(),
         });
         let weak = Arc::downgrade(&limits);
         tokio::spawn(async move {
@@ -199,6 +216,7 @@ impl Limits {
                 let Some(l) = weak.upgrade() else { break };
                 l.per_key.retain_recent();
                 l.per_ip.retain_recent();
+                l.key_guessers.retain(Instant::now());
             }
         });
         limits
@@ -211,12 +229,31 @@ impl Limits {
         self.per_ip.check(&key)
     }
 
-    /// Refuses a client whose per-IP bucket refused it and is not ready again, without
-    /// counting this request: for work done before a request can fail (an API key's database
-    /// lookup), so a flood of guesses past the limit costs no database round trip.
-    pub fn refused_client(&self, client: &ClientAddr) -> Result<(), Limited> {
-        self.per_ip
-            .refused(&limit_key(client.resolve(&self.trusted_proxies)))
+    /// Counts a failed API-key attempt against the client's per-IP bucket; when that refuses
+    /// it, the client's further key attempts are refused by [`Limits::refused_key_guesser`]
+    /// until the wait it was told has passed.
+    pub fn check_failed_key(&self, client: &ClientAddr) -> Result<Allowed, Limited> {
+        let key = limit_key(client.resolve(&self.trusted_proxies));
+        self.per_ip.check_timed(&key).map_err(|(limited, wait)| {
+            self.key_guessers.refuse(key, Instant::now() + wait);
+            limited
+        })
+    }
+
+    /// Refuses, without counting, a client whose failed key attempts were refused and whose
+    /// wait has not passed: called before an API key's database lookup, so a flood of guessed
+    /// keys costs about one lookup per token the bucket gives back, not one per guess. A valid
+    /// key that is not cached yet, sent meanwhile from the same IP, is refused too (its next
+    /// request after `Retry-After` is looked up).
+    pub fn refused_key_guesser(&self, client: &ClientAddr) -> Result<(), Limited> {
+        let key = limit_key(client.resolve(&self.trusted_proxies));
+        match self
+            .key_guessers
+            .left(&key, Instant::now(), self.per_ip.interval)
+        {
+            None => Ok(()),
+            Some(wait) => Err(self.per_ip.limited(wait)),
+        }
     }
 }
 
@@ -245,24 +282,48 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_key_stays_refused_without_counting_until_its_wait_passes() {
-        let l = Limiter::new("ip", 2, 1);
-        assert!(l.refused("a").is_ok(), "never checked: not refused");
-        assert!(l.check("a").is_ok());
-        assert!(l.refused("a").is_ok(), "allowed: not refused");
-        let Err(lim) = l.check("a") else {
-            panic!("second request in a burst of 1 must be limited")
+    fn a_refusal_holds_until_its_time_then_lets_one_caller_through_per_token() {
+        let r = Refusals::default();
+        let t0 = Instant::now();
+        let token = Duration::from_millis(50);
+        assert_eq!(r.left("a", t0, token), None, "never refused");
+        r.refuse("a".into(), t0 + Duration::from_millis(30));
+        assert_eq!(
+            r.left("a", t0 + Duration::from_millis(10), token),
+            Some(Duration::from_millis(20))
+        );
+        assert_eq!(r.left("b", t0, token), None, "keys are independent");
+        // Its time has come: one caller passes, the next ones wait one more token.
+        let t1 = t0 + Duration::from_millis(40);
+        assert_eq!(r.left("a", t1, token), None);
+        assert_eq!(r.left("a", t1, token), Some(token));
+        // Long past (a whole token after): forgotten.
+        assert_eq!(r.left("a", t1 + token * 3, token), None);
+        assert_eq!(r.left("a", t1 + token * 3, token), None);
+        r.refuse("c".into(), t0 + token);
+        r.retain(t0 + token * 2);
+        assert!(
+            r.until.lock().unwrap().is_empty(),
+            "passed refusals are dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_failed_key_attempts_refuse_key_lookups() {
+        let limits = Limits::new((1000, 1000), (1, 2), Vec::new());
+        let client = ClientAddr {
+            peer: Some("192.0.2.1".parse().unwrap()),
+            ..ClientAddr::default()
         };
-        let Err(again) = l.refused("a") else {
-            panic!("refused until its wait passes")
-        };
-        assert_eq!((again.policy, again.retry_after_secs), (lim.policy, 1));
-        assert!(l.refused("b").is_ok(), "keys are independent");
-        // Two per second: one token back after half a second.
-        std::thread::sleep(Duration::from_millis(600));
-        assert!(l.refused("a").is_ok(), "the wait has passed");
-        assert!(l.check("a").is_ok(), "and the bucket allows it again");
-        l.retain_recent();
-        assert!(l.refused_until.lock().unwrap().is_empty());
+        // Page traffic empties the IP's bucket: key lookups are not refused for it.
+        for _ in 0..3 {
+            let _ = limits.check_client(&client);
+        }
+        assert!(limits.check_client(&client).is_err());
+        assert!(limits.refused_key_guesser(&client).is_ok());
+        // A failed key attempt refused by the bucket: further attempts are refused unseen.
+        let refused = limits.check_failed_key(&client).unwrap_err();
+        let again = limits.refused_key_guesser(&client).unwrap_err();
+        assert_eq!((again.policy, again.retry_after_secs), (refused.policy, 1));
     }
 }

@@ -358,8 +358,9 @@ async fn a_key_revoked_while_the_listener_was_down_is_refused() {
 }
 
 /// Guessed keys past the per-IP limit cost no database lookup: once the caller's bucket has
-/// refused it, further attempts are refused before their key is looked up, until the wait it
-/// was told has passed. (Before, every guess was looked up and only then refused.)
+/// refused a failed key attempt, further attempts are refused before their key is looked up,
+/// until the wait it was told has passed. (Before, every guess was looked up and only then
+/// refused.) Page traffic that empties the same bucket does not stop a valid key.
 #[tokio::test]
 async fn guessed_keys_past_the_ip_limit_are_refused_before_any_lookup() {
     let app = spawn(Opts {
@@ -402,4 +403,20 @@ async fn guessed_keys_past_the_ip_limit_are_refused_before_any_lookup() {
         expected as f64,
         "lookups for {statuses:?}"
     );
+
+    // Another caller's IP bucket emptied by page requests (not by key attempts): its valid
+    // key, never seen by this process, is still looked up and served.
+    let shop = spawn(Opts {
+        ip_per_sec: 1,
+        ip_burst: 2,
+        ..Opts::default()
+    })
+    .await;
+    let mut pages = Vec::new();
+    for _ in 0..4 {
+        pages.push(shop.get("/checkout/nobody/nothing", "").await.status);
+    }
+    assert_eq!(pages.last(), Some(&429), "{pages:?}");
+    let key = shop.merchant_key(dev_key(MERCHANT).address()).await;
+    assert_eq!(shop.get("/api/v1/plans", &key).await.status, 200);
 }
