@@ -147,6 +147,10 @@ impl Limiter {
     }
 }
 
+/// How long a caller's refusal is remembered after it ran out (its further key attempts pass
+/// one per token meanwhile); trimmed by the minute's tick, so at most two minutes.
+const REFUSAL_LINGER: Duration = Duration::from_secs(60);
+
 /// Callers refused for failed API-key attempts, and until when, so that their next attempts
 /// can be turned away before the database lookup a key costs. Only failed key attempts put a
 /// caller here (not its page or dashboard traffic, which share its per-IP bucket).
@@ -162,26 +166,24 @@ impl Refusals {
 
     /// The time left on `key`'s refusal at `now`, if any. When it has run out, one caller is
     /// let through and the refusal is pushed back by one token's `interval`, so that callers
-    /// racing in at that moment do not all reach the database before the first is counted.
+    /// arriving together (at that moment, or long after) do not all reach the database
+    /// before the first is counted. The entry stays until [`Refusals::retain`] drops it.
     fn left(&self, key: &str, now: Instant, interval: Duration) -> Option<Duration> {
         let mut until = self.until.lock().expect("refusals lock");
         let at = until.get_mut(key)?;
         if *at > now {
             return Some(*at - now);
         }
-        if now.duration_since(*at) >= interval {
-            until.remove(key);
-        } else {
-            *at = now + interval;
-        }
+        *at = now + interval;
         None
     }
 
+    /// Forgets callers whose refusal ran out [`REFUSAL_LINGER`] or more before `now`.
     fn retain(&self, now: Instant) {
         self.until
             .lock()
             .expect("refusals lock")
-            .retain(|_, at| *at > now);
+            .retain(|_, at| *at + REFUSAL_LINGER > now);
     }
 }
 
@@ -293,19 +295,23 @@ mod tests {
             Some(Duration::from_millis(20))
         );
         assert_eq!(r.left("b", t0, token), None, "keys are independent");
-        // Its time has come: one caller passes, the next ones wait one more token.
-        let t1 = t0 + Duration::from_millis(40);
+        // Its time has come (exactly): one caller passes, the next ones wait one more token.
+        let t1 = t0 + Duration::from_millis(30);
         assert_eq!(r.left("a", t1, token), None);
         assert_eq!(r.left("a", t1, token), Some(token));
-        // Long past (a whole token after): forgotten.
-        assert_eq!(r.left("a", t1 + token * 3, token), None);
-        assert_eq!(r.left("a", t1 + token * 3, token), None);
-        r.refuse("c".into(), t0 + token);
-        r.retain(t0 + token * 2);
-        assert!(
-            r.until.lock().unwrap().is_empty(),
-            "passed refusals are dropped"
-        );
+        // Long after: still one caller per token, however many arrive together.
+        let t2 = t1 + token * 100;
+        assert_eq!(r.left("a", t2, token), None);
+        assert_eq!(r.left("a", t2, token), Some(token));
+        assert_eq!(r.left("a", t2 + token, token), None);
+        // The minute's trim keeps refusals that ran out less than REFUSAL_LINGER ago.
+        r.refuse("old".into(), t0);
+        r.refuse("recent".into(), t0 + REFUSAL_LINGER);
+        r.refuse("future".into(), t0 + REFUSAL_LINGER * 3);
+        r.retain(t0 + REFUSAL_LINGER + Duration::from_millis(1));
+        let mut kept: Vec<String> = r.until.lock().unwrap().keys().cloned().collect();
+        kept.sort();
+        assert_eq!(kept, ["a", "future", "recent"]);
     }
 
     #[tokio::test]
@@ -315,15 +321,15 @@ mod tests {
             peer: Some("192.0.2.1".parse().unwrap()),
             ..ClientAddr::default()
         };
-        // Page traffic empties the IP's bucket: key lookups are not refused for it.
+        let refusals = || limits.key_guessers.until.lock().unwrap().len();
+        // Page traffic empties the IP's bucket: nothing refuses its key lookups.
         for _ in 0..3 {
             let _ = limits.check_client(&client);
         }
         assert!(limits.check_client(&client).is_err());
-        assert!(limits.refused_key_guesser(&client).is_ok());
-        // A failed key attempt refused by the bucket: further attempts are refused unseen.
-        let refused = limits.check_failed_key(&client).unwrap_err();
-        let again = limits.refused_key_guesser(&client).unwrap_err();
-        assert_eq!((again.policy, again.retry_after_secs), (refused.policy, 1));
+        assert_eq!(refusals(), 0);
+        // A failed key attempt refused by the bucket: remembered for the key lookups.
+        assert!(limits.check_failed_key(&client).is_err());
+        assert_eq!(refusals(), 1);
     }
 }

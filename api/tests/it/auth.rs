@@ -373,7 +373,7 @@ async fn guessed_keys_past_the_ip_limit_are_refused_before_any_lookup() {
     const UNKNOWN: &str = "api_key_lookups_total{result=\"unknown\"}";
     let before = metric(&app, UNKNOWN).await;
     let mut statuses = Vec::new();
-    for i in 0..20u32 {
+    for i in 0..30u32 {
         // Well-formed, so only the database can tell they are unknown.
         let guess = format!("sk_live_{i:064x}");
         statuses.push(app.get("/api/v1/plans", &guess).await.status);
@@ -382,26 +382,23 @@ async fn guessed_keys_past_the_ip_limit_are_refused_before_any_lookup() {
         statuses.iter().all(|s| *s == 401 || *s == 429),
         "{statuses:?}"
     );
-    // A guess is looked up unless the one before it was already refused (a token may come
-    // back in between on a slow machine; the sequence says exactly which were looked up).
-    let expected = statuses
-        .iter()
-        .enumerate()
-        .filter(|(i, s)| **s == 401 || *i == 0 || statuses[i - 1] == 401)
-        .count();
-    let refused_early = statuses.len() - expected;
+    // Every 401 was looked up, and so was the first refusal; a 429 right after another 429
+    // is a refused caller that was not let through, so it was never looked up (a caller let
+    // through finds the token its wait was for, and gets a 401).
+    let looked_up_at_least = statuses.iter().filter(|s| **s == 401).count() + 1;
+    let unseen = statuses.windows(2).filter(|w| w == &[429, 429]).count();
     assert!(
-        refused_early >= 10,
+        unseen >= 5,
         "most guesses come after the burst: {statuses:?}"
     );
     chainsub_tests::wait_until("the lookups to be counted", || async {
-        metric(&app, UNKNOWN).await - before >= expected as f64
+        metric(&app, UNKNOWN).await - before >= looked_up_at_least as f64
     })
     .await;
-    assert_eq!(
-        metric(&app, UNKNOWN).await - before,
-        expected as f64,
-        "lookups for {statuses:?}"
+    let looked_up = metric(&app, UNKNOWN).await - before;
+    assert!(
+        looked_up <= (statuses.len() - unseen) as f64,
+        "{looked_up} lookups for {statuses:?}"
     );
 
     // Another caller's IP bucket emptied by page requests (not by key attempts): its valid
@@ -412,11 +409,11 @@ async fn guessed_keys_past_the_ip_limit_are_refused_before_any_lookup() {
         ..Opts::default()
     })
     .await;
+    let key = shop.merchant_key(dev_key(MERCHANT).address()).await;
     let mut pages = Vec::new();
     for _ in 0..4 {
         pages.push(shop.get("/checkout/nobody/nothing", "").await.status);
     }
     assert_eq!(pages.last(), Some(&429), "{pages:?}");
-    let key = shop.merchant_key(dev_key(MERCHANT).address()).await;
     assert_eq!(shop.get("/api/v1/plans", &key).await.status, 200);
 }
