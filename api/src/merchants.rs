@@ -8,16 +8,6 @@ use crate::http::error::Result;
 /// The authenticated merchant every merchant-scoped query takes.
 pub use chainsub_store::MerchantScope as Merchant;
 
-/// The public JSON form.
-pub fn merchant_json(m: &Merchant) -> serde_json::Value {
-    serde_json::json!({
-        "id": m.public_id(),
-        "object": "merchant",
-        "wallet": m.wallet().to_checksum(None),
-        "code": m.code(),
-    })
-}
-
 /// The merchant of `wallet`, created if it does not exist yet (safe under concurrency). Only
 /// after the wallet proved itself (SIWE) or for the operator's `admin create-key`.
 pub async fn find_or_create(

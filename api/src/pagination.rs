@@ -1,8 +1,6 @@
 //! Cursor pagination of DESIGN §4: `limit` (default 20, max 100), `startingAfter` /
 //! `endingBefore` (object ids), newest first; `{object:"list", data, hasMore}`.
 
-use serde_json::{Value, json};
-
 use crate::http::error::ApiError;
 use crate::http::extract::param;
 
@@ -103,9 +101,4 @@ where
     };
     let id = parse(id).ok_or_else(no_such)?;
     lookup(id).await?.ok_or_else(no_such).map(Some)
-}
-
-/// `{object: "list", data, hasMore}`.
-pub fn list_json(data: Vec<Value>, has_more: bool) -> Value {
-    json!({ "object": "list", "data": data, "hasMore": has_more })
 }

@@ -6,7 +6,7 @@ use alloy::primitives::{Address, B256, Signature, U256};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
 use chainsub_abi::{MockUSDC, Permit, SubscriptionManager};
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use crate::checkout as link_sig;
 use crate::ctx::Ctx;
@@ -209,39 +209,101 @@ impl PermitDomain {
     }
 
     /// `eth_signTypedData_v4`'s argument for `permit` (as MetaMask and anvil take it).
-    pub fn typed_data(&self, permit: &Permit) -> Value {
-        json!({
-            "types": {
-                "EIP712Domain": [
-                    {"name": "name", "type": "string"},
-                    {"name": "version", "type": "string"},
-                    {"name": "chainId", "type": "uint256"},
-                    {"name": "verifyingContract", "type": "address"},
-                ],
-                "Permit": [
-                    {"name": "owner", "type": "address"},
-                    {"name": "spender", "type": "address"},
-                    {"name": "value", "type": "uint256"},
-                    {"name": "nonce", "type": "uint256"},
-                    {"name": "deadline", "type": "uint256"},
-                ],
+    pub fn typed_data(&self, permit: &Permit) -> PermitTypedData {
+        PermitTypedData {
+            types: PermitTypes {
+                eip712_domain: EIP712_DOMAIN_FIELDS,
+                permit: PERMIT_FIELDS,
             },
-            "primaryType": "Permit",
-            "domain": {
-                "name": self.name,
-                "version": self.version,
-                "chainId": self.chain_id,
-                "verifyingContract": self.token.to_checksum(None),
+            primary_type: "Permit",
+            domain: TypedDomain {
+                name: self.name.clone(),
+                version: self.version.clone(),
+                chain_id: self.chain_id,
+                verifying_contract: self.token,
             },
-            "message": {
-                "owner": permit.owner.to_checksum(None),
-                "spender": permit.spender.to_checksum(None),
-                "value": permit.value.to_string(),
-                "nonce": permit.nonce.to_string(),
-                "deadline": permit.deadline.to_string(),
+            message: TypedPermit {
+                owner: permit.owner,
+                spender: permit.spender,
+                value: permit.value.to_string(),
+                nonce: permit.nonce.to_string(),
+                deadline: permit.deadline.to_string(),
             },
-        })
+        }
     }
+}
+
+/// The members of `EIP712Domain` a token's domain has.
+const EIP712_DOMAIN_FIELDS: &[TypedField] = &[
+    TypedField::new("name", "string"),
+    TypedField::new("version", "string"),
+    TypedField::new("chainId", "uint256"),
+    TypedField::new("verifyingContract", "address"),
+];
+
+/// The members of EIP-2612's `Permit`.
+const PERMIT_FIELDS: &[TypedField] = &[
+    TypedField::new("owner", "address"),
+    TypedField::new("spender", "address"),
+    TypedField::new("value", "uint256"),
+    TypedField::new("nonce", "uint256"),
+    TypedField::new("deadline", "uint256"),
+];
+
+/// EIP-712 typed data of an EIP-2612 permit, as `eth_signTypedData_v4` takes it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermitTypedData {
+    pub types: PermitTypes,
+    pub primary_type: &'static str,
+    pub domain: TypedDomain,
+    pub message: TypedPermit,
+}
+
+/// The two struct types a permit's typed data declares.
+#[derive(Debug, Clone, Serialize)]
+pub struct PermitTypes {
+    #[serde(rename = "EIP712Domain")]
+    pub eip712_domain: &'static [TypedField],
+    #[serde(rename = "Permit")]
+    pub permit: &'static [TypedField],
+}
+
+/// One member of an EIP-712 struct type.
+#[derive(Debug, Clone, Serialize)]
+pub struct TypedField {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub ty: &'static str,
+}
+
+impl TypedField {
+    const fn new(name: &'static str, ty: &'static str) -> TypedField {
+        TypedField { name, ty }
+    }
+}
+
+/// The token's EIP-712 domain.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TypedDomain {
+    pub name: String,
+    pub version: String,
+    pub chain_id: u64,
+    #[serde(serialize_with = "chainsub_views::checksummed")]
+    pub verifying_contract: Address,
+}
+
+/// The permit signed (uint256 values as decimal strings).
+#[derive(Debug, Clone, Serialize)]
+pub struct TypedPermit {
+    #[serde(serialize_with = "chainsub_views::checksummed")]
+    pub owner: Address,
+    #[serde(serialize_with = "chainsub_views::checksummed")]
+    pub spender: Address,
+    pub value: String,
+    pub nonce: String,
+    pub deadline: String,
 }
 
 /// The token's permit domain for `owner`, or `None` when the token has no EIP-2612 `permit`
@@ -436,13 +498,74 @@ pub fn chain_id_hex(chain_id: u64) -> String {
     format!("{chain_id:#x}")
 }
 
-fn tx(from: Address, to: Address, data: Vec<u8>) -> Value {
-    json!({
-        "from": from.to_checksum(None),
-        "to": to.to_checksum(None),
-        "data": format!("0x{}", hex::encode(data)),
-        "value": "0x0",
-    })
+fn tx(from: Address, to: Address, data: Vec<u8>) -> Tx {
+    Tx {
+        from,
+        to,
+        data: format!("0x{}", hex::encode(data)),
+        value: "0x0",
+    }
+}
+
+/// A transaction for the wallet to send (`eth_sendTransaction`'s argument).
+#[derive(Debug, Clone, Serialize)]
+pub struct Tx {
+    #[serde(serialize_with = "chainsub_views::checksummed")]
+    pub from: Address,
+    #[serde(serialize_with = "chainsub_views::checksummed")]
+    pub to: Address,
+    /// Calldata, `0x`-prefixed hex.
+    pub data: String,
+    pub value: &'static str,
+}
+
+/// One step the checkout page takes, in order.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "step", rename_all = "camelCase")]
+pub enum Step {
+    /// An `approve` transaction for the allowance.
+    Approve { label: String, tx: Tx },
+    /// A permit to sign (no transaction) for the allowance.
+    Permit {
+        label: String,
+        #[serde(rename = "typedData")]
+        typed_data: Box<PermitTypedData>,
+        permit: PermitTerms,
+    },
+    /// The subscription; `tx` is null until the permit it needs is signed (the page asks
+    /// again with the signature).
+    Subscribe { label: String, tx: Option<Tx> },
+}
+
+/// What the page shows of a permit it asks for.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermitTerms {
+    pub value: String,
+    pub deadline: String,
+    /// Chain time, not the browser's: the page counts this down on its own clock from when
+    /// it got the answer.
+    pub valid_for_secs: u64,
+}
+
+/// `GET /checkout/{code}/{slug}/tx`: the wallet's state and the steps still to take.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckoutTransactions {
+    pub object: &'static str,
+    pub chain_id: u64,
+    pub chain_id_hex: String,
+    #[serde(serialize_with = "chainsub_views::checksummed")]
+    pub from: Address,
+    pub plan_onchain_id: u64,
+    pub amount: String,
+    pub balance: String,
+    pub allowance: String,
+    pub requested_allowance: String,
+    pub insufficient_balance: bool,
+    /// The contract's number of the wallet's live subscription to this plan, if any.
+    pub already_subscribed: Option<String>,
+    pub steps: Vec<Step>,
 }
 
 /// How a short allowance is given.
@@ -473,7 +596,7 @@ pub fn plan_transactions(
     customer_ref: B256,
     state: &WalletState,
     allowance: Allowance<'_>,
-) -> Value {
+) -> CheckoutTransactions {
     let amount = U256::from(link.amount);
     let wanted = requested_allowance(link.amount, periods);
     // `approve` and `permit` replace the allowance, which every subscription of this wallet
@@ -510,31 +633,27 @@ pub fn plan_transactions(
                 amount: new_allowance,
             }
             .abi_encode();
-            steps.push(json!({
-                "step": "approve",
-                "label": allow_label("Allow"),
-                "tx": tx(from, usdc, data),
-            }));
+            steps.push(Step::Approve {
+                label: allow_label("Allow"),
+                tx: tx(from, usdc, data),
+            });
         }
         Allowance::Permit(domain) if short => {
             let permit = domain.permit(from, manager, new_allowance);
-            steps.push(json!({
-                "step": "permit",
-                "label": allow_label("Sign a permit (no transaction) allowing"),
-                "typedData": domain.typed_data(&permit),
-                "permit": {
-                    "value": permit.value.to_string(),
-                    "deadline": permit.deadline.to_string(),
-                    // Chain time, not the browser's: the page counts this down on its own
-                    // clock from when it got the answer.
-                    "validForSecs": domain
+            steps.push(Step::Permit {
+                label: allow_label("Sign a permit (no transaction) allowing"),
+                typed_data: Box::new(domain.typed_data(&permit)),
+                permit: PermitTerms {
+                    value: permit.value.to_string(),
+                    deadline: permit.deadline.to_string(),
+                    valid_for_secs: domain
                         .deadline
                         .saturating_sub(domain.block_time)
                         .saturating_to::<u64>(),
                 },
-            }));
+            });
             // Encoded once the signature is back (the page asks again with it).
-            subscribe_tx = Some(Value::Null);
+            subscribe_tx = Some(None);
         }
         Allowance::Signed(signed, (v, r, s)) => {
             subscribe = SubscriptionManager::subscribeWithPermitCall {
@@ -552,28 +671,27 @@ pub fn plan_transactions(
         }
         _ => {}
     }
-    steps.push(json!({
-        "step": "subscribe",
-        "label": format!("Subscribe and pay {} USDC now", units(amount)),
-        "tx": subscribe_tx.unwrap_or_else(|| tx(from, manager, subscribe)),
-    }));
+    steps.push(Step::Subscribe {
+        label: format!("Subscribe and pay {} USDC now", units(amount)),
+        tx: subscribe_tx.unwrap_or_else(|| Some(tx(from, manager, subscribe))),
+    });
     // The contract's number (public on chain): the page shows it to the wallet's owner. The
     // API's opaque `sub_…` id needs the index, which may not have the subscription yet.
     let already = (!state.live_subscription.is_zero()).then(|| state.live_subscription.to_string());
-    json!({
-        "object": "checkout_transactions",
-        "chainId": chain_id,
-        "chainIdHex": chain_id_hex(chain_id),
-        "from": from.to_checksum(None),
-        "planOnchainId": plan_onchain_id,
-        "amount": units(amount),
-        "balance": units(state.balance),
-        "allowance": units(state.allowance),
-        "requestedAllowance": units(wanted),
-        "insufficientBalance": state.balance < amount,
-        "alreadySubscribed": already,
-        "steps": steps,
-    })
+    CheckoutTransactions {
+        object: "checkout_transactions",
+        chain_id,
+        chain_id_hex: chain_id_hex(chain_id),
+        from,
+        plan_onchain_id,
+        amount: units(amount),
+        balance: units(state.balance),
+        allowance: units(state.allowance),
+        requested_allowance: units(wanted),
+        insufficient_balance: state.balance < amount,
+        already_subscribed: already,
+        steps,
+    }
 }
 
 /// Base units as a USDC decimal string (uint256-safe: values beyond u128 are shown raw).
@@ -584,6 +702,12 @@ fn units(v: U256) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    /// The response as the page reads it.
+    fn json(t: CheckoutTransactions) -> Value {
+        serde_json::to_value(t).unwrap()
+    }
 
     fn link() -> Link {
         Link {
@@ -628,7 +752,7 @@ mod tests {
 
     #[test]
     fn short_allowance_gets_an_approve_for_all_periods_before_subscribe() {
-        let v = plan_transactions(
+        let v = json(plan_transactions(
             31337,
             USDC,
             MGR,
@@ -639,7 +763,7 @@ mod tests {
             B256::repeat_byte(0xab),
             &state(50_000_000, 0, 0),
             Allowance::Approve,
-        );
+        ));
         let steps = v["steps"].as_array().unwrap();
         assert_eq!(steps.len(), 2);
         assert_eq!(steps[0]["step"], "approve");
@@ -661,7 +785,7 @@ mod tests {
 
     #[test]
     fn approve_adds_to_an_allowance_other_subscriptions_use() {
-        let v = plan_transactions(
+        let v = json(plan_transactions(
             1,
             USDC,
             MGR,
@@ -672,7 +796,7 @@ mod tests {
             B256::repeat_byte(0xab),
             &state(1, 5_000_000, 0),
             Allowance::Approve,
-        );
+        ));
         let approve = MockUSDC::approveCall::abi_decode(&data_of(&v["steps"][0])).unwrap();
         assert_eq!(approve.amount, U256::from(5_000_000u64 + 9_990_000 * 12));
         assert_eq!(
@@ -683,7 +807,7 @@ mod tests {
 
     #[test]
     fn enough_allowance_skips_approve_and_flags_balance_and_live_subscription() {
-        let v = plan_transactions(
+        let v = json(plan_transactions(
             1,
             USDC,
             MGR,
@@ -694,7 +818,7 @@ mod tests {
             B256::repeat_byte(0xab),
             &state(1, 200_000_000, 5),
             Allowance::Permit(&domain()),
-        );
+        ));
         let steps = v["steps"].as_array().unwrap();
         assert_eq!(steps.len(), 1);
         assert_eq!(steps[0]["step"], "subscribe");
@@ -722,7 +846,7 @@ mod tests {
         let from = signer.address();
         let d = domain();
         let call = |allowance| {
-            plan_transactions(
+            json(plan_transactions(
                 31337,
                 USDC,
                 MGR,
@@ -733,7 +857,7 @@ mod tests {
                 B256::repeat_byte(0xab),
                 &state(50_000_000, 1_000_000, 0),
                 allowance,
-            )
+            ))
         };
         let v = call(Allowance::Permit(&d));
         let steps = v["steps"].as_array().unwrap();

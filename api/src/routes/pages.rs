@@ -342,7 +342,7 @@ async fn transactions(
         (None, Some(domain)) => checkout::Allowance::Permit(domain),
         (None, None) => checkout::Allowance::Approve,
     };
-    Ok(Resp::json(checkout::plan_transactions(
+    Ok(Resp::view(&checkout::plan_transactions(
         cfg.chain_id,
         cfg.usdc_address,
         cfg.contract_address,

@@ -696,6 +696,50 @@ async fn an_idempotency_key_binds_one_request_for_24_hours_on_every_path() {
         "the same request resumes"
     );
 
+    // The other keyed routes share the store: a checkout for one plan, then another; one
+    // plan's provisioning, then another's; and a key already bound to a plan creation. (A
+    // refusal such as a 404 is stored like a success; the key route takes no body, so it has
+    // no other request to tell apart.)
+    let pairs = [
+        (
+            "/api/v1/checkouts",
+            json!({"planId": "plan_missing1"}),
+            "/api/v1/checkouts",
+            json!({"planId": "plan_missing2"}),
+        ),
+        (
+            "/api/v1/plans/plan_missing1/provision",
+            json!({}),
+            "/api/v1/plans/plan_missing2/provision",
+            json!({}),
+        ),
+    ];
+    for (i, (path, body, other_path, other_body)) in pairs.iter().enumerate() {
+        let k = format!("k-route-{i}");
+        let first = app.post(path, &key, body, Some(&k)).await;
+        assert_eq!(first.status, 404, "{path}: {:?}", first.body);
+        let other = app.post(other_path, &key, other_body, Some(&k)).await;
+        assert_eq!(
+            (other.status, other.error_code()),
+            (409, Some("idempotency_key_reused")),
+            "{other_path}: {:?}",
+            other.body
+        );
+    }
+    let other = app
+        .post(
+            "/api/v1/checkouts",
+            &key,
+            &json!({"planId": "plan_missing1"}),
+            Some("k-1"),
+        )
+        .await;
+    assert_eq!(
+        (other.status, other.error_code()),
+        (409, Some("idempotency_key_reused")),
+        "a plan's key on another route"
+    );
+
     // 24 hours later the key is free: a new request with it makes a new plan.
     db.execute(
         "UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE key = 'k-1'",
