@@ -18,7 +18,7 @@ use chainsub_store::customers::{WalletCharge, WalletSubscription};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::checkout::chain_id_hex;
+use super::checkout::{TxRequest, chain_id_hex};
 use crate::http::error::{ApiError, Result};
 
 /// The list the page renders.
@@ -264,17 +264,6 @@ pub struct CancelTransaction {
     pub tx: TxRequest,
 }
 
-/// An EIP-1193 `eth_sendTransaction` request.
-#[derive(Debug, Serialize)]
-pub struct TxRequest {
-    #[serde(serialize_with = "chainsub_views::checksummed")]
-    pub from: Address,
-    #[serde(serialize_with = "chainsub_views::checksummed")]
-    pub to: Address,
-    pub data: String,
-    pub value: &'static str,
-}
-
 /// Reads subscription `onchain_id` on chain (latest block) and, when `from` may cancel it
 /// that way, encodes the call: 404 unknown, 403 `not_subscriber` (another wallet's), 409
 /// `subscription_terminal` or `subscription_already_cancelling`, 503 when the chain cannot be
@@ -340,12 +329,7 @@ pub async fn cancel_transaction(
         onchain_id,
         at_period_end,
         label: label.to_string(),
-        tx: TxRequest {
-            from,
-            to: manager,
-            data: format!("0x{}", hex::encode(data)),
-            value: "0x0",
-        },
+        tx: TxRequest::call(from, manager, data),
     })
 }
 

@@ -498,18 +498,9 @@ pub fn chain_id_hex(chain_id: u64) -> String {
     format!("{chain_id:#x}")
 }
 
-fn tx(from: Address, to: Address, data: Vec<u8>) -> Tx {
-    Tx {
-        from,
-        to,
-        data: format!("0x{}", hex::encode(data)),
-        value: "0x0",
-    }
-}
-
-/// A transaction for the wallet to send (`eth_sendTransaction`'s argument).
+/// An EIP-1193 `eth_sendTransaction` request (the checkout's and the account page's).
 #[derive(Debug, Clone, Serialize)]
-pub struct Tx {
+pub struct TxRequest {
     #[serde(serialize_with = "chainsub_views::checksummed")]
     pub from: Address,
     #[serde(serialize_with = "chainsub_views::checksummed")]
@@ -519,12 +510,24 @@ pub struct Tx {
     pub value: &'static str,
 }
 
+impl TxRequest {
+    /// A call of `to` with calldata `data`, sending no ether.
+    pub fn call(from: Address, to: Address, data: Vec<u8>) -> TxRequest {
+        TxRequest {
+            from,
+            to,
+            data: format!("0x{}", hex::encode(data)),
+            value: "0x0",
+        }
+    }
+}
+
 /// One step the checkout page takes, in order.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "step", rename_all = "camelCase")]
 pub enum Step {
     /// An `approve` transaction for the allowance.
-    Approve { label: String, tx: Tx },
+    Approve { label: String, tx: TxRequest },
     /// A permit to sign (no transaction) for the allowance.
     Permit {
         label: String,
@@ -534,7 +537,10 @@ pub enum Step {
     },
     /// The subscription; `tx` is null until the permit it needs is signed (the page asks
     /// again with the signature).
-    Subscribe { label: String, tx: Option<Tx> },
+    Subscribe {
+        label: String,
+        tx: Option<TxRequest>,
+    },
 }
 
 /// What the page shows of a permit it asks for.
@@ -635,7 +641,7 @@ pub fn plan_transactions(
             .abi_encode();
             steps.push(Step::Approve {
                 label: allow_label("Allow"),
-                tx: tx(from, usdc, data),
+                tx: TxRequest::call(from, usdc, data),
             });
         }
         Allowance::Permit(domain) if short => {
@@ -673,7 +679,7 @@ pub fn plan_transactions(
     }
     steps.push(Step::Subscribe {
         label: format!("Subscribe and pay {} USDC now", units(amount)),
-        tx: subscribe_tx.unwrap_or_else(|| Some(tx(from, manager, subscribe))),
+        tx: subscribe_tx.unwrap_or_else(|| Some(TxRequest::call(from, manager, subscribe))),
     });
     // The contract's number (public on chain): the page shows it to the wallet's owner. The
     // API's opaque `sub_…` id needs the index, which may not have the subscription yet.
