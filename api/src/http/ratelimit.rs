@@ -227,15 +227,19 @@ impl Limits {
     /// Counts a request against its client's per-IP bucket (the client as resolved through
     /// the trusted proxies; IPv6 per /64).
     pub fn check_client(&self, client: &ClientAddr) -> Result<Allowed, Limited> {
-        let key = limit_key(client.resolve(&self.trusted_proxies));
-        self.per_ip.check(&key)
+        self.per_ip.check(&self.ip_key(client))
+    }
+
+    /// The per-IP bucket of `client`: as resolved through the trusted proxies, IPv6 per /64.
+    fn ip_key(&self, client: &ClientAddr) -> String {
+        limit_key(client.resolve(&self.trusted_proxies))
     }
 
     /// Counts a failed API-key attempt against the client's per-IP bucket; when that refuses
     /// it, the client's further key attempts are refused by [`Limits::refused_key_guesser`]
     /// until the wait it was told has passed.
     pub fn check_failed_key(&self, client: &ClientAddr) -> Result<Allowed, Limited> {
-        let key = limit_key(client.resolve(&self.trusted_proxies));
+        let key = self.ip_key(client);
         self.per_ip.check_timed(&key).map_err(|(limited, wait)| {
             self.key_guessers.refuse(key, Instant::now() + wait);
             limited
@@ -245,10 +249,10 @@ impl Limits {
     /// Refuses, without counting, a client whose failed key attempts were refused and whose
     /// wait has not passed: called before an API key's database lookup, so a flood of guessed
     /// keys costs about one lookup per token the bucket gives back, not one per guess. A valid
-    /// key that is not cached yet, sent meanwhile from the same IP, is refused too (its next
-    /// request after `Retry-After` is looked up).
+    /// key that is not cached yet, sent meanwhile from the same IP, competes for those same
+    /// one-per-token lookups.
     pub fn refused_key_guesser(&self, client: &ClientAddr) -> Result<(), Limited> {
-        let key = limit_key(client.resolve(&self.trusted_proxies));
+        let key = self.ip_key(client);
         match self
             .key_guessers
             .left(&key, Instant::now(), self.per_ip.interval)
