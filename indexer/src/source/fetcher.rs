@@ -434,6 +434,7 @@ mod tests {
 
     /// A node that refuses ranges over 5 blocks (suggesting 5), refuses block HUGE always,
     /// and serves a stale block hash on its first answer.
+    #[derive(Default)]
     struct Picky {
         stale_once: Mutex<bool>,
         calls: Mutex<Vec<(u64, u64)>>,
@@ -506,6 +507,95 @@ mod tests {
             max_backoff: Duration::ZERO,
             ..FetchConfig::default()
         }
+    }
+
+    /// Logs per block of [`Dense`] below [`DENSE_UNTIL`] (one per block above it).
+    const PER_DENSE_BLOCK: u64 = 20;
+    const DENSE_UNTIL: u64 = 40;
+    /// The log cap of the [`Dense`] tests: a node answers at most this many (silently cut
+    /// short, as some providers do).
+    const CAP: usize = 100;
+
+    /// A node whose first blocks hold many logs each, then one log per block, and which cuts
+    /// every `eth_getLogs` answer at [`CAP`] logs without saying so.
+    struct Dense {
+        calls: Mutex<Vec<(u64, u64)>>,
+    }
+
+    #[async_trait]
+    impl BlockSource for Dense {
+        async fn head(&self) -> Result<u64, SourceError> {
+            Ok(200)
+        }
+        async fn finalized(&self) -> Result<Option<u64>, SourceError> {
+            Ok(None)
+        }
+        async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
+            Picky::headers(&Picky::default(), from, to).await
+        }
+        async fn logs(&self, from: u64, to: u64) -> Result<Vec<RawLog>, SourceError> {
+            self.calls.lock().unwrap().push((from, to));
+            let per = |n: u64| if n <= DENSE_UNTIL { PER_DENSE_BLOCK } else { 1 };
+            Ok((from..=to)
+                .flat_map(|n| (0..per(n)).map(move |i| log(n, i)))
+                .take(CAP)
+                .collect())
+        }
+        async fn block_logs(&self, _: u64, _: B256) -> Result<Vec<RawLog>, SourceError> {
+            unreachable!("no single block is over the cap")
+        }
+    }
+
+    /// The range adapts to events as well as blocks: an answer that reaches the log cap
+    /// counts as cut short (the range halves until an answer fits), the range does not grow
+    /// while answers carry half the cap or more, and it grows back once they are sparse.
+    #[tokio::test]
+    async fn the_range_halves_on_answers_at_the_log_cap_and_grows_only_when_they_are_sparse() {
+        let src = Arc::new(Dense {
+            calls: Mutex::new(vec![]),
+        });
+        let cfg = FetchConfig {
+            initial_range: 16,
+            max_range: 64,
+            max_logs_per_response: CAP,
+            ..fast()
+        };
+        let mut f = Fetcher::new(src.clone(), CONTRACT, cfg);
+        let (mut got, mut next, mut ranges) = (vec![], 1, vec![]);
+        while next <= 200 {
+            let blocks = f.fetch(next, 200).await;
+            next = blocks.last().unwrap().number + 1;
+            ranges.push((blocks.first().unwrap().number, f.range()));
+            got.extend(blocks);
+        }
+        // Every log of every block, once: no answer cut at the cap was taken for whole.
+        let logs: Vec<(u64, u64)> = got
+            .iter()
+            .flat_map(|b| b.logs.iter().map(|l| (b.number, l.log_index)))
+            .collect();
+        let want: Vec<(u64, u64)> = (1..=200u64)
+            .flat_map(|n| {
+                (0..if n <= DENSE_UNTIL { PER_DENSE_BLOCK } else { 1 }).map(move |i| (n, i))
+            })
+            .collect();
+        assert_eq!(logs, want);
+        let calls = src.calls.lock().unwrap().clone();
+        // 16 blocks (320 logs) and 8 (160) reach the cap; 4 blocks (80 logs) fit.
+        assert_eq!(calls[..3], [(1, 16), (1, 8), (1, 4)]);
+        // Over the dense blocks the range stays at 4: 80 logs is over half the cap.
+        let dense: Vec<u64> = ranges
+            .iter()
+            .filter(|(first, _)| *first <= DENSE_UNTIL)
+            .map(|(_, r)| *r)
+            .collect();
+        assert!(dense.iter().all(|r| *r == 4), "{dense:?}");
+        // Past them it doubles after each sparse answer, up to the maximum.
+        let sparse: Vec<u64> = ranges
+            .iter()
+            .filter(|(first, _)| *first > DENSE_UNTIL)
+            .map(|(_, r)| *r)
+            .collect();
+        assert_eq!(sparse[..4], [8, 16, 32, 64], "{ranges:?}");
     }
 
     #[tokio::test]
