@@ -13,4 +13,5 @@ mod pipeline;
 mod process;
 mod reorg;
 mod simulation;
+mod sink;
 mod verify;
