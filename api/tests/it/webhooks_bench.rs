@@ -1,6 +1,8 @@
 // Webhook dispatcher benchmark (ignored by default; run `bench/webhooks.sh`). Spawns 1 and
 // then 3 `api dispatch` processes against a fresh database and a local always-200 receiver,
-// and prints a table:
+// and prints a table. The events are lifecycle events as the indexer stores them (a renewal
+// with its subscription snapshot), so each body is rendered from its `chain_events` row as
+// in production (~1 KB); a bare HTTP client then sends the very bodies the receiver got.
 // - throughput: N events committed in one transaction, deliveries/s until the last arrives;
 // - latency: events committed one per transaction at a steady rate, commit -> receiver
 //   arrival, p50/p99 (the receiver runs in this process, so both ends share one clock).
@@ -27,6 +29,8 @@ fn env_or(name: &str, default: usize) -> usize {
 #[derive(Default)]
 struct Arrivals {
     at: Mutex<HashMap<String, Instant>>,
+    /// The body of each first arrival, by `webhook-id`.
+    bodies: Mutex<HashMap<String, bytes::Bytes>>,
     dupes: Mutex<usize>,
     notify: Notify,
 }
@@ -37,13 +41,15 @@ async fn receiver() -> (Arc<Arrivals>, u16) {
     let route = warp::post()
         .and(warp::header::headers_cloned())
         .and(warp::body::bytes())
-        .then(move |h: HeaderMap, _b: bytes::Bytes| {
+        .then(move |h: HeaderMap, body: bytes::Bytes| {
             let a = a.clone();
             async move {
                 let now = Instant::now();
                 let id = h["webhook-id"].to_str().unwrap_or_default().to_string();
-                if a.at.lock().unwrap().insert(id, now).is_some() {
+                if a.at.lock().unwrap().insert(id.clone(), now).is_some() {
                     *a.dupes.lock().unwrap() += 1;
+                } else {
+                    a.bodies.lock().unwrap().insert(id, body);
                 }
                 a.notify.notify_waiters();
                 Ok::<_, Infallible>(warp::reply())
@@ -85,31 +91,27 @@ fn dispatcher(db_url: &str) -> ChildGuard {
 /// requests in flight (the dispatcher's default `WEBHOOK_CONCURRENCY`, 64; the per-merchant
 /// cap of 8 never binds with requests spread round-robin over 8+ merchants), each request
 /// signed like a webhook (Standard Webhooks HMAC, the same three headers) with the same body
-/// — and no database. Deliveries/s until the receiver has all `events`.
-async fn bare_client(merchants: usize, events: usize) -> (f64, usize) {
+/// a dispatcher delivered for that event — and no database. Deliveries/s until the receiver
+/// has them all.
+async fn bare_client(merchants: usize, bodies: &[(String, bytes::Bytes)]) -> (f64, usize) {
     use futures::StreamExt;
     let (arrivals, port) = receiver().await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let secret = chainsub_webhooks::signing::WebhookSecret::generate();
     let t0 = Instant::now();
-    futures::stream::iter(0..events)
-        .map(|i| {
+    futures::stream::iter(bodies.iter().enumerate())
+        .map(|(i, (id, body))| {
             let (client, secret) = (&client, &secret);
             async move {
-                let id = format!("evt_b{i}");
-                let body = serde_json::to_vec(
-                    &serde_json::json!({"id": id, "object": "event", "type": "bench"}),
-                )
-                .unwrap();
                 let ts = chrono::Utc::now().timestamp();
-                let sig = secret.sign(&id, ts, &body);
+                let sig = secret.sign(id, ts, body);
                 let resp = client
                     .post(format!("http://127.0.0.1:{port}/m{}", i % merchants))
                     .header("content-type", "application/json")
-                    .header("webhook-id", &id)
+                    .header("webhook-id", id)
                     .header("webhook-timestamp", ts.to_string())
                     .header("webhook-signature", sig)
-                    .body(body)
+                    .body(body.clone())
                     .send()
                     .await
                     .unwrap();
@@ -119,8 +121,8 @@ async fn bare_client(merchants: usize, events: usize) -> (f64, usize) {
         .buffer_unordered(64)
         .for_each(|_| async {})
         .await;
-    wait_for(&arrivals, events).await;
-    let per_sec = events as f64 / t0.elapsed().as_secs_f64();
+    wait_for(&arrivals, bodies.len()).await;
+    let per_sec = bodies.len() as f64 / t0.elapsed().as_secs_f64();
     let dupes = *arrivals.dupes.lock().unwrap();
     (per_sec, dupes)
 }
@@ -157,7 +159,35 @@ struct Row {
     p50: Duration,
     p99: Duration,
     dupes: usize,
+    /// The bodies of the throughput phase as the receiver got them.
+    bodies: Vec<(String, bytes::Bytes)>,
 }
+
+/// Stores one renewal event per (`$1` public id, `$2` merchant wallet), as the indexer
+/// stores a `SubscriptionCharged` log: its log fields and the subscription's snapshot.
+const EVENTS: &str = "INSERT INTO chain_events (public_id, chain_id, contract, block_number,
+        block_hash, block_time, transaction_hash, transaction_index, log_index, name, kind,
+        merchant_wallet, subscription_id, topics, data, enqueued, sequence, log_amount,
+        log_subscriber, log_period, log_attempt, snap_id, snap_status,
+        snap_cancel_at_period_end, snap_period, snap_period_start, snap_period_end,
+        snap_next_payment_at, snap_failed_attempts, snap_subscriber, snap_customer_external_id,
+        snap_amount, snap_plan_onchain_id)
+    SELECT u.id, 31337, '\\xcccccccccccccccccccccccccccccccccccccccc'::bytea, 1000 + u.n,
+        decode(md5('b' || u.id) || md5('B' || u.id), 'hex'),
+        timestamptz '2026-01-01' + make_interval(secs => u.n * 12),
+        decode(md5('t' || u.id) || md5('T' || u.id), 'hex'), 0, 0, 'SubscriptionCharged',
+        'subscription.charged', u.w, u.n, ARRAY[decode(md5('topic'), 'hex')],
+        decode(repeat('00', 96), 'hex'), TRUE, 2, 9990000, decode(repeat('44', 20), 'hex'), 2, 1,
+        'sub_' || md5('s' || u.id), 'active', false, 2, timestamptz '2026-02-01T00:00:00Z',
+        timestamptz '2026-03-01T00:00:00Z', timestamptz '2026-03-01T00:00:00Z', 0,
+        decode(repeat('44', 20), 'hex'), 'cust-' || u.n, 9990000, 1
+    FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, n)";
+
+/// The outbox rows of the events `$1` (what the indexer writes once they are confirmed).
+const OUTBOX: &str = "INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet,
+        chain_id, subscription_id)
+    SELECT e.id, e.public_id, e.merchant_wallet, e.chain_id, e.subscription_id
+    FROM chain_events e WHERE e.public_id = ANY($1) ORDER BY e.id";
 
 async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events: usize) -> Row {
     let db = TestDb::create().await;
@@ -182,17 +212,16 @@ async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events
     // Let every dispatcher finish migrating and start listening.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let insert = "INSERT INTO webhook_outbox (event_public_id, merchant_wallet, test_payload)
-                  SELECT id, w, jsonb_build_object('id', id, 'object', 'event', 'type', 'bench')
-                  FROM unnest($1::text[], $2::bytea[]) AS u(id, w)";
-    // Throughput: one big commit, then time until the last arrival.
-    let ids: Vec<String> = (0..events).map(|i| format!("evt_t{i}")).collect();
+    // Throughput: the events stored first, their outbox rows in one big commit, then time
+    // until the last arrival.
+    let ids: Vec<String> = (0..events).map(|i| format!("evt_{i:032x}")).collect();
     let ws: Vec<Vec<u8>> = (0..events)
         .map(|i| wallets[i % merchants].clone())
         .collect();
+    client.execute(EVENTS, &[&ids, &ws]).await.unwrap();
     let pids: Vec<u32> = procs.iter().map(|p| p.id()).collect();
     let tx = client.transaction().await.unwrap();
-    tx.execute(insert, &[&ids, &ws]).await.unwrap();
+    tx.execute(OUTBOX, &[&ids]).await.unwrap();
     let cpu0 = cpu_now(&pids);
     tx.commit().await.unwrap();
     let t0 = Instant::now();
@@ -200,18 +229,21 @@ async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_between(&cpu0, &cpu_now(&pids));
     let per_sec = events as f64 / wall;
+    let bodies = {
+        let got = arrivals.bodies.lock().unwrap();
+        ids.iter().map(|id| (id.clone(), got[id].clone())).collect()
+    };
 
     // Latency: one event per transaction, ~200/s, commit -> arrival.
     let mut committed = HashMap::new();
     for i in 0..latency_events {
-        let id = format!("evt_l{i}");
+        let id = format!("evt_{:032x}", (1u64 << 40) + i as u64);
+        let ids = vec![id.clone()];
         client
-            .execute(
-                insert,
-                &[&vec![id.clone()], &vec![wallets[i % merchants].clone()]],
-            )
+            .execute(EVENTS, &[&ids, &vec![wallets[i % merchants].clone()]])
             .await
             .unwrap();
+        client.execute(OUTBOX, &[&ids]).await.unwrap();
         committed.insert(id, Instant::now());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -234,6 +266,7 @@ async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events
         p50: pct(0.50),
         p99: pct(0.99),
         dupes,
+        bodies,
     }
 }
 
@@ -244,11 +277,12 @@ async fn webhook_dispatch_benchmark() {
     let merchants = env_or("BENCH_MERCHANTS", 100);
     let latency_events = env_or("BENCH_LATENCY_EVENTS", 500);
     let load_before = chainsub_tests::load_average();
-    let (bare, bare_dupes) = bare_client(merchants, events).await;
     let mut rows = Vec::new();
     for d in [1, 3] {
         rows.push(run(d, merchants, events, latency_events).await);
     }
+    let (bare, bare_dupes) = bare_client(merchants, &rows[0].bodies).await;
+    let body_bytes: usize = rows[0].bodies.iter().map(|(_, b)| b.len()).sum();
     println!();
     println!(
         "webhook dispatch: {merchants} merchants, local always-200 receiver, default WEBHOOK_* settings"
@@ -282,7 +316,8 @@ async fn webhook_dispatch_benchmark() {
         );
     }
     println!(
-        "webhook bare client: {bare:.0} deliveries/s ({events} requests, 64 in flight, signed, no database; {bare_dupes} duplicates)"
+        "webhook bare client: {bare:.0} deliveries/s ({events} requests, 64 in flight, signed, the dispatcher's bodies (mean {} bytes), no database; {bare_dupes} duplicates)",
+        body_bytes / events.max(1)
     );
     println!(
         "webhook scaling: 3 dispatchers deliver {:.2}x what 1 delivers",
