@@ -2,7 +2,7 @@
 // then 3 `api dispatch` processes against a fresh database and a local always-200 receiver,
 // and prints a table. The events are lifecycle events as the indexer stores them (a renewal
 // with its subscription snapshot), so each body is rendered from its `chain_events` row as
-// in production (~1 KB); a bare HTTP client then sends the very bodies the receiver got.
+// in production (~1.25 KB); a bare HTTP client then sends the very bodies the receiver got.
 // - throughput: N events committed in one transaction, deliveries/s until the last arrives;
 // - latency: events committed one per transaction at a steady rate, commit -> receiver
 //   arrival, p50/p99 (the receiver runs in this process, so both ends share one clock).
@@ -164,7 +164,9 @@ struct Row {
 }
 
 /// Stores one renewal event per (`$1` public id, `$2` merchant wallet), as the indexer
-/// stores a `SubscriptionCharged` log: its log fields and the subscription's snapshot.
+/// stores a `SubscriptionCharged` log: its log fields and the subscription's snapshot. Event
+/// k of a call is subscription (and block) `$3` + k: one event per subscription, so no
+/// delivery waits for an earlier event of its subscription (the dispatcher's in-order rule).
 const EVENTS: &str = "INSERT INTO chain_events (public_id, chain_id, contract, block_number,
         block_hash, block_time, transaction_hash, transaction_index, log_index, name, kind,
         merchant_wallet, subscription_id, topics, data, enqueued, sequence, log_amount,
@@ -172,15 +174,15 @@ const EVENTS: &str = "INSERT INTO chain_events (public_id, chain_id, contract, b
         snap_cancel_at_period_end, snap_period, snap_period_start, snap_period_end,
         snap_next_payment_at, snap_failed_attempts, snap_subscriber, snap_customer_external_id,
         snap_amount, snap_plan_onchain_id)
-    SELECT u.id, 31337, '\\xcccccccccccccccccccccccccccccccccccccccc'::bytea, 1000 + u.n,
+    SELECT u.id, 31337, '\\xcccccccccccccccccccccccccccccccccccccccc'::bytea, 1000 + $3::int8 + u.n,
         decode(md5('b' || u.id) || md5('B' || u.id), 'hex'),
         timestamptz '2026-01-01' + make_interval(secs => u.n * 12),
         decode(md5('t' || u.id) || md5('T' || u.id), 'hex'), 0, 0, 'SubscriptionCharged',
-        'subscription.charged', u.w, u.n, ARRAY[decode(md5('topic'), 'hex')],
+        'subscription.charged', u.w, $3::int8 + u.n, ARRAY[decode(md5('topic'), 'hex')],
         decode(repeat('00', 96), 'hex'), TRUE, 2, 9990000, decode(repeat('44', 20), 'hex'), 2, 1,
         'sub_' || md5('s' || u.id), 'active', false, 2, timestamptz '2026-02-01T00:00:00Z',
         timestamptz '2026-03-01T00:00:00Z', timestamptz '2026-03-01T00:00:00Z', 0,
-        decode(repeat('44', 20), 'hex'), 'cust-' || u.n, 9990000, 1
+        decode(repeat('44', 20), 'hex'), 'cust-' || ($3::int8 + u.n), 9990000, 1
     FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, w, n)";
 
 /// The outbox rows of the events `$1` (what the indexer writes once they are confirmed).
@@ -218,7 +220,7 @@ async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events
     let ws: Vec<Vec<u8>> = (0..events)
         .map(|i| wallets[i % merchants].clone())
         .collect();
-    client.execute(EVENTS, &[&ids, &ws]).await.unwrap();
+    client.execute(EVENTS, &[&ids, &ws, &0i64]).await.unwrap();
     let pids: Vec<u32> = procs.iter().map(|p| p.id()).collect();
     let tx = client.transaction().await.unwrap();
     tx.execute(OUTBOX, &[&ids]).await.unwrap();
@@ -240,7 +242,14 @@ async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events
         let id = format!("evt_{:032x}", (1u64 << 40) + i as u64);
         let ids = vec![id.clone()];
         client
-            .execute(EVENTS, &[&ids, &vec![wallets[i % merchants].clone()]])
+            .execute(
+                EVENTS,
+                &[
+                    &ids,
+                    &vec![wallets[i % merchants].clone()],
+                    &((events + i) as i64),
+                ],
+            )
             .await
             .unwrap();
         client.execute(OUTBOX, &[&ids]).await.unwrap();

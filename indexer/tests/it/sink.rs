@@ -1,14 +1,14 @@
 //! The sink writes a block's events once, whatever its caller does: a batch is tied to the
-//! cursor it extends, and an event is stored at most once — its unique keys, (chain id, block
-//! hash, log index) and the public id derived from them, refuse a second copy, and the batch
-//! that carried it fails whole, cursor included. (Dropping both keys makes the second test
-//! fail; either one alone still refuses the copy.)
+//! cursor it extends (number and hash), and an event is stored at most once — its unique keys,
+//! (chain id, block hash, log index) and its public id (derived from chain id, transaction
+//! hash and log index), refuse a second copy, and the batch that carried it fails whole,
+//! cursor included.
 
 use std::sync::Arc;
 
 use crate::common::fake::{FakeChain, Faults};
 use crate::common::*;
-use alloy::primitives::Address;
+use alloy::primitives::{Address, B256};
 use chainsub_indexer::Error;
 use chainsub_indexer::block::{Block, Cursor};
 use chainsub_indexer::sink::Sink;
@@ -57,7 +57,8 @@ fn events(blocks: &[Block]) -> usize {
 
 #[tokio::test]
 async fn a_batch_applied_again_is_refused_and_writes_nothing() {
-    let (genesis, blocks) = chain_blocks(40).await;
+    let (genesis, mut blocks) = chain_blocks(41).await;
+    let next = blocks.pop().unwrap();
     let (first, second) = blocks.split_at(20);
     assert!(
         events(first) > 0 && events(second) > 0,
@@ -77,8 +78,59 @@ async fn a_batch_applied_again_is_refused_and_writes_nothing() {
         assert!(matches!(err, Error::CursorMismatch { .. }), "{err}");
         assert_same_index(&dump(&reader).await, &before);
     }
+    // The next block with another parent (a block of a branch the sink never saw): the number
+    // follows the cursor, the hash does not.
+    let mut forged = next.clone();
+    forged.parent_hash = B256::repeat_byte(0xee);
+    let err = sink.apply(&[forged], tip + 1, 0).await.unwrap_err();
+    assert!(matches!(err, Error::CursorMismatch { .. }), "{err}");
+    assert_same_index(&dump(&reader).await, &before);
     // The sink still extends the cursor it refused to rewrite.
-    assert_eq!(cursor(&reader).await.map(|(n, _)| n as u64), Some(tip));
+    sink.apply(&[next], tip + 1, 0).await.unwrap();
+    assert_eq!(cursor(&reader).await.map(|(n, _)| n as u64), Some(tip + 1));
+}
+
+#[tokio::test]
+async fn a_batch_of_many_blocks_fails_whole_on_one_event_already_stored() {
+    let (genesis, blocks) = chain_blocks(40).await;
+    let tip = blocks.last().unwrap().number;
+    let db = TestDb::create().await;
+    let (mut sink, reader) = sink(&db, genesis).await;
+    sink.apply(&blocks[..20], tip, 0).await.unwrap();
+    // A row holding the key of a log late in the next batch (chain id, block hash, log index),
+    // under another public id: only that key can refuse the batch's copy of the log.
+    let (block, log) = blocks[30..]
+        .iter()
+        .find_map(|b| b.logs.last().map(|l| (b, l)))
+        .expect("the seed makes events late in the chain");
+    reader
+        .execute(
+            "INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
+                 block_time, transaction_hash, transaction_index, log_index, name, topics, data)
+             VALUES ('evt_by_hand', $1, $2, $3, $4, now(), $5, 0, $6, 'ByHand', '{}', '')",
+            &[
+                &(CHAIN as i64),
+                &CONTRACT.as_slice(),
+                &(block.number as i64),
+                &block.hash.as_slice(),
+                &B256::repeat_byte(0xab).as_slice(),
+                &(log.log_index as i32),
+            ],
+        )
+        .await
+        .unwrap();
+    let before = dump(&reader).await;
+    let err = sink.apply(&blocks[20..], tip, 0).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Inconsistent(m) if m.contains("an event of the batch is already stored")),
+        "{err}"
+    );
+    // None of the batch's twenty blocks stayed, the cursor included.
+    assert_same_index(&dump(&reader).await, &before);
+    assert_eq!(
+        cursor(&reader).await.map(|(n, _)| n as u64),
+        Some(blocks[19].number)
+    );
 }
 
 #[tokio::test]
