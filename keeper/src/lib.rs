@@ -235,6 +235,11 @@ pub async fn run(
 /// it. Connection failures are retried (the first session within the start-up deadline;
 /// later ones for as long as the process runs: a keeper that lost its database keeps trying
 /// instead of exiting). `None` when stopped, or with `--once` when another keeper holds it.
+/// How long `--once` waits for a lock held by someone else before it gives up (exit 3): long
+/// enough for the server to end the session of a run that just exited, short against any
+/// schedule that runs `--once`.
+const ONCE_LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn take_lock(
     cfg: &Config,
     db: &chainsub_store::pg::Database,
@@ -244,6 +249,7 @@ async fn take_lock(
     health: &SharedHealth,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Option<tokio_postgres::Client>> {
+    let mut once_waited: Option<std::time::Instant> = None;
     loop {
         let client = if session == 1 {
             startup::connect(db, deadline).await?
@@ -273,6 +279,18 @@ async fn take_lock(
                 return Ok(Some(client));
             }
             if cfg.once {
+                // The holder may be the previous `--once` run, whose session the server ends
+                // a moment after that process exits: wait that moment out, then give up.
+                if once_waited
+                    .get_or_insert_with(std::time::Instant::now)
+                    .elapsed()
+                    < ONCE_LOCK_GRACE
+                {
+                    tokio::select! {
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => continue,
+                        _ = stop.wait_for(|s| *s) => return Ok(None),
+                    }
+                }
                 tracing::warn!("another keeper holds the lock for this chain; nothing to do");
                 return Ok(None);
             }

@@ -107,6 +107,31 @@ async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
     assert!(keeper.terminate(30).expect("exits").success());
 }
 
+/// A `--once` run right after another (cron, a loop, CI) may find the lock still held by the
+/// previous run's session, which the server ends a moment after that process exits: it waits
+/// out such a moment instead of exiting 3. (Seen in CI: back-to-back `keeper --once` passes,
+/// the second exiting 3.)
+#[tokio::test(flavor = "multi_thread")]
+async fn once_waits_a_moment_for_a_lock_being_released() {
+    let stack = Stack::start().await;
+    let key = chainsub_migrations::locks::keeper(stack.chain.anvil.chain_id);
+    let holder = stack.db.connect().await;
+    let got: bool = holder
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(got);
+    // The holder's session ends 300 ms after the run starts.
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        drop(holder);
+    });
+    let status = tokio::task::block_in_place(|| stack.keeper_once(&[]));
+    release.await.unwrap();
+    assert!(status.success(), "keeper --once: {status}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn second_keeper_on_the_same_chain_stands_by_until_the_first_is_gone() {
     let stack = Stack::start().await;
@@ -115,7 +140,7 @@ async fn second_keeper_on_the_same_chain_stands_by_until_the_first_is_gone() {
     let first = spawn(stack.keeper_on(&socket), &[]);
     wait_health(port, |h| h["lockHeld"] == true);
 
-    // --once gives up at once with status 3; a long-running one waits as a standby.
+    // --once gives up with status 3 (after a 2 s grace); a long-running one waits as a standby.
     assert_eq!(stack.keeper_once(&[]).code(), Some(3));
     let standby_socket = Reserved::new();
     let standby_port = standby_socket.port;
