@@ -231,15 +231,16 @@ pub async fn run(
     }
 }
 
-/// Connects a lock session and takes the keeper lock, standing by while another keeper holds
-/// it. Connection failures are retried (the first session within the start-up deadline;
-/// later ones for as long as the process runs: a keeper that lost its database keeps trying
-/// instead of exiting). `None` when stopped, or with `--once` when another keeper holds it.
 /// How long `--once` waits for a lock held by someone else before it gives up (exit 3): long
 /// enough for the server to end the session of a run that just exited, short against any
 /// schedule that runs `--once`.
 const ONCE_LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Connects a lock session and takes the keeper lock, standing by while another keeper holds
+/// it. Connection failures are retried (the first session within the start-up deadline;
+/// later ones for as long as the process runs: a keeper that lost its database keeps trying
+/// instead of exiting). `None` when stopped, or with `--once` when another keeper still holds it
+/// after [`ONCE_LOCK_GRACE`].
 async fn take_lock(
     cfg: &Config,
     db: &chainsub_store::pg::Database,

@@ -434,7 +434,6 @@ mod tests {
 
     /// A node that refuses ranges over 5 blocks (suggesting 5), refuses block HUGE always,
     /// and serves a stale block hash on its first answer.
-    #[derive(Default)]
     struct Picky {
         stale_once: Mutex<bool>,
         calls: Mutex<Vec<(u64, u64)>>,
@@ -442,6 +441,19 @@ mod tests {
 
     fn hash(n: u64) -> B256 {
         keccak256(n.to_be_bytes())
+    }
+
+    /// Headers of blocks `from..=to`, each the child of the one before.
+    fn headers(from: u64, to: u64) -> Vec<Header> {
+        (from..=to)
+            .map(|n| Header {
+                number: n,
+                hash: hash(n),
+                parent_hash: if n == 0 { B256::ZERO } else { hash(n - 1) },
+                timestamp: n,
+                logs_bloom: Bloom::ZERO,
+            })
+            .collect()
     }
 
     fn log(n: u64, i: u64) -> RawLog {
@@ -466,15 +478,7 @@ mod tests {
             Ok(None)
         }
         async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
-            Ok((from..=to)
-                .map(|n| Header {
-                    number: n,
-                    hash: hash(n),
-                    parent_hash: if n == 0 { B256::ZERO } else { hash(n - 1) },
-                    timestamp: n,
-                    logs_bloom: Bloom::ZERO,
-                })
-                .collect())
+            Ok(headers(from, to))
         }
         async fn logs(&self, from: u64, to: u64) -> Result<Vec<RawLog>, SourceError> {
             self.calls.lock().unwrap().push((from, to));
@@ -516,6 +520,11 @@ mod tests {
     /// short, as some providers do).
     const CAP: usize = 100;
 
+    /// How many logs block `n` of [`Dense`] holds.
+    fn dense_logs(n: u64) -> u64 {
+        if n <= DENSE_UNTIL { PER_DENSE_BLOCK } else { 1 }
+    }
+
     /// A node whose first blocks hold many logs each, then one log per block, and which cuts
     /// every `eth_getLogs` answer at [`CAP`] logs without saying so.
     struct Dense {
@@ -531,13 +540,12 @@ mod tests {
             Ok(None)
         }
         async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
-            Picky::headers(&Picky::default(), from, to).await
+            Ok(headers(from, to))
         }
         async fn logs(&self, from: u64, to: u64) -> Result<Vec<RawLog>, SourceError> {
             self.calls.lock().unwrap().push((from, to));
-            let per = |n: u64| if n <= DENSE_UNTIL { PER_DENSE_BLOCK } else { 1 };
             Ok((from..=to)
-                .flat_map(|n| (0..per(n)).map(move |i| log(n, i)))
+                .flat_map(|n| (0..dense_logs(n)).map(move |i| log(n, i)))
                 .take(CAP)
                 .collect())
         }
@@ -574,9 +582,7 @@ mod tests {
             .flat_map(|b| b.logs.iter().map(|l| (b.number, l.log_index)))
             .collect();
         let want: Vec<(u64, u64)> = (1..=200u64)
-            .flat_map(|n| {
-                (0..if n <= DENSE_UNTIL { PER_DENSE_BLOCK } else { 1 }).map(move |i| (n, i))
-            })
+            .flat_map(|n| (0..dense_logs(n)).map(move |i| (n, i)))
             .collect();
         assert_eq!(logs, want);
         let calls = src.calls.lock().unwrap().clone();
