@@ -247,6 +247,21 @@ pub fn respond(r: Result<Resp, ApiError>) -> Resp {
     r.unwrap_or_else(ApiError::into_resp)
 }
 
+/// A handler's future, boxed once where the route calls it.
+pub type Handled = std::pin::Pin<Box<dyn std::future::Future<Output = Resp> + Send>>;
+
+/// [`respond`] to a handler's result, as a boxed future. Each resource router is a
+/// `BoxedFilter`, and a request passes through several of them (the routers before its own
+/// reject it): each boxes its filter chain's future, whose size is that of the largest
+/// handler state in it (~2.9 KB) unless the handler is boxed itself. Unboxed, those copies
+/// were ~3 % of the API's instructions on a subscriptions page (callgrind).
+pub fn handle<F>(handler: F) -> Handled
+where
+    F: std::future::Future<Output = Result<Resp, ApiError>> + Send + 'static,
+{
+    Box::pin(async move { respond(handler.await) })
+}
+
 /// The raw request body, capped at [`BODY_LIMIT`] whether or not Content-Length is sent.
 pub fn body_bytes() -> impl Filter<Extract = (Bytes,), Error = warp::Rejection> + Clone {
     warp::header::optional::<u64>("content-length")

@@ -15,29 +15,28 @@ use crate::auth::siwe::{SiweMessage, verify_signature};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::method_fallback;
-use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
 
 /// The sign-in router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let nonce =
-        warp::path!("api" / "v1" / "auth" / "nonce").and(
-            warp::post()
-                .and(with_ctx(ctx.clone()))
-                .and(client_addr())
-                .then(|ctx: Ctx, client: ClientAddr| async move {
-                    respond(new_nonce(&ctx, &client).await)
-                })
-                .or(method_fallback("POST"))
-                .unify(),
-        );
+    let nonce = warp::path!("api" / "v1" / "auth" / "nonce").and(
+        warp::post()
+            .and(with_ctx(ctx.clone()))
+            .and(client_addr())
+            .then(|ctx: Ctx, client: ClientAddr| {
+                handle(async move { new_nonce(&ctx, &client).await })
+            })
+            .or(method_fallback("POST"))
+            .unify(),
+    );
     let verify = warp::post()
         .and(with_ctx(ctx.clone()))
         .and(client_addr())
         .and(warp::header::optional::<String>("content-type"))
         .and(body_bytes())
         .then(
-            |ctx: Ctx, client: ClientAddr, ct: Option<String>, body: Bytes| async move {
-                respond(sign_in(&ctx, &client, ct.as_deref(), &body).await)
+            |ctx: Ctx, client: ClientAddr, ct: Option<String>, body: Bytes| {
+                handle(async move { sign_in(&ctx, &client, ct.as_deref(), &body).await })
             },
         );
     let current = warp::get()
@@ -46,7 +45,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     let logout = warp::delete()
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx))
-        .then(|ctx: Ctx, s: Session| async move { respond(logout(&ctx, &s).await) });
+        .then(|ctx: Ctx, s: Session| handle(async move { logout(&ctx, &s).await }));
     let session = warp::path!("api" / "v1" / "auth" / "session").and(
         verify
             .or(current)

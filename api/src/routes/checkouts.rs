@@ -12,19 +12,18 @@ use crate::ctx::{Ctx, with_ctx};
 use crate::domain::text;
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{Caller, caller, check_fields, method_fallback};
-use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
 use crate::routes::plans::{find, with_rate};
 
 /// The checkouts router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let create =
-        warp::post()
-            .and(with_ctx(ctx))
-            .and(caller())
-            .and(body_bytes())
-            .then(|ctx: Ctx, c: Caller, body: Bytes| async move {
-                respond(create(&ctx, &c, &body).await)
-            });
+    let create = warp::post()
+        .and(with_ctx(ctx))
+        .and(caller())
+        .and(body_bytes())
+        .then(|ctx: Ctx, c: Caller, body: Bytes| {
+            handle(async move { create(&ctx, &c, &body).await })
+        });
     warp::path!("api" / "v1" / "checkouts")
         .and(create.or(method_fallback("POST")).unify())
         .boxed()

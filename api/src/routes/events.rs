@@ -13,7 +13,7 @@ use crate::http::error::{ApiError, Result};
 use crate::http::extract::{
     Caller, block_param, caller, check_params, method_fallback, param, query_pairs, time_param,
 };
-use crate::http::reply::{Resp, respond};
+use crate::http::reply::{Resp, handle};
 use crate::pagination::{Page, cursor_key};
 use crate::routes::plans::with_rate;
 use chainsub_views::{EventView, ListView};
@@ -25,8 +25,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .and(with_ctx(ctx.clone()))
             .and(caller())
             .and(query_pairs())
-            .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| async move {
-                respond(list(&ctx, &c, &q).await)
+            .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| {
+                handle(async move { list(&ctx, &c, &q).await })
             })
             .or(method_fallback("GET"))
             .unify(),
@@ -36,9 +36,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::get())
         .and(with_ctx(ctx))
         .and(caller())
-        .then(
-            |id: String, ctx: Ctx, c: Caller| async move { respond(get_one(&ctx, &c, &id).await) },
-        )
+        .then(|id: String, ctx: Ctx, c: Caller| handle(async move { get_one(&ctx, &c, &id).await }))
         .or(one_path()
             .and(method_fallback("GET"))
             .map(|_: String, r: Resp| r))

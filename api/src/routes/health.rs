@@ -10,13 +10,13 @@ use warp::http::StatusCode;
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::ApiError;
 use crate::http::extract::method_fallback;
-use crate::http::reply::{Resp, respond};
+use crate::http::reply::{Resp, handle};
 
 /// The health router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     let get = warp::get()
         .and(with_ctx(ctx))
-        .then(|ctx: Ctx| async move { respond(health(&ctx).await) });
+        .then(|ctx: Ctx| handle(async move { health(&ctx).await }));
     warp::path!("api" / "v1" / "health")
         .and(get.or(method_fallback("GET")).unify())
         .boxed()

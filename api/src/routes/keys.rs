@@ -13,14 +13,14 @@ use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::method_fallback;
-use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
 
 /// The keys router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     let get = warp::get()
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx.clone()))
-        .then(|ctx: Ctx, s: Session| async move { respond(get_status(&ctx, &s).await) });
+        .then(|ctx: Ctx, s: Session| handle(async move { get_status(&ctx, &s).await }));
     let post = warp::post()
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx.clone()))
@@ -28,14 +28,14 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::header::optional::<String>("content-type"))
         .and(body_bytes())
         .then(
-            |ctx: Ctx, s: Session, key: Option<String>, ct: Option<String>, body: Bytes| async move {
-                respond(create(&ctx, &s, key.as_deref(), ct.as_deref(), &body).await)
+            |ctx: Ctx, s: Session, key: Option<String>, ct: Option<String>, body: Bytes| {
+                handle(async move { create(&ctx, &s, key.as_deref(), ct.as_deref(), &body).await })
             },
         );
     let delete = warp::delete()
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx))
-        .then(|ctx: Ctx, s: Session| async move { respond(revoke(&ctx, &s).await) });
+        .then(|ctx: Ctx, s: Session| handle(async move { revoke(&ctx, &s).await }));
     warp::path!("api" / "v1" / "auth" / "keys")
         .and(
             get.or(post)

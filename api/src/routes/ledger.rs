@@ -18,7 +18,7 @@ use crate::http::error::{ApiError, Result};
 use crate::http::extract::{
     Caller, block_param, caller, check_params, method_fallback, param, query_pairs, time_param,
 };
-use crate::http::reply::{Resp, StreamBody, StreamChunk, respond};
+use crate::http::reply::{Resp, StreamBody, StreamChunk, handle};
 use crate::routes::plans::with_rate;
 
 /// A chunk is sent once this many bytes are written.
@@ -72,8 +72,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                 .and(query_pairs())
                 .and(warp::header::optional::<String>("accept"))
                 .then(
-                    |ctx: Ctx, c: Caller, q: Vec<(String, String)>, accept: Option<String>| async move {
-                        respond(export(&ctx, &c, &q, accept.as_deref()).await)
+                    |ctx: Ctx, c: Caller, q: Vec<(String, String)>, accept: Option<String>| {
+                        handle(async move { export(&ctx, &c, &q, accept.as_deref()).await })
                     },
                 )
                 .or(method_fallback("GET"))

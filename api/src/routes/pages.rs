@@ -25,7 +25,7 @@ use crate::ctx::{Ctx, with_ctx};
 use crate::http::client_ip::{ClientAddr, client_addr};
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{method_fallback, param, query_pairs};
-use crate::http::reply::{Resp, respond};
+use crate::http::reply::{Resp, handle, respond};
 use crate::pages::html::error_page;
 use crate::pages::{account, account_view, assets, checkout, checkout_view, dashboard};
 use crate::webhook_settings as settings;
@@ -70,8 +70,10 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
              ctx: Ctx,
              provider: Option<DynProvider>,
              remote: ClientAddr,
-             q: Query| async move {
-                respond(transactions(&ctx, provider.as_ref(), &remote, &code, &slug, &q).await)
+             q: Query| {
+                handle(async move {
+                    transactions(&ctx, provider.as_ref(), &remote, &code, &slug, &q).await
+                })
             },
         )
         .or(tx_path()
@@ -123,20 +125,23 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .or(method_fallback("GET"))
             .unify(),
     );
-    let account_cancel = warp::path!("account" / "cancel-tx").and(
-        warp::get()
-            .and(with_ctx(ctx.clone()))
-            .and(with_provider(provider))
-            .and(client_addr())
-            .and(query_pairs())
-            .then(
-                |ctx: Ctx, provider: Option<DynProvider>, remote: ClientAddr, q: Query| async move {
-                    respond(account_cancel_tx(&ctx, provider.as_ref(), &remote, &q).await)
-                },
-            )
-            .or(method_fallback("GET"))
-            .unify(),
-    );
+    let account_cancel =
+        warp::path!("account" / "cancel-tx").and(
+            warp::get()
+                .and(with_ctx(ctx.clone()))
+                .and(with_provider(provider))
+                .and(client_addr())
+                .and(query_pairs())
+                .then(
+                    |ctx: Ctx, provider: Option<DynProvider>, remote: ClientAddr, q: Query| {
+                        handle(async move {
+                            account_cancel_tx(&ctx, provider.as_ref(), &remote, &q).await
+                        })
+                    },
+                )
+                .or(method_fallback("GET"))
+                .unify(),
+        );
 
     let dash = warp::path!("dashboard" / "developers").and(
         warp::get()

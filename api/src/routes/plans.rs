@@ -25,7 +25,7 @@ use crate::http::error::{ApiError, Result};
 use crate::http::extract::{
     Caller, caller, check_fields, check_params, method_fallback, query_pairs,
 };
-use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
 use crate::merchants::Merchant;
 use crate::pagination::{Page, cursor_key};
 
@@ -35,17 +35,16 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(with_ctx(ctx.clone()))
         .and(caller())
         .and(query_pairs())
-        .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| async move {
-            respond(list(&ctx, &c, &q).await)
+        .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| {
+            handle(async move { list(&ctx, &c, &q).await })
         });
-    let create =
-        warp::post()
-            .and(with_ctx(ctx.clone()))
-            .and(caller())
-            .and(body_bytes())
-            .then(|ctx: Ctx, c: Caller, body: Bytes| async move {
-                respond(create(&ctx, &c, &body).await)
-            });
+    let create = warp::post()
+        .and(with_ctx(ctx.clone()))
+        .and(caller())
+        .and(body_bytes())
+        .then(|ctx: Ctx, c: Caller, body: Bytes| {
+            handle(async move { create(&ctx, &c, &body).await })
+        });
     let collection = warp::path!("api" / "v1" / "plans").and(
         list.or(create)
             .unify()
@@ -57,9 +56,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(caller())
-        .then(
-            |id: String, ctx: Ctx, c: Caller| async move { respond(get_one(&ctx, &c, &id).await) },
-        )
+        .then(|id: String, ctx: Ctx, c: Caller| handle(async move { get_one(&ctx, &c, &id).await }))
         .or(one_path()
             .and(method_fallback("GET"))
             .map(|_: String, r: Resp| r))
@@ -70,8 +67,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(with_ctx(ctx))
         .and(caller())
         .and(body_bytes())
-        .then(|id: String, ctx: Ctx, c: Caller, body: Bytes| async move {
-            respond(retry(&ctx, &c, &id, &body).await)
+        .then(|id: String, ctx: Ctx, c: Caller, body: Bytes| {
+            handle(async move { retry(&ctx, &c, &id, &body).await })
         })
         .or(prov_path()
             .and(method_fallback("POST"))

@@ -15,7 +15,7 @@ use crate::http::error::{ApiError, Result};
 use crate::http::extract::{
     Caller, caller, check_fields, check_params, method_fallback, param, query_pairs, text_param,
 };
-use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
 use crate::pagination::{Page, cursor_key};
 use crate::routes::plans::with_rate;
 use chainsub_views::{CancellationView, ListView, SubscriptionView, SubscriptionWithLedger};
@@ -28,8 +28,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .and(with_ctx(ctx.clone()))
             .and(caller())
             .and(query_pairs())
-            .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| async move {
-                respond(list(&ctx, &c, &q).await)
+            .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| {
+                handle(async move { list(&ctx, &c, &q).await })
             })
             .or(method_fallback("GET"))
             .unify(),
@@ -39,9 +39,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(caller())
-        .then(
-            |id: String, ctx: Ctx, c: Caller| async move { respond(get_one(&ctx, &c, &id).await) },
-        )
+        .then(|id: String, ctx: Ctx, c: Caller| handle(async move { get_one(&ctx, &c, &id).await }))
         .or(one_path()
             .and(method_fallback("GET"))
             .map(|_: String, r: Resp| r))
@@ -52,8 +50,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(with_ctx(ctx))
         .and(caller())
         .and(body_bytes())
-        .then(|id: String, ctx: Ctx, c: Caller, body: Bytes| async move {
-            respond(cancel(&ctx, &c, &id, &body).await)
+        .then(|id: String, ctx: Ctx, c: Caller, body: Bytes| {
+            handle(async move { cancel(&ctx, &c, &id, &body).await })
         })
         .or(cancel_path()
             .and(method_fallback("POST"))

@@ -27,7 +27,7 @@ use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{check_fields, check_params, method_fallback, param, query_pairs};
-use crate::http::reply::{Resp, body_bytes, parse_json_object, respond};
+use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
 use crate::webhook_settings::{self as settings, WebhookUrl};
 
 /// The webhook settings router.
@@ -41,7 +41,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(session.clone())
-        .then(|ctx: Ctx, s: Session| async move { respond(endpoint(&ctx, &s).await) });
+        .then(|ctx: Ctx, s: Session| handle(async move { endpoint(&ctx, &s).await }));
     let endpoint_path = get_endpoint
         .or(warp::path::end().and(method_fallback("GET")))
         .unify();
@@ -52,11 +52,9 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(session.clone())
         .and(warp::header::optional::<String>("content-type"))
         .and(body_bytes())
-        .then(
-            |ctx: Ctx, s: Session, ct: Option<String>, body: Bytes| async move {
-                respond(set_url(&ctx, &s, ct.as_deref(), &body).await)
-            },
-        );
+        .then(|ctx: Ctx, s: Session, ct: Option<String>, body: Bytes| {
+            handle(async move { set_url(&ctx, &s, ct.as_deref(), &body).await })
+        });
     let url_path = put_url
         .or(warp::path!("url").and(method_fallback("PUT")))
         .unify();
@@ -65,7 +63,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(session.clone())
-        .then(|ctx: Ctx, s: Session| async move { respond(reveal(&ctx, &s).await) });
+        .then(|ctx: Ctx, s: Session| handle(async move { reveal(&ctx, &s).await }));
     let secret_path = reveal
         .or(warp::path!("secret").and(method_fallback("GET")))
         .unify();
@@ -85,11 +83,9 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(with_ctx(ctx.clone()))
         .and(session.clone())
         .and(query_pairs())
-        .then(
-            |ctx: Ctx, s: Session, q: Vec<(String, String)>| async move {
-                respond(deliveries(&ctx, &s, &q).await)
-            },
-        );
+        .then(|ctx: Ctx, s: Session, q: Vec<(String, String)>| {
+            handle(async move { deliveries(&ctx, &s, &q).await })
+        });
     let list_path = list
         .or(warp::path!("deliveries").and(method_fallback("GET")))
         .unify();
@@ -98,9 +94,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::post())
         .and(with_ctx(ctx.clone()))
         .and(session)
-        .then(
-            |id: String, ctx: Ctx, s: Session| async move { respond(retry(&ctx, &s, &id).await) },
-        );
+        .then(|id: String, ctx: Ctx, s: Session| handle(async move { retry(&ctx, &s, &id).await }));
     let retry_path = retry
         .or(warp::path!("deliveries" / String / "retry")
             .and(method_fallback("POST"))
@@ -137,7 +131,7 @@ fn post(ctx: &Ctx, path: BoxedFilter<()>, handler: Handler) -> BoxedFilter<(Resp
         .and(warp::post())
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx.clone()))
-        .then(move |ctx: Ctx, s: Session| async move { respond(handler(ctx, s).await) });
+        .then(move |ctx: Ctx, s: Session| handle(async move { handler(ctx, s).await }));
     call.or(path.and(method_fallback("POST"))).unify().boxed()
 }
 
