@@ -1,7 +1,9 @@
 -- Bench data set shaped like the indexer's rows: one merchant with 100,000 subscriptions
 -- and 1,000,000 chain events (10 per subscription: created + 9 charges), their delivered
 -- webhook outbox rows, plus the plan rows that resolve planId. Subscription ids have the
--- opaque shape (`sub_<32 hex>`). :wallet is the merchant wallet as a bytea literal.
+-- opaque shape (`sub_<32 hex>`). Every subscription has a subscriber wallet of its own (as
+-- live data does: a page of one wallet's subscriptions would let the API reuse one EIP-55
+-- checksum for every row). :wallet is the merchant wallet as a bytea literal.
 \set ON_ERROR_STOP on
 BEGIN;
 INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, head_number)
@@ -30,14 +32,15 @@ SELECT 'evt_' || md5('e' || g),
        ARRAY['\x00'::bytea],
        '\x'::bytea,
        9990000,
-       '\x4444444444444444444444444444444444444444'::bytea,
+       decode(md5('w' || (g / 10 + 1)) || left(md5('W' || (g / 10 + 1)), 8), 'hex'),
        g % 10 + 1,
        1,
        -- The subscription's snapshot (migration 0025's typed columns).
        'sub_' || md5('s' || (g / 10 + 1)), 'active', false, g % 10 + 1,
        timestamptz '2026-01-01T00:00:00Z', timestamptz '2026-02-01T00:00:00Z',
        timestamptz '2026-02-01T00:00:00Z', 0,
-       '\x4444444444444444444444444444444444444444'::bytea, 'cust-' || (g / 10 + 1), 9990000,
+       decode(md5('w' || (g / 10 + 1)) || left(md5('W' || (g / 10 + 1)), 8), 'hex'),
+       'cust-' || (g / 10 + 1), 9990000,
        (g / 10) % 5 + 1,
        g % 10 + 1
 FROM generate_series(0, 999999) g;
@@ -66,7 +69,8 @@ INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, sub
     plan_onchain_id, amount, customer_ref, customer_external_id, status, period,
     current_period_start, current_period_end, created_event_id, last_event_id, created_at,
     updated_at, event_count)
-SELECT 31337, s, 'sub_' || md5('s' || s), :wallet, '\x4444444444444444444444444444444444444444'::bytea,
+SELECT 31337, s, 'sub_' || md5('s' || s), :wallet,
+       decode(md5('w' || s) || left(md5('W' || s), 8), 'hex'),
        (s - 1) % 5 + 1, 9990000, ('\x' || repeat('00', 32))::bytea, 'cust-' || s,
        CASE WHEN s % 50 = 0 THEN 'past_due' ELSE 'active' END, 10,
        timestamptz '2026-01-01', timestamptz '2026-02-01',

@@ -105,30 +105,7 @@ pub fn checksummed<S: serde::Serializer>(
     with_checksum(a, |text| s.serialize_str(text))
 }
 
-/// Calls `f` with the EIP-55 text of `a`. A page repeats the same few addresses (the contract
-/// on every row, an event's subscriber twice), and each checksum is a keccak hash, so the last
-/// few are remembered per thread.
-fn with_checksum<R>(a: &alloy::primitives::Address, f: impl FnOnce(&str) -> R) -> R {
-    use std::cell::RefCell;
-    const KEEP: usize = 4;
-    thread_local! {
-        static RECENT: RefCell<Vec<(alloy::primitives::Address, String)>> =
-            const { RefCell::new(Vec::new()) };
-    }
-    RECENT.with(|recent| {
-        let mut recent = recent.borrow_mut();
-        if let Some(i) = recent.iter().position(|(x, _)| x == a) {
-            return f(&recent[i].1);
-        }
-        let text = a.to_checksum(None);
-        let out = f(&text);
-        if recent.len() == KEEP {
-            recent.remove(0);
-        }
-        recent.push((*a, text));
-        out
-    })
-}
+use chainsub_core::address::with_checksum;
 
 /// `serialize_with` for optional addresses.
 fn opt_checksummed<S: serde::Serializer>(
@@ -138,20 +115,5 @@ fn opt_checksummed<S: serde::Serializer>(
     match a {
         Some(a) => with_checksum(a, |text| s.serialize_str(text)),
         None => s.serialize_none(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use alloy::primitives::Address;
-
-    #[test]
-    fn remembered_checksums_are_the_checksums() {
-        let addrs: Vec<Address> = (1..=9u8).map(Address::repeat_byte).collect();
-        // Twice round, more addresses than are remembered: every answer is still right.
-        for a in addrs.iter().chain(addrs.iter()).chain(addrs.iter().rev()) {
-            with_checksum(a, |text| assert_eq!(text, a.to_checksum(None)));
-        }
     }
 }
