@@ -44,7 +44,8 @@ psql -q "$db_url" -v ON_ERROR_STOP=1 -v wallet="'\\x$WALLET_HEX'::bytea" -v n="$
 BEGIN;
 INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, head_number)
 VALUES (31337, '\xcccccccccccccccccccccccccccccccccccccccc', 10000000, '\x00', 10000000);
--- SubscriptionCharged logs: topics [sig, id, merchant, subscriber], 10 per block.
+-- SubscriptionCharged logs: topics [sig, id, merchant, subscriber], 10 per block; every
+-- subscription has a subscriber wallet of its own (one EIP-55 checksum each, as live data).
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
     transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
     plan_id, topics, data)
@@ -54,14 +55,16 @@ SELECT 'evt_' || md5('e' || g), 31337, '\xcccccccccccccccccccccccccccccccccccccc
        decode(md5('t' || g) || md5('T' || g), 'hex'), 0, g % 10, 'SubscriptionCharged',
        'subscription.charged', :wallet, g % :subs + 1, 1,
        ARRAY['\x00'::bytea, '\x00'::bytea, '\x00'::bytea,
-             ('\x' || repeat('00', 12) || '4444444444444444444444444444444444444444')::bytea],
+             decode(repeat('00', 12) || md5('w' || (g % :subs + 1))
+                    || left(md5('W' || (g % :subs + 1)), 8), 'hex')],
        '\x'::bytea
 FROM generate_series(0, :n - 1) g;
 INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber,
     plan_onchain_id, amount, customer_ref, customer_external_id, status, period,
     current_period_start, current_period_end, created_event_id, last_event_id, created_at,
     updated_at, event_count)
-SELECT 31337, s, 'sub_' || md5('s' || s), :wallet, '\x4444444444444444444444444444444444444444'::bytea,
+SELECT 31337, s, 'sub_' || md5('s' || s), :wallet,
+       decode(md5('w' || s) || left(md5('W' || s), 8), 'hex'),
        1, 9990000, ('\x' || repeat('00', 32))::bytea, 'cust-' || s, 'active', 10,
        timestamptz '2026-01-01', timestamptz '2026-02-01', 1, 1, timestamptz '2026-01-01',
        timestamptz '2026-01-01', 0

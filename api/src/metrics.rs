@@ -20,6 +20,9 @@ pub fn install() -> Option<PrometheusHandle> {
 /// up in the recorder once per thread and kept: the macros build their labels' strings and
 /// hash the key on every call (~5,600 instructions a request, callgrind, more than the rest
 /// of serving `/api/v1/openapi.json`). The label values are bounded, so is the cache.
+/// Handles taken before the global recorder exists would count nowhere for the thread's life:
+/// requests reach here only through a server built by `server::build_ctx`, which installs it
+/// first (`core::metrics::install`).
 pub fn record(method: &str, route: &'static str, status: u16, secs: f64) {
     type Handles = (metrics::Counter, metrics::Histogram);
     thread_local! {

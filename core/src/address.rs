@@ -13,7 +13,8 @@ pub fn checksum(bytes: &[u8]) -> String {
     }
 }
 
-/// Slots of the per-thread checksum cache (a power of two): ~64 bytes each.
+/// Slots of the per-thread checksum cache (a power of two): ~100 bytes each when used (the
+/// address, and its 42-character text on the heap), ~200 KB per thread when full.
 const SLOTS: usize = 2048;
 
 /// Calls `f` with the EIP-55 text of `a`.
@@ -24,7 +25,9 @@ const SLOTS: usize = 2048;
 /// in the API, ~340,000 of them without the checksums. The texts are kept per thread in a
 /// direct-mapped cache of [`SLOTS`] slots (an address's slot comes from its own bytes, which
 /// are hash output for every real account; another address in the same slot replaces it), so
-/// the contract, and the subscribers of pages read again, cost a comparison.
+/// the contract, and the subscribers of pages read again, cost a comparison. `f` runs while
+/// the cache is borrowed: it must not ask for another checksum (none does: they write the
+/// text out or copy it).
 pub fn with_checksum<R>(a: &Address, f: impl FnOnce(&str) -> R) -> R {
     thread_local! {
         static CACHE: RefCell<Vec<Option<(Address, String)>>> = const { RefCell::new(Vec::new()) };
