@@ -158,8 +158,13 @@ pub(crate) fn opt_address(out: &mut Vec<u8>, a: Option<&Address>) {
 /// A time as RFC 3339 with seconds (as [`super::time`] writes it).
 pub(crate) fn time(out: &mut Vec<u8>, t: &DateTime<Utc>) {
     let mut buf = [0u8; 24];
-    match super::rfc3339_into(t, &mut buf, false) {
-        Some(text) => plain(out, text),
+    match chainsub_core::time::rfc3339_ascii(t, &mut buf, false) {
+        Some(text) => {
+            out.reserve(text.len() + 2);
+            out.push(b'"');
+            out.extend_from_slice(text);
+            out.push(b'"');
+        }
         None => plain(out, &super::rfc3339(t)),
     }
 }
