@@ -72,8 +72,8 @@ pub use page::{Direction, Page};
 /// An upper bound on the distinct statements one connection can prepare through the store's
 /// cached reads (lists, gets, cursors, authentication), whatever requests arrive. The test
 /// `list_routes_prepare_a_constant_number_of_statements` holds the API to it. 37 today: events
-/// 14 (12 list statements, its cursor, one event), subscriptions 11 (8 list, cursor, one,
-/// ledger), plans 5 (2 list, cursor, one by public id, one by row id), customers 3, and one
+/// 14 (12 list statements, its cursor, one event), subscriptions 11 (6 filtered lists, 2
+/// unfiltered, cursor, one, ledger), plans 5 (2 list, cursor, one by public id, one by row id), customers 3, and one
 /// each for the API-key lookup, the chain cursor, the checkout's wallet reference and the
 /// ledger export. The dispatcher's statements run on a pool of their own.
 pub const STATEMENT_BUDGET: usize = 40;
