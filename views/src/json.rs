@@ -81,9 +81,14 @@ pub(crate) fn plain(out: &mut Vec<u8>, s: &str) {
         s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'),
         "{s:?} needs escaping"
     );
-    out.reserve(s.len() + 2);
+    quoted(out, s.as_bytes());
+}
+
+/// `bytes` between quotes, as they are (the caller knows they need no escaping).
+fn quoted(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len() + 2);
     out.push(b'"');
-    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(bytes);
     out.push(b'"');
 }
 
@@ -159,12 +164,7 @@ pub(crate) fn opt_address(out: &mut Vec<u8>, a: Option<&Address>) {
 pub(crate) fn time(out: &mut Vec<u8>, t: &DateTime<Utc>) {
     let mut buf = [0u8; 24];
     match chainsub_core::time::rfc3339_ascii(t, &mut buf, false) {
-        Some(text) => {
-            out.reserve(text.len() + 2);
-            out.push(b'"');
-            out.extend_from_slice(text);
-            out.push(b'"');
-        }
+        Some(text) => quoted(out, text),
         None => plain(out, &super::rfc3339(t)),
     }
 }
