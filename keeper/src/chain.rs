@@ -232,6 +232,11 @@ impl Chain {
         Ok(Some((out, acted)))
     }
 
+    /// Whether the node holds transaction `hash` (in its pool or mined).
+    pub async fn node_holds(&self, hash: B256) -> Result<bool> {
+        Ok(self.sender.node_holds(hash).await?)
+    }
+
     /// The keeper's next nonce counting transactions in the node's pool.
     pub async fn pending_nonce(&self) -> Result<u64> {
         Ok(self.sender.pending_nonce().await?)

@@ -151,7 +151,7 @@ pub struct Config {
     /// Renewals per transaction: up to this many due steps go out as one
     /// `chargeMany(ids)` (each id charged exactly as `charge(id)` would; an id the contract
     /// cannot charge any more is skipped, never reverting the others), which costs less gas
-    /// per renewal than one `charge` each (README, "Gas"). 1: one `charge(id)` per step. A
+    /// per renewal than one `charge` each (docs/contract.md, "Gas"). 1: one `charge(id)` per step. A
     /// step that reverted on chain is always retried alone.
     #[arg(long, env = "KEEPER_CHARGES_PER_TX", default_value_t = 25)]
     pub charges_per_tx: usize,

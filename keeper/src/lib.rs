@@ -18,7 +18,9 @@
 //!   SAME nonce and a higher fee, so at most one of its transactions can ever be mined.
 //! - **Reorgs.** A step closed within `--reorg-depth` blocks of the head is re-checked each
 //!   pass; if a reorg removed its transaction, the step reopens and the same journaled bytes
-//!   (same nonce) are re-broadcast.
+//!   (same nonce) are re-broadcast. A step still `sent` whose transaction the node no longer
+//!   holds (neither mined nor pooled: a reorg removed it before its receipt was recorded, or
+//!   the node dropped it) is re-broadcast the same way on the next pass.
 //! - **Batches.** The receipt decides each step of a `chargeMany` on its own: acted on (an
 //!   event of the contract names the id) or skipped by the contract (no longer due or live
 //!   when mined; closed without a tx hash, so it is taken up again while due). A step that

@@ -1,4 +1,4 @@
-//! `keeper`: the renewal keeper binary (see the crate docs and the README table).
+//! `keeper`: the renewal keeper binary (see the crate docs and docs/operations.md).
 
 use chainsub_keeper as keeper;
 use clap::Parser;

@@ -124,6 +124,18 @@ impl Keeper {
         if latest.status == "pending" {
             return self.rebroadcast(send, latest).await;
         }
+        // Sent and without a receipt. If the node no longer holds it, nothing will mine it:
+        // a reorg removed its block before this keeper recorded the receipt (so
+        // `recheck_recent`, which walks closed steps, never sees it), or the node restarted
+        // or evicted it. The same bytes go out again now, not after `--replace-after-ms`.
+        if !self.chain.node_holds(latest.tx.hash).await? {
+            metrics::counter!(names::LOST).increment(1);
+            tracing::warn!(
+                subscriptions = ?send.subscription_ids(), nonce = send.nonce, tx = %latest.tx.hash,
+                "sent transaction is neither mined nor in the node's pool; re-broadcasting it"
+            );
+            return self.rebroadcast(send, latest).await;
+        }
         if latest.sent_age_ms.unwrap_or(0) < self.cfg.replace_after_ms as i64 {
             return Ok(());
         }

@@ -27,6 +27,10 @@ pub mod names {
     pub const REPLACEMENTS: &str = "keeper_replacements_total";
     /// Counter: mined keeper transactions a reorg took out of the chain (re-broadcast).
     pub const REORGED: &str = "keeper_reorged_total";
+    /// Counter: sent transactions the node no longer held, neither mined nor in its pool (a
+    /// reorg removed them before their receipt was recorded, or the node dropped them);
+    /// re-broadcast byte for byte.
+    pub const LOST: &str = "keeper_lost_transactions_total";
     /// Counter: broadcasts the node refused for good.
     pub const REJECTED: &str = "keeper_rejected_total";
     /// Counter: passes that ended in an error.

@@ -199,6 +199,14 @@ impl Sender {
         Ok(Some((out, r.inner.logs().to_vec())))
     }
 
+    /// Whether the node holds the transaction `hash`, in its pool or in a block. A
+    /// transaction that was sent and that the node no longer holds (a reorg removed the block
+    /// it was in; the node restarted or evicted it) reaches no block until someone
+    /// broadcasts it again.
+    pub async fn node_holds(&self, hash: B256) -> Result<bool, TransportError> {
+        Ok(self.provider.get_transaction_by_hash(hash).await?.is_some())
+    }
+
     /// The key's next nonce counting transactions in the node's pool.
     pub async fn pending_nonce(&self) -> Result<u64, TransportError> {
         self.provider

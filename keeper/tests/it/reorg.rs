@@ -79,3 +79,50 @@ async fn a_batch_reorged_out_is_rebroadcast_with_the_same_bytes_and_each_renewal
     let txs = stack.journaled_tx_count().await;
     assert_eq!(txs, 1, "re-broadcast, not re-signed");
 }
+
+/// A busy node mines the keeper's `chargeMany` only after the pass that sent it has ended, so
+/// the journal still says `sent` when a reorg takes the block out. The next pass finds no
+/// receipt and a transaction the node no longer holds: it re-broadcasts the journaled bytes
+/// at once (waiting for the replacement timeout would leave the renewals uncharged meanwhile).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_reorged_out_before_its_receipt_was_recorded_is_rebroadcast_on_the_next_pass() {
+    let stack = Stack::start().await;
+    let subs = stack
+        .due_renewals(&[accounts::CUSTOMER, accounts::CUSTOMER_B])
+        .await;
+    // The pass sends; nothing is mined before it ends.
+    stack.automine(false).await;
+    stack.keeper_pass();
+    for &sub in &subs {
+        assert_eq!(stack.journal(sub).await, vec![(2, 1, "sent".to_string())]);
+    }
+    // Mined after the pass, then reorged out before any keeper saw the receipt.
+    stack.chain.mine(1).await;
+    stack.assert_each_charged_once(&subs).await;
+    stack.chain.reorg(1, &[]).await;
+    stack.chain.mine(1).await;
+    for &sub in &subs {
+        assert_eq!(
+            stack.steps(sub).await,
+            vec![],
+            "the reorg removed the charge"
+        );
+    }
+
+    stack.keeper_pass();
+    stack.chain.mine(1).await;
+    stack.automine(true).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+
+    stack.assert_each_charged_once(&subs).await;
+    for sub in subs {
+        assert_eq!(stack.journal(sub).await, vec![(2, 1, "mined".to_string())]);
+    }
+    assert_eq!(stack.keeper_tx_count().await, 1);
+    assert_eq!(
+        stack.journaled_tx_count().await,
+        1,
+        "re-broadcast, not re-signed"
+    );
+}
