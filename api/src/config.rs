@@ -1,4 +1,4 @@
-//! Configuration from flags and the environment (every knob is in the README table).
+//! Configuration from flags and the environment (every knob is in docs/operations.md).
 
 use chainsub_core::Listen;
 use std::time::Duration;
@@ -118,8 +118,9 @@ pub struct Config {
     pub worker_threads: Option<usize>,
     /// Request loops of `api serve`, each a single-threaded runtime with its own share of
     /// the pool, all accepting on the one listening socket; a connection stays on the loop
-    /// that accepted it, so no wake-up crosses threads (see README, "Reads"). Unset: one per
-    /// core, but no more than leaves each loop 4 of `DATABASE_POOL_SIZE`'s connections. `0`: one multi-threaded runtime of `API_WORKER_THREADS` threads instead.
+    /// that accepted it, so no wake-up crosses threads (`API_SHARDS` in docs/operations.md).
+    /// Unset: one per core, but no more than leaves each loop 4 of `DATABASE_POOL_SIZE`'s
+    /// connections. `0`: one multi-threaded runtime of `API_WORKER_THREADS` threads instead.
     #[arg(long, env = "API_SHARDS")]
     pub shards: Option<usize>,
     /// Do not run the webhook dispatcher inside `serve` (run `api dispatch` apart instead).

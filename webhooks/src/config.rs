@@ -1,4 +1,4 @@
-//! Webhook knobs (flags and environment; listed in the README table). Defaults are the
+//! Webhook knobs (flags and environment; listed in docs/operations.md). Defaults are the
 //! production values; tests shrink the schedule, timeout and lease to milliseconds.
 
 use std::time::Duration;

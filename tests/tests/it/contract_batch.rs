@@ -223,8 +223,8 @@ async fn a_third_failure_in_a_batch_ends_that_subscription_and_only_that_one() {
 
 /// Gas per renewal by batch size, all on the same chain in the same period (every
 /// subscriber's balance and allowance are cold, as in a real renewal wave; the one
-/// merchant's balance is warm after the first renewal of a batch). Printed for the README;
-/// the bounds only catch a regression (gas is deterministic on anvil).
+/// merchant's balance is warm after the first renewal of a batch). Printed for
+/// docs/benchmarks.md; the bounds only catch a regression (gas is deterministic on anvil).
 #[tokio::test]
 async fn gas_per_renewal_of_charge_many_by_batch_size() {
     let crowd = Crowd::new(62).await;

@@ -1,7 +1,7 @@
 //! Gas of the two calls the service pays for or asks customers to pay for: `subscribe` (a
 //! customer's first subscription to a plan, first period charged) and one renewal `charge`
-//! (the keeper's, period 2). Printed for the README; the bounds only catch a regression of
-//! an order of magnitude (gas is deterministic on anvil, so they cannot flake).
+//! (the keeper's, period 2). Printed for docs/contract.md; the bounds only catch a regression
+//! of an order of magnitude (gas is deterministic on anvil, so they cannot flake).
 
 use crate::contract_support::{DAY, Fixture};
 
