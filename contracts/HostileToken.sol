@@ -6,6 +6,11 @@ pragma solidity ^0.8.24;
 /// guards. In `ReturnFalse` mode transferFrom reports failure without reverting; in `Reenter`
 /// mode it first calls `target` with `reentryCall` (e.g. SubscriptionManager.charge) and
 /// records whether that nested call succeeded and what it returned.
+///
+/// Its first storage slots are MockUSDC's (totalSupply, balanceOf, allowance), so a test can
+/// put this code at a deployed MockUSDC's address (`anvil_setCode`): balances and allowances
+/// stay readable, transfers fail in `ReturnFalse` mode, and MockUSDC's code put back finds
+/// its state as it was.
 contract HostileToken {
     enum Mode {
         Normal,
@@ -13,8 +18,11 @@ contract HostileToken {
         Reenter
     }
 
+    uint256 public totalSupply;
     mapping(address => uint256) public balanceOf;
     mapping(address => mapping(address => uint256)) public allowance;
+    /// MockUSDC's `nonces` slot: never written here (`mode` and the rest come after it).
+    mapping(address => uint256) private unusedNonces;
 
     Mode public mode;
     address public target;

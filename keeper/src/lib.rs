@@ -9,7 +9,9 @@
 //!   preflighted with `eth_estimateGas`; a call that would revert (`NotDue`, `NotLive`: the
 //!   index may lag the chain) is skipped, not sent.
 //! - **One send per step, also across restarts.** A step is (subscription, period being
-//!   charged, attempt) — attempt 0 is the end of a cancel-at-period-end subscription. The
+//!   charged, counted attempt, when it fell due) — attempt 0 is the end of a
+//!   cancel-at-period-end subscription; the due time tells apart the retries of a pull that
+//!   failed for a token-side reason, which counts no attempt. The
 //!   keeper signs locally, commits the steps of a transaction with its nonce and signed bytes
 //!   to `keeper_steps` / `keeper_txs` (unique on the step; the transaction names every step
 //!   it carries) and only then broadcasts. A restarted keeper
@@ -36,6 +38,9 @@
 //!   a step that provably never reached the chain (refused by the node, or its nonce taken by
 //!   a foreign transaction) is closed as failed without a tx hash and may be taken up again
 //!   (e.g. once an unfunded keeper is topped up).
+//! - **Watchdog.** Each pass counts subscriptions past due whose due step the journal holds
+//!   as mined in a block the index has passed (`keeper_stranded_subscriptions`, `/health`,
+//!   `--once` exit 4): renewals that stopped without an error.
 //! - **Bounded work.** At most `--concurrency` transactions in flight; preflights run in
 //!   parallel up to the same bound.
 //! - **Only the service's subscriptions.** Anyone can create plans on the contract; the
@@ -87,6 +92,9 @@ pub enum Exit {
     BudgetExhausted,
     /// `--once` found another keeper holding the lock.
     LockBusy,
+    /// `--once` finished but the watchdog found stranded subscriptions (see
+    /// [`PassReport::stranded`]): renewals that stopped without an error.
+    Stranded,
 }
 
 /// What one pass did.
@@ -96,6 +104,10 @@ pub struct PassReport {
     pub sent: usize,
     pub skipped: usize,
     pub budget_stopped: bool,
+    /// Live subscriptions past their due time that the keeper will never offer again: the
+    /// journal holds their due step as mined, in a block the index has passed
+    /// (`chainsub_store::keeper::Store::stranded`). Never 0 without a bug.
+    pub stranded: i64,
 }
 
 /// A keeper that holds the lock for its chain.
@@ -318,6 +330,8 @@ impl Keeper {
                 self.refresh_in_flight().await?;
                 return Ok(if report.budget_stopped {
                     Exit::BudgetExhausted
+                } else if report.stranded > 0 {
+                    Exit::Stranded
                 } else {
                     Exit::Done
                 });
@@ -346,11 +360,14 @@ impl Keeper {
             Ok(report) => {
                 h.status = if report.budget_stopped {
                     "budget_exhausted"
+                } else if report.stranded > 0 {
+                    "stranded"
                 } else {
                     "ok"
                 };
                 h.last_error = None;
                 h.due = report.due;
+                h.stranded = report.stranded;
                 h.budget_exhausted = report.budget_stopped;
                 tracing::debug!(?report, "pass done");
             }
@@ -374,8 +391,17 @@ impl Keeper {
         if let Ok(balance) = self.chain.keeper_balance().await {
             metrics::gauge!(names::BALANCE_WEI).set(f64::from(balance));
         }
-        let report = self.send_due(chain_now).await?;
+        let mut report = self.send_due(chain_now).await?;
         self.refresh_in_flight().await?;
+        report.stranded = self.store.stranded(chain_datetime(chain_now)).await?;
+        metrics::gauge!(names::STRANDED).set(report.stranded as f64);
+        if report.stranded > 0 {
+            tracing::error!(
+                stranded = report.stranded,
+                "subscriptions are past due with their due step journaled as mined in a block the \
+                 index has passed: the keeper will not charge them again until an operator acts"
+            );
+        }
         // Warnings never hold renewals up: a failed check is logged and tried next pass.
         if let Err(e) = self.check_renewals(chain_now).await {
             metrics::counter!(names::RENEWAL_CHECKS, "outcome" => "failed").increment(1);

@@ -27,6 +27,7 @@ async fn main() -> std::process::ExitCode {
         Ok(keeper::Exit::Done) => std::process::ExitCode::SUCCESS,
         Ok(keeper::Exit::BudgetExhausted) => std::process::ExitCode::from(2),
         Ok(keeper::Exit::LockBusy) => std::process::ExitCode::from(3),
+        Ok(keeper::Exit::Stranded) => std::process::ExitCode::from(4),
         Err(e) => {
             tracing::error!(error = %e, "keeper stopped");
             std::process::ExitCode::FAILURE

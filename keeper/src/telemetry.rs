@@ -57,6 +57,10 @@ pub mod names {
     /// Counter: lock sessions lost (the keeper reconnected and took the lock again or
     /// stood by).
     pub const LOCK_LOST: &str = "keeper_lock_lost_total";
+    /// Gauge: live subscriptions past their due time whose due step the journal holds as
+    /// mined in a block the index has passed — renewals that stopped without an error. Alert
+    /// on anything above 0.
+    pub const STRANDED: &str = "keeper_stranded_subscriptions";
     /// Gauge: the keeper account's ETH balance in wei.
     pub const BALANCE_WEI: &str = "keeper_balance_wei";
 }
@@ -66,7 +70,8 @@ pub mod names {
 #[serde(rename_all = "camelCase")]
 pub struct Health {
     /// starting | standby (another keeper holds the lock) | ok | degraded (last pass failed)
-    /// | budget_exhausted | reconnecting (lost its lock session; sends stopped).
+    /// | budget_exhausted | stranded (see `stranded`) | reconnecting (lost its lock session;
+    /// sends stopped).
     pub status: &'static str,
     pub chain_id: u64,
     pub keeper_address: String,
@@ -81,6 +86,9 @@ pub struct Health {
     pub budget_exhausted: bool,
     /// Steps abandoned after too many on-chain reverts (each needs an operator).
     pub abandoned: i64,
+    /// Live subscriptions the keeper will not charge again (`keeper_stranded_subscriptions`;
+    /// each needs an operator).
+    pub stranded: i64,
     /// When the last pass ended (liveness).
     #[serde(skip)]
     pub last_pass: Option<std::time::Instant>,

@@ -143,6 +143,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "api_key_change_notify",
         sql: include_str!("../sql/0027_api_key_change_notify.sql"),
     },
+    Migration {
+        version: 28,
+        name: "keeper_step_due_at",
+        sql: include_str!("../sql/0028_keeper_step_due_at.sql"),
+    },
 ];
 
 /// Migration failures.

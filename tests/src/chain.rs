@@ -9,6 +9,13 @@ use chainsub_abi::{MockUSDC, SubscriptionManager};
 
 use crate::anvil::Anvil;
 
+alloy::sol!(
+    /// The misbehaving test token (contracts/HostileToken.sol).
+    #[sol(rpc)]
+    HostileToken,
+    "../abi/artifacts/HostileToken.json"
+);
+
 /// Private keys of anvil's ten default dev accounts (mnemonic "test test ... junk").
 pub const DEV_KEYS: [&str; 10] = [
     "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
@@ -115,6 +122,36 @@ impl DevChain {
             .get_receipt()
             .await
             .expect("mint receipt");
+    }
+
+    /// Makes every USDC transfer fail without reverting (`true`) — as a paused token, a
+    /// blocked recipient or a `false` return would — or puts the real MockUSDC back
+    /// (`false`). The token's code is swapped for HostileToken's in `ReturnFalse` mode, whose
+    /// storage layout keeps balances and allowances readable: the subscriber can pay, the pull
+    /// still fails (`TransferFailed`, not the subscriber's fault).
+    pub async fn token_transfers_fail(&self, fail: bool) {
+        // MockUSDC has no immutables: its deployed code is the artifact's.
+        let code = if fail {
+            HostileToken::DEPLOYED_BYTECODE.clone()
+        } else {
+            MockUSDC::DEPLOYED_BYTECODE.clone()
+        };
+        let _: serde_json::Value = self
+            .provider
+            .raw_request("anvil_setCode".into(), (self.usdc, code))
+            .await
+            .expect("anvil_setCode");
+        if fail {
+            let mode = 1u8; // HostileToken.Mode.ReturnFalse
+            HostileToken::new(self.usdc, self.provider.clone())
+                .setMode(mode, Address::ZERO, Default::default())
+                .send()
+                .await
+                .expect("setMode")
+                .get_receipt()
+                .await
+                .expect("setMode receipt");
+        }
     }
 
     /// Moves the chain clock forward by `secs` and mines a block.

@@ -586,3 +586,61 @@ async fn a_batch_that_reverted_on_chain_is_retried_one_renewal_at_a_time() {
         "{txs:?}"
     );
 }
+
+/// A pull that fails for a token-side reason (paused token, blocked recipient, `false`
+/// returned) is not the subscriber's fault: the contract records it without counting an
+/// attempt, so the subscription's period and failed attempts stay as they were. The keeper's
+/// next attempt, a day later once the token works again, is a new step all the same: the
+/// subscription is charged, not stranded `past_due` behind the closed step.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_side_failure_is_retried_a_day_later_and_charged_once_the_token_works() {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    stack.chain.token_transfers_fail(true).await;
+    stack.keeper_pass();
+    stack.chain.token_transfers_fail(false).await;
+    stack.sync_index().await;
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![Step::Failed {
+            period: 2,
+            attempt: 0
+        }],
+        "recorded, not counted"
+    );
+    assert_eq!(stack.indexed_status(sub).await, "past_due");
+
+    // Not before the retry time.
+    stack.keeper_pass();
+    assert_eq!(stack.steps(sub).await.len(), 1);
+
+    stack.chain.increase_time(DAY + 60).await;
+    stack.sync_index().await;
+    stack.keeper_pass();
+    stack.sync_index().await;
+    stack.keeper_pass();
+
+    assert_eq!(
+        stack.steps(sub).await,
+        vec![
+            Step::Failed {
+                period: 2,
+                attempt: 0
+            },
+            Step::Charged {
+                period: 2,
+                attempt: 1
+            }
+        ]
+    );
+    assert_eq!(stack.indexed_status(sub).await, "active");
+    assert_eq!(
+        stack.journal(sub).await,
+        vec![(2, 1, "mined".to_string()), (2, 1, "mined".to_string())],
+        "each attempt is its own step"
+    );
+}

@@ -66,6 +66,46 @@ async fn budget_exhaustion_is_reported_on_health_and_metrics() {
     assert!(status.success(), "{status}");
 }
 
+/// The watchdog. A due subscription whose due step the journal already holds as mined, in a
+/// block the index has passed, is one the keeper would never offer again (what a step identity
+/// that misses a way the contract records an attempt leaves behind). It is reported — the
+/// gauge, `/health`, `--once` exit 4 — instead of sitting past due in silence.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_due_subscription_whose_step_is_journaled_as_mined_is_reported_stranded() {
+    let (stack, sub) = due_subscription(3).await;
+    stack
+        .pg
+        .execute(
+            "INSERT INTO keeper_steps (chain_id, contract, subscription_id, period, attempt, due_at,
+                 action, keeper_address, nonce, status, block_number)
+             SELECT chain_id, $2, onchain_id, period + 1, failed_attempts + 1, current_period_end,
+                 'charge', $3, 0, 'mined', 1
+             FROM subscriptions WHERE chain_id = $1 AND onchain_id = $4",
+            &[
+                &(stack.chain.anvil.chain_id as i64),
+                &stack.chain.manager.as_slice(),
+                &crate::support::keeper_address().as_slice(),
+                &(sub as i64),
+            ],
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(stack.keeper_once(&[]).code(), Some(4));
+    assert_eq!(stack.steps(sub).await, vec![], "nothing was sent for it");
+
+    let socket = Reserved::new();
+    let port = socket.port;
+    let _keeper = spawn(stack.keeper_on(&socket), &[]);
+    let health = wait_health(port, |h| h["status"] == "stranded");
+    assert_eq!(health["stranded"], 1);
+    let (_, metrics) = http_get(port, "/metrics");
+    assert!(
+        metrics.contains("keeper_stranded_subscriptions 1"),
+        "{metrics}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
     let (stack, sub) = due_subscription(3).await;
@@ -79,6 +119,7 @@ async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
         )
         .await;
     let health = wait_health(port, |h| h["status"] == "ok" && h["inFlight"] == 0);
+    assert_eq!(health["stranded"], 0);
     assert_eq!(
         health["keeperAddress"].as_str().unwrap().to_lowercase(),
         crate::support::keeper_address().to_string().to_lowercase()

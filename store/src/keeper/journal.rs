@@ -25,9 +25,10 @@ impl Store {
             let row = db
                 .query_opt(
                     "INSERT INTO keeper_steps
-                         (chain_id, contract, subscription_id, period, attempt, action, keeper_address, nonce)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                     ON CONFLICT (chain_id, subscription_id, period, attempt) DO UPDATE
+                         (chain_id, contract, subscription_id, period, attempt, due_at, action,
+                          keeper_address, nonce)
+                     VALUES ($1, $2, $3, $4, $5, $10, $6, $7, $8)
+                     ON CONFLICT (chain_id, subscription_id, period, attempt, due_at) DO UPDATE
                          SET nonce = EXCLUDED.nonce, keeper_address = EXCLUDED.keeper_address,
                              status = 'pending', error = NULL, finished_at = NULL, updated_at = now(),
                              tx_hash = NULL, block_number = NULL, retry_at = NULL
@@ -48,6 +49,7 @@ impl Store {
                         &self.keeper.as_slice(),
                         &nonce,
                         &self.max_revert_retries,
+                        &step.due_at,
                     ],
                 )
                 .await?;

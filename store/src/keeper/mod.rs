@@ -32,7 +32,9 @@ impl Action {
     }
 }
 
-/// One due step: the journal key that makes a send unique.
+/// One due step: the journal key that makes a send unique. Every attempt on chain is its own
+/// step: a token-side failure counts no attempt (period and attempt stay the same), but its
+/// retry falls due later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step {
     pub subscription_id: u64,
@@ -40,6 +42,8 @@ pub struct Step {
     pub period: i32,
     /// `failed_attempts + 1` for a charge, 0 for the end step.
     pub attempt: i32,
+    /// When it fell due (chain time): the period end, or a past-due retry's time.
+    pub due_at: DateTime<Utc>,
     pub action: Action,
 }
 
@@ -68,6 +72,7 @@ impl DueSubscription {
                 subscription_id: self.onchain_id,
                 period: self.period + 1,
                 attempt: 0,
+                due_at: self.due_at,
                 action: Action::End,
             }
         } else {
@@ -75,6 +80,7 @@ impl DueSubscription {
                 subscription_id: self.onchain_id,
                 period: self.period + 1,
                 attempt: self.failed_attempts + 1,
+                due_at: self.due_at,
                 action: Action::Charge,
             }
         }
@@ -152,14 +158,18 @@ pub struct Store {
 
 /// The SQL condition "the keeper is responsible for subscription `$alias`": plans the service
 /// provisioned (an API plan with the on-chain plan's reference and merchant), plans of allowed
-/// merchants (`$6`), or everything when so configured (`$5`). One text for the charges and the
-/// renewal-at-risk checks.
+/// merchants (parameter `$allow`), or everything when so configured (parameter `$any`). One
+/// text for the charges, the watchdog and the renewal-at-risk checks.
 macro_rules! in_scope {
-    ($alias:literal) => {
+    ($alias:literal, $any:literal, $allow:literal) => {
         concat!(
-            "($5 OR ",
+            "(",
+            $any,
+            " OR ",
             $alias,
-            ".merchant_wallet = ANY($6) OR EXISTS (
+            ".merchant_wallet = ANY(",
+            $allow,
+            ") OR EXISTS (
                 SELECT 1 FROM chain_plans cp
                 JOIN merchants m ON m.wallet = cp.merchant_wallet
                 JOIN plans p ON p.merchant_id = m.id AND p.plan_ref = cp.plan_ref
@@ -172,6 +182,59 @@ macro_rules! in_scope {
     };
 }
 pub(crate) use in_scope;
+
+/// `live`: the index's live subscriptions of chain `$1` whose period ended by `$2`, each with
+/// the time its next step falls due (`due_at`): a past-due subscription (not cancelling)
+/// retries at `next_retry_at`, everything else is due at its period end. Mirrors
+/// `SubscriptionManager.nextAttemptAt`.
+macro_rules! due_steps {
+    () => {
+        r#"WITH live AS (
+                     SELECT s.*,
+                            CASE WHEN s.status = 'past_due' AND NOT s.cancel_at_period_end
+                                 THEN GREATEST(COALESCE(s.next_retry_at, s.current_period_end),
+                                               s.current_period_end)
+                                 ELSE s.current_period_end END AS due_at
+                     FROM subscriptions s
+                     WHERE s.chain_id = $1 AND s.status IN ('active', 'past_due')
+                       AND s.current_period_end <= $2)"#
+    };
+}
+
+/// The join condition "journal row `$k` is the next step of live subscription `$l`" (see
+/// [`Step`]: subscription, period, attempt and due time).
+macro_rules! step_of {
+    ($l:literal, $k:literal) => {
+        concat!(
+            $k,
+            ".chain_id = ",
+            $l,
+            ".chain_id AND ",
+            $k,
+            ".subscription_id = ",
+            $l,
+            ".onchain_id
+                  AND ",
+            $k,
+            ".period = ",
+            $l,
+            ".period + 1
+                  AND ",
+            $k,
+            ".attempt = CASE WHEN ",
+            $l,
+            ".cancel_at_period_end THEN 0
+                                       ELSE ",
+            $l,
+            ".failed_attempts + 1 END
+                  AND ",
+            $k,
+            ".due_at = ",
+            $l,
+            ".due_at"
+        )
+    };
+}
 
 /// The subscriptions a keeper charges.
 #[derive(Debug, Clone, Default)]
@@ -263,35 +326,59 @@ impl Store {
             .get(0))
     }
 
+    /// The watchdog: live subscriptions of the keeper's scope whose step is due at `chain_now`
+    /// while the journal holds that very step as mined in a block the index has already
+    /// passed. The chain took the step, the index says it is still due, and `due()` will
+    /// never offer it again: renewals of that subscription have silently stopped. Always 0
+    /// unless the step identity misses a way the contract records an attempt (a token-side
+    /// failure once did: it counts no attempt).
+    pub async fn stranded(&self, chain_now: DateTime<Utc>) -> Result<i64> {
+        let client = self.pool.get().await?;
+        Ok(client
+            .query_one(
+                concat!(
+                    due_steps!(),
+                    r#"
+                 SELECT count(*)
+                 FROM live l
+                 JOIN keeper_steps k ON "#,
+                    step_of!("l", "k"),
+                    r#"
+                 WHERE l.due_at <= $2 AND k.status = 'mined'
+                   AND k.block_number <= (SELECT block_number FROM indexer_cursor
+                                          WHERE chain_id = $1)
+                   AND "#,
+                    in_scope!("l", "$3", "$4"),
+                ),
+                &[
+                    &self.chain_id,
+                    &chain_now,
+                    &self.scope.any_plan,
+                    &self.allowed_merchants(),
+                ],
+            )
+            .await?
+            .get(0))
+    }
+
     /// Live subscriptions whose next step is due at `chain_now` and that have no journal row
     /// for that step yet, earliest due first.
     pub async fn due(&self, chain_now: DateTime<Utc>, limit: i64) -> Result<Vec<DueSubscription>> {
         let client = self.pool.get().await?;
-        // A past-due subscription (not cancelling) retries at next_retry_at; everything else
-        // is due at its period end. Mirrors SubscriptionManager.nextAttemptAt.
         let rows = client
             .query(
                 concat!(
-                    r#"WITH live AS (
-                     SELECT s.*,
-                            CASE WHEN s.status = 'past_due' AND NOT s.cancel_at_period_end
-                                 THEN GREATEST(COALESCE(s.next_retry_at, s.current_period_end),
-                                               s.current_period_end)
-                                 ELSE s.current_period_end END AS due_at
-                     FROM subscriptions s
-                     WHERE s.chain_id = $1 AND s.status IN ('active', 'past_due')
-                       AND s.current_period_end <= $2)
+                    due_steps!(),
+                    r#"
                  SELECT l.onchain_id, l.period, l.failed_attempts, l.cancel_at_period_end,
                         l.subscriber, l.amount::TEXT, l.due_at, COALESCE(k.reverts, 0),
                         l.merchant_wallet
                  FROM live l
-                 LEFT JOIN keeper_steps k
-                   ON k.chain_id = l.chain_id AND k.subscription_id = l.onchain_id
-                  AND k.period = l.period + 1
-                  AND k.attempt = CASE WHEN l.cancel_at_period_end THEN 0
-                                       ELSE l.failed_attempts + 1 END
+                 LEFT JOIN keeper_steps k ON "#,
+                    step_of!("l", "k"),
+                    r#"
                  WHERE l.due_at <= $2 AND "#,
-                    in_scope!("l"),
+                    in_scope!("l", "$5", "$6"),
                     r#"
                    AND (k.id IS NULL
                         -- A step closed without ever being mined (refused by the node, or its

@@ -55,7 +55,7 @@ impl Store {
                         WHERE c.chain_id = s.chain_id AND c.subscription_id = s.onchain_id
                           AND c.period = s.period + 1)
                    AND ",
-                    in_scope!("s"),
+                    in_scope!("s", "$5", "$6"),
                     "
                  ORDER BY s.current_period_end, s.onchain_id
                  LIMIT $4"

@@ -6,18 +6,12 @@
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use alloy::rpc::types::TransactionReceipt;
-use alloy::sol;
 use alloy::sol_types::{SolCall, SolError};
 use chainsub_abi::SubscriptionManager::{self as SM, SubscriptionManagerInstance};
 use chainsub_abi::{ContractEvent, FailureReason};
 use chainsub_tests::DevChain;
+use chainsub_tests::chain::HostileToken;
 use chainsub_tests::chain::accounts::{CUSTOMER, MERCHANT, OPERATOR};
-
-sol!(
-    #[sol(rpc)]
-    HostileToken,
-    "../abi/artifacts/HostileToken.json"
-);
 
 const PRICE: u64 = 5_000_000;
 
