@@ -71,6 +71,11 @@ pub struct Config {
     /// Time between passes, in milliseconds.
     #[arg(long, env = "KEEPER_POLL_INTERVAL_MS", default_value_t = 15_000)]
     pub poll_interval_ms: u64,
+    /// Time until the next pass, in milliseconds, when the last one left due renewals unsent
+    /// because `--concurrency` transactions were in flight (a renewal wave): receipts free
+    /// the bound long before the poll interval is over.
+    #[arg(long, env = "KEEPER_BUSY_INTERVAL_MS", default_value_t = 250)]
+    pub busy_interval_ms: u64,
     /// Most transactions in flight (sent, not yet mined) at once; also the number of
     /// preflight checks run in parallel.
     #[arg(long, env = "KEEPER_CONCURRENCY", default_value_t = 8)]
@@ -183,6 +188,11 @@ impl Config {
     /// Time between passes.
     pub fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.poll_interval_ms)
+    }
+
+    /// Time until the next pass while a wave is held back by the in-flight bound.
+    pub fn busy_interval(&self) -> Duration {
+        Duration::from_millis(self.busy_interval_ms)
     }
 
     /// [`Config::lock_idle_timeout_ms`] as a duration.

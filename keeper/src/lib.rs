@@ -104,6 +104,9 @@ pub struct PassReport {
     pub sent: usize,
     pub skipped: usize,
     pub budget_stopped: bool,
+    /// The gas budget or the in-flight bound held due sends back: the next pass starts
+    /// after `--busy-interval-ms`, not the poll interval.
+    pub more_due: bool,
     /// Live subscriptions past their due time that the keeper will never offer again: the
     /// journal holds their due step as mined, in a block the index has passed
     /// (`chainsub_store::keeper::Store::stranded`). Never 0 without a bug.
@@ -325,7 +328,8 @@ impl Keeper {
             let report = self.pass_with_health().await;
             if self.cfg.once {
                 let report = report?;
-                // Record the receipts of what this pass sent (instant on a dev chain).
+                // Record the receipts of what this pass sent (a dev chain has mined most of
+                // it by now; a busy one may not have: the next run resumes those).
                 self.reconcile().await?;
                 self.refresh_in_flight().await?;
                 return Ok(if report.budget_stopped {
@@ -339,8 +343,13 @@ impl Keeper {
             if let Err(Error::LockLost) = report {
                 return Err(Error::LockLost);
             }
+            // A renewal wave held back by the in-flight bound goes on as receipts come in.
+            let pause = match report {
+                Ok(PassReport { more_due: true, .. }) => self.cfg.busy_interval(),
+                _ => self.cfg.poll_interval(),
+            };
             tokio::select! {
-                _ = tokio::time::sleep(self.cfg.poll_interval()) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = stop.wait_for(|s| *s) => {
                     tracing::info!("keeper stopped");
                     return Ok(Exit::Done);

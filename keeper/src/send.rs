@@ -8,7 +8,8 @@ use super::chain::Broadcast;
 use super::error::Result;
 use super::telemetry::names;
 use super::{Keeper, PassReport, chain_datetime};
-use chainsub_store::keeper::{Action, DueSubscription, Journaled, SignedTx};
+use alloy::primitives::Address;
+use chainsub_store::keeper::{Action, DueSubscription, Journaled, PassedOver, SignedTx};
 
 /// The gas limit of a send: `headroom_percent` of the estimate, and 50% more per earlier
 /// on-chain revert of the same step (an out-of-gas revert must not repeat as it was).
@@ -42,28 +43,85 @@ struct Sent {
     sent: usize,
     skipped: usize,
     budget_stopped: bool,
+    /// The global budget or the in-flight bound held sends back: more is due.
+    stopped: bool,
+}
+
+/// What one pass has passed over (read and not sent) and each merchant's gas in the budget
+/// window (read once per pass; this pass's sends add to it).
+#[derive(Default)]
+struct PassState {
+    passed: std::sync::Mutex<PassedOver>,
+    merchant_gas: Option<std::collections::HashMap<Address, u64>>,
+}
+
+impl PassState {
+    fn pass_over(&self, sub: &DueSubscription) {
+        let id = sub.onchain_id as i64;
+        self.passed
+            .lock()
+            .expect("pass state")
+            .subscriptions
+            .push(id);
+    }
 }
 
 impl Keeper {
+    /// Sends what is due, reading `--batch-size` due subscriptions at a time until none is
+    /// left (or the budget or the in-flight bound stops the pass). What a read could not send
+    /// — not fundable yet, a reverting preflight, a merchant over its gas budget — is passed
+    /// over for the rest of the pass, so it never hides the renewals due behind it.
     pub(super) async fn send_due(&self, chain_now: u64) -> Result<PassReport> {
-        let due = self
-            .store
-            .due(chain_datetime(chain_now), self.cfg.batch_size)
-            .await?;
-        metrics::gauge!(names::DUE).set(due.len() as f64);
-        let mut report = PassReport {
-            due: due.len(),
-            ..PassReport::default()
-        };
-        if due.is_empty() {
-            metrics::gauge!(names::BUDGET_EXHAUSTED).set(0.0);
-            return Ok(report);
+        let mut report = PassReport::default();
+        let mut state = PassState::default();
+        loop {
+            let passed = state.passed.lock().expect("pass state").clone();
+            let due = self
+                .store
+                .due(chain_datetime(chain_now), self.cfg.batch_size, &passed)
+                .await?;
+            let read = due.len();
+            report.due += read;
+            if read == 0 {
+                break;
+            }
+            let round = self.send_read(due, chain_now, &mut state).await?;
+            report.sent += round.sent;
+            report.skipped += round.skipped;
+            report.budget_stopped |= round.budget_stopped;
+            // The in-flight bound frees as receipts come; a spent budget only with the window.
+            report.more_due |= round.stopped && !round.budget_stopped;
+            if round.stopped || (read as i64) < self.cfg.batch_size {
+                break;
+            }
         }
+        metrics::gauge!(names::DUE).set(report.due as f64);
+        metrics::gauge!(names::BUDGET_EXHAUSTED).set(if report.budget_stopped { 1.0 } else { 0.0 });
+        if report.budget_stopped {
+            tracing::warn!(
+                budget_wei = %self.cfg.gas_budget_wei,
+                window_secs = self.cfg.budget_window_secs,
+                "gas budget exhausted: due charges were not sent"
+            );
+        }
+        Ok(report)
+    }
+
+    /// One read of due subscriptions: checks, preflights, then the sends. `stopped` when the
+    /// global budget or the in-flight bound held sends back (more is due than was sent).
+    async fn send_read(
+        &self,
+        due: Vec<DueSubscription>,
+        chain_now: u64,
+        state: &mut PassState,
+    ) -> Result<Sent> {
+        let mut report = Sent::default();
         // Cheap checks first, so a full pipeline or a spent budget costs no RPC calls.
         if self.store.open_count().await? >= self.cfg.concurrency {
             metrics::counter!(names::SKIPPED, "reason" => "concurrency")
                 .increment(due.len() as u64);
             report.skipped = due.len();
+            report.stopped = true;
             return Ok(report);
         }
         if self
@@ -73,18 +131,20 @@ impl Keeper {
             >= self.cfg.gas_budget_wei
         {
             metrics::counter!(names::SKIPPED, "reason" => "budget").increment(due.len() as u64);
-            metrics::gauge!(names::BUDGET_EXHAUSTED).set(1.0);
-            tracing::warn!(budget_wei = %self.cfg.gas_budget_wei, "gas budget exhausted: due charges were not sent");
             report.skipped = due.len();
             report.budget_stopped = true;
+            report.stopped = true;
             return Ok(report);
         }
         // Preflights in parallel (in due order), then the sends one after another.
-        let prepared: Vec<Result<Option<Ready>>> = futures::stream::iter(due)
-            .map(|sub| self.check_due(sub, chain_now))
-            .buffered(self.cfg.concurrency)
-            .collect()
-            .await;
+        let prepared: Vec<Result<Option<Ready>>> = {
+            let state = &*state;
+            futures::stream::iter(due)
+                .map(|sub| self.check_due(sub, chain_now, state))
+                .buffered(self.cfg.concurrency)
+                .collect()
+                .await
+        };
         let mut first_error = None;
         let mut sends: Vec<Vec<Ready>> = Vec::new();
         let mut batch: Vec<Ready> = Vec::new();
@@ -112,29 +172,27 @@ impl Keeper {
         }
         for group in sends {
             let n = group.len();
-            if report.budget_stopped {
+            if report.stopped {
                 report.skipped += n;
-                metrics::counter!(names::SKIPPED, "reason" => "budget").increment(n as u64);
+                let reason = if report.budget_stopped {
+                    "budget"
+                } else {
+                    "concurrency"
+                };
+                metrics::counter!(names::SKIPPED, "reason" => reason).increment(n as u64);
                 continue;
             }
-            match self.send(group).await {
+            match self.send(group, state).await {
                 Ok(sent) => {
                     report.sent += sent.sent;
                     report.skipped += sent.skipped;
                     report.budget_stopped |= sent.budget_stopped;
+                    report.stopped |= sent.stopped;
                 }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
             }
-        }
-        metrics::gauge!(names::BUDGET_EXHAUSTED).set(if report.budget_stopped { 1.0 } else { 0.0 });
-        if report.budget_stopped {
-            tracing::warn!(
-                budget_wei = %self.cfg.gas_budget_wei,
-                window_secs = self.cfg.budget_window_secs,
-                "gas budget exhausted: due charges were not sent"
-            );
         }
         match first_error {
             Some(e) => Err(e),
@@ -157,7 +215,12 @@ impl Keeper {
 
     /// The checks of one due step that need no lock: funds (with `--precheck-funds`) and
     /// the preflight of its own `charge`. None when it is not to be sent now.
-    async fn check_due(&self, sub: DueSubscription, chain_now: u64) -> Result<Option<Ready>> {
+    async fn check_due(
+        &self,
+        sub: DueSubscription,
+        chain_now: u64,
+        state: &PassState,
+    ) -> Result<Option<Ready>> {
         let step = sub.step();
         if self.cfg.precheck_funds && step.action == Action::Charge {
             let (balance, allowance) = self.chain.funds(sub.subscriber).await?;
@@ -165,6 +228,7 @@ impl Keeper {
                 let due_at = sub.due_at.timestamp().max(0) as u64;
                 if chain_now < due_at.saturating_add(self.cfg.futile_defer_secs) {
                     self.skip(&sub, "futile_deferred");
+                    state.pass_over(&sub);
                     return Ok(None);
                 }
                 tracing::info!(
@@ -188,6 +252,7 @@ impl Keeper {
                     );
                 }
                 self.skip(&sub, skip.label());
+                state.pass_over(&sub);
                 Ok(None)
             }
         }
@@ -195,27 +260,30 @@ impl Keeper {
 
     /// Drops the steps whose merchant's gas budget they would exceed (each step counts its
     /// own charge's gas limit, its merchant's other steps of this send included).
+    /// The merchants' gas in the window is read once per pass (one statement for all of
+    /// them); each step kept adds its gas limit, so the check costs nothing per send. A
+    /// merchant whose budget a step would exceed is passed over for the rest of the pass.
     async fn within_merchant_budgets(
         &self,
         group: Vec<Ready>,
         out: &mut Sent,
+        state: &mut PassState,
     ) -> Result<Vec<Ready>> {
         if self.cfg.merchant_gas_budget == 0 {
             return Ok(group);
         }
-        let mut used: std::collections::HashMap<alloy::primitives::Address, u64> =
-            std::collections::HashMap::new();
+        let used = match &mut state.merchant_gas {
+            Some(used) => used,
+            None => state.merchant_gas.insert(
+                self.store
+                    .merchant_gas_in_window(self.cfg.budget_window_secs)
+                    .await?,
+            ),
+        };
         let mut kept = Vec::with_capacity(group.len());
         for r in group {
             let merchant = r.sub.merchant;
-            let so_far = match used.get(&merchant) {
-                Some(&u) => u,
-                None => {
-                    self.store
-                        .merchant_gas_in_window(merchant, self.cfg.budget_window_secs)
-                        .await?
-                }
-            };
+            let so_far = used.get(&merchant).copied().unwrap_or(0);
             if so_far.saturating_add(r.gas) > self.cfg.merchant_gas_budget {
                 tracing::warn!(
                     merchant = %merchant, subscription = r.sub.onchain_id, used = so_far,
@@ -224,7 +292,10 @@ impl Keeper {
                 );
                 self.skip(&r.sub, "merchant_budget");
                 out.skipped += 1;
-                used.insert(merchant, so_far);
+                let mut passed = state.passed.lock().expect("pass state");
+                if !passed.merchants.contains(&merchant) {
+                    passed.merchants.push(merchant);
+                }
                 continue;
             }
             used.insert(merchant, so_far + r.gas);
@@ -235,9 +306,9 @@ impl Keeper {
 
     /// Sends one transaction for `group`: `charge(id)` for one step, `chargeMany(ids)` for
     /// more. Budget, nonce, journal and broadcast happen under the nonce lock, in order.
-    async fn send(&self, group: Vec<Ready>) -> Result<Sent> {
+    async fn send(&self, group: Vec<Ready>, state: &mut PassState) -> Result<Sent> {
         let mut out = Sent::default();
-        let mut group = self.within_merchant_budgets(group, &mut out).await?;
+        let mut group = self.within_merchant_budgets(group, &mut out, state).await?;
         if group.is_empty() {
             return Ok(out);
         }
@@ -251,6 +322,7 @@ impl Keeper {
                 self.skip(&r.sub, "concurrency");
             }
             out.skipped += group.len();
+            out.stopped = true;
             return Ok(out);
         }
         let (ids, gas_limit, signed, step_ids, tx_id) = loop {
@@ -274,6 +346,7 @@ impl Keeper {
                 }
                 out.skipped += group.len();
                 out.budget_stopped = true;
+                out.stopped = true;
                 return Ok(out);
             }
             let nonce = match *next {
@@ -298,6 +371,7 @@ impl Keeper {
                         i += 1;
                         if !keep {
                             self.skip(&r.sub, "already_journaled");
+                            state.pass_over(&r.sub);
                         }
                         keep
                     });
@@ -359,6 +433,7 @@ impl Keeper {
                     *next = None;
                     for r in &group {
                         self.skip(&r.sub, "rejected");
+                        state.pass_over(&r.sub);
                     }
                     out.skipped += n;
                     return Ok(out);

@@ -402,6 +402,48 @@ async fn a_merchants_gas_budget_bounds_its_charges_and_leaves_the_others_alone()
     );
 }
 
+/// A merchant over its budget does not hold up the queue: its renewals that do not fit stay
+/// due (earliest first), and the keeper reads past them to the other merchants' in the same
+/// pass, even reading one due subscription at a time.
+#[tokio::test(flavor = "multi_thread")]
+async fn renewals_skipped_for_one_merchants_budget_do_not_starve_another_merchants() {
+    let stack = Stack::start().await;
+    let busy = stack.create_plan().await;
+    let (other, other_ref) = stack.create_plan_on_chain(accounts::MERCHANT_B).await;
+    stack
+        .register_plan(DevChain::address(accounts::MERCHANT_B), other_ref)
+        .await;
+    // Due first: the busy merchant's three renewals.
+    let mut busy_subs = Vec::new();
+    for c in [accounts::CUSTOMER, accounts::CUSTOMER_B, 6] {
+        busy_subs.push(stack.subscribe(c, busy, 3).await);
+    }
+    stack.chain.increase_time(60).await;
+    let other_sub = stack.subscribe(7, other, 3).await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+
+    // ~90k gas per charge with headroom: 150k fits one per merchant.
+    let one_at_a_time = ["--merchant-gas-budget", "150000", "--batch-size", "1"];
+    for _ in 0..3 {
+        assert!(stack.keeper_once(&one_at_a_time).success());
+        stack.sync_index().await;
+    }
+    assert_eq!(
+        stack.steps(other_sub).await,
+        vec![Step::Charged {
+            period: 2,
+            attempt: 1
+        }],
+        "the other merchant's renewal is charged"
+    );
+    let mut charged = 0;
+    for sub in &busy_subs {
+        charged += stack.steps(*sub).await.len();
+    }
+    assert_eq!(charged, 1, "the busy merchant's budget holds");
+}
+
 /// Issue 13, point 7: due renewals go out as one `chargeMany`; a subscriber who cannot pay is
 /// recorded exactly as a single `charge` would record it (PaymentFailed, attempt 1) and the
 /// others are renewed in the same transaction.

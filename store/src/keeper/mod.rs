@@ -236,6 +236,16 @@ macro_rules! step_of {
     };
 }
 
+/// What one keeper pass has read and not sent: `Store::due` reads past them.
+#[derive(Debug, Clone, Default)]
+pub struct PassedOver {
+    /// On-chain ids of subscriptions skipped this pass (not fundable yet, preflight
+    /// reverted, already journaled...).
+    pub subscriptions: Vec<i64>,
+    /// Merchants whose gas budget this pass has used up.
+    pub merchants: Vec<Address>,
+}
+
 /// The subscriptions a keeper charges.
 #[derive(Debug, Clone, Default)]
 pub struct ChargeScope {
@@ -282,28 +292,39 @@ impl Store {
         self
     }
 
-    /// Gas units the charges of `merchant`'s subscriptions used in the last `window_secs`:
-    /// gas used once mined, the gas limit while in flight (a batch's shared equally by its
-    /// steps).
-    pub async fn merchant_gas_in_window(&self, merchant: Address, window_secs: u64) -> Result<u64> {
+    /// Gas units each merchant's charges used in the last `window_secs`: gas used once
+    /// mined, the gas limit while in flight (a batch's shared equally by its steps). One
+    /// statement for every merchant, read once per pass.
+    pub async fn merchant_gas_in_window(
+        &self,
+        window_secs: u64,
+    ) -> Result<std::collections::HashMap<Address, u64>> {
         let client = self.pool.get().await?;
-        let gas: i64 = client
-            .query_one(
+        let rows = client
+            .query(
                 // A transaction carrying many steps counts for each step's merchant in equal
                 // parts.
-                "SELECT COALESCE(SUM(COALESCE(t.gas_used,
+                "SELECT s.merchant_wallet,
+                        COALESCE(SUM(COALESCE(t.gas_used,
                             CASE WHEN t.status IN ('pending', 'sent') THEN t.gas_limit ELSE 0 END)::NUMERIC
                             / cardinality(t.step_ids)), 0)::BIGINT
                  FROM keeper_txs t CROSS JOIN LATERAL unnest(t.step_ids) AS carried(step_id)
                  JOIN keeper_steps k ON k.id = carried.step_id
                  JOIN subscriptions s ON s.chain_id = k.chain_id AND s.onchain_id = k.subscription_id
-                 WHERE k.chain_id = $1 AND s.merchant_wallet = $2
-                   AND t.created_at > now() - make_interval(secs => $3)",
-                &[&self.chain_id, &merchant.as_slice(), &(window_secs as f64)],
+                 WHERE k.chain_id = $1 AND t.created_at > now() - make_interval(secs => $2)
+                 GROUP BY s.merchant_wallet",
+                &[&self.chain_id, &(window_secs as f64)],
             )
-            .await?
-            .get(0);
-        Ok(gas.max(0) as u64)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let wallet: Vec<u8> = r.get(0);
+                let merchant = Address::try_from(wallet.as_slice()).map_err(|_| {
+                    Error::Inconsistent("subscriptions: bad merchant wallet".into())
+                })?;
+                Ok((merchant, r.get::<_, i64>(1).max(0) as u64))
+            })
+            .collect()
     }
 
     /// Takes up a step that reverted on chain again, after its backoff, up to `n` times.
@@ -362,9 +383,17 @@ impl Store {
     }
 
     /// Live subscriptions whose next step is due at `chain_now` and that have no journal row
-    /// for that step yet, earliest due first.
-    pub async fn due(&self, chain_now: DateTime<Utc>, limit: i64) -> Result<Vec<DueSubscription>> {
+    /// for that step yet, earliest due first — but for `pass`'s: the subscriptions and
+    /// merchants it already passed over, so that what one read could not send never hides
+    /// what is due behind it.
+    pub async fn due(
+        &self,
+        chain_now: DateTime<Utc>,
+        limit: i64,
+        pass: &PassedOver,
+    ) -> Result<Vec<DueSubscription>> {
         let client = self.pool.get().await?;
+        let merchants: Vec<&[u8]> = pass.merchants.iter().map(|m| m.as_slice()).collect();
         let rows = client
             .query(
                 concat!(
@@ -377,7 +406,9 @@ impl Store {
                  LEFT JOIN keeper_steps k ON "#,
                     step_of!("l", "k"),
                     r#"
-                 WHERE l.due_at <= $2 AND "#,
+                 WHERE l.due_at <= $2
+                   AND l.onchain_id <> ALL($7) AND l.merchant_wallet <> ALL($8)
+                   AND "#,
                     in_scope!("l", "$5", "$6"),
                     r#"
                    AND (k.id IS NULL
@@ -398,6 +429,8 @@ impl Store {
                     &self.max_revert_retries,
                     &self.scope.any_plan,
                     &self.allowed_merchants(),
+                    &pass.subscriptions,
+                    &merchants,
                 ],
             )
             .await?;
