@@ -66,12 +66,29 @@ impl Chain {
     ) -> Result<Chain> {
         let sender = Sender::connect(rpc_url, chain_id, key).await?;
         let provider = sender.provider().clone();
-        let token = SubscriptionManager::new(manager, provider.clone())
-            .token()
-            .call()
-            .await
-            .map_err(|e| Error::Config(format!("CONTRACT_ADDRESS {manager}: token(): {e}")))?;
+        let contract = SubscriptionManager::new(manager, provider.clone());
+        let not_the_contract =
+            |call: &str, e| Error::Config(format!("CONTRACT_ADDRESS {manager}: {call}: {e}"));
+        let token = (contract.token().call().await).map_err(|e| not_the_contract("token()", e))?;
         let keeper = sender.address();
+        // The operator key is the API relayer's: two senders on one key take the same nonces
+        // and replace each other's transactions without an error anywhere.
+        let operator =
+            (contract.operator().call().await).map_err(|e| not_the_contract("operator()", e))?;
+        let pending = (contract.pendingOperator().call().await)
+            .map_err(|e| not_the_contract("pendingOperator()", e))?;
+        if keeper == operator || keeper == pending {
+            let whose = if keeper == operator {
+                "operator"
+            } else {
+                "pending operator"
+            };
+            return Err(Error::Config(format!(
+                "KEEPER_PRIVATE_KEY is the contract {whose}'s key ({keeper}), which the API's \
+                 relayer sends with: give the keeper a key of its own (two senders on one key \
+                 replace each other's transactions)"
+            )));
+        }
         Ok(Chain {
             sender,
             provider,

@@ -66,6 +66,30 @@ async fn budget_exhaustion_is_reported_on_health_and_metrics() {
     assert!(status.success(), "{status}");
 }
 
+/// The keeper refuses a key that another sender uses: the contract's operator key is the API
+/// relayer's, and two senders on one nonce replace each other's transactions silently.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_keeper_refuses_to_start_with_the_operators_key() {
+    let (stack, sub) = due_subscription(3).await;
+    let out = stack
+        .keeper()
+        .env(
+            "KEEPER_PRIVATE_KEY",
+            chainsub_tests::chain::DEV_KEYS[accounts::OPERATOR],
+        )
+        .arg("--once")
+        .stdout(std::process::Stdio::piped())
+        .output()
+        .expect("run keeper");
+    assert_eq!(out.status.code(), Some(1));
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        log.contains("KEEPER_PRIVATE_KEY is the contract operator's key"),
+        "{log}"
+    );
+    assert_eq!(stack.steps(sub).await, vec![], "nothing was sent");
+}
+
 /// The watchdog. A due subscription whose due step the journal already holds as mined, in a
 /// block the index has passed, is one the keeper would never offer again (what a step identity
 /// that misses a way the contract records an attempt leaves behind). It is reported — the
