@@ -162,10 +162,7 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
         fut: impl Future<Output = Result<T, SourceError>>,
         on_timeout: SourceError,
     ) -> Result<T, SourceError> {
-        match tokio::time::timeout(self.cfg.rpc_timeout, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(on_timeout),
-        }
+        timed(self.cfg.rpc_timeout, fut, on_timeout).await
     }
 
     /// The chain head.
@@ -305,14 +302,19 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
         }
     }
 
+    /// One block, by receipts. It cannot be split: a block too large to read within
+    /// `rpc_timeout` (a dense block on a busy node) gets twice the time on each retry, up to
+    /// [`SINGLE_BLOCK_TIMEOUT_GROWTH`] times it, instead of timing out forever.
     async fn fetch_single_block(&self, number: u64) -> Vec<Block> {
         let mut attempt = 0;
         loop {
             let header = self.header(number).await;
             let timeout = SourceError::Transient("timeout".into());
-            let logs = self
-                .timed(self.src.block_logs(number, header.hash), timeout)
-                .await;
+            let limit = self
+                .cfg
+                .rpc_timeout
+                .saturating_mul(1 << attempt.min(SINGLE_BLOCK_TIMEOUT_GROWTH.ilog2()));
+            let logs = timed(limit, self.src.block_logs(number, header.hash), timeout).await;
             match logs {
                 // Receipts are the authority: an empty answer here is the truth.
                 Ok(logs) => match self.assemble(std::slice::from_ref(&header), logs, false) {
@@ -416,6 +418,21 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
             });
         }
         Ok(blocks)
+    }
+}
+
+/// How many times `rpc_timeout` a single block's receipts may take, at most (a power of 2).
+const SINGLE_BLOCK_TIMEOUT_GROWTH: u32 = 16;
+
+/// `fut`, or `on_timeout` once `limit` has passed.
+async fn timed<T>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, SourceError>>,
+    on_timeout: SourceError,
+) -> Result<T, SourceError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(on_timeout),
     }
 }
 
@@ -602,6 +619,55 @@ mod tests {
             .map(|(_, r)| *r)
             .collect();
         assert_eq!(sparse[..4], [8, 16, 32, 64], "{ranges:?}");
+    }
+
+    /// A node that takes `slow` to answer anything about block [`HUGE`] (a dense block on a
+    /// busy node), and answers the rest at once.
+    struct Slow {
+        slow: Duration,
+    }
+
+    #[async_trait]
+    impl BlockSource for Slow {
+        async fn head(&self) -> Result<u64, SourceError> {
+            Ok(20)
+        }
+        async fn finalized(&self) -> Result<Option<u64>, SourceError> {
+            Ok(None)
+        }
+        async fn headers(&self, from: u64, to: u64) -> Result<Vec<Header>, SourceError> {
+            Ok(headers(from, to))
+        }
+        async fn logs(&self, from: u64, to: u64) -> Result<Vec<RawLog>, SourceError> {
+            if (from..=to).contains(&HUGE) {
+                tokio::time::sleep(self.slow).await;
+            }
+            Ok((from..=to).map(|n| log(n, 0)).collect())
+        }
+        async fn block_logs(&self, number: u64, _: B256) -> Result<Vec<RawLog>, SourceError> {
+            tokio::time::sleep(self.slow).await;
+            Ok((0..3).map(|i| log(number, i)).collect())
+        }
+    }
+
+    /// A single block cannot be split: one whose logs take longer than the RPC timeout to
+    /// read (a dense block on a busy node) gets more time on each retry and is read, instead
+    /// of timing out for ever (the indexer stuck at that block).
+    #[tokio::test(start_paused = true)]
+    async fn a_single_block_slower_than_the_rpc_timeout_is_read_with_a_growing_timeout() {
+        let src = Arc::new(Slow {
+            slow: Duration::from_secs(100),
+        });
+        let cfg = FetchConfig {
+            rpc_timeout: Duration::from_secs(30),
+            ..fast()
+        };
+        let mut f = Fetcher::new(src, CONTRACT, cfg);
+        let blocks = tokio::time::timeout(Duration::from_secs(3_600), f.fetch(HUGE, HUGE))
+            .await
+            .expect("the block is read in the end");
+        assert_eq!(blocks.len(), 1);
+        assert_eq!(blocks[0].logs.len(), 3);
     }
 
     #[tokio::test]
