@@ -2,8 +2,10 @@
 //! the same key with the same request replays that response (`Idempotent-Replayed: true`);
 //! with a different request it is a 409. A request still in flight makes a concurrent
 //! duplicate get a 409 `idempotency_key_in_use`, so two concurrent requests produce one
-//! effect. 5xx outcomes are not stored (the client may retry), nor a refusal because the key
-//! already belongs to another request. Keys live 24 hours.
+//! effect. Only final answers are stored — a success, or a refusal the same request would
+//! get again (see [`is_final`]); a 429, a 5xx, "in progress" or a refusal because the
+//! key already belongs to another request leave the key free for the retry. Keys live 24
+//! hours.
 
 use std::future::Future;
 
@@ -88,7 +90,7 @@ where
         Err(e) => e.into_resp(),
     };
     let conn = ctx.pool.get().await?;
-    if resp.status.is_server_error() || refused {
+    if refused || !is_final(resp.status) {
         store::release(&**conn, merchant, &key).await?;
     } else {
         let stored = match &resp.body {
@@ -100,6 +102,22 @@ where
         store::complete(&**conn, merchant, &key, status, &stored.to_string()).await?;
     }
     Ok(resp)
+}
+
+/// Whether the same request would get `status` again, so it is the request's result: a
+/// success, a malformed or invalid request (400, 422), an id that names nothing of the
+/// merchant's (404: ids are only handed out for what exists), or a conflict with the state it
+/// found (409; "in progress" and "key reused" are handled before). Not final: 429 (retry
+/// after the time it names) and 5xx.
+fn is_final(status: StatusCode) -> bool {
+    status.is_success()
+        || matches!(
+            status,
+            StatusCode::BAD_REQUEST
+                | StatusCode::NOT_FOUND
+                | StatusCode::CONFLICT
+                | StatusCode::UNPROCESSABLE_ENTITY
+        )
 }
 
 fn replay(status: i32, body: &str) -> Resp {

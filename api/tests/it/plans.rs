@@ -517,6 +517,53 @@ async fn plan_creations_beyond_the_daily_quota_are_refused_and_change_nothing() 
     assert_eq!(r.status, 201, "another merchant's quota is its own");
 }
 
+/// A 429 is an answer to retry, not a result: under an Idempotency-Key it is not stored, so the
+/// same request with the same key, once the quota has room again, creates the plan instead of
+/// replaying the refusal for a day.
+#[tokio::test]
+async fn a_quota_refusal_is_not_stored_under_the_idempotency_key() {
+    let app = spawn(Opts {
+        chain: true,
+        args: vec!["--plan-creations-per-day".into(), "1".into()],
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("One"), None)
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let body = plan_body("Two");
+    let r = app
+        .post("/api/v1/plans", &key, &body, Some("plan-two"))
+        .await;
+    assert_eq!(r.status, 429, "{:?}", r.body);
+
+    // A day later (the first plan's creation moved back), the quota has room.
+    app.db()
+        .await
+        .execute(
+            "UPDATE plans SET created_at = created_at - interval '25 hours'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let r = app
+        .post("/api/v1/plans", &key, &body, Some("plan-two"))
+        .await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(r.header("idempotent-replayed"), None);
+    let again = app
+        .post("/api/v1/plans", &key, &body, Some("plan-two"))
+        .await;
+    assert_eq!(again.status, 201);
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(
+        again.body["id"], r.body["id"],
+        "the success is the stored result"
+    );
+}
+
 /// A relayer below RELAYER_MIN_BALANCE_WEI sends nothing: a clear 503 to the merchant (no
 /// plan row, no transaction), `relayer: low_balance` in /health, and the balance metric.
 #[tokio::test]
