@@ -39,8 +39,9 @@
 //!   a foreign transaction) is closed as failed without a tx hash and may be taken up again
 //!   (e.g. once an unfunded keeper is topped up).
 //! - **Watchdog.** Each pass counts subscriptions past due whose due step the journal holds
-//!   as mined in a block the index has passed (`keeper_stranded_subscriptions`, `/health`,
-//!   `--once` exit 4): renewals that stopped without an error.
+//!   as mined more than `--reorg-depth` blocks below the index's cursor
+//!   (`keeper_stranded_subscriptions`, `/health`, `--once` exit 4): renewals that stopped
+//!   without an error.
 //! - **Bounded work.** At most `--concurrency` transactions in flight; preflights run in
 //!   parallel up to the same bound.
 //! - **Only the service's subscriptions.** Anyone can create plans on the contract; the
@@ -402,7 +403,10 @@ impl Keeper {
         }
         let mut report = self.send_due(chain_now).await?;
         self.refresh_in_flight().await?;
-        report.stranded = self.store.stranded(chain_datetime(chain_now)).await?;
+        report.stranded = self
+            .store
+            .stranded(chain_datetime(chain_now), self.cfg.reorg_depth)
+            .await?;
         metrics::gauge!(names::STRANDED).set(report.stranded as f64);
         if report.stranded > 0 {
             tracing::error!(

@@ -127,16 +127,20 @@ impl Keeper {
         // Sent and without a receipt. If the node no longer holds it, nothing will mine it:
         // a reorg removed its block before this keeper recorded the receipt (so
         // `recheck_recent`, which walks closed steps, never sees it), or the node restarted
-        // or evicted it. The same bytes go out again now, not after `--replace-after-ms`.
+        // or evicted it. The same bytes go out again now; once it is older than
+        // `--replace-after-ms` it is replaced instead (a node that evicted it for its fee
+        // would drop the same bytes again).
+        let young = latest.sent_age_ms.unwrap_or(0) < self.cfg.replace_after_ms as i64;
         if !self.chain.node_holds(latest.tx.hash).await? {
             metrics::counter!(names::LOST).increment(1);
             tracing::warn!(
                 subscriptions = ?send.subscription_ids(), nonce = send.nonce, tx = %latest.tx.hash,
-                "sent transaction is neither mined nor in the node's pool; re-broadcasting it"
+                "sent transaction is neither mined nor in the node's pool; sending it again"
             );
-            return self.rebroadcast(send, latest).await;
-        }
-        if latest.sent_age_ms.unwrap_or(0) < self.cfg.replace_after_ms as i64 {
+            if young {
+                return self.rebroadcast(send, latest).await;
+            }
+        } else if young {
             return Ok(());
         }
         if send.txs.len() > self.cfg.max_replacements as usize {

@@ -89,8 +89,10 @@ impl Keeper {
             report.sent += round.sent;
             report.skipped += round.skipped;
             report.budget_stopped |= round.budget_stopped;
-            // The in-flight bound frees as receipts come; a spent budget only with the window.
-            report.more_due |= round.stopped && !round.budget_stopped;
+            // The in-flight bound frees as receipts come (a spent budget only with the window):
+            // go on soon — if this pass got anything out; slots held by stuck transactions
+            // free no faster than the poll interval.
+            report.more_due |= round.stopped && !round.budget_stopped && report.sent > 0;
             if round.stopped || (read as i64) < self.cfg.batch_size {
                 break;
             }

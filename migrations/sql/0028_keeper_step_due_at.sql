@@ -6,9 +6,11 @@
 -- closed, and the subscription was never charged again.
 ALTER TABLE keeper_steps ADD COLUMN due_at TIMESTAMPTZ;
 
--- Steps journaled before: a step that is its subscription's current one (still open, or
--- closed and not yet seen by the index) takes that step's due time, as the keeper computes
--- it; every other step is history and sorts before any due time.
+-- Steps journaled before: a step whose outcome the index has not seen yet (still open, or
+-- mined in a block past the index's cursor) and that matches its subscription's current step
+-- takes that step's due time, as the keeper computes it. Every other step is history and
+-- sorts before any due time — among them the steps of subscriptions a token-side failure
+-- stranded, which the keeper then offers again.
 UPDATE keeper_steps k
 SET due_at = COALESCE(
     (SELECT CASE WHEN s.status = 'past_due' AND NOT s.cancel_at_period_end
@@ -18,7 +20,11 @@ SET due_at = COALESCE(
      WHERE s.chain_id = k.chain_id AND s.onchain_id = k.subscription_id
        AND s.status IN ('active', 'past_due')
        AND k.period = s.period + 1
-       AND k.attempt = CASE WHEN s.cancel_at_period_end THEN 0 ELSE s.failed_attempts + 1 END),
+       AND k.attempt = CASE WHEN s.cancel_at_period_end THEN 0 ELSE s.failed_attempts + 1 END
+       AND (k.status IN ('pending', 'sent')
+            OR (k.status = 'mined' AND k.block_number > COALESCE(
+                    (SELECT c.block_number FROM indexer_cursor c WHERE c.chain_id = k.chain_id),
+                    -1)))),
     '-infinity');
 
 ALTER TABLE keeper_steps

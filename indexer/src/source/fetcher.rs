@@ -421,8 +421,9 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
     }
 }
 
-/// How many times `rpc_timeout` a single block's receipts may take, at most (a power of 2).
-const SINGLE_BLOCK_TIMEOUT_GROWTH: u32 = 16;
+/// How many times `rpc_timeout` a single block's receipts may take, at most (a power of 2):
+/// 4 keeps one call within the liveness bound (`ops::STALL`, 120 s) at the default 30 s.
+const SINGLE_BLOCK_TIMEOUT_GROWTH: u32 = 4;
 
 /// `fut`, or `on_timeout` once `limit` has passed.
 async fn timed<T>(

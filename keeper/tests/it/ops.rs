@@ -115,12 +115,14 @@ async fn a_due_subscription_whose_step_is_journaled_as_mined_is_reported_strande
         .await
         .unwrap();
 
-    assert_eq!(stack.keeper_once(&[]).code(), Some(4));
+    // The planted step sits in block 1: settled at any depth below the head.
+    let settled = ["--reorg-depth", "2"];
+    assert_eq!(stack.keeper_once(&settled).code(), Some(4));
     assert_eq!(stack.steps(sub).await, vec![], "nothing was sent for it");
 
     let socket = Reserved::new();
     let port = socket.port;
-    let _keeper = spawn(stack.keeper_on(&socket), &[]);
+    let _keeper = spawn(stack.keeper_on(&socket), &settled);
     let health = wait_health(port, |h| h["status"] == "stranded");
     assert_eq!(health["stranded"], 1);
     let (_, metrics) = http_get(port, "/metrics");

@@ -228,6 +228,10 @@ impl Stack {
             .envs(self.common_env())
             .env("KEEPER_PRIVATE_KEY", DEV_KEYS[accounts::KEEPER])
             .env("KEEPER_POLL_INTERVAL_MS", "100")
+            // Test chains are a few dozen blocks long: a shallow re-check depth (the tests'
+            // reorgs are 1 block deep) lets the watchdog see every settled step, so each
+            // `keeper_pass` also asserts that nothing is stranded (exit 4).
+            .env("KEEPER_REORG_DEPTH", "2")
             .env("RUST_LOG", "info")
             .stdout(if std::env::var_os("KEEPER_TEST_LOGS").is_some() {
                 // Set KEEPER_TEST_LOGS=1 to see the keeper's logs while debugging a test.

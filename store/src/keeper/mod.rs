@@ -348,12 +348,13 @@ impl Store {
     }
 
     /// The watchdog: live subscriptions of the keeper's scope whose step is due at `chain_now`
-    /// while the journal holds that very step as mined in a block the index has already
-    /// passed. The chain took the step, the index says it is still due, and `due()` will
+    /// while the journal holds that very step as mined more than `settled` blocks below the
+    /// index's cursor (a reorg the index has seen but the keeper has not yet re-checked must
+    /// not count). The chain took the step, the index says it is still due, and `due()` will
     /// never offer it again: renewals of that subscription have silently stopped. Always 0
     /// unless the step identity misses a way the contract records an attempt (a token-side
     /// failure once did: it counts no attempt).
-    pub async fn stranded(&self, chain_now: DateTime<Utc>) -> Result<i64> {
+    pub async fn stranded(&self, chain_now: DateTime<Utc>, settled: u64) -> Result<i64> {
         let client = self.pool.get().await?;
         Ok(client
             .query_one(
@@ -367,7 +368,7 @@ impl Store {
                     r#"
                  WHERE l.due_at <= $2 AND k.status = 'mined'
                    AND k.block_number <= (SELECT block_number FROM indexer_cursor
-                                          WHERE chain_id = $1)
+                                          WHERE chain_id = $1) - $5
                    AND "#,
                     in_scope!("l", "$3", "$4"),
                 ),
@@ -376,6 +377,7 @@ impl Store {
                     &chain_now,
                     &self.scope.any_plan,
                     &self.allowed_merchants(),
+                    &to_i64(settled, "blocks")?,
                 ],
             )
             .await?
