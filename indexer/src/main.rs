@@ -23,7 +23,12 @@ async fn main() -> ExitCode {
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        // Colour only on a terminal: log files and journald get plain text.
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .init();
     }
     let cli = Cli::parse();
     let result = match cli.command.unwrap_or(Command::Run) {

@@ -14,7 +14,12 @@ async fn main() -> std::process::ExitCode {
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        // Colour only on a terminal: log files and journald get plain text.
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .init();
     }
     let prometheus = match keeper::telemetry::install_metrics() {
         Ok(h) => h,

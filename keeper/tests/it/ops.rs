@@ -87,6 +87,10 @@ async fn the_keeper_refuses_to_start_with_the_operators_key() {
         log.contains("KEEPER_PRIVATE_KEY is the contract operator's key"),
         "{log}"
     );
+    assert!(
+        !log.contains('\x1b'),
+        "no colour codes in a log that is not a terminal: {log}"
+    );
     assert_eq!(stack.steps(sub).await, vec![], "nothing was sent");
 }
 
