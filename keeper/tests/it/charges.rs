@@ -2,7 +2,7 @@
 //! are charged exactly once, failed charges follow the grace rules, and cancel-at-period-end
 //! subscriptions end at period end.
 
-use crate::support::{DAY, Stack, Step};
+use crate::support::{DAY, Stack, Step, due_subscription};
 use chainsub_abi::EndReason;
 use chainsub_tests::DevChain;
 use chainsub_tests::chain::accounts;
@@ -243,11 +243,7 @@ async fn tx_statuses(stack: &Stack, sub: u64) -> Vec<String> {
 /// (60% → 90% → 135%), and the period is charged exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_charge_that_reverted_on_chain_is_retried_with_more_gas_and_lands_once() {
-    let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
+    let (stack, sub) = due_subscription(3).await;
 
     let mut cmd = stack.keeper();
     cmd.env("KEEPER_GAS_HEADROOM_PERCENT", "60")
@@ -287,11 +283,7 @@ async fn a_charge_that_reverted_on_chain_is_retried_with_more_gas_and_lands_once
 /// /health), not retried forever and not dropped silently.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_charge_that_keeps_reverting_is_abandoned_and_reported() {
-    let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
+    let (stack, sub) = due_subscription(3).await;
 
     let socket = chainsub_tests::Reserved::new();
     let port = socket.port;
@@ -624,11 +616,7 @@ async fn a_batch_that_reverted_on_chain_is_retried_one_renewal_at_a_time() {
 /// subscription is charged, not stranded `past_due` behind the closed step.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_token_side_failure_is_retried_a_day_later_and_charged_once_the_token_works() {
-    let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
+    let (stack, sub) = due_subscription(3).await;
 
     stack.chain.token_transfers_fail(true).await;
     stack.keeper_pass();

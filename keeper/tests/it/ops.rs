@@ -1,21 +1,10 @@
 //! Operating the keeper: the gas budget, the funds pre-check, one keeper per chain, health
 //! and metrics, and a clean stop on SIGTERM.
 
-use crate::support::{DAY, Stack, Step, http_get, spawn, wait_exit, wait_health};
+use crate::support::{DAY, Stack, Step, due_subscription, http_get, spawn, wait_exit, wait_health};
 use chainsub_abi::EndReason;
 use chainsub_tests::Reserved;
 use chainsub_tests::chain::accounts;
-
-async fn due_subscription(paid_periods: u64) -> (Stack, u64) {
-    let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let sub = stack
-        .subscribe(accounts::CUSTOMER, plan, paid_periods)
-        .await;
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
-    (stack, sub)
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn spent_gas_budget_stops_sends_and_once_exits_with_status_2() {

@@ -1,16 +1,12 @@
 //! A reorg that takes a mined charge out of the chain: the keeper re-broadcasts the same
 //! signed transaction (same nonce) instead of forgetting the step or signing a second one.
 
-use crate::support::{DAY, Stack, Step};
+use crate::support::{Stack, Step, due_subscription};
 use chainsub_tests::chain::accounts;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn charge_reorged_out_is_rebroadcast_with_the_same_bytes_and_lands_once() {
-    let stack = Stack::start().await;
-    let plan = stack.create_plan().await;
-    let sub = stack.subscribe(accounts::CUSTOMER, plan, 3).await;
-    stack.chain.increase_time(32 * DAY).await;
-    stack.sync_index().await;
+    let (stack, sub) = due_subscription(3).await;
 
     stack.keeper_pass();
     stack.sync_index().await;

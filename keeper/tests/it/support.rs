@@ -409,6 +409,19 @@ impl Stack {
     }
 }
 
+/// A fresh stack with one subscription of `CUSTOMER` to a new plan (`paid_periods` paid for),
+/// a month later and indexed: its renewal is due. Returns the stack and the subscription.
+pub async fn due_subscription(paid_periods: u64) -> (Stack, u64) {
+    let stack = Stack::start().await;
+    let plan = stack.create_plan().await;
+    let sub = stack
+        .subscribe(accounts::CUSTOMER, plan, paid_periods)
+        .await;
+    stack.chain.increase_time(32 * DAY).await;
+    stack.sync_index().await;
+    (stack, sub)
+}
+
 /// Starts a long-running keeper (plus `extra` flags); killed (SIGKILL) when dropped.
 pub fn spawn(mut cmd: Command, extra: &[&str]) -> ChildGuard {
     ChildGuard(cmd.args(extra).spawn().expect("spawn keeper"))
