@@ -133,6 +133,9 @@ pub struct Config {
     /// Webhook dispatcher and endpoint settings (WEBHOOK_*).
     #[command(flatten)]
     pub webhooks: chainsub_webhooks::WebhookConfig,
+    /// Connection caps and timeouts of the API's listeners.
+    #[command(flatten)]
+    pub http: chainsub_serve::HttpLimits,
     /// Checkout and dashboard page settings (EXPLORER_TX_URL, CHECKOUT_ALLOWANCE_PERIODS).
     #[command(flatten)]
     pub pages: crate::pages::PagesConfig,

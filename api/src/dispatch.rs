@@ -63,7 +63,13 @@ pub async fn run_standalone(
             let text = handle.as_ref().map(|h| h.render()).unwrap_or_default();
             warp::reply::with_header(text, "content-type", "text/plain; version=0.0.4")
         });
-        tokio::spawn(warp::serve(route).incoming(listener).run());
+        let gate = chainsub_serve::Gate::plain("dispatcher_metrics", Default::default());
+        tokio::spawn(chainsub_serve::serve(
+            warp::service(route),
+            listener,
+            gate,
+            std::future::pending(),
+        ));
     }
     Ok(dispatcher::run(pool, args.database_url, args.webhooks, shutdown).await?)
 }

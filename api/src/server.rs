@@ -1,6 +1,7 @@
 //! Starting and stopping one API server (used by `main` and by the tests, in-process).
 
 use chainsub_core::Listen;
+use chainsub_serve::Gate;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,26 +126,32 @@ pub async fn start_sharded(
     if let Some(metrics_addr) = ctx.cfg.metrics_listen {
         let l = bind(&metrics_addr)?;
         metrics_bound = l.local_addr().ok();
-        tokio::spawn(
-            warp::serve(
-                crate::metrics::routes(ctx.clone())
-                    .map(|r: crate::http::reply::Resp| r.finish("metrics")),
-            )
-            .incoming(l)
-            .run(),
-        );
+        let routes = crate::metrics::routes(ctx.clone())
+            .map(|r: crate::http::reply::Resp| r.finish("metrics"));
+        let gate = Gate::plain("api_metrics", ctx.cfg.http.clone());
+        tokio::spawn(chainsub_serve::serve(
+            warp::service(routes),
+            l,
+            gate,
+            std::future::pending(),
+        ));
     }
+    // One gate for every request loop: the caps are per process.
+    let gate = api_gate(&ctx);
+    chainsub_serve::raise_open_files_limit(&ctx.cfg.http, ctx.cfg.database_pool_size + 64);
     let mut stops = Vec::new();
     let task = if shards == 0 {
         let (stop, stopped) = oneshot::channel::<()>();
         stops.push(stop);
         let listener = tokio::net::TcpListener::from_std(listener).map_err(internal)?;
-        let server = warp::serve(app(ctx.clone()))
-            .incoming(listener)
-            .graceful(async move {
+        tokio::spawn(chainsub_serve::serve(
+            warp::service(app(ctx.clone())),
+            listener,
+            gate,
+            async move {
                 let _ = stopped.await;
-            });
-        tokio::spawn(server.run())
+            },
+        ))
     } else {
         let total = ctx.cfg.database_pool_size.max(shards);
         let mut done = Vec::new();
@@ -159,6 +166,7 @@ pub async fn start_sharded(
                 i,
                 shard,
                 listener.try_clone().map_err(internal)?,
+                gate.clone(),
                 stopped,
             )?);
         }
@@ -187,6 +195,7 @@ fn spawn_loop(
     i: usize,
     ctx: Ctx,
     listener: std::net::TcpListener,
+    gate: Gate,
     stopped: oneshot::Receiver<()>,
 ) -> Result<(oneshot::Receiver<()>, std::thread::JoinHandle<()>)> {
     let (done, finished) = oneshot::channel::<()>();
@@ -200,13 +209,10 @@ fn spawn_loop(
             rt.block_on(async move {
                 match tokio::net::TcpListener::from_std(listener) {
                     Ok(listener) => {
-                        warp::serve(app(ctx))
-                            .incoming(listener)
-                            .graceful(async move {
-                                let _ = stopped.await;
-                            })
-                            .run()
-                            .await
+                        chainsub_serve::serve(warp::service(app(ctx)), listener, gate, async move {
+                            let _ = stopped.await;
+                        })
+                        .await
                     }
                     Err(e) => tracing::error!(error = %e, "request loop {i}: listener"),
                 }
@@ -233,6 +239,17 @@ impl Running {
         let _ = (&mut self.task).await;
         self.key_listener.abort();
     }
+}
+
+/// The public listener's gate: `HTTP_*` caps, with `TRUSTED_PROXIES` exempt from the
+/// per-client one (a proxy carries many clients' connections).
+fn api_gate(ctx: &Ctx) -> Gate {
+    let proxies = ctx.cfg.trusted_proxies.clone();
+    Gate::new(
+        "api",
+        ctx.cfg.http.clone(),
+        Arc::new(move |ip| proxies.iter().any(|c| c.contains(ip))),
+    )
 }
 
 /// A tokio listener for a `Listen` setting (an address, or a socket handed over as stdin).

@@ -77,6 +77,9 @@ pub struct Settings {
         global = true
     )]
     pub metrics_listen: Listen,
+    /// Connection caps and timeouts of that listener (`HTTP_*`).
+    #[command(flatten)]
+    pub http: chainsub_serve::HttpLimits,
     /// How often to poll for new blocks at the head, in milliseconds.
     #[arg(
         long,

@@ -61,7 +61,7 @@ async fn run_indexer(s: &Settings) -> anyhow::Result<ExitCode> {
     let metrics = ops::install_metrics()?;
     let status = ops::Status::new(cfg.chain_id);
     status.set_max_lag(s.max_lag_blocks);
-    ops::serve(s.metrics_listen, status.clone(), metrics).await?;
+    ops::serve(s.metrics_listen, s.http.clone(), status.clone(), metrics).await?;
     let deadline = Duration::from_secs(s.startup_deadline_secs);
     if !s.no_migrate {
         let db = chainsub_store::pg::Database::from_url(&url)?;

@@ -194,6 +194,7 @@ pub fn install_metrics() -> crate::Result<PrometheusHandle> {
 /// bound address.
 pub async fn serve(
     listen: Listen,
+    limits: chainsub_serve::HttpLimits,
     status: Arc<Status>,
     metrics: PrometheusHandle,
 ) -> crate::Result<SocketAddr> {
@@ -219,11 +220,14 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .map_err(|e| crate::Error::Config(e.to_string()))?;
-    tokio::spawn(
-        warp::serve(ready.or(live).or(prom))
-            .incoming(listener)
-            .run(),
-    );
+    chainsub_serve::raise_open_files_limit(&limits, 64);
+    let gate = chainsub_serve::Gate::plain("indexer", limits);
+    tokio::spawn(chainsub_serve::serve(
+        warp::service(ready.or(live).or(prom)),
+        listener,
+        gate,
+        std::future::pending(),
+    ));
     tracing::info!(%addr, "health and metrics listening");
     Ok(addr)
 }
@@ -231,6 +235,36 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 46, point 8: the indexer's listener closes a connection that sends nothing.
+    #[tokio::test]
+    async fn the_listener_closes_idle_connections_and_answers_others() {
+        use chainsub_tests::net::{connect_from, read_until_closed};
+        use tokio::io::AsyncWriteExt as _;
+        let limits = chainsub_serve::HttpLimits {
+            idle_timeout_secs: 1,
+            ..Default::default()
+        };
+        let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .build_recorder()
+            .handle();
+        let listen: Listen = "127.0.0.1:0".parse().unwrap();
+        let addr = serve(listen, limits, Status::new(1), prometheus)
+            .await
+            .unwrap();
+        let mut idle = connect_from([127, 0, 0, 2].into(), addr).await;
+        let mut asking = connect_from([127, 0, 0, 3].into(), addr).await;
+        asking
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(
+            read_until_closed(&mut asking)
+                .await
+                .starts_with("HTTP/1.1 200")
+        );
+        assert_eq!(read_until_closed(&mut idle).await, "");
+    }
 
     #[test]
     fn a_writer_is_ready_until_it_lags_or_its_session_fails() {

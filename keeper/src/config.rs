@@ -63,6 +63,9 @@ pub struct Config {
     /// Health (`/health`) and Prometheus (`/metrics`) listen address.
     #[arg(long, env = "KEEPER_METRICS_LISTEN", default_value = "127.0.0.1:9102")]
     pub metrics_listen: Listen,
+    /// Connection caps and timeouts of that listener (`HTTP_*`).
+    #[command(flatten)]
+    pub http: chainsub_serve::HttpLimits,
     /// The lock session ends on the server after this long without a statement (a
     /// heartbeat keeps a running keeper's busy), so a frozen or partitioned keeper loses the
     /// lock and a standby takes over within about this plus one poll interval.

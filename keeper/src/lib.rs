@@ -147,6 +147,7 @@ pub async fn run(
     }));
     let bound = telemetry::serve(
         cfg.metrics_listen,
+        cfg.http.clone(),
         health.clone(),
         prometheus,
         stop_rx.clone(),

@@ -131,6 +131,7 @@ pub fn install_metrics() -> std::result::Result<PrometheusHandle, String> {
 /// the bound address (useful with port 0).
 pub async fn serve(
     listen: Listen,
+    limits: chainsub_serve::HttpLimits,
     health: SharedHealth,
     prometheus: PrometheusHandle,
     mut shutdown: watch::Receiver<bool>,
@@ -162,14 +163,20 @@ pub async fn serve(
         .and(warp::path::end())
         .map(move || prometheus.render());
     let routes = warp::get().and(health_route.or(live_route).or(metrics_route));
-    let server = warp::serve(routes).incoming(listener).graceful(async move {
-        while !*shutdown.borrow_and_update() {
-            if shutdown.changed().await.is_err() {
-                break;
+    chainsub_serve::raise_open_files_limit(&limits, 64);
+    let gate = chainsub_serve::Gate::plain("keeper", limits);
+    tokio::spawn(chainsub_serve::serve(
+        warp::service(routes),
+        listener,
+        gate,
+        async move {
+            while !*shutdown.borrow_and_update() {
+                if shutdown.changed().await.is_err() {
+                    break;
+                }
             }
-        }
-    });
-    tokio::spawn(server.run());
+        },
+    ));
     Ok(bound)
 }
 
@@ -177,6 +184,37 @@ pub async fn serve(
 mod tests {
     use super::*;
     use std::time::{Duration, Instant};
+
+    /// Issue 46, point 8: the keeper's listener closes a connection that sends nothing.
+    #[tokio::test]
+    async fn the_listener_closes_idle_connections_and_answers_others() {
+        use chainsub_tests::net::{connect_from, read_until_closed};
+        use tokio::io::AsyncWriteExt as _;
+        let limits = chainsub_serve::HttpLimits {
+            idle_timeout_secs: 1,
+            ..Default::default()
+        };
+        let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .build_recorder()
+            .handle();
+        let (_stop, stopped) = watch::channel(false);
+        let listen: Listen = "127.0.0.1:0".parse().unwrap();
+        let addr = serve(listen, limits, SharedHealth::default(), prometheus, stopped)
+            .await
+            .unwrap();
+        let mut idle = connect_from([127, 0, 0, 2].into(), addr).await;
+        let mut asking = connect_from([127, 0, 0, 3].into(), addr).await;
+        asking
+            .write_all(b"GET /live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(
+            read_until_closed(&mut asking)
+                .await
+                .starts_with("HTTP/1.1 200")
+        );
+        assert_eq!(read_until_closed(&mut idle).await, "");
+    }
 
     #[test]
     fn readiness_fails_while_starting_or_after_a_failed_pass() {

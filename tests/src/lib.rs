@@ -7,6 +7,7 @@ pub mod chain;
 pub mod db;
 pub mod flood;
 pub mod merchant;
+pub mod net;
 pub mod process;
 pub mod proxy;
 pub mod receiver;

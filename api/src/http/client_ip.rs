@@ -143,7 +143,7 @@ pub fn limit_key(ip: Option<IpAddr>) -> String {
 
 /// Extracts [`ClientAddr`] (peer and forwarding headers, unparsed).
 pub fn client_addr() -> BoxedFilter<(ClientAddr,)> {
-    warp::addr::remote()
+    chainsub_serve::peer()
         .and(warp::header::optional::<String>("forwarded"))
         .and(warp::header::optional::<String>("x-forwarded-for"))
         .map(

@@ -51,6 +51,9 @@ pub enum ApiError {
     /// 411: a body without a length.
     #[error("length required")]
     LengthRequired,
+    /// 408: the body did not arrive within `HTTP_BODY_TIMEOUT_SECS`.
+    #[error("request body timed out")]
+    RequestTimeout,
     /// 413.
     #[error("request body too large")]
     PayloadTooLarge,
@@ -127,6 +130,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::LengthRequired => StatusCode::LENGTH_REQUIRED,
+            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited(_) | ApiError::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -188,6 +192,12 @@ impl ApiError {
                 "invalid_request_error",
                 "length_required",
                 "a request body needs Content-Length or chunked encoding".into(),
+                None,
+            ),
+            ApiError::RequestTimeout => (
+                "invalid_request_error",
+                "request_timeout",
+                "the request body did not arrive in time (HTTP_BODY_TIMEOUT_SECS)".into(),
                 None,
             ),
             ApiError::PayloadTooLarge => (

@@ -281,10 +281,15 @@ where
 {
     let mut out = Vec::new();
     while let Some(chunk) = stream.next().await {
-        let mut chunk = chunk.map_err(|e| ApiError::Invalid {
-            code: "body_unreadable",
-            message: format!("could not read the request body: {e}"),
-            param: None,
+        let mut chunk = chunk.map_err(|e| {
+            if chainsub_serve::is_body_timeout(&e) {
+                return ApiError::RequestTimeout;
+            }
+            ApiError::Invalid {
+                code: "body_unreadable",
+                message: format!("could not read the request body: {e}"),
+                param: None,
+            }
         })?;
         if out.len() + chunk.remaining() > BODY_LIMIT {
             return Err(ApiError::PayloadTooLarge);

@@ -765,3 +765,115 @@ async fn an_idempotency_key_binds_one_request_for_24_hours_on_every_path() {
         .get(0);
     assert_eq!(n, 2, "exactly the two plans asked for");
 }
+
+/// Issue 46, point 8: one client cannot hold the API's connections. Past its share a
+/// connection is refused at once with a JSON 429; idle and half-sent connections are closed
+/// after `HTTP_IDLE_TIMEOUT_SECS`; a body that stops arriving is a 408; other clients are
+/// served throughout, and every connection is given back.
+#[tokio::test]
+async fn idle_and_half_sent_connections_are_capped_per_client_and_closed_in_time() {
+    use alloy::primitives::Address;
+    use chainsub_tests::net::{connect_from, read_until_closed};
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+    let app = spawn(Opts {
+        metrics: true,
+        args: [
+            "--http-max-connections-per-client",
+            "8",
+            "--http-idle-timeout-secs",
+            "1",
+            "--http-body-timeout-secs",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(Address::repeat_byte(0x31)).await;
+    let addr = app.running.addr;
+    let from = |ip: [u8; 4]| connect_from(ip.into(), addr);
+    let read_all =
+        |mut conn: tokio::net::TcpStream| async move { read_until_closed(&mut conn).await };
+    let attacker = [127, 0, 0, 2];
+    let mut held = Vec::new();
+    for i in 0..8 {
+        let mut c = from(attacker).await;
+        if i % 2 == 0 {
+            c.write_all(b"GET /api/v1/plans HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .await
+                .unwrap();
+        }
+        held.push(c);
+    }
+    // A body that stops half-way, from another client.
+    let mut slow_body = from([127, 0, 0, 3]).await;
+    let head = format!(
+        "POST /api/v1/plans HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"name\":"
+    );
+    slow_body.write_all(head.as_bytes()).await.unwrap();
+
+    let wait_open = |n: f64| {
+        let app = &app;
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let text = app.metrics().await;
+                let open = text
+                    .lines()
+                    .find(|l| l.starts_with("http_connections_open{listener=\"api\"}"))
+                    .and_then(|l| l.rsplit(' ').next())
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0);
+                if open == n {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "open {open}, want {n}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait_open(9.0).await;
+    let refused = read_all(from(attacker).await).await;
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    assert!(
+        refused.contains(r#""code":"too_many_connections""#),
+        "{refused}"
+    );
+
+    // Everyone else is served meanwhile.
+    let fresh = app.get("/api/v1/plans", &key).await;
+    assert_eq!(fresh.status, 200);
+
+    let answer = read_all(slow_body).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#""code":"request_timeout""#), "{answer}");
+    for c in held {
+        let rest = read_all(c).await;
+        assert!(
+            rest.is_empty() || rest.starts_with("HTTP/1.1 408"),
+            "{rest}"
+        );
+    }
+    // No plan was made from the cut-off body, and every connection was given back (the
+    // kit's own keep-alive connection closes after the idle timeout too).
+    let plans = app.get("/api/v1/plans", &key).await;
+    assert_eq!(plans.body["data"].as_array().unwrap().len(), 0);
+    wait_open(0.0).await;
+    let after = read_all({
+        let mut c = from(attacker).await;
+        let get = format!(
+            "GET /api/v1/plans HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+             Connection: close\r\n\r\n"
+        );
+        c.write_all(get.as_bytes()).await.unwrap();
+        c
+    })
+    .await;
+    assert!(after.starts_with("HTTP/1.1 200"), "{after}");
+}
