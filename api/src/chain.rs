@@ -32,6 +32,12 @@ pub struct Relayer {
     funded: std::sync::Mutex<Option<bool>>,
     /// Test-only fail points (`--fail-point`, comma-separated names).
     fail_point: Option<String>,
+    /// This process's sends take turns here before they ask for the relayer lock, so at
+    /// most one of them waits on (or holds) the database lock at a time.
+    turn: tokio::sync::Mutex<()>,
+    /// The one connection the relayer lock is taken on: never the request pool's, so sends
+    /// queued behind another process's never hold connections that requests need.
+    lock_pool: crate::db::Pool,
 }
 
 /// What `createPlan` creates: the merchant's plan at `amount` under `plan_ref`.
@@ -184,6 +190,38 @@ impl std::fmt::Display for SendFailure {
     }
 }
 
+impl SendFailure {
+    /// What a merchant is told (a plan's `provisioning.error`): the kind of failure, and the
+    /// contract's or the node's reason when there is one — never a transport or database
+    /// detail (those are logged).
+    fn for_merchant(&self, call: &str) -> String {
+        use chainsub_abi::SubscriptionManager::SubscriptionManagerErrors as E;
+        match self {
+            SendFailure::Estimate(e) => match e.as_error_resp() {
+                Some(resp) => match resp.as_decoded_interface_error::<E>() {
+                    Some(decoded) => {
+                        let debug = format!("{decoded:?}");
+                        let name = debug.split('(').next().unwrap_or("an error");
+                        format!("{call} reverted: {name}")
+                    }
+                    None => format!("{call} was refused by the chain: {}", resp.message),
+                },
+                None => "the chain RPC could not be reached".into(),
+            },
+            SendFailure::NotSent(_) => {
+                "the transaction could not be prepared (chain RPC or database unavailable);                  nothing was sent"
+                    .into()
+            }
+            SendFailure::NodeRefused(why, _) => {
+                format!("the node refused the transaction ({})", why.trim_start_matches("send: "))
+            }
+            SendFailure::MaybeSent(_) => {
+                "the node did not confirm the transaction; it may still be mined".into()
+            }
+        }
+    }
+}
+
 impl From<String> for SendFailure {
     fn from(e: String) -> SendFailure {
         SendFailure::NotSent(e)
@@ -253,6 +291,8 @@ impl Relayer {
             min_balance: U256::from(cfg.relayer_min_balance_wei),
             funded: std::sync::Mutex::new(None),
             fail_point: cfg.fail_point.clone(),
+            turn: tokio::sync::Mutex::new(()),
+            lock_pool: crate::db::pool(&cfg.database_url, 1)?,
         }))
     }
 
@@ -404,8 +444,9 @@ impl Relayer {
         let this = match self.send(pool, request, replace.as_ref(), journal).await {
             Ok(p) => p,
             Err(e) => {
+                tracing::warn!(error = %e, "provisioning: createPlan not sent");
                 return self
-                    .after_failure(merchant, plan_ref, format!("createPlan: {e}"))
+                    .after_failure(merchant, plan_ref, e.for_merchant("createPlan"))
                     .await;
             }
         };
@@ -454,8 +495,9 @@ impl Relayer {
     }
 
     /// Sends `createPlan` with a nonce this process does not cache: the estimate first (a
-    /// reverting call consumes no nonce), then, under a database lock per relayer key held
-    /// until the node acknowledged the send, the key's pending nonce read from the node, the
+    /// reverting call consumes no nonce), then, in this process's queue of sends and under a
+    /// database lock per relayer key (on the relayer's own connection) held until the node
+    /// acknowledged the send, the key's pending nonce read from the node, the
     /// fees, and the signed transaction. Several API processes sharing the key take turns;
     /// any error leaves nothing behind, since the next send reads the nonce again. With
     /// `replace`, the transaction takes that one's nonce and at least 25% more in fees.
@@ -473,7 +515,14 @@ impl Relayer {
             .estimate(request.clone())
             .await
             .map_err(SendFailure::Estimate)?;
-        let mut conn = pool.get().await.map_err(|e| format!("relayer lock: {e}"))?;
+        // One send of this process at a time asks for the lock, on the relayer's own
+        // connection; the journal below takes one request-pool connection at a time.
+        let _turn = self.turn.lock().await;
+        let mut conn = self
+            .lock_pool
+            .get()
+            .await
+            .map_err(|e| format!("relayer lock: {e}"))?;
         let lock = conn
             .transaction()
             .await

@@ -16,7 +16,7 @@ pub struct Config {
     pub database_pool_size: usize,
     /// JSON-RPC endpoint of the chain (used to provision plans and to read the head).
     #[arg(long, env = "RPC_URL", default_value = "http://127.0.0.1:8545")]
-    pub rpc_url: String,
+    pub rpc_url: chainsub_core::RpcUrl,
     /// The one chain this deployment serves.
     #[arg(long, env = "CHAIN_ID", default_value_t = 31337)]
     pub chain_id: u64,

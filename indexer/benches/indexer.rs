@@ -222,7 +222,7 @@ async fn finish(chain: DevChain, started: Instant) -> Built {
     rpc.raw("evm_setAutomine", json!([true])).await;
     let head = chain.provider.get_block_number().await.unwrap();
     // Counting only: no cap on the answer.
-    let logs = RpcSource::new(&chain.anvil.url, chain.manager)
+    let logs = RpcSource::new(&chain.anvil.rpc_url(), chain.manager)
         .unwrap()
         .with_max_logs_response_bytes(usize::MAX);
     let events = count_logs(&logs, chain.deploy_block, head).await;
@@ -639,7 +639,7 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
     let db = TestDb::create().await;
     let client = db.connect().await;
     let (stop, rx) = watch::channel(false);
-    let source = Arc::new(RpcSource::new(&chain.anvil.url, chain.manager).unwrap());
+    let source = Arc::new(RpcSource::new(&chain.anvil.rpc_url(), chain.manager).unwrap());
     let status = Status::new(cfg.chain_id);
     let (c2, u2, s2, st2) = (cfg.clone(), db.url.clone(), source.clone(), status.clone());
     reset_peak_rss();

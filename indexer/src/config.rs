@@ -56,7 +56,7 @@ pub struct Settings {
     pub database_url: Option<String>,
     /// JSON-RPC endpoint of the chain (HTTP).
     #[arg(long, env = "RPC_URL", global = true)]
-    pub rpc_url: Option<String>,
+    pub rpc_url: Option<chainsub_core::RpcUrl>,
     /// Chain id; the node must report the same.
     #[arg(long, env = "CHAIN_ID", global = true)]
     pub chain_id: Option<u64>,
@@ -250,7 +250,7 @@ impl Settings {
     }
 
     /// RPC_URL.
-    pub fn rpc_url(&self) -> crate::Result<String> {
+    pub fn rpc_url(&self) -> crate::Result<chainsub_core::RpcUrl> {
         required(&self.rpc_url, "RPC_URL")
     }
 

@@ -59,7 +59,7 @@ pub struct Chain {
 impl Chain {
     /// Connects, checks the chain id and reads the token address.
     pub async fn connect(
-        rpc_url: &str,
+        rpc_url: &chainsub_core::RpcUrl,
         chain_id: u64,
         manager: Address,
         key: PrivateKeySigner,

@@ -50,7 +50,7 @@ pub struct Config {
     pub database_url: String,
     /// JSON-RPC endpoint of the chain.
     #[arg(long, env = "RPC_URL")]
-    pub rpc_url: String,
+    pub rpc_url: chainsub_core::RpcUrl,
     /// Chain id; checked against the RPC at start.
     #[arg(long, env = "CHAIN_ID")]
     pub chain_id: u64,

@@ -12,10 +12,11 @@ use alloy::consensus::TxEnvelope;
 use alloy::eips::Encodable2718;
 use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
 use alloy::primitives::{Address, B256, U256, keccak256};
-use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::TransactionRequest;
 use alloy::signers::local::PrivateKeySigner;
 use alloy::transports::TransportError;
+use chainsub_core::RpcUrl;
 pub use chainsub_core::{Outcome, SignedTx};
 
 /// What can go wrong.
@@ -61,15 +62,9 @@ impl std::fmt::Debug for Sender {
 
 impl Sender {
     /// A sender for `key` on `rpc_url` (no request yet: the node may still be down).
-    pub fn new(rpc_url: &str, chain_id: u64, key: PrivateKeySigner) -> Result<Sender, Error> {
-        let url = rpc_url
-            .parse()
-            .map_err(|e| Error::Config(format!("RPC_URL: {e}")))?;
+    pub fn new(rpc_url: &RpcUrl, chain_id: u64, key: PrivateKeySigner) -> Result<Sender, Error> {
         // No fillers: nonce, gas and fees are the caller's decisions.
-        let provider = ProviderBuilder::new()
-            .disable_recommended_fillers()
-            .connect_http(url)
-            .erased();
+        let provider = rpc_url.provider();
         Ok(Sender {
             provider,
             address: key.address(),
@@ -80,7 +75,7 @@ impl Sender {
 
     /// [`Sender::new`], checking that the node serves `chain_id`.
     pub async fn connect(
-        rpc_url: &str,
+        rpc_url: &RpcUrl,
         chain_id: u64,
         key: PrivateKeySigner,
     ) -> Result<Sender, Error> {

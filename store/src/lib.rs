@@ -132,7 +132,7 @@ mod layout {
         ];
         let mut files = Vec::new();
         for krate in [
-            "api", "indexer", "keeper", "webhooks", "sender", "views", "core",
+            "api", "indexer", "keeper", "webhooks", "sender", "views", "core", "serve",
         ] {
             sources(&root.join(krate).join("src"), &mut files);
         }

@@ -50,6 +50,11 @@ pub fn anvil_bin() -> PathBuf {
 }
 
 impl Anvil {
+    /// The node's URL as the services take it.
+    pub fn rpc_url(&self) -> chainsub_core::RpcUrl {
+        self.url.parse().expect("anvil's URL")
+    }
+
     /// Starts anvil with chain id 31337 and instant mining.
     pub fn start() -> Anvil {
         Self::start_with(&[])

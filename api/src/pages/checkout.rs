@@ -3,7 +3,7 @@
 //! `subscribe` transactions with alloy so the page needs no ABI library.
 
 use alloy::primitives::{Address, B256, Signature, U256};
-use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::providers::{DynProvider, Provider};
 use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
 use chainsub_abi::{MockUSDC, Permit, SubscriptionManager};
 use serde::Serialize;
@@ -128,11 +128,8 @@ pub struct WalletState {
 }
 
 /// A provider for reads only (no signer): the page never sends anything itself.
-pub fn read_provider(rpc_url: &str) -> Result<DynProvider> {
-    let url = rpc_url
-        .parse()
-        .map_err(|e| ApiError::Internal(format!("RPC_URL: {e}")))?;
-    Ok(ProviderBuilder::new().connect_http(url).erased())
+pub fn read_provider(rpc_url: &chainsub_core::RpcUrl) -> Result<DynProvider> {
+    Ok(rpc_url.provider())
 }
 
 /// Reads balance, allowance and the live subscription in parallel.

@@ -326,7 +326,7 @@ async fn a_customer_reference_copied_into_another_wallets_subscription_names_no_
 async fn a_permit_is_offered_only_for_a_token_with_a_usable_eip2612_domain() {
     use chainsub_api::pages::checkout::{permit_domain, read_provider};
     let chain = DevChain::start().await;
-    let provider = read_provider(&chain.anvil.url).unwrap();
+    let provider = read_provider(&chain.anvil.rpc_url()).unwrap();
     let owner = DevChain::address(CUSTOMER_B);
     let domain = permit_domain(&provider, chain.anvil.chain_id, chain.usdc, owner)
         .await

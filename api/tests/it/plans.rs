@@ -821,3 +821,54 @@ async fn an_api_that_dies_between_journal_and_broadcast_resumes_the_same_nonce()
         U256::from(1)
     );
 }
+
+/// Issue 46, point 6: relayer sends waiting their turn on the relayer lock used to hold
+/// request-pool connections, and the sender holding the lock then asked the pool for
+/// another to journal on: with more sends than pool connections, the pool ran dry, the
+/// journal waits timed out and unrelated reads got 503. Sends now queue in the process and
+/// lock on a connection of their own: every read is answered and every plan provisioned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_relayer_sends_never_run_the_request_pool_dry() {
+    let app = spawn(Opts {
+        chain: true,
+        pool_size: Some(3),
+        provision_timeout_ms: 60_000,
+        // Each send holds the relayer lock a second after journaling.
+        args: vec!["--fail-point".into(), "relayer-pause-after-journal".into()],
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let reader = app
+        .merchant_key(alloy::primitives::Address::repeat_byte(0x52))
+        .await;
+    let creations = futures::future::join_all((0..6).map(|i| {
+        let (client, key) = (app.api.clone(), key.clone());
+        async move {
+            client
+                .post_res(
+                    "/api/v1/plans",
+                    &key,
+                    &plan_body(&format!("Plan {i}")),
+                    None,
+                )
+                .await
+                .unwrap()
+        }
+    }));
+    let reads = async {
+        let mut statuses = Vec::new();
+        for _ in 0..40 {
+            statuses.push(app.get("/api/v1/plans", &reader).await.status);
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        statuses
+    };
+    let (created, statuses) = tokio::join!(creations, reads);
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    for r in &created {
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        assert_eq!(r.body["status"], "active", "{:?}", r.body);
+    }
+    assert_eq!(plan_count(&app).await, U256::from(6));
+}

@@ -3,10 +3,11 @@
 
 use alloy::eips::{BlockId, BlockNumberOrTag};
 use alloy::primitives::{Address, B256, Bloom, U64};
-use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::{Filter, Log};
 use alloy::transports::{RpcError, TransportErrorKind};
 use async_trait::async_trait;
+use chainsub_core::RpcUrl;
 use serde::Deserialize;
 
 use super::{BlockSource, SourceError};
@@ -29,7 +30,7 @@ pub struct RpcSource {
     contract: Address,
     /// `eth_getLogs` goes through its own HTTP client, so its answer can be read with a cap.
     http: reqwest::Client,
-    url: String,
+    url: RpcUrl,
     max_logs_response_bytes: usize,
 }
 
@@ -58,15 +59,15 @@ impl From<RpcHeader> for Header {
 
 impl RpcSource {
     /// Connects (lazily) to `rpc_url`.
-    pub fn new(rpc_url: &str, contract: Address) -> crate::Result<RpcSource> {
+    pub fn new(rpc_url: &RpcUrl, contract: Address) -> crate::Result<RpcSource> {
         let http = reqwest::Client::builder()
             .build()
             .map_err(|e| crate::Error::Config(format!("HTTP client: {e}")))?;
         Ok(RpcSource {
-            provider: provider(rpc_url)?,
+            provider: rpc_url.provider(),
             contract,
             http,
-            url: rpc_url.to_string(),
+            url: rpc_url.clone(),
             max_logs_response_bytes: MAX_LOGS_RESPONSE_BYTES,
         })
     }
@@ -83,15 +84,10 @@ impl RpcSource {
     }
 }
 
-/// A plain HTTP provider for `rpc_url` (no fillers: the indexer only reads).
-pub fn provider(rpc_url: &str) -> crate::Result<DynProvider> {
-    let url = rpc_url
-        .parse()
-        .map_err(|e| crate::Error::Config(format!("RPC_URL {rpc_url}: {e}")))?;
-    Ok(ProviderBuilder::new()
-        .disable_recommended_fillers()
-        .connect_http(url)
-        .erased())
+/// A plain HTTP provider for `rpc_url` (no fillers: the indexer only reads); its errors
+/// never carry the URL.
+pub fn provider(rpc_url: &RpcUrl) -> crate::Result<DynProvider> {
+    Ok(rpc_url.provider())
 }
 
 /// Sorts a node's error into "shrink the range" or "retry as is". Providers word the first
@@ -233,10 +229,12 @@ impl BlockSource for RpcSource {
         let request = serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "eth_getLogs", "params": [filter],
         });
-        let transient = |e: reqwest::Error| SourceError::Transient(format!("eth_getLogs: {e}"));
+        // reqwest's errors name the URL: left out (it may carry the provider's key).
+        let transient =
+            |e: reqwest::Error| SourceError::Transient(format!("eth_getLogs: {}", e.without_url()));
         let mut resp = self
             .http
-            .post(&self.url)
+            .post(self.url.expose().clone())
             .json(&request)
             .send()
             .await

@@ -84,7 +84,8 @@ pub fn start_with<S: BlockSource>(cfg: IndexerConfig, db_url: &str, source: Arc<
 
 /// Starts an in-process indexer against the dev chain's RPC.
 pub fn start(cfg: IndexerConfig, db: &TestDb, chain: &DevChain) -> Running {
-    let source = Arc::new(RpcSource::new(&chain.anvil.url, cfg.contract).expect("rpc source"));
+    let source =
+        Arc::new(RpcSource::new(&chain.anvil.rpc_url(), cfg.contract).expect("rpc source"));
     start_with(cfg, &db.url, source)
 }
 

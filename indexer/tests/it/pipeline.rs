@@ -186,7 +186,7 @@ async fn an_eth_get_logs_answer_over_the_byte_cap_is_refused_as_too_large() {
     let receipt = chainsub_tests::flood::flood_block(&flood, &chain, 500, 20_000_000).await;
     let block = receipt.block_number.unwrap();
 
-    let capped = RpcSource::new(&chain.anvil.url, chain.manager)
+    let capped = RpcSource::new(&chain.anvil.rpc_url(), chain.manager)
         .unwrap()
         .with_max_logs_response_bytes(100_000);
     assert!(
@@ -196,7 +196,7 @@ async fn an_eth_get_logs_answer_over_the_byte_cap_is_refused_as_too_large() {
         ),
         "a ~1 MB answer for two blocks over a 100 kB cap"
     );
-    let uncapped = RpcSource::new(&chain.anvil.url, chain.manager).unwrap();
+    let uncapped = RpcSource::new(&chain.anvil.rpc_url(), chain.manager).unwrap();
     let before = uncapped.logs(block - 1, block - 1).await.unwrap().len();
     assert_eq!(
         uncapped.logs(block - 1, block).await.unwrap().len(),

@@ -31,4 +31,5 @@ mod e2e_dev_demo;
 mod e2e_export;
 mod e2e_lifecycle;
 mod e2e_renewal_risk;
+mod e2e_rpc_secret;
 mod harness;
