@@ -14,6 +14,7 @@ use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::SolEvent;
 use chainsub_abi::SubscriptionManager;
 use chainsub_sender::{Broadcast, Sender, bumped};
+use chainsub_store::relayer::{SendKind, SignedSend};
 
 use crate::config::Config;
 use crate::http::error::{ApiError, Result};
@@ -32,12 +33,24 @@ pub struct Relayer {
     funded: std::sync::Mutex<Option<bool>>,
     /// Test-only fail points (`--fail-point`, comma-separated names).
     fail_point: Option<String>,
+    /// The spend bounds (RELAYER_SENDS_PER_MERCHANT_PER_DAY, RELAYER_MAX_REPLACEMENTS,
+    /// RELAYER_REPLACE_AFTER_SECS, RELAYER_MAX_FEE_PER_GAS).
+    limits: SendLimits,
     /// This process's sends take turns here before they ask for the relayer lock, so at
     /// most one of them waits on (or holds) the database lock at a time.
     turn: tokio::sync::Mutex<()>,
     /// The one connection the relayer lock is taken on: never the request pool's, so sends
     /// queued behind another process's never hold connections that requests need.
     lock_pool: crate::db::Pool,
+}
+
+/// What the relayer may spend.
+#[derive(Debug, Clone, Copy)]
+struct SendLimits {
+    per_merchant_per_day: i64,
+    max_replacements: i64,
+    replace_after_secs: f64,
+    max_fee_per_gas: u128,
 }
 
 /// What `createPlan` creates: the merchant's plan at `amount` under `plan_ref`.
@@ -63,6 +76,20 @@ pub enum Journal<'a> {
 }
 
 impl Journal<'_> {
+    fn scope(&self) -> &chainsub_store::MerchantScope {
+        match *self {
+            Journal::Plan { scope, .. } | Journal::Cancellation { scope, .. } => scope,
+        }
+    }
+
+    /// The send log's name for the journal's row.
+    fn row(&self) -> (SendKind, i64) {
+        match *self {
+            Journal::Plan { row_id, .. } => (SendKind::CreatePlan, row_id),
+            Journal::Cancellation { row_id, .. } => (SendKind::Cancel, row_id),
+        }
+    }
+
     /// Records `tx` (signed as `raw`, not yet broadcast) on the journal's row. `replacing`:
     /// the transaction the row must still name (`None`: a cancellation row still `sending`).
     /// `false` when a cancellation row is no longer as this send left it (another request
@@ -98,7 +125,22 @@ impl Journal<'_> {
                 .await
             }
         };
-        done.map_err(|e| format!("journal: {e}"))
+        let done = done.map_err(|e| format!("journal: {e}"))?;
+        if done {
+            // The send log bounds the relayer's spend (quota, replacements).
+            let (kind, row_id) = self.row();
+            let send = SignedSend {
+                kind,
+                row_id,
+                nonce: tx.nonce,
+                tx_hash: tx.hash.as_slice(),
+                max_fee_per_gas: tx.max_fee_per_gas,
+            };
+            chainsub_store::relayer::record(&conn, self.scope(), send)
+                .await
+                .map_err(|e| format!("send log: {e}"))?;
+        }
+        Ok(done)
     }
 }
 
@@ -156,6 +198,9 @@ pub enum CancelError {
     /// Journaled, and the broadcast went unanswered: it may be in the pool. The journal
     /// keeps it, and the next request sends the same bytes again.
     MaybeSent(String),
+    /// The request's pending transaction was not replaced (the relayer's spend bounds): it
+    /// stands as journaled.
+    Held(String),
 }
 
 /// Where a journaled transaction stands on chain.
@@ -173,6 +218,9 @@ pub enum TxState {
 /// for another reason, or — once journaled — refused by the node or unanswered.
 enum SendFailure {
     Estimate(alloy::transports::TransportError),
+    /// A replacement the spend bounds do not allow (too soon, too often, fee over the cap):
+    /// nothing sent, the journaled transaction stands.
+    Held(String),
     NotSent(String),
     /// Journaled as the second field, refused by the node.
     NodeRefused(String, B256),
@@ -184,6 +232,7 @@ impl std::fmt::Display for SendFailure {
         match self {
             SendFailure::Estimate(e) => write!(f, "estimate: {e}"),
             SendFailure::NotSent(e)
+            | SendFailure::Held(e)
             | SendFailure::NodeRefused(e, _)
             | SendFailure::MaybeSent(e) => f.write_str(e),
         }
@@ -218,6 +267,7 @@ impl SendFailure {
             SendFailure::MaybeSent(_) => {
                 "the node did not confirm the transaction; it may still be mined".into()
             }
+            SendFailure::Held(why) => format!("the pending transaction was not replaced: {why}"),
         }
     }
 }
@@ -245,8 +295,10 @@ pub struct Sent {
     pub priority_fee_per_gas: u128,
 }
 
-/// Fee increase of a replacement, in percent (nodes want at least 10).
-const REPLACEMENT_BUMP_PERCENT: u128 = 25;
+/// Fee increase of a replacement over the transaction it replaces, in percent: the least
+/// nodes accept (geth and reth want 10) with a margin. A replacement pays the node's current
+/// suggestion when that is higher, so fees follow the market without compounding past it.
+const REPLACEMENT_BUMP_PERCENT: u128 = 12;
 
 /// Where a provisioning attempt ended.
 #[derive(Debug, Clone)]
@@ -291,6 +343,12 @@ impl Relayer {
             min_balance: U256::from(cfg.relayer_min_balance_wei),
             funded: std::sync::Mutex::new(None),
             fail_point: cfg.fail_point.clone(),
+            limits: SendLimits {
+                per_merchant_per_day: cfg.relayer_sends_per_merchant_per_day,
+                max_replacements: cfg.relayer_max_replacements,
+                replace_after_secs: cfg.relayer_replace_after_secs as f64,
+                max_fee_per_gas: cfg.relayer_max_fee_per_gas,
+            },
             turn: tokio::sync::Mutex::new(()),
             lock_pool: crate::db::pool(&cfg.database_url, 1)?,
         }))
@@ -322,6 +380,34 @@ impl Relayer {
                       operator has been alerted — retry later"
                 .into(),
         })
+    }
+
+    /// Whether the relayer may send for `scope` now: within the merchant's daily quota of
+    /// relayer transactions (429 `relayer_quota_exceeded` with Retry-After), and funded
+    /// ([`Relayer::ensure_funded`]). Checked before anything is written for a request.
+    pub async fn ready_for(
+        &self,
+        pool: &crate::db::Pool,
+        scope: &chainsub_store::MerchantScope,
+    ) -> Result<()> {
+        let conn = pool.get().await?;
+        let (sends, frees_in) =
+            chainsub_store::relayer::sends_in_window(&conn, scope, 86_400).await?;
+        drop(conn);
+        if sends >= self.limits.per_merchant_per_day {
+            metrics::counter!("api_relayer_quota_refusals_total").increment(1);
+            return Err(ApiError::Quota {
+                code: "relayer_quota_exceeded",
+                message: format!(
+                    "at most {} relayer transactions per merchant per 24 hours (plan creations, \
+                     provisioning retries and cancellations, each replacement counted); retry \
+                     after the time in Retry-After",
+                    self.limits.per_merchant_per_day
+                ),
+                retry_after_secs: frees_in.ceil().max(1.0) as u64,
+            });
+        }
+        self.ensure_funded().await
     }
 
     /// What the last balance check found: `ok`, `low_balance`, or `unknown` before any.
@@ -443,6 +529,14 @@ impl Relayer {
             .into_transaction_request();
         let this = match self.send(pool, request, replace.as_ref(), journal).await {
             Ok(p) => p,
+            // The journaled transaction stands, still pending.
+            Err(SendFailure::Held(why)) => {
+                tracing::info!(reason = %why, "provisioning: the pending createPlan is not replaced");
+                return match replace {
+                    Some(sent) => Outcome::Submitted { sent },
+                    None => Outcome::Failed { error: why },
+                };
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "provisioning: createPlan not sent");
                 return self
@@ -500,7 +594,9 @@ impl Relayer {
     /// acknowledged the send, the key's pending nonce read from the node, the
     /// fees, and the signed transaction. Several API processes sharing the key take turns;
     /// any error leaves nothing behind, since the next send reads the nonce again. With
-    /// `replace`, the transaction takes that one's nonce and at least 25% more in fees.
+    /// `replace`, the transaction takes that one's nonce; while the node holds that one, this
+    /// is a replacement: only when [`Relayer::may_replace`] allows it, with at least
+    /// [`REPLACEMENT_BUMP_PERCENT`] more in fees, and never above `RELAYER_MAX_FEE_PER_GAS`.
     async fn send(
         &self,
         pool: &crate::db::Pool,
@@ -508,6 +604,20 @@ impl Relayer {
         replace: Option<&Sent>,
         journal: Journal<'_>,
     ) -> Result<Sent, SendFailure> {
+        // A journaled transaction the node does not hold (never broadcast: the process died
+        // first; or evicted) is sent again at its nonce at today's fees: nothing is replaced,
+        // so neither the replacement rules nor the fee bump apply.
+        let bump = match replace {
+            Some(p) => match self.sender.node_holds(p.hash).await {
+                Ok(false) => false,
+                Ok(true) => {
+                    self.may_replace(pool, journal, p).await?;
+                    true
+                }
+                Err(e) => return Err(SendFailure::NotSent(format!("transaction: {e}"))),
+            },
+            None => false,
+        };
         // Against the latest block (the sender's rule): the pending state may hold the very
         // transaction a replacement replaces, whose reference it would find taken.
         let gas = self
@@ -535,12 +645,22 @@ impl Relayer {
             .fees(None)
             .await
             .map_err(|e| format!("fees: {e}"))?;
+        let cap = self.limits.max_fee_per_gas;
         let (max_fee, prio) = match replace {
-            Some(p) => (
-                fee.max(bumped(p.max_fee_per_gas, REPLACEMENT_BUMP_PERCENT)),
-                tip.max(bumped(p.priority_fee_per_gas, REPLACEMENT_BUMP_PERCENT)),
-            ),
-            None => (fee, tip),
+            Some(p) if bump => {
+                let max_fee = fee.max(bumped(p.max_fee_per_gas, REPLACEMENT_BUMP_PERCENT));
+                if max_fee > cap {
+                    return Err(SendFailure::Held(format!(
+                        "a replacement would pay {max_fee} wei per gas, above \
+                         RELAYER_MAX_FEE_PER_GAS ({cap})"
+                    )));
+                }
+                (
+                    max_fee,
+                    tip.max(bumped(p.priority_fee_per_gas, REPLACEMENT_BUMP_PERCENT)),
+                )
+            }
+            _ => (fee.min(cap), tip),
         };
         let prio = prio.min(max_fee);
         let mut nonce = match replace {
@@ -633,6 +753,44 @@ impl Relayer {
         Err(SendFailure::NotSent("send: nonce too low".into()))
     }
 
+    /// Whether the journal's transaction `p` may be replaced now: not before it is
+    /// RELAYER_REPLACE_AFTER_SECS old, and not more than RELAYER_MAX_REPLACEMENTS times.
+    async fn may_replace(
+        &self,
+        pool: &crate::db::Pool,
+        journal: Journal<'_>,
+        p: &Sent,
+    ) -> Result<(), SendFailure> {
+        let (kind, row_id) = journal.row();
+        let conn = pool
+            .get()
+            .await
+            .map_err(|e| SendFailure::NotSent(format!("send log: {e}")))?;
+        let (sends, age) = chainsub_store::relayer::sends_at_nonce(&conn, kind, row_id, p.nonce)
+            .await
+            .map_err(|e| SendFailure::NotSent(format!("send log: {e}")))?;
+        let replaced = sends - 1;
+        if replaced >= self.limits.max_replacements {
+            metrics::counter!("api_relayer_replacements_held_total", "reason" => "max_replacements")
+                .increment(1);
+            return Err(SendFailure::Held(format!(
+                "it was replaced {replaced} times already (RELAYER_MAX_REPLACEMENTS)"
+            )));
+        }
+        if let Some(age) = age
+            && age < self.limits.replace_after_secs
+        {
+            metrics::counter!("api_relayer_replacements_held_total", "reason" => "too_soon")
+                .increment(1);
+            return Err(SendFailure::Held(format!(
+                "it was sent {age:.0} s ago and is replaced after {} s \
+                 (RELAYER_REPLACE_AFTER_SECS)",
+                self.limits.replace_after_secs
+            )));
+        }
+        Ok(())
+    }
+
     /// Sends `cancel(id)` (or `cancelAtPeriodEnd(id)`) for a merchant, journaled on its
     /// cancellation row before the broadcast, and returns once the node acknowledged it (the
     /// lifecycle event comes from the chain through the indexer). `expected`: the (merchant,
@@ -678,6 +836,7 @@ impl Relayer {
             Err(SendFailure::NotSent(e)) => Err(CancelError::NotSent(e)),
             Err(SendFailure::NodeRefused(e, hash)) => Err(CancelError::NodeRefused(e, hash)),
             Err(SendFailure::MaybeSent(e)) => Err(CancelError::MaybeSent(e)),
+            Err(SendFailure::Held(why)) => Err(CancelError::Held(why)),
         }
     }
 

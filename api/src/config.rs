@@ -34,6 +34,29 @@ pub struct Config {
         default_value_t = 50_000_000_000_000_000
     )]
     pub relayer_min_balance_wei: u128,
+    /// Transactions the relayer signs for one merchant in 24 hours at most — plan
+    /// creations, cancellations and every replacement; past it 429 `relayer_quota_exceeded`.
+    #[arg(
+        long,
+        env = "RELAYER_SENDS_PER_MERCHANT_PER_DAY",
+        default_value_t = 200
+    )]
+    pub relayer_sends_per_merchant_per_day: i64,
+    /// How often one unmined relayer transaction is replaced at its nonce, at most.
+    #[arg(long, env = "RELAYER_MAX_REPLACEMENTS", default_value_t = 5)]
+    pub relayer_max_replacements: i64,
+    /// A relayer transaction younger than this is never replaced (a retry reports it
+    /// pending instead).
+    #[arg(long, env = "RELAYER_REPLACE_AFTER_SECS", default_value_t = 30)]
+    pub relayer_replace_after_secs: u64,
+    /// The highest max fee per gas the relayer signs, in wei (default 500 gwei): a new
+    /// transaction is capped at it, and a replacement that would need more is not sent.
+    #[arg(
+        long,
+        env = "RELAYER_MAX_FEE_PER_GAS",
+        default_value_t = 500_000_000_000
+    )]
+    pub relayer_max_fee_per_gas: u128,
     /// Test-only, comma-separated: abort the process at a named point
     /// (`relayer-after-journal`: a transaction was journaled on its row, not broadcast yet),
     /// as a crash would, or pause there (`relayer-pause-after-journal` 1 s,

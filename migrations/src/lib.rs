@@ -148,6 +148,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "keeper_step_due_at",
         sql: include_str!("../sql/0028_keeper_step_due_at.sql"),
     },
+    Migration {
+        version: 29,
+        name: "relayer_sends",
+        sql: include_str!("../sql/0029_relayer_sends.sql"),
+    },
 ];
 
 /// Migration failures.

@@ -59,6 +59,7 @@ pub mod outbox;
 pub mod page;
 pub mod pg;
 pub mod plans;
+pub mod relayer;
 pub mod siwe;
 mod snapshot;
 pub mod startup;

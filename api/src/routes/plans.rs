@@ -201,7 +201,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                     // up or the relayer cannot pay.
                     check_quota(ctx, &merchant).await?;
                     if let Some(relayer) = &ctx.relayer {
-                        relayer.ensure_funded().await?;
+                        relayer.ready_for(&ctx.pool, &merchant).await?;
                     }
                     (insert(ctx, &merchant, &input, key).await?, false)
                 }
@@ -485,7 +485,7 @@ async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
                 return Ok(Resp::json(plan_value(ctx, &row)?));
             }
             if let Some(relayer) = &ctx.relayer {
-                relayer.ensure_funded().await?;
+                relayer.ready_for(&ctx.pool, &merchant).await?;
             }
             provision(ctx, &merchant, row.row_id).await?;
             let row = find(ctx, &merchant, id)

@@ -350,7 +350,7 @@ async fn cancel_once(
             }
         }
     }
-    relayer.ensure_funded().await?;
+    relayer.ready_for(&ctx.pool, merchant).await?;
     let (row_id, previous, requested_at) = match replace {
         Some((row_id, tx, at)) => (row_id, Some(tx), at),
         None => {
@@ -410,6 +410,15 @@ async fn cancel_once(
     };
     let e = match outcome {
         Ok(sent) => return Ok(accepted(sent.hash, requested_at)),
+        // Not replaced yet (too soon, too often, or over the fee cap): the journaled
+        // transaction is still the request's, pending.
+        Err(CancelError::Held(why)) => match &previous {
+            Some(tx) => {
+                tracing::info!(reason = %why, "cancellation: the pending transaction is not replaced");
+                return Ok(accepted(tx.hash, requested_at));
+            }
+            None => CancelError::NotSent(why),
+        },
         Err(e) => e,
     };
     let conn = ctx.pool.get().await?;
@@ -461,7 +470,7 @@ async fn cancel_once(
                 param: None,
             }
         }
-        CancelError::NotSent(detail) => {
+        CancelError::NotSent(detail) | CancelError::Held(detail) => {
             close("not sent").await?;
             unreachable(detail)
         }

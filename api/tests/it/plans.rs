@@ -687,6 +687,9 @@ async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
     let app = spawn(Opts {
         chain: true,
         provision_timeout_ms: 1_000,
+        args: ["--relayer-replace-after-secs", "0"]
+            .map(String::from)
+            .to_vec(),
         ..Opts::default()
     })
     .await;
@@ -871,4 +874,198 @@ async fn concurrent_relayer_sends_never_run_the_request_pool_dry() {
         assert_eq!(r.body["status"], "active", "{:?}", r.body);
     }
     assert_eq!(plan_count(&app).await, U256::from(6));
+}
+
+/// The max fee per gas a transaction was signed with.
+async fn max_fee_of(dev: &DevChain, hash: &str) -> u128 {
+    use alloy::consensus::Transaction as _;
+    use alloy::providers::Provider;
+    let tx = dev
+        .provider
+        .get_transaction_by_hash(hash.parse().unwrap())
+        .await
+        .unwrap()
+        .expect("the node holds the transaction");
+    tx.inner.max_fee_per_gas()
+}
+
+/// Issue 46, point 5: every retry of a plan whose createPlan is unmined used to replace it
+/// at once, 25 % above the last fee, without limit (12 retries: × 14.5). Now a transaction is
+/// replaced only once it is RELAYER_REPLACE_AFTER_SECS old, at most RELAYER_MAX_REPLACEMENTS
+/// times, 12 % above the last (or the node's suggestion), and never above
+/// RELAYER_MAX_FEE_PER_GAS; a retry meanwhile reports the pending transaction.
+#[tokio::test]
+async fn a_pending_create_plan_is_replaced_only_when_old_enough_a_bounded_number_of_times() {
+    use alloy::providers::Provider;
+    let app = spawn(Opts {
+        chain: true,
+        provision_timeout_ms: 1_000,
+        args: [
+            "--relayer-replace-after-secs",
+            "3",
+            "--relayer-max-replacements",
+            "2",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let dev = app.chain.as_ref().unwrap();
+    let _: Value = dev
+        .provider
+        .raw_request("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Pending"), None)
+        .await;
+    assert_eq!(r.body["provisioning"]["state"], "submitted", "{:?}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let hash_of = |r: &crate::api_common::Res| {
+        r.body["provisioning"]["transactionHash"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut hashes = vec![hash_of(&r)];
+    // Read while the node holds it (a replaced transaction leaves its pool).
+    let mut fees = vec![max_fee_of(dev, &hashes[0]).await];
+
+    // At once: too soon, the pending transaction stands.
+    let r = app.provision(&id, &key).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        hash_of(&r),
+        hashes[0],
+        "replaced before RELAYER_REPLACE_AFTER_SECS"
+    );
+
+    // Once old enough, each retry replaces it — twice, then no more.
+    for _ in 0..2 {
+        let last = hashes.last().unwrap().clone();
+        let next = chainsub_tests::wait_for_some("a replacement once the age has passed", || {
+            let (app, key, id, last) = (&app, &key, &id, last.clone());
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                let h = hash_of(&app.provision(id, key).await);
+                (h != last).then_some(h)
+            }
+        })
+        .await;
+        let (before, after) = (*fees.last().unwrap(), max_fee_of(dev, &next).await);
+        fees.push(after);
+        assert!(
+            after > before && after <= before * 113 / 100 + 1,
+            "a replacement pays 12 % more, not 25 %: {before} -> {after}"
+        );
+        hashes.push(next);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+    let r = app.provision(&id, &key).await;
+    assert_eq!(r.body["provisioning"]["state"], "submitted", "{:?}", r.body);
+    assert_eq!(&hash_of(&r), hashes.last().unwrap(), "a third replacement");
+
+    let _: Value = dev
+        .provider
+        .raw_request("evm_setAutomine".into(), (true,))
+        .await
+        .unwrap();
+    let _: Value = dev
+        .provider
+        .raw_request("evm_mine".into(), ())
+        .await
+        .unwrap();
+    let r = app.provision(&id, &key).await;
+    assert_eq!(r.body["status"], "active", "{:?}", r.body);
+    assert_eq!(plan_count(&app).await, U256::from(1));
+}
+
+/// Issue 46, point 5: the fee cap. A new transaction is signed at most at
+/// RELAYER_MAX_FEE_PER_GAS, and a replacement that would need more is not sent.
+#[tokio::test]
+async fn the_relayer_never_signs_above_its_fee_cap() {
+    use alloy::providers::Provider;
+    let app = spawn(Opts {
+        chain: true,
+        provision_timeout_ms: 1_000,
+        args: [
+            "--relayer-replace-after-secs",
+            "0",
+            "--relayer-max-fee-per-gas",
+            "3000000000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let dev = app.chain.as_ref().unwrap();
+    let _: Value = dev
+        .provider
+        .raw_request("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Capped"), None)
+        .await;
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let mut hash = r.body["provisioning"]["transactionHash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(max_fee_of(dev, &hash).await <= 3_000_000_000);
+    // Replacements climb 12 % at a time until the next would pass the cap; then they stop.
+    for _ in 0..20 {
+        let r = app.provision(&id, &key).await;
+        assert_eq!(r.body["provisioning"]["state"], "submitted", "{:?}", r.body);
+        let next = r.body["provisioning"]["transactionHash"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            max_fee_of(dev, &next).await <= 3_000_000_000,
+            "signed above the cap"
+        );
+        if next == hash {
+            return;
+        }
+        hash = next;
+    }
+    panic!("replacements never stopped at the fee cap");
+}
+
+/// Issue 46, point 5: the relayer's sends per merchant per day are bounded; past the quota
+/// a plan creation is refused with 429 and Retry-After, and nothing is written.
+#[tokio::test]
+async fn a_merchants_relayer_sends_are_bounded_per_day() {
+    let app = spawn(Opts {
+        chain: true,
+        args: ["--relayer-sends-per-merchant-per-day", "2"]
+            .map(String::from)
+            .to_vec(),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    for name in ["One", "Two"] {
+        let r = app
+            .post("/api/v1/plans", &key, &plan_body(name), None)
+            .await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("Three"), None)
+        .await;
+    assert_eq!(r.status, 429, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "relayer_quota_exceeded");
+    assert!(
+        r.header("retry-after")
+            .is_some_and(|s| s.parse::<u64>().unwrap() > 0)
+    );
+    let plans = app.get("/api/v1/plans", &key).await;
+    assert_eq!(plans.body["data"].as_array().unwrap().len(), 2);
+    assert_eq!(plan_count(&app).await, U256::from(2));
 }
