@@ -115,6 +115,12 @@ pub struct Config {
     /// Burst allowed per client IP.
     #[arg(long, env = "RATE_LIMIT_IP_BURST", default_value_t = 60)]
     pub rate_limit_ip_burst: u32,
+    /// `GET /api/v1/health` per client, its own bucket (monitors never spend a client's
+    /// API budget, and a flood of health checks stays off the database).
+    #[arg(long, env = "RATE_LIMIT_HEALTH_PER_SEC", default_value_t = 10)]
+    pub rate_limit_health_per_sec: u32,
+    #[arg(long, env = "RATE_LIMIT_HEALTH_BURST", default_value_t = 30)]
+    pub rate_limit_health_burst: u32,
     /// Reverse proxies whose `Forwarded` / `X-Forwarded-For` headers name the client for
     /// per-IP limits (comma-separated CIDRs, e.g. `10.0.0.0/8,fd00::/8`). Empty: the TCP
     /// peer is the client and those headers are ignored.

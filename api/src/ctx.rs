@@ -24,6 +24,8 @@ pub struct AppState {
     pub keys: Arc<crate::auth::key_cache::KeyCache<(chainsub_store::MerchantScope, i64)>>,
     /// Permits for concurrent ledger exports (`LEDGER_EXPORTS_MAX`).
     pub exports: Arc<tokio::sync::Semaphore>,
+    /// Public webhook delivery ids.
+    pub delivery_ids: crate::webhook_settings::DeliveryIds,
 }
 
 /// Cheap to clone.

@@ -87,12 +87,16 @@ pub fn route_label(path: &str) -> &'static str {
 /// `GET /metrics` (Prometheus text format), served only on its own listener
 /// (`API_METRICS_LISTEN`), never on the public API port.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    warp::path!("metrics")
+    let metrics = warp::path!("metrics")
         .and(warp::get())
-        .and(with_ctx(ctx))
+        .and(with_ctx(ctx.clone()))
         .map(|ctx: Ctx| {
             let text = ctx.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
             Resp::raw("text/plain; version=0.0.4", text)
-        })
-        .boxed()
+        });
+    let health = warp::path!("health")
+        .and(warp::get())
+        .and(with_ctx(ctx))
+        .then(|ctx: Ctx| async move { crate::routes::health::operator(&ctx).await });
+    metrics.or(health).unify().boxed()
 }

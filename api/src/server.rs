@@ -37,6 +37,7 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
     let limits = Limits::new(
         (cfg.rate_limit_key_per_sec, cfg.rate_limit_key_burst),
         (cfg.rate_limit_ip_per_sec, cfg.rate_limit_ip_burst),
+        (cfg.rate_limit_health_per_sec, cfg.rate_limit_health_burst),
         cfg.trusted_proxies.clone(),
     );
     Ok(Arc::new(AppState {
@@ -45,6 +46,9 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
         relayer,
         metrics: crate::metrics::install(),
         exports: Arc::new(tokio::sync::Semaphore::new(cfg.ledger_exports_max)),
+        delivery_ids: crate::webhook_settings::DeliveryIds::new(
+            cfg.checkout_signing_secret.expose(),
+        ),
         keys: Arc::new(crate::auth::key_cache::KeyCache::new(Duration::from_secs(
             cfg.api_key_cache_secs,
         ))),

@@ -133,18 +133,69 @@ pub async fn enqueue_test(
     Ok(outbox::enqueue_test(client, merchant, event_id, payload).await?)
 }
 
-/// `whd_<n>`: the public id of a delivery (an outbox row).
-pub fn delivery_public_id(id: i64) -> String {
-    format!("whd_{id}")
+/// Public delivery ids: `whd_` and 16 hex digits, the outbox row's id under a keyed
+/// permutation of 64-bit numbers (a Feistel network over its two halves, round keys derived
+/// from the service's checkout signing secret). Opaque like the other ids — consecutive
+/// deliveries do not have consecutive ids, so they reveal nothing of the platform's volume —
+/// with no column to store or index on the indexer's write path. Changing
+/// `CHECKOUT_SIGNING_SECRET` changes every delivery's id (they are only shown in the
+/// dashboard).
+#[derive(Clone)]
+pub struct DeliveryIds {
+    rounds: [[u8; 32]; 8],
 }
 
-/// The outbox id inside `whd_<n>`.
-pub fn parse_delivery_id(s: &str) -> Option<i64> {
-    let digits = s.strip_prefix("whd_")?;
-    if digits.is_empty() || digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+impl DeliveryIds {
+    pub fn new(secret: &str) -> DeliveryIds {
+        use sha2::{Digest, Sha256};
+        let mut rounds = [[0u8; 32]; 8];
+        for (i, key) in rounds.iter_mut().enumerate() {
+            let mut h = Sha256::new();
+            h.update(b"chainsub delivery ids\0");
+            h.update([i as u8]);
+            h.update(secret.as_bytes());
+            *key = h.finalize().into();
+        }
+        DeliveryIds { rounds }
     }
-    digits.parse().ok()
+
+    fn f(key: &[u8; 32], half: u32) -> u32 {
+        use sha2::{Digest, Sha256};
+        let d = Sha256::new()
+            .chain_update(key)
+            .chain_update(half.to_be_bytes())
+            .finalize();
+        u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+    }
+
+    fn permute(&self, n: u64, forward: bool) -> u64 {
+        let (mut l, mut r) = ((n >> 32) as u32, n as u32);
+        if forward {
+            for key in &self.rounds {
+                (l, r) = (r, l ^ Self::f(key, r));
+            }
+        } else {
+            for key in self.rounds.iter().rev() {
+                (l, r) = (r ^ Self::f(key, l), l);
+            }
+        }
+        (u64::from(l) << 32) | u64::from(r)
+    }
+
+    /// The public id of outbox row `id`.
+    pub fn public(&self, id: i64) -> String {
+        format!("whd_{:016x}", self.permute(id as u64, true))
+    }
+
+    /// The outbox row of a public id; `None` for anything [`DeliveryIds::public`] never made.
+    pub fn parse(&self, s: &str) -> Option<i64> {
+        let hex = s.strip_prefix("whd_")?;
+        if hex.len() != 16 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        let id = self.permute(u64::from_str_radix(hex, 16).ok()?, false) as i64;
+        (id > 0).then_some(id)
+    }
 }
 
 /// Puts a delivery back in the queue for an immediate attempt (a failed, delivered or
@@ -171,6 +222,7 @@ pub async fn retry(client: &Client, merchant: &MerchantScope, outbox_id: i64) ->
 
 /// The deliveries list: each delivery with its own attempts.
 pub fn deliveries_view<'a>(
+    ids: &DeliveryIds,
     rows: &'a [DeliveryRow],
     attempt_rows: &'a [AttemptRow],
     has_more: bool,
@@ -183,7 +235,7 @@ pub fn deliveries_view<'a>(
         .iter()
         .map(|r| {
             let mine = attempts.remove(&r.id).unwrap_or_default();
-            WebhookDeliveryView::new(delivery_public_id(r.id), r, mine)
+            WebhookDeliveryView::new(ids.public(r.id), r, mine)
         })
         .collect();
     ListView::new(data, has_more)
@@ -211,17 +263,42 @@ mod tests {
         assert!(WebhookUrl::parse(&long, false).is_err());
     }
 
+    /// Issue 46, point 23: delivery ids used to be `whd_<outbox id>`.
     #[test]
-    fn delivery_ids_round_trip_and_reject_garbage() {
-        assert_eq!(parse_delivery_id(&delivery_public_id(42)), Some(42));
+    fn delivery_ids_are_opaque_round_trip_and_reject_garbage() {
+        let ids = DeliveryIds::new("secret");
+        let mut seen = std::collections::HashSet::new();
+        for n in (1..2_000).chain([i64::MAX, 1 << 40]) {
+            let public = ids.public(n);
+            assert_eq!(public.len(), 20, "{public}");
+            assert_eq!(ids.parse(&public), Some(n));
+            assert!(seen.insert(public));
+        }
+        // Ids in outbox order are in no order: about as many rise as fall.
+        let rising = (1..1_000)
+            .filter(|n| ids.public(*n) < ids.public(n + 1))
+            .count();
+        assert!((300..700).contains(&rising), "{rising} of 999 rise");
+        // Neighbours do not look like neighbours.
+        let (a, b) = (ids.public(1000), ids.public(1001));
+        let same = a
+            .bytes()
+            .zip(b.bytes())
+            .skip(4)
+            .filter(|(x, y)| x == y)
+            .count();
+        assert!(same < 8, "{a} {b}");
+        // Another secret, other ids.
+        assert_ne!(DeliveryIds::new("other").public(1000), a);
         for bad in [
             "whd_",
-            "whd_01",
+            "whd_42",
             "whd_x",
             "evt_1",
-            "whd_99999999999999999999",
+            "whd_ABCDEF0123456789",
+            "whd_00000000000000001",
         ] {
-            assert_eq!(parse_delivery_id(bad), None, "{bad}");
+            assert_eq!(ids.parse(bad), None, "{bad}");
         }
     }
 }

@@ -53,6 +53,9 @@ pub fn test_env(chain: &DevChain, db: &TestDb, confirmations: u64) -> Vec<(Strin
         ("WEBHOOK_RETRY_SCHEDULE", "0s,200ms,500ms,1s".into()),
         ("RATE_LIMIT_IP_PER_SEC", "1000".into()),
         ("RATE_LIMIT_IP_BURST", "1000".into()),
+        // The kit polls health while it waits for the index.
+        ("RATE_LIMIT_HEALTH_PER_SEC", "1000".into()),
+        ("RATE_LIMIT_HEALTH_BURST", "1000".into()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -137,21 +137,29 @@ pub struct CheckoutView<'a> {
     pub created_at: DateTime<Utc>,
 }
 
-/// `GET /api/v1/health`.
+/// `GET /api/v1/health`: what the public may know.
 #[derive(Debug, Serialize)]
 pub struct HealthView {
     pub object: &'static str,
     pub version: &'static str,
     pub docs: String,
-    /// `ok`, or `unavailable` while the database does not answer.
+    /// `ok`, or `degraded` while the database does not answer.
     pub status: &'static str,
+    pub chain: HealthChainView,
+}
+
+/// `GET /health` on the API's metrics listener: the public health and what only the
+/// operator sees.
+#[derive(Debug, Serialize)]
+pub struct OperatorHealthView {
+    #[serde(flatten)]
+    pub public: HealthView,
     /// `ok` or `unreachable`.
     pub database: &'static str,
     /// The plan relayer's funds at its last check: `ok`, `low_balance` (provisioning is
     /// refused until the operator tops it up), `unknown` (not checked yet) or `none` (no
     /// relayer configured). A warning: it does not make the health check fail.
     pub relayer: &'static str,
-    pub chain: HealthChainView,
 }
 
 /// The chain the API serves and how far the index has followed it.

@@ -14,7 +14,7 @@ mod webhook;
 
 pub use account::{
     CheckoutView, DeletedView, HealthChainView, HealthView, IssuedKeyView, KeyStatusView, KeyView,
-    MerchantView, NonceView, SessionView,
+    MerchantView, NonceView, OperatorHealthView, SessionView,
 };
 pub use chain::ChainView;
 pub use event::{DeliveryView, EventView};

@@ -74,7 +74,7 @@ pub struct QueuedDeliveryView<'a> {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookDeliveryView<'a> {
-    /// `whd_<n>`.
+    /// `whd_` and 16 hex digits (opaque: `webhook_settings::DeliveryIds`).
     pub id: String,
     pub object: &'static str,
     pub event_id: &'a str,

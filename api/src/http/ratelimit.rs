@@ -196,6 +196,8 @@ fn ceil_secs(d: Duration) -> u64 {
 pub struct Limits {
     pub per_key: Limiter,
     pub per_ip: Limiter,
+    /// `GET /api/v1/health`'s own per-client bucket.
+    pub health: Limiter,
     trusted_proxies: Vec<Cidr>,
     key_guessers: Refusals,
 }
@@ -203,10 +205,16 @@ pub struct Limits {
 impl Limits {
     /// Builds both limiters (`(per second, burst)` each) and a task that trims them every
     /// minute.
-    pub fn new(per_key: (u32, u32), per_ip: (u32, u32), trusted_proxies: Vec<Cidr>) -> Arc<Limits> {
+    pub fn new(
+        per_key: (u32, u32),
+        per_ip: (u32, u32),
+        health: (u32, u32),
+        trusted_proxies: Vec<Cidr>,
+    ) -> Arc<Limits> {
         let limits = Arc::new(Limits {
             per_key: Limiter::new("key", per_key.0, per_key.1),
             per_ip: Limiter::new("ip", per_ip.0, per_ip.1),
+            health: Limiter::new("health", health.0, health.1),
             trusted_proxies,
             key_guessers: Refusals::default(),
         });
@@ -218,6 +226,7 @@ impl Limits {
                 let Some(l) = weak.upgrade() else { break };
                 l.per_key.retain_recent();
                 l.per_ip.retain_recent();
+                l.health.retain_recent();
                 l.key_guessers.retain(Instant::now());
             }
         });
@@ -228,6 +237,11 @@ impl Limits {
     /// the trusted proxies; IPv6 per /64).
     pub fn check_client(&self, client: &ClientAddr) -> Result<Allowed, Limited> {
         self.per_ip.check(&self.ip_key(client))
+    }
+
+    /// Counts a health check against its client's own health bucket.
+    pub fn check_health(&self, client: &ClientAddr) -> Result<Allowed, Limited> {
+        self.health.check(&self.ip_key(client))
     }
 
     /// The per-IP bucket of `client`: as resolved through the trusted proxies, IPv6 per /64.
@@ -320,7 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_failed_key_attempts_refuse_key_lookups() {
-        let limits = Limits::new((1000, 1000), (1, 2), Vec::new());
+        let limits = Limits::new((1000, 1000), (1, 2), (1, 1), Vec::new());
         let client = ClientAddr {
             peer: Some("192.0.2.1".parse().unwrap()),
             ..ClientAddr::default()

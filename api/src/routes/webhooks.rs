@@ -218,7 +218,7 @@ async fn send_test(ctx: &Ctx, s: &Session) -> Result<Resp> {
     Ok(Resp::json_view(
         StatusCode::ACCEPTED,
         &QueuedDeliveryView {
-            id: &settings::delivery_public_id(delivery),
+            id: &ctx.delivery_ids.public(delivery),
             object: "webhook_delivery",
             event_id: Some(&id),
             status: OutboxStatus::Pending,
@@ -240,7 +240,8 @@ async fn deliveries(ctx: &Ctx, s: &Session, q: &[(String, String)]) -> Result<Re
     };
     let before = param(q, "startingAfter")
         .map(|id| {
-            settings::parse_delivery_id(id)
+            ctx.delivery_ids
+                .parse(id)
                 .ok_or_else(|| ApiError::invalid("startingAfter", "not a delivery id"))
         })
         .transpose()?;
@@ -248,12 +249,17 @@ async fn deliveries(ctx: &Ctx, s: &Session, q: &[(String, String)]) -> Result<Re
     let (rows, attempts, has_more) =
         chainsub_store::webhooks::deliveries(&**conn, &s.merchant, limit, before).await?;
     Ok(Resp::view(&settings::deliveries_view(
-        &rows, &attempts, has_more,
+        &ctx.delivery_ids,
+        &rows,
+        &attempts,
+        has_more,
     )))
 }
 
 async fn retry(ctx: &Ctx, s: &Session, id: &str) -> Result<Resp> {
-    let outbox_id = settings::parse_delivery_id(id)
+    let outbox_id = ctx
+        .delivery_ids
+        .parse(id)
         .ok_or_else(|| ApiError::not_found("webhook delivery", Some("id")))?;
     let conn = ctx.pool.get().await?;
     settings::retry(&conn, &s.merchant, outbox_id).await?;

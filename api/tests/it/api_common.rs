@@ -224,6 +224,20 @@ impl App {
             .unwrap()
     }
 
+    /// `GET /health` on the metrics listener: the operator's health, with the database and
+    /// the relayer's funds.
+    pub async fn operator_health(&self) -> Res {
+        let addr = self.running.metrics_addr.expect("a metrics listener");
+        read(
+            self.http
+                .get(format!("http://{addr}/health"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
     /// `POST /api/v1/plans`: a 9.99 USDC monthly plan named `name`.
     pub async fn monthly_plan(&self, key: &str, name: &str) -> Res {
         self.post(

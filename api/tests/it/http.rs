@@ -354,7 +354,7 @@ async fn health_is_503_while_postgres_is_unreachable_and_recovers_on_its_own() {
     proxy.disable();
     let r = health().await;
     assert_eq!(r.status, 503, "{:?}", r.body);
-    assert_eq!(r.body["status"], "unavailable");
+    assert_eq!(r.body["status"], "degraded");
     // Data routes say 503 too (never 500) while the database is away.
     let r = app
         .get("/api/v1/plans", &format!("sk_live_{}", "a".repeat(64)))
@@ -876,4 +876,73 @@ async fn idle_and_half_sent_connections_are_capped_per_client_and_closed_in_time
     })
     .await;
     assert!(after.starts_with("HTTP/1.1 200"), "{after}");
+}
+
+/// Issue 46, point 12: `/api/v1/health` has a per-client limit of its own (it used to have
+/// none: a flood of it reached the database on every call), separate from the per-IP bucket
+/// sign-in and pages spend, and tells the public ok/degraded and the index position only;
+/// the database and the relayer's funds are on the metrics listener.
+#[tokio::test]
+async fn health_has_its_own_limit_and_tells_the_public_only_ok_or_degraded() {
+    let app = spawn(Opts {
+        metrics: true,
+        ip_per_sec: 1,
+        ip_burst: 2,
+        args: [
+            "--rate-limit-health-per-sec",
+            "1",
+            "--rate-limit-health-burst",
+            "3",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Opts::default()
+    })
+    .await;
+    let health = || async {
+        read(
+            app.http
+                .get(app.url("/api/v1/health"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    };
+    let first = health().await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    let mut keys: Vec<&str> = first
+        .body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["chain", "docs", "object", "status", "version"]);
+    assert!(first.header("ratelimit").is_some());
+    assert_eq!(health().await.status, 200);
+    assert_eq!(health().await.status, 200);
+    let refused = health().await;
+    assert_eq!(refused.status, 429, "{:?}", refused.body);
+    assert!(refused.header("retry-after").is_some());
+    // The client's sign-in budget is its own: health checks spent none of it, and spending
+    // it leaves health alone.
+    for _ in 0..2 {
+        let r = app
+            .http
+            .post(app.url("/api/v1/auth/nonce"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+    }
+    // The operator's health is on the metrics listener, unlimited, with the details.
+    for _ in 0..5 {
+        let op = app.operator_health().await;
+        assert_eq!(op.status, 200);
+        assert_eq!(op.body["database"], "ok");
+        assert_eq!(op.body["relayer"], "none");
+        assert_eq!(op.body["status"], "ok");
+    }
 }

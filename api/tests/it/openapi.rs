@@ -292,7 +292,7 @@ async fn responses_validate_against_the_document() {
     check(&doc, "POST", retry, &again);
     let unknown = dash(
         Method::POST,
-        &retry.replace("{id}", "whd_999999"),
+        &retry.replace("{id}", "whd_0123456789abcdef"),
         None,
         true,
     )

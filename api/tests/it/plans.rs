@@ -597,6 +597,13 @@ async fn a_relayer_that_cannot_pay_refuses_provisioning_with_a_clear_503() {
 
     let health = app.get("/api/v1/health", "").await;
     assert_eq!(health.status, 200, "a warning, not a failed health check");
+    assert_eq!(
+        health.body.get("relayer"),
+        None,
+        "the relayer's funds are the operator's"
+    );
+    let health = app.operator_health().await;
+    assert_eq!(health.status, 200, "a warning, not a failed health check");
     assert_eq!(health.body["relayer"], "low_balance");
     let m = app.metrics().await;
     assert!(m.contains("api_relayer_balance_wei"), "{m}");

@@ -290,7 +290,7 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
     let (status, _) = dash
         .call(
             Method::POST,
-            "/dashboard/api/webhook/deliveries/whd_999999/retry",
+            "/dashboard/api/webhook/deliveries/whd_0123456789abcdef/retry",
             None,
         )
         .await;

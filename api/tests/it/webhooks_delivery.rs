@@ -173,7 +173,9 @@ async fn exhausted_delivery_is_failed_and_a_dashboard_retry_delivers_it() {
 
     healthy.store(true, std::sync::atomic::Ordering::SeqCst);
     let list = delivery_list(&client, &m, 10).await;
-    let id = settings::parse_delivery_id(list[0]["id"].as_str().unwrap()).unwrap();
+    let id = delivery_ids()
+        .parse(list[0]["id"].as_str().unwrap())
+        .unwrap();
     assert_eq!(list[0]["status"], "failed");
     assert_eq!(list[0]["attempts"].as_array().unwrap().len(), 3);
     settings::retry(&client, &m, id).await.unwrap();
@@ -486,7 +488,9 @@ async fn a_url_resolving_to_a_private_address_is_refused_unless_allowed() {
     // Allowed explicitly, the same URL is delivered to.
     let (_stop, _task) = spawn_dispatcher(&db.url, fast_config("0s"));
     let list = delivery_list(&client, &m, 1).await;
-    let id = settings::parse_delivery_id(list[0]["id"].as_str().unwrap()).unwrap();
+    let id = delivery_ids()
+        .parse(list[0]["id"].as_str().unwrap())
+        .unwrap();
     settings::retry(&client, &m, id).await.unwrap();
     wait_status(&client, &ids[0], "delivered").await;
     assert_eq!(rx.count(), 1);
@@ -501,7 +505,19 @@ async fn delivery_list(
     let (rows, attempts, more) = chainsub_store::webhooks::deliveries(client, m, limit, None)
         .await
         .unwrap();
-    serde_json::to_value(settings::deliveries_view(&rows, &attempts, more)).unwrap()["data"].clone()
+    serde_json::to_value(settings::deliveries_view(
+        &delivery_ids(),
+        &rows,
+        &attempts,
+        more,
+    ))
+    .unwrap()["data"]
+        .clone()
+}
+
+/// The delivery id codec of a server with the test kit's checkout secret.
+fn delivery_ids() -> settings::DeliveryIds {
+    settings::DeliveryIds::new(crate::api_common::SECRET)
 }
 
 /// The dispatcher's connections commit asynchronously (its bookkeeping is re-done by
