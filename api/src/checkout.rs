@@ -1,8 +1,9 @@
 //! Signed checkout URLs and on-chain customer references.
 //!
-//! URL: `{BASE_URL}/checkout/{merchantCode}/{planSlug}?customer=<id>&sig=<hex>` where `sig` =
-//! HMAC-SHA256(CHECKOUT_SIGNING_SECRET, "checkout:v1\n{code}\n{slug}\n{customer}") so neither
-//! the plan nor the customer id can be swapped. `customerRef` (the bytes32 passed to
+//! URL: `{BASE_URL}/checkout/{merchantCode}/{planSlug}?customer=<id>&expires=<unix>&sig=<hex>`
+//! (`customer` and `expires` optional) where `sig` = HMAC-SHA256(CHECKOUT_SIGNING_SECRET, the
+//! [signed text](signed_text) of the code, the slug and every other parameter), so neither the
+//! plan, the customer id nor the expiry can be changed or added. `customerRef` (the bytes32 passed to
 //! `subscribe`) = HMAC-SHA256(secret, "customer-ref:v1\n{merchant public id}\n{customer}"), or
 //! zero bytes32 without a customer: it ties the subscription to the merchant's customer
 //! without putting the raw id on chain.
@@ -18,34 +19,69 @@ fn mac(secret: &str, msg: &str) -> [u8; 32] {
     m.finalize().into_bytes().into()
 }
 
-fn signed_text(code: &str, slug: &str, customer: Option<&str>) -> String {
-    format!("checkout:v1\n{code}\n{slug}\n{}", customer.unwrap_or(""))
+/// What a link says besides its merchant and plan: every query parameter but `sig`, all
+/// covered by the signature.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkTerms<'a> {
+    /// The merchant's customer id (`customer=`); never empty.
+    pub customer: Option<&'a str>,
+    /// Unix seconds after which the link no longer opens (`expires=`).
+    pub expires: Option<i64>,
+}
+
+/// The signed text. Links without an expiry keep the v1 text (links already handed out
+/// keep working; an empty `customer=` is refused before any signature is checked, so the
+/// v1 text's "no customer" and "empty customer" cannot be told apart by anyone); links with
+/// one are v2, which names each parameter.
+fn signed_text(code: &str, slug: &str, terms: LinkTerms<'_>) -> String {
+    match terms.expires {
+        None => format!(
+            "checkout:v1\n{code}\n{slug}\n{}",
+            terms.customer.unwrap_or("")
+        ),
+        Some(expires) => format!(
+            "checkout:v2\n{code}\n{slug}\ncustomer={}{}\nexpires={expires}",
+            u8::from(terms.customer.is_some()),
+            terms.customer.unwrap_or(""),
+        ),
+    }
 }
 
 /// The `sig` parameter for a checkout URL.
-pub fn sign(secret: &str, code: &str, slug: &str, customer: Option<&str>) -> String {
-    hex::encode(mac(secret, &signed_text(code, slug, customer)))
+pub fn sign(secret: &str, code: &str, slug: &str, terms: LinkTerms<'_>) -> String {
+    hex::encode(mac(secret, &signed_text(code, slug, terms)))
 }
 
 /// Verifies a checkout URL's `sig` (constant time). For the checkout page.
-pub fn verify(secret: &str, code: &str, slug: &str, customer: Option<&str>, sig: &str) -> bool {
+pub fn verify(secret: &str, code: &str, slug: &str, terms: LinkTerms<'_>, sig: &str) -> bool {
     let Ok(given) = hex::decode(sig) else {
         return false;
     };
     let mut m = HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
-    m.update(signed_text(code, slug, customer).as_bytes());
+    m.update(signed_text(code, slug, terms).as_bytes());
     m.verify_slice(&given).is_ok()
 }
 
-/// The full checkout URL.
-pub fn url(base: &str, secret: &str, code: &str, slug: &str, customer: Option<&str>) -> String {
-    let sig = sign(secret, code, slug, customer);
+/// The query string of a link with these terms: `customer`, `expires`, then `sig`.
+pub fn query(secret: &str, code: &str, slug: &str, terms: LinkTerms<'_>) -> String {
+    let sig = sign(secret, code, slug, terms);
     let mut q = url::form_urlencoded::Serializer::new(String::new());
-    if let Some(c) = customer {
+    if let Some(c) = terms.customer {
         q.append_pair("customer", c);
     }
+    if let Some(e) = terms.expires {
+        q.append_pair("expires", &e.to_string());
+    }
     q.append_pair("sig", &sig);
-    format!("{base}/checkout/{code}/{slug}?{}", q.finish())
+    q.finish()
+}
+
+/// A signed checkout URL.
+pub fn url(base: &str, secret: &str, code: &str, slug: &str, terms: LinkTerms<'_>) -> String {
+    format!(
+        "{base}/checkout/{code}/{slug}?{}",
+        query(secret, code, slug, terms)
+    )
 }
 
 /// The bytes32 `customerRef` for `subscribe` by `wallet` (zero without a customer): bound to
@@ -85,19 +121,69 @@ pub fn customer_ref(secret: &str, merchant_public_id: &str, customer: Option<&st
 mod tests {
     use super::*;
 
+    fn terms(customer: Option<&str>, expires: Option<i64>) -> LinkTerms<'_> {
+        LinkTerms { customer, expires }
+    }
+
     #[test]
-    fn signature_binds_plan_and_customer() {
-        let sig = sign("s", "abc", "pro", Some("u1"));
-        assert!(verify("s", "abc", "pro", Some("u1"), &sig));
-        assert!(!verify("s", "abc", "basic", Some("u1"), &sig));
-        assert!(!verify("s", "abc", "pro", Some("u2"), &sig));
-        assert!(!verify("s", "abc", "pro", None, &sig));
-        assert!(!verify("other", "abc", "pro", Some("u1"), &sig));
+    fn signature_binds_plan_customer_and_expiry() {
+        for expires in [None, Some(1_900_000_000)] {
+            let sig = sign("s", "abc", "pro", terms(Some("u1"), expires));
+            assert!(verify("s", "abc", "pro", terms(Some("u1"), expires), &sig));
+            assert!(!verify(
+                "s",
+                "abc",
+                "basic",
+                terms(Some("u1"), expires),
+                &sig
+            ));
+            assert!(!verify("s", "abc", "pro", terms(Some("u2"), expires), &sig));
+            assert!(!verify("s", "abc", "pro", terms(None, expires), &sig));
+            assert!(!verify(
+                "other",
+                "abc",
+                "pro",
+                terms(Some("u1"), expires),
+                &sig
+            ));
+        }
+        // An expiry can be neither added, changed nor dropped.
+        let sig = sign("s", "abc", "pro", terms(None, Some(1_900_000_000)));
+        assert!(!verify(
+            "s",
+            "abc",
+            "pro",
+            terms(None, Some(1_900_000_001)),
+            &sig
+        ));
+        assert!(!verify("s", "abc", "pro", terms(None, None), &sig));
+        let open = sign("s", "abc", "pro", terms(None, None));
+        assert!(!verify(
+            "s",
+            "abc",
+            "pro",
+            terms(None, Some(1_900_000_000)),
+            &open
+        ));
+        // v2 names the customer: no customer and an empty one differ.
+        assert!(!verify(
+            "s",
+            "abc",
+            "pro",
+            terms(Some(""), Some(1_900_000_000)),
+            &sig
+        ));
     }
 
     #[test]
     fn url_encodes_customer_and_carries_sig() {
-        let u = url("https://x.io", "s", "abc", "pro", Some("a b&c"));
+        let u = url(
+            "https://x.io",
+            "s",
+            "abc",
+            "pro",
+            terms(Some("a b&c"), None),
+        );
         assert!(
             u.starts_with("https://x.io/checkout/abc/pro?customer=a+b%26c&sig="),
             "{u}"

@@ -133,6 +133,9 @@ pub struct CheckoutView<'a> {
     pub url: &'a str,
     pub plan_id: &'a PlanId,
     pub customer_external_id: Option<&'a str>,
+    /// When the link stops opening (`null`: never).
+    #[serde(serialize_with = "super::opt_time")]
+    pub expires_at: Option<DateTime<Utc>>,
     #[serde(serialize_with = "super::time")]
     pub created_at: DateTime<Utc>,
 }

@@ -33,24 +33,81 @@ pub struct Link {
     pub customer: Option<String>,
 }
 
+/// A link's own query parameters, checked: `customer` (never empty), `expires` (unix
+/// seconds) and `sig`.
+#[derive(Debug, Clone)]
+pub struct LinkQuery {
+    pub customer: Option<String>,
+    pub expires: Option<i64>,
+    pub sig: String,
+}
+
+impl LinkQuery {
+    /// The link's parameters of a query; the page's own parameters are for the caller.
+    pub fn from_query(q: &[(String, String)]) -> Result<LinkQuery> {
+        use crate::http::extract::param;
+        for name in ["customer", "expires", "sig"] {
+            if q.iter().filter(|(k, _)| k == name).count() > 1 {
+                return Err(ApiError::invalid(name, format!("`{name}` is given twice")));
+            }
+        }
+        let customer = match param(q, "customer") {
+            None => None,
+            Some(c) if c.trim().is_empty() => {
+                return Err(ApiError::invalid(
+                    "customer",
+                    "`customer` is empty; ask the merchant for a new link",
+                ));
+            }
+            Some(c) => Some(c.to_string()),
+        };
+        let expires = match param(q, "expires") {
+            None => None,
+            Some(e) => Some(e.parse::<i64>().ok().filter(|e| *e > 0).ok_or_else(|| {
+                ApiError::invalid("expires", "`expires` must be a time in unix seconds")
+            })?),
+        };
+        let Some(sig) = param(q, "sig").filter(|s| !s.is_empty()) else {
+            return Err(ApiError::Invalid {
+                code: "checkout_link_incomplete",
+                message: "this checkout link has no signature; ask the merchant for a new link"
+                    .into(),
+                param: Some("sig".into()),
+            });
+        };
+        Ok(LinkQuery {
+            customer,
+            expires,
+            sig: sig.to_string(),
+        })
+    }
+
+    fn terms(&self) -> link_sig::LinkTerms<'_> {
+        link_sig::LinkTerms {
+            customer: self.customer.as_deref(),
+            expires: self.expires,
+        }
+    }
+
+    /// The parameters again, as the page passes them on to its transactions endpoint.
+    pub fn to_query(&self) -> String {
+        let mut q = url::form_urlencoded::Serializer::new(String::new());
+        if let Some(c) = &self.customer {
+            q.append_pair("customer", c);
+        }
+        if let Some(e) = self.expires {
+            q.append_pair("expires", &e.to_string());
+        }
+        q.append_pair("sig", &self.sig);
+        q.finish()
+    }
+}
+
 /// Checks the link's `sig` before anything touches the database: a forged or edited link
-/// learns nothing about which merchants or plans exist.
-pub fn verify_link(
-    ctx: &Ctx,
-    code: &str,
-    slug: &str,
-    customer: Option<&str>,
-    sig: Option<&str>,
-) -> Result<()> {
-    let Some(sig) = sig.filter(|s| !s.is_empty()) else {
-        return Err(ApiError::Invalid {
-            code: "checkout_link_incomplete",
-            message: "this checkout link has no signature; ask the merchant for a new link".into(),
-            param: Some("sig".into()),
-        });
-    };
+/// learns nothing about which merchants or plans exist. Then its expiry.
+pub fn verify_link(ctx: &Ctx, code: &str, slug: &str, link: &LinkQuery) -> Result<()> {
     let secret = ctx.cfg.checkout_signing_secret.expose();
-    if !link_sig::verify(secret, code, slug, customer, sig) {
+    if !link_sig::verify(secret, code, slug, link.terms(), &link.sig) {
         return Err(ApiError::Forbidden {
             code: "checkout_signature_invalid",
             message: "this checkout link is not valid (it was changed or is not from this \
@@ -58,19 +115,22 @@ pub fn verify_link(
                 .into(),
         });
     }
+    if link
+        .expires
+        .is_some_and(|e| e <= chrono::Utc::now().timestamp())
+    {
+        return Err(ApiError::Forbidden {
+            code: "checkout_link_expired",
+            message: "this checkout link has expired; ask the merchant for a new link".into(),
+        });
+    }
     Ok(())
 }
 
-/// Verifies and resolves a link: 400 without `sig`, 403 with a wrong one, 404 for an unknown
-/// merchant or plan.
-pub async fn resolve(
-    ctx: &Ctx,
-    code: &str,
-    slug: &str,
-    customer: Option<&str>,
-    sig: Option<&str>,
-) -> Result<Link> {
-    verify_link(ctx, code, slug, customer, sig)?;
+/// Verifies and resolves a link: 400 without `sig` or with an empty `customer`, 403 with a
+/// wrong signature or past its expiry, 404 for an unknown merchant or plan.
+pub async fn resolve(ctx: &Ctx, code: &str, slug: &str, query: &LinkQuery) -> Result<Link> {
+    verify_link(ctx, code, slug, query)?;
     let conn = ctx.pool.get().await?;
     let stored_link = chainsub_store::checkouts::resolve(
         &conn,
@@ -109,7 +169,7 @@ pub async fn resolve(
         plan_ref,
         plan_onchain_id: plan_onchain_id.and_then(|id| u64::try_from(id).ok()),
         deactivated,
-        customer: customer.map(str::to_string),
+        customer: query.customer.clone(),
     })
 }
 

@@ -32,10 +32,14 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 struct NewCheckout {
     plan_id: String,
     customer: Option<String>,
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// The longest a checkout link may stay valid.
+const MAX_LINK_DAYS: i64 = 366;
+
 fn parse(body: &Map<String, Value>) -> Result<NewCheckout> {
-    check_fields(body, &["planId", "customerExternalId"])?;
+    check_fields(body, &["planId", "customerExternalId", "expiresAt"])?;
     let plan_id = match body.get("planId") {
         None | Some(Value::Null) => return Err(ApiError::missing("planId")),
         Some(Value::String(s)) if chainsub_core::PlanId::parse(s).is_some() => s.clone(),
@@ -50,7 +54,37 @@ fn parse(body: &Map<String, Value>) -> Result<NewCheckout> {
         None | Some(Value::Null) => None,
         v => Some(text("customerExternalId", v, 128)?),
     };
-    Ok(NewCheckout { plan_id, customer })
+    let expires_at = match body.get("expiresAt") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let t = v
+                .as_str()
+                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "expiresAt",
+                        "`expiresAt` must be an RFC 3339 time such as \"2027-01-31T00:00:00Z\"",
+                    )
+                })?;
+            let now = chrono::Utc::now();
+            if t <= now || t > now + chrono::Duration::days(MAX_LINK_DAYS) {
+                return Err(ApiError::invalid(
+                    "expiresAt",
+                    format!(
+                        "`expiresAt` must be in the future and at most {MAX_LINK_DAYS} days away"
+                    ),
+                ));
+            }
+            // Whole seconds: the link carries unix seconds.
+            chrono::DateTime::from_timestamp(t.timestamp(), 0)
+        }
+    };
+    Ok(NewCheckout {
+        plan_id,
+        customer,
+        expires_at,
+    })
 }
 
 async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
@@ -78,13 +112,12 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
             }
             let secret = ctx.cfg.checkout_signing_secret.expose();
             let customer = input.customer.as_deref();
-            let url = crate::checkout::url(
-                &ctx.cfg.base(),
-                secret,
-                merchant.code(),
-                &plan.slug,
+            let terms = crate::checkout::LinkTerms {
                 customer,
-            );
+                expires: input.expires_at.map(|t| t.timestamp()),
+            };
+            let url =
+                crate::checkout::url(&ctx.cfg.base(), secret, merchant.code(), &plan.slug, terms);
             let customer_ref =
                 crate::checkout::customer_ref(secret, merchant.public_id().as_str(), customer);
             let public_id = chainsub_core::CheckoutId::random(12);
@@ -107,6 +140,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                     url: &url,
                     plan_id: &plan.id,
                     customer_external_id: input.customer.as_deref(),
+                    expires_at: input.expires_at,
                     created_at: created,
                 },
             ))

@@ -241,15 +241,20 @@ async fn checkout_page(
     q: &Query,
 ) -> Result<Resp> {
     check_ip(ctx, remote)?;
-    let customer = param(q, "customer");
-    let sig = param(q, "sig");
-    let link = checkout::resolve(ctx, code, slug, customer, sig).await?;
-    let mut tx_query = url::form_urlencoded::Serializer::new(String::new());
-    if let Some(c) = customer {
-        tx_query.append_pair("customer", c);
+    // Every parameter of the page is the link's, and the signature covers them all.
+    if let Some((k, _)) = q
+        .iter()
+        .find(|(k, _)| !matches!(k.as_str(), "customer" | "expires" | "sig"))
+    {
+        return Err(ApiError::Invalid {
+            code: "parameter_unknown",
+            message: format!("`{k}` is not a parameter of checkout links"),
+            param: Some(k.clone()),
+        });
     }
-    tx_query.append_pair("sig", sig.unwrap_or_default());
-    let tx_url = format!("/checkout/{code}/{slug}/tx?{}", tx_query.finish());
+    let query = checkout::LinkQuery::from_query(q)?;
+    let link = checkout::resolve(ctx, code, slug, &query).await?;
+    let tx_url = format!("/checkout/{code}/{slug}/tx?{}", query.to_query());
     Ok(checkout_view::render(&ctx.cfg, &link, &tx_url))
 }
 
@@ -274,7 +279,7 @@ async fn transactions(
         param(q, "permitDeadline"),
         param(q, "permitSignature"),
     )?;
-    let link = checkout::resolve(ctx, code, slug, param(q, "customer"), param(q, "sig")).await?;
+    let link = checkout::resolve(ctx, code, slug, &checkout::LinkQuery::from_query(q)?).await?;
     if link.deactivated {
         return Err(checkout::plan_inactive());
     }

@@ -375,18 +375,22 @@ async fn checkout_url_is_signed_for_plan_and_customer() {
     assert_eq!(segs[2], "pro");
     let q: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
     assert_eq!(q["customer"], "user 42&x");
+    let terms = |customer| chainsub_api::checkout::LinkTerms {
+        customer,
+        expires: None,
+    };
     assert!(chainsub_api::checkout::verify(
         crate::api_common::SECRET,
         segs[1],
         "pro",
-        Some("user 42&x"),
+        terms(Some("user 42&x")),
         &q["sig"]
     ));
     assert!(!chainsub_api::checkout::verify(
         crate::api_common::SECRET,
         segs[1],
         "pro",
-        Some("user 43"),
+        terms(Some("user 43")),
         &q["sig"]
     ));
 
@@ -1075,4 +1079,94 @@ async fn a_merchants_relayer_sends_are_bounded_per_day() {
     let plans = app.get("/api/v1/plans", &key).await;
     assert_eq!(plans.body["data"].as_array().unwrap().len(), 2);
     assert_eq!(plan_count(&app).await, U256::from(2));
+}
+
+/// Issue 46, point 17: a checkout link's signature covers every parameter. An anonymous
+/// link with `customer=` added used to verify and bind the customer `''`; a link may now
+/// carry an expiry, which can be neither changed nor dropped, and past which it no longer
+/// opens; a parameter the signature does not cover is refused.
+#[tokio::test]
+async fn checkout_links_sign_every_parameter_and_may_expire() {
+    let (app, key) = chain_app().await;
+    let created = app
+        .post("/api/v1/plans", &key, &plan_body("Pro"), None)
+        .await;
+    let plan = created.body["id"].as_str().unwrap().to_string();
+    let open = |url: String| {
+        let http = app.http.clone();
+        async move { crate::api_common::read(http.get(url).send().await.unwrap()).await }
+    };
+    let create = |body: Value| {
+        let (app, key) = (&app, &key);
+        async move { app.post("/api/v1/checkouts", key, &body, None).await }
+    };
+
+    let anonymous = create(json!({ "planId": plan })).await;
+    assert_eq!(anonymous.status, 201, "{:?}", anonymous.body);
+    assert_eq!(anonymous.body["expiresAt"], Value::Null);
+    let url = anonymous.body["url"].as_str().unwrap().to_string();
+    assert_eq!(open(url.clone()).await.status, 200);
+    let with_param = |name: &str, value: &str| {
+        let mut u = url::Url::parse(&url).unwrap();
+        let pairs: Vec<(String, String)> = u.query_pairs().into_owned().collect();
+        u.query_pairs_mut().clear();
+        for (k, v) in pairs {
+            u.query_pairs_mut().append_pair(&k, &v);
+        }
+        u.query_pairs_mut().append_pair(name, value);
+        u.to_string()
+    };
+    let r = open(with_param("customer", "")).await;
+    assert_eq!(r.status, 400, "an empty customer is never bound");
+    assert_eq!(open(with_param("customer", "victim")).await.status, 403);
+    assert_eq!(open(with_param("expires", "4102444800")).await.status, 403);
+    assert_eq!(open(with_param("utm_source", "x")).await.status, 400);
+
+    // An expiry: in the URL, signed, and enforced.
+    let until = chrono::Utc::now() + chrono::Duration::hours(1);
+    let expiring = create(json!({
+        "planId": plan,
+        "customerExternalId": "u1",
+        "expiresAt": until.to_rfc3339(),
+    }))
+    .await;
+    assert_eq!(expiring.status, 201, "{:?}", expiring.body);
+    let url = expiring.body["url"].as_str().unwrap().to_string();
+    assert!(
+        url.contains(&format!("expires={}", until.timestamp())),
+        "{url}"
+    );
+    assert_eq!(open(url.clone()).await.status, 200);
+    assert_eq!(open(url.replace("expires=", "expires=9")).await.status, 403);
+    let dropped = url.replace(&format!("expires={}&", until.timestamp()), "");
+    assert_eq!(open(dropped).await.status, 403);
+    // A validly signed link whose time has passed.
+    let code = url::Url::parse(&url)
+        .unwrap()
+        .path_segments()
+        .unwrap()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let past = chainsub_api::checkout::url(
+        &app.base,
+        crate::api_common::SECRET,
+        &code,
+        "pro",
+        chainsub_api::checkout::LinkTerms {
+            customer: Some("u1"),
+            expires: Some(chrono::Utc::now().timestamp() - 1),
+        },
+    );
+    let r = open(past).await;
+    assert_eq!(r.status, 403);
+    for bad in [
+        json!("2020-01-01T00:00:00Z"),
+        json!("tomorrow"),
+        json!((chrono::Utc::now() + chrono::Duration::days(400)).to_rfc3339()),
+    ] {
+        let r = create(json!({ "planId": plan, "expiresAt": bad })).await;
+        assert_eq!(r.status, 400, "{bad}: {:?}", r.body);
+        assert_eq!(r.error_param(), Some("expiresAt"));
+    }
 }
