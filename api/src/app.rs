@@ -41,6 +41,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("PUT", "/dashboard/api/webhook/url"),
     ("GET", "/dashboard/api/webhook/secret"),
     ("POST", "/dashboard/api/webhook/secret/rotate"),
+    ("POST", "/dashboard/api/webhook/secret/revoke-previous"),
     ("POST", "/dashboard/api/webhook/enable"),
     ("POST", "/dashboard/api/webhook/test"),
     ("GET", "/dashboard/api/webhook/deliveries"),

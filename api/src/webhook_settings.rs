@@ -111,6 +111,11 @@ pub async fn rotate_secret(
     Ok(secret)
 }
 
+/// Ends the previous secret's overlap now; the count of secrets ended (0 or 1).
+pub async fn revoke_previous_secret(client: &Client, merchant: &MerchantScope) -> Result<u64> {
+    Ok(store::revoke_previous_secrets(client, merchant).await?)
+}
+
 /// The endpoint as the dashboard shows it.
 pub async fn endpoint(client: &Client, merchant: &MerchantScope) -> Result<Value> {
     let e = store::endpoint(client, merchant).await?;

@@ -173,6 +173,14 @@ pub async fn rotate_secret(
         &[&scope.id()],
     )
     .await?;
+    // At most the current secret and one previous live: an earlier previous one ends now
+    // (N rotations within the overlap would otherwise sign every delivery N times).
+    tx.execute(
+        "UPDATE webhook_secrets SET expires_at = now() \
+         WHERE merchant_id = $1 AND expires_at > now()",
+        &[&scope.id()],
+    )
+    .await?;
     tx.execute(
         "UPDATE webhook_secrets SET expires_at = now() + make_interval(secs => $2) \
          WHERE merchant_id = $1 AND expires_at IS NULL",
@@ -186,6 +194,21 @@ pub async fn rotate_secret(
     .await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// Ends the previous secret's overlap now (after a leak, say): only the current secret signs
+/// from the next delivery on. Returns how many secrets it ended (0 or 1).
+pub async fn revoke_previous_secrets(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+) -> Result<u64> {
+    Ok(client
+        .execute(
+            "UPDATE webhook_secrets SET expires_at = now() \
+             WHERE merchant_id = $1 AND expires_at > now()",
+            &[&scope.id()],
+        )
+        .await?)
 }
 
 /// The merchant's deliveries, newest first, `limit` of them from before outbox id `before`,

@@ -7,7 +7,8 @@
 //! | GET | /dashboard/api/webhook | endpoint: url, enabled, disabledReason |
 //! | PUT | /dashboard/api/webhook/url | `{"url": "https://…" \| null}`; validated + SSRF-checked |
 //! | GET | /dashboard/api/webhook/secret | reveal the live signing secret(s) |
-//! | POST | /dashboard/api/webhook/secret/rotate | new secret; the old one signs during the overlap |
+//! | POST | /dashboard/api/webhook/secret/rotate | new secret; the old one signs during the overlap (an older one stops) |
+//! | POST | /dashboard/api/webhook/secret/revoke-previous | the previous secret stops signing now |
 //! | POST | /dashboard/api/webhook/enable | re-enable after a 410 |
 //! | POST | /dashboard/api/webhook/test | queue a `webhook.test` event |
 //! | GET | /dashboard/api/webhook/deliveries | recent deliveries with their attempts |
@@ -71,6 +72,11 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     let rotate = post(&ctx, warp::path!("secret" / "rotate").boxed(), |ctx, s| {
         Box::pin(async move { rotate(&ctx, &s).await })
     });
+    let revoke = post(
+        &ctx,
+        warp::path!("secret" / "revoke-previous").boxed(),
+        |ctx, s| Box::pin(async move { revoke_previous(&ctx, &s).await }),
+    );
     let enable = post(&ctx, warp::path!("enable").boxed(), |ctx, s| {
         Box::pin(async move { enable(&ctx, &s).await })
     });
@@ -108,6 +114,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .or(secret_path)
             .unify()
             .or(rotate)
+            .unify()
+            .or(revoke)
             .unify()
             .or(enable)
             .unify()
@@ -195,6 +203,14 @@ async fn rotate(ctx: &Ctx, s: &Session) -> Result<Resp> {
         secret: secret.expose(),
         previous_expires_at: until,
     }))
+}
+
+/// Ends the previous secret's overlap now: deliveries are signed with the current one only.
+async fn revoke_previous(ctx: &Ctx, s: &Session) -> Result<Resp> {
+    let conn = ctx.pool.get().await?;
+    let revoked = settings::revoke_previous_secret(&conn, &s.merchant).await?;
+    tracing::info!(merchant = %s.merchant.public_id(), revoked, "previous webhook secret revoked");
+    reveal(ctx, s).await
 }
 
 async fn enable(ctx: &Ctx, s: &Session) -> Result<Resp> {

@@ -323,6 +323,52 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
 
+    // Issue 46, point 19: two more rotations within the overlap leave the current secret
+    // and one previous live (each rotation used to add a signature to every delivery), and
+    // the previous one can be revoked at once.
+    for _ in 0..2 {
+        dash.call(Method::POST, "/dashboard/api/webhook/secret/rotate", None)
+            .await;
+    }
+    let (_, live) = dash
+        .call(Method::GET, "/dashboard/api/webhook/secret", None)
+        .await;
+    assert_eq!(live["previous"].as_array().unwrap().len(), 1, "{live}");
+    let signatures = |got: &chainsub_tests::receiver::Delivery| {
+        got.headers
+            .get("webhook-signature")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .split(' ')
+            .count()
+    };
+    let n = rx.received().len();
+    dash.call(Method::POST, "/dashboard/api/webhook/test", None)
+        .await;
+    rx.wait_until("a test event", |r| r.len() == n + 1).await;
+    assert_eq!(signatures(&rx.received()[n]), 2, "current and one previous");
+    let (status, live) = dash
+        .call(
+            Method::POST,
+            "/dashboard/api/webhook/secret/revoke-previous",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{live}");
+    assert_eq!(live["previous"], json!([]), "{live}");
+    let current = live["secret"].as_str().unwrap().to_string();
+    dash.call(Method::POST, "/dashboard/api/webhook/test", None)
+        .await;
+    rx.wait_until("another test event", |r| r.len() == n + 2)
+        .await;
+    let got = rx.received()[n + 1].clone();
+    assert_eq!(signatures(&got), 1, "the current secret alone");
+    Webhook::new(&current)
+        .unwrap()
+        .verify(&got.body, &got.headers)
+        .unwrap();
+
     stop.send(()).unwrap();
     dispatcher.await.unwrap().unwrap();
     running.shutdown().await;
