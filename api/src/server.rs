@@ -107,8 +107,14 @@ pub async fn start_sharded(
     shards: usize,
 ) -> Result<Running> {
     if !cfg.no_migrate {
+        // Start-up may wait for the database for up to STARTUP_DEADLINE_SECS: meanwhile the
+        // socket answers every request 503 `starting` at once instead of holding it
+        // unanswered in the backlog.
+        let starting = answer_starting(&listener, &cfg.http)?;
         let deadline = std::time::Duration::from_secs(cfg.startup_deadline_secs);
-        let applied = crate::db::migrate(&cfg.database_url, deadline).await?;
+        let migrated = crate::db::migrate(&cfg.database_url, deadline).await;
+        starting.stop().await;
+        let applied = migrated?;
         if !applied.is_empty() {
             tracing::info!(?applied, "applied migrations");
         }
@@ -191,6 +197,54 @@ pub async fn start_sharded(
         task,
         key_listener,
     })
+}
+
+/// The listener's answer while start-up runs: 503 `starting` to every request.
+struct Starting {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Starting {
+    /// Stops answering; connections arriving from now on wait for the real server.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+fn answer_starting(
+    listener: &std::net::TcpListener,
+    limits: &chainsub_serve::HttpLimits,
+) -> Result<Starting> {
+    let internal = |e: std::io::Error| ApiError::Internal(format!("listener: {e}"));
+    let clone = listener.try_clone().map_err(internal)?;
+    clone.set_nonblocking(true).map_err(internal)?;
+    let clone = tokio::net::TcpListener::from_std(clone).map_err(internal)?;
+    let route = warp::any().map(|| {
+        let body = serde_json::json!({ "error": {
+            "type": "api_error",
+            "code": "starting",
+            "message": "the service is starting (waiting for its database); retry shortly",
+            "param": null,
+        }});
+        let reply = warp::reply::with_status(
+            warp::reply::json(&body),
+            warp::http::StatusCode::SERVICE_UNAVAILABLE,
+        );
+        let reply = warp::reply::with_header(reply, "retry-after", "1");
+        warp::reply::with_header(reply, "connection", "close")
+    });
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(chainsub_serve::serve(
+        warp::service(route),
+        clone,
+        Gate::plain("api_starting", limits.clone()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Ok(Starting { stop, task })
 }
 
 /// One request loop: a thread running a single-threaded runtime that serves `listener`

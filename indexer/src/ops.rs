@@ -30,6 +30,9 @@ pub struct Status {
     indexed: AtomicU64,
     head: AtomicU64,
     writer: AtomicBool,
+    /// Start-up (migrations, the node's chain id) is over: until then the process is
+    /// `starting`, not ready.
+    started: AtomicBool,
     /// Readiness bound on the writer's lag in blocks (0: none).
     max_lag: AtomicU64,
     /// Why the last session failed, until a step succeeds again.
@@ -79,6 +82,11 @@ impl Status {
         self.head.load(Ordering::Relaxed)
     }
 
+    /// Start-up is over: the process runs its sessions from now on.
+    pub fn set_started(&self) {
+        self.started.store(true, Ordering::Relaxed);
+    }
+
     /// Whether this process holds the writer lock.
     pub fn set_writer(&self, w: bool) {
         self.writer.store(w, Ordering::Relaxed);
@@ -116,6 +124,12 @@ impl Status {
     /// Why this process is not ready (empty: ready).
     pub fn reasons(&self) -> Vec<String> {
         let mut why = Vec::new();
+        if !self.started.load(Ordering::Relaxed) {
+            why.push(
+                "starting: migrations and the node's chain id (retried until STARTUP_DEADLINE_SECS)"
+                    .to_string(),
+            );
+        }
         if let Some(fault) = self.fault.lock().expect("fault lock").clone() {
             why.push(fault);
         }
@@ -146,7 +160,9 @@ impl Status {
     pub fn health(&self) -> (StatusCode, serde_json::Value) {
         let reasons = self.reasons();
         let writer = self.writer.load(Ordering::Relaxed);
+        let starting = !self.started.load(Ordering::Relaxed);
         let (code, status) = match (reasons.is_empty(), writer) {
+            _ if starting => (StatusCode::SERVICE_UNAVAILABLE, "starting"),
             (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             (true, true) => (StatusCode::OK, "ok"),
             (true, false) => (StatusCode::OK, "standby"),
@@ -270,6 +286,11 @@ mod tests {
     fn a_writer_is_ready_until_it_lags_or_its_session_fails() {
         let s = Status::new(1);
         s.set_max_lag(10);
+        // Issue 46, point 22: while start-up retries the database or the node, not ready.
+        let (code, body) = s.health();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["status"], "starting");
+        s.set_started();
         assert_eq!(s.health().1["status"], "standby", "not the writer yet");
         s.set_writer(true);
         s.set_head(100);

@@ -27,6 +27,7 @@ pub async fn run<S: BlockSource + ?Sized>(
     status: Arc<Status>,
     mut shutdown: Shutdown,
 ) -> Result<()> {
+    status.set_started();
     let mut failures = 0u32;
     loop {
         if *shutdown.borrow() {
@@ -64,6 +65,9 @@ async fn session<S: BlockSource + ?Sized>(
     shutdown: &mut Shutdown,
 ) -> Result<()> {
     let client = writer::connect(database_url).await?;
+    // A session again: whatever failed the last one (a demoted writer's killed session, a
+    // database that was away) is over. A standby waiting on the lock is ready as one.
+    status.set_fault(None);
     tokio::select! {
         r = writer::acquire(&client, cfg.chain_id) => r?,
         _ = shutdown.changed() => return Ok(()),

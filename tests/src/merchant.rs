@@ -200,6 +200,15 @@ impl ApiClient {
         }
     }
 
+    /// The API has started: `GET /api/v1/health` is answered, and not with the 503
+    /// `starting` it gives while start-up waits for its database (healthy or not).
+    pub async fn started(&self) -> bool {
+        match self.health().await {
+            Ok((_, body)) => body["error"]["code"] != "starting",
+            Err(_) => false,
+        }
+    }
+
     /// `GET /api/v1/health` (no auth): status and body.
     pub async fn health(&self) -> Result<(u16, Value)> {
         Self::read(self.http.get(self.url("/api/v1/health")).send().await?).await

@@ -946,3 +946,48 @@ async fn health_has_its_own_limit_and_tells_the_public_only_ok_or_degraded() {
         assert_eq!(op.body["status"], "ok");
     }
 }
+
+/// Issue 46, point 22: while start-up waits for its database (up to STARTUP_DEADLINE_SECS)
+/// the API used to hold every connection unanswered in the socket's backlog; it now answers
+/// 503 `starting` at once, and serves normally once the database is there.
+#[tokio::test]
+async fn the_api_answers_503_starting_while_start_up_waits_for_its_database() {
+    let db = TestDb::create().await;
+    let chain = DevChain::start().await;
+    let proxy = Proxy::start_disabled(target_of(&db.url)).await;
+    let url = via(&db.url, proxy.addr);
+    let socket = chainsub_tests::Reserved::new();
+    let base = socket.url();
+    let _api = crate::api_common::api_process(
+        &db,
+        &chain,
+        &socket,
+        &[
+            ("DATABASE_URL", url.as_str()),
+            ("STARTUP_DEADLINE_SECS", "120"),
+        ],
+    );
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let health = || async {
+        read(
+            http.get(format!("{base}/api/v1/health"))
+                .send()
+                .await
+                .expect("an answer, not a hung connection"),
+        )
+        .await
+    };
+    let r = health().await;
+    assert_eq!(r.status, 503, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "starting", "{:?}", r.body);
+    assert_eq!(r.header("retry-after").as_deref(), Some("1"));
+
+    proxy.enable();
+    chainsub_tests::wait_until("the API to serve", || async {
+        health().await.status == 200
+    })
+    .await;
+}

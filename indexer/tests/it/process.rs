@@ -116,6 +116,48 @@ async fn second_indexer_waits_as_standby_and_takes_over_when_the_writer_dies() {
     assert_same_index(&dump(&client).await, &fresh);
 }
 
+/// Issue 46, point 22: a writer whose session is ended under it (a fail-over, an operator's
+/// `pg_terminate_backend`) and whose lock a standby takes resumes as a standby, and says so:
+/// its `/health` used to stay 503 with the old session's failure for good.
+#[tokio::test]
+async fn a_demoted_writer_is_ready_again_as_a_standby() {
+    let Scene {
+        chain, db, client, ..
+    } = Scene::start().await;
+    let (socket_a, socket_b) = (Reserved::new(), Reserved::new());
+    let (port_a, port_b) = (socket_a.port, socket_b.port);
+    let _a = spawn_indexer(&chain, &db, &socket_a, &[]);
+    wait_until("A becomes the writer", || async {
+        health(port_a).await["writer"] == true
+    })
+    .await;
+    let _b = spawn_indexer(&chain, &db, &socket_b, &[]);
+    wait_until("B waits as a standby", || async {
+        health(port_b).await["status"] == "standby"
+    })
+    .await;
+    client
+        .execute(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l \
+             JOIN pg_database d ON d.oid = l.database \
+             WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap();
+    wait_until("B becomes the writer", || async {
+        health(port_b).await["writer"] == true
+    })
+    .await;
+    wait_until("A is ready again, as a standby", || async {
+        let h = health(port_a).await;
+        h["status"] == "standby"
+            && h["writer"] == false
+            && http_status(port_a, "/health") == Some(200)
+    })
+    .await;
+}
+
 async fn epoch(c: &tokio_postgres::Client) -> i64 {
     c.query_one("SELECT writer_epoch FROM indexer_cursor", &[])
         .await
@@ -178,7 +220,17 @@ async fn a_database_and_a_node_down_at_start_up_are_waited_for() {
         ("DATABASE_URL", db_url.as_str()),
         ("RPC_URL", rpc_url.as_str()),
     ];
-    let mut child = spawn_indexer(&chain, &db, &Reserved::new(), &env);
+    let socket = Reserved::new();
+    let port = socket.port;
+    let mut child = spawn_indexer(&chain, &db, &socket, &env);
+    // Issue 46, point 22: not ready while start-up waits (it used to say 200 `standby`).
+    chainsub_tests::wait_until("the health listener", || async move {
+        http_status(port, "/health").is_some()
+    })
+    .await;
+    let h = health(port).await;
+    assert_eq!(h["status"], "starting", "{h}");
+    assert_eq!(http_status(port, "/health"), Some(503));
     for (down, up) in [(&pg, "the database"), (&rpc, "the node")] {
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(

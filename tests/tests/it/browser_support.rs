@@ -79,9 +79,9 @@ pub async fn start(test: &str, with_indexer: bool) -> Stack {
         ChildGuard(child)
     });
     let http = reqwest::Client::new();
-    let health = format!("{base}/api/v1/health");
-    poll("the api to answer", || async {
-        http.get(&health).send().await.ok().map(|_| ())
+    let client = chainsub_tests::merchant::ApiClient::new(&base);
+    poll("the api to start", || async {
+        client.started().await.then_some(())
     })
     .await;
     Stack {

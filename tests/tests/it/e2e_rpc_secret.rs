@@ -33,8 +33,8 @@ async fn an_rpc_url_with_a_key_in_it_reaches_no_response_and_no_log() {
     }
     let mut services = Services::start(env);
     let api = ApiClient::new(&services.api.url());
-    wait_for("the API to answer", 60, || async {
-        Ok(api.health().await.ok().map(|_| ()))
+    wait_for("the API to start", 60, || async {
+        Ok(api.started().await.then_some(()))
     })
     .await
     .unwrap();
