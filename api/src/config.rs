@@ -126,6 +126,11 @@ pub struct Config {
     /// peer is the client and those headers are ignored.
     #[arg(long, env = "TRUSTED_PROXIES", value_delimiter = ',')]
     pub trusted_proxies: Vec<crate::http::client_ip::Cidr>,
+    /// The one header your proxies write the client's address in: `x-forwarded-for`
+    /// (nginx, HAProxy, AWS ALB; the default) or `forwarded` (RFC 7239). The other is never
+    /// read. Every line of it counts, walked from the right past the trusted hops.
+    #[arg(long, env = "FORWARDED_HEADER", value_enum, default_value_t)]
+    pub forwarded_header: crate::http::client_ip::ForwardedHeader,
     /// Lifetime of a dashboard session, in seconds.
     #[arg(long, env = "SESSION_TTL_SECS", default_value_t = 12 * 3600)]
     pub session_ttl_secs: u64,

@@ -24,6 +24,8 @@ pub struct AppState {
     pub keys: Arc<crate::auth::key_cache::KeyCache<(chainsub_store::MerchantScope, i64)>>,
     /// Permits for concurrent ledger exports (`LEDGER_EXPORTS_MAX`).
     pub exports: Arc<tokio::sync::Semaphore>,
+    /// Every live API key's hash (`auth::key_cache::LiveKeys`).
+    pub live_keys: Arc<crate::auth::key_cache::LiveKeys>,
     /// Public webhook delivery ids.
     pub delivery_ids: crate::webhook_settings::DeliveryIds,
 }

@@ -28,6 +28,7 @@ pub struct Running {
     stops: Vec<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     key_listener: JoinHandle<()>,
+    live_keys: JoinHandle<()>,
 }
 
 /// Builds the shared state: pool, limiters, relayer, metrics.
@@ -38,7 +39,10 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
         (cfg.rate_limit_key_per_sec, cfg.rate_limit_key_burst),
         (cfg.rate_limit_ip_per_sec, cfg.rate_limit_ip_burst),
         (cfg.rate_limit_health_per_sec, cfg.rate_limit_health_burst),
-        cfg.trusted_proxies.clone(),
+        crate::http::client_ip::Proxies {
+            trusted: cfg.trusted_proxies.clone(),
+            header: cfg.forwarded_header,
+        },
     );
     Ok(Arc::new(AppState {
         pool,
@@ -46,6 +50,7 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
         relayer,
         metrics: crate::metrics::install(),
         exports: Arc::new(tokio::sync::Semaphore::new(cfg.ledger_exports_max)),
+        live_keys: Arc::new(crate::auth::key_cache::LiveKeys::default()),
         delivery_ids: crate::webhook_settings::DeliveryIds::new(
             cfg.checkout_signing_secret.expose(),
         ),
@@ -122,6 +127,7 @@ pub async fn start_sharded(
     let ctx = build_ctx(cfg)?;
     // Hears key revocations; the key cache serves only while it does.
     let key_listener = tokio::spawn(ctx.keys.clone().listen(ctx.cfg.database_url.clone()));
+    let live_keys = tokio::spawn(ctx.live_keys.clone().refresh(ctx.pool.clone()));
     if let Some(r) = &ctx.relayer {
         // The relayer's balance at start (a warning in /health and the metric if low);
         // later checks happen before each send.
@@ -196,6 +202,7 @@ pub async fn start_sharded(
         stops,
         task,
         key_listener,
+        live_keys,
     })
 }
 
@@ -296,6 +303,7 @@ impl Running {
         }
         let _ = (&mut self.task).await;
         self.key_listener.abort();
+        self.live_keys.abort();
     }
 }
 

@@ -356,6 +356,7 @@ pub async fn serve<S>(
         let service = service.clone();
         let on_request = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             req.extensions_mut().insert(Peer(addr));
+            combine_list_lines(req.headers_mut());
             let req = req.map(|inner| TimedBody {
                 inner,
                 deadline: Box::pin(tokio::time::sleep(body_timeout)),
@@ -380,6 +381,28 @@ pub async fn serve<S>(
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// The forwarding headers, list-valued: a proxy may append its hop as a header line of its
+/// own rather than to the last line. Their lines are combined into one, in order (RFC 9110
+/// §5.3), so whoever reads the header reads every hop, nearest last.
+const LIST_HEADERS: [&str; 2] = ["x-forwarded-for", "forwarded"];
+
+fn combine_list_lines(headers: &mut warp::http::HeaderMap) {
+    for name in LIST_HEADERS {
+        let mut lines = headers.get_all(name).iter();
+        let (Some(first), Some(_)) = (lines.next(), lines.next()) else {
+            continue;
+        };
+        let mut joined = first.as_bytes().to_vec();
+        for line in headers.get_all(name).iter().skip(1) {
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(line.as_bytes());
+        }
+        if let Ok(value) = warp::http::HeaderValue::from_bytes(&joined) {
+            headers.insert(name, value);
+        }
+    }
 }
 
 /// Accept errors: a connection that died before it was accepted is nothing; anything else
@@ -420,3 +443,20 @@ pub fn raise_open_files_limit(limits: &HttpLimits, other_files: usize) -> Option
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod header_tests {
+    use super::*;
+
+    #[test]
+    fn forwarding_header_lines_are_combined_in_order() {
+        let mut h = warp::http::HeaderMap::new();
+        h.append("x-forwarded-for", "203.0.113.1".parse().unwrap());
+        h.append("x-forwarded-for", "198.51.100.7, 10.0.0.5".parse().unwrap());
+        h.append("forwarded", "for=192.0.2.1".parse().unwrap());
+        combine_list_lines(&mut h);
+        let all: Vec<_> = h.get_all("x-forwarded-for").iter().collect();
+        assert_eq!(all, ["203.0.113.1, 198.51.100.7, 10.0.0.5"]);
+        assert_eq!(h.get("forwarded").unwrap(), "for=192.0.2.1");
+    }
+}

@@ -96,6 +96,18 @@ const BY_API_KEY: &str = "SELECT k.id AS key_id, k.key_hash, \
     FROM api_keys k JOIN merchants m ON m.id = k.merchant_id \
     WHERE k.key_hash = $1 AND k.revoked_at IS NULL";
 
+/// The hashes of every live API key (the API keeps them in memory, so a caller refused for
+/// guessing keys still gets a valid key looked up).
+pub async fn live_key_hashes(client: &impl GenericClient) -> Result<Vec<Vec<u8>>> {
+    let rows = client
+        .query(
+            "SELECT key_hash FROM api_keys WHERE revoked_at IS NULL",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// The merchant whose live API key hashes to `key_hash`: authentication by key.
 pub async fn by_api_key_hash(
     client: &impl GenericClient,

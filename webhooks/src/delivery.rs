@@ -157,7 +157,14 @@ impl Deliverer {
 
     async fn exchange(&self, a: &Attempt<'_>) -> Answer {
         let url = match Url::parse(a.url) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") => u,
+            Ok(u) if u.scheme() == "https" || (u.scheme() == "http" && self.cfg.allow_http) => u,
+            // A plain-http URL saved while WEBHOOK_ALLOW_HTTP was on is not delivered to once
+            // it is off.
+            Ok(u) if u.scheme() == "http" => {
+                return Answer::Error(
+                    "blocked: http URLs are not delivered to (WEBHOOK_ALLOW_HTTP is off)".into(),
+                );
+            }
             _ => return Answer::Error("invalid webhook URL".into()),
         };
         let addrs = match self.cfg.address_policy().resolve(&url).await {

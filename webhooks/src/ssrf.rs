@@ -33,9 +33,13 @@ pub enum AddressClass {
 pub enum Blocked {
     #[error("webhook URL has no host")]
     NoHost,
-    #[error("could not resolve {0}")]
+    /// The same words as [`Blocked::Address`]: whoever sets a URL must not learn whether a
+    /// name exists in our internal DNS (an oracle) — only that it is not deliverable.
+    #[error("{0} does not resolve to a public address")]
     Unresolvable(String),
-    #[error("{host} resolves to {addr} ({class:?}), which is not allowed")]
+    /// What the address was is for our logs (`Debug`), never the message (`Display`), which
+    /// merchants see in the dashboard.
+    #[error("{host} does not resolve to a public address")]
     Address {
         host: String,
         addr: IpAddr,
@@ -87,6 +91,10 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
         AddressClass::Metadata // AWS IMDS over IPv6
     } else if seg[0] & 0xfe00 == 0xfc00 || seg[0] & 0xffc0 == 0xfec0 {
         AddressClass::Private // unique local, deprecated site-local
+    } else if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2] == 1 {
+        // RFC 8215's local-use NAT64 prefix 64:ff9b:1::/48: translated to IPv4 inside the
+        // operator's own network, embedded at a prefix length we cannot know — private.
+        AddressClass::Private
     } else if seg[0] & 0xffc0 == 0xfe80 {
         AddressClass::LinkLocal
     } else if seg[0] == 0x2001 && seg[1] == 0x0db8 || seg[0] == 0x0100 && seg[1..4] == [0; 3] {
@@ -128,6 +136,9 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     None
 }
 
+/// How long a webhook host's DNS lookup may take.
+pub const DNS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl AddressPolicy {
     /// Whether this policy lets a delivery connect to `ip`.
     pub fn allows(&self, ip: IpAddr) -> Result<(), AddressClass> {
@@ -148,10 +159,14 @@ impl AddressPolicy {
         let addrs: Vec<SocketAddr> = match url.host() {
             Some(url::Host::Ipv4(ip)) => vec![SocketAddr::new(ip.into(), port)],
             Some(url::Host::Ipv6(ip)) => vec![SocketAddr::new(ip.into(), port)],
-            Some(url::Host::Domain(d)) => tokio::net::lookup_host((d, port))
-                .await
-                .map_err(|_| Blocked::Unresolvable(d.to_string()))?
-                .collect(),
+            // Bounded: a resolver that never answers must not hold a dispatcher's slot.
+            Some(url::Host::Domain(d)) => {
+                tokio::time::timeout(DNS_TIMEOUT, tokio::net::lookup_host((d, port)))
+                    .await
+                    .map_err(|_| Blocked::Unresolvable(d.to_string()))?
+                    .map_err(|_| Blocked::Unresolvable(d.to_string()))?
+                    .collect()
+            }
             None => return Err(Blocked::NoHost),
         };
         if addrs.is_empty() {
@@ -205,6 +220,9 @@ mod tests {
             ("::ffff:169.254.169.254", AddressClass::Metadata),
             ("::ffff:10.0.0.1", AddressClass::Private),
             ("64:ff9b::a00:1", AddressClass::Private),
+            // Issue 46, point 18: RFC 8215's local-use prefix is private whatever it embeds.
+            ("64:ff9b:1::808:808", AddressClass::Private),
+            ("64:ff9b:1:a00:1::", AddressClass::Private),
             ("2002:c0a8:0101::1", AddressClass::Private),
             ("172.32.0.1", AddressClass::Public),
             ("100.128.0.1", AddressClass::Public),
@@ -256,6 +274,31 @@ mod tests {
         };
         let addrs = allowed.resolve(&url).await.unwrap();
         assert!(addrs.iter().all(|a| a.ip().is_loopback() && a.port() == 9));
+    }
+
+    /// Issue 46, point 18: the message never names the address a host resolved to, and an
+    /// internal name reads the same as one that does not exist.
+    #[tokio::test]
+    async fn refusals_do_not_reveal_what_a_name_resolves_to() {
+        let internal = AddressPolicy::default()
+            .resolve(&Url::parse("http://localhost:9/hook").unwrap())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !internal.contains("127.0.0.1") && !internal.contains("::1"),
+            "{internal}"
+        );
+        assert!(!internal.contains("Loopback"), "{internal}");
+        let missing = AddressPolicy::default()
+            .resolve(&Url::parse("http://no-such-host.invalid/hook").unwrap())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            internal.replace("localhost", "HOST"),
+            missing.replace("no-such-host.invalid", "HOST")
+        );
     }
 
     #[tokio::test]

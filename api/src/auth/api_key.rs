@@ -92,8 +92,11 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
         return Ok(Authed { merchant, rate });
     }
     // A caller already refused for failed attempts gets no database lookup until its wait
-    // has passed: a flood of well-formed guesses must not cost a round trip each.
-    ctx.limits.refused_key_guesser(&caller.client)?;
+    // has passed: a flood of well-formed guesses must not cost a round trip each. A live
+    // key is looked up all the same: guesses from its caller's address never lock it out.
+    if !ctx.live_keys.contains(&hash) {
+        ctx.limits.refused_key_guesser(&caller.client)?;
+    }
     let before = ctx.keys.generation();
     let conn = ctx.pool.get().await?;
     let looked_up = chainsub_store::merchants::by_api_key_hash(&conn, &hash).await?;

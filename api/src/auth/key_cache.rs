@@ -215,6 +215,50 @@ async fn signalled(database_url: &str) -> bool {
     }
 }
 
+/// The hashes of every live API key, refreshed every few seconds: lets a valid key through
+/// to its lookup when its caller's IP is refused for guessing (a shared address, or one
+/// whose guesses someone else made), while guesses — in no snapshot — stay refused without a
+/// database round trip. A key created since the last refresh is treated as before: looked
+/// up unless its caller is refused.
+#[derive(Default)]
+pub struct LiveKeys {
+    hashes: std::sync::RwLock<std::collections::HashSet<[u8; 32]>>,
+}
+
+/// How often [`LiveKeys`] reloads.
+pub const LIVE_KEYS_EVERY: Duration = Duration::from_secs(5);
+
+impl LiveKeys {
+    /// Whether `hash` was a live key at the last refresh.
+    pub fn contains(&self, hash: &[u8; 32]) -> bool {
+        self.hashes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(hash)
+    }
+
+    /// Reloads from the database every [`LIVE_KEYS_EVERY`] until the task is dropped; a
+    /// failed reload keeps the last snapshot.
+    pub async fn refresh(self: std::sync::Arc<Self>, pool: deadpool_postgres::Pool) {
+        loop {
+            match pool.get().await {
+                Ok(conn) => match chainsub_store::merchants::live_key_hashes(&conn).await {
+                    Ok(rows) => {
+                        let set = rows
+                            .into_iter()
+                            .filter_map(|h| <[u8; 32]>::try_from(h.as_slice()).ok())
+                            .collect();
+                        *self.hashes.write().unwrap_or_else(|e| e.into_inner()) = set;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "live API keys: reload failed"),
+                },
+                Err(e) => tracing::warn!(error = %e, "live API keys: no connection"),
+            }
+            tokio::time::sleep(LIVE_KEYS_EVERY).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

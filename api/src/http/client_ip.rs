@@ -63,6 +63,26 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The one forwarding header the operator's proxies write (`FORWARDED_HEADER`): only it is
+/// read, so a client cannot pick its bucket by sending the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For` (nginx, HAProxy, AWS ALB, most load balancers).
+    #[default]
+    #[value(name = "x-forwarded-for")]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=…`.
+    #[value(name = "forwarded")]
+    Forwarded,
+}
+
+/// The operator's proxies: which peers are trusted, and the header they write.
+#[derive(Debug, Clone, Default)]
+pub struct Proxies {
+    pub trusted: Vec<Cidr>,
+    pub header: ForwardedHeader,
+}
+
 /// What a request says about where it comes from.
 #[derive(Debug, Clone, Default)]
 pub struct ClientAddr {
@@ -87,33 +107,43 @@ fn parse_hop(s: &str) -> Option<IpAddr> {
 }
 
 impl ClientAddr {
-    /// The hops the proxies recorded, nearest last.
-    fn hops(&self) -> Vec<&str> {
-        if let Some(f) = &self.forwarded {
-            f.split(',')
-                .filter_map(|el| {
-                    el.split(';').find_map(|pair| {
-                        let (k, v) = pair.trim().split_once('=')?;
-                        k.eq_ignore_ascii_case("for").then_some(v)
-                    })
+    /// The hops the proxies recorded in `header` (every line of it: the accept loop combines
+    /// them), nearest last.
+    fn hops(&self, header: ForwardedHeader) -> Vec<&str> {
+        match header {
+            ForwardedHeader::Forwarded => self
+                .forwarded
+                .as_deref()
+                .map(|f| {
+                    f.split(',')
+                        .filter_map(|el| {
+                            el.split(';').find_map(|pair| {
+                                let (k, v) = pair.trim().split_once('=')?;
+                                k.eq_ignore_ascii_case("for").then_some(v)
+                            })
+                        })
+                        .collect()
                 })
-                .collect()
-        } else if let Some(x) = &self.x_forwarded_for {
-            x.split(',').collect()
-        } else {
-            Vec::new()
+                .unwrap_or_default(),
+            ForwardedHeader::XForwardedFor => self
+                .x_forwarded_for
+                .as_deref()
+                .map(|x| x.split(',').collect())
+                .unwrap_or_default(),
         }
     }
 
-    /// The client's address given the operator's trusted proxies.
-    pub fn resolve(&self, trusted: &[Cidr]) -> Option<IpAddr> {
+    /// The client's address given the operator's proxies: walked from the right through
+    /// the configured header past the trusted hops.
+    pub fn resolve(&self, proxies: &Proxies) -> Option<IpAddr> {
         let peer = canonical(self.peer?);
+        let trusted = &proxies.trusted;
         let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
         if !is_trusted(peer) {
             return Some(peer);
         }
         let mut client = peer;
-        for hop in self.hops().into_iter().rev() {
+        for hop in self.hops(proxies.header).into_iter().rev() {
             // A hop we cannot read was not written by a proxy we trust: stop at the last
             // address one of them vouched for.
             let Some(ip) = parse_hop(hop).map(canonical) else {
@@ -194,40 +224,50 @@ mod tests {
 
     #[test]
     fn forwarding_headers_count_only_from_trusted_proxies() {
-        let trusted = cidrs(&["10.0.0.0/8"]);
+        let xff = Proxies {
+            trusted: cidrs(&["10.0.0.0/8"]),
+            header: ForwardedHeader::XForwardedFor,
+        };
+        let rfc = Proxies {
+            header: ForwardedHeader::Forwarded,
+            ..xff.clone()
+        };
+        let trusted = &xff;
         // An untrusted peer cannot choose its bucket.
         let a = addr(
             "203.0.113.9",
             Some("198.51.100.1"),
             Some("for=198.51.100.2"),
         );
-        assert_eq!(a.resolve(&trusted), Some("203.0.113.9".parse().unwrap()));
+        assert_eq!(a.resolve(trusted), Some("203.0.113.9".parse().unwrap()));
         // A trusted proxy's header names the client; hops the client itself prepended are
         // ignored (read from the right, the first untrusted hop is the client).
         let a = addr("10.0.0.2", Some("1.1.1.1, 198.51.100.7, 10.0.0.5"), None);
-        assert_eq!(a.resolve(&trusted), Some("198.51.100.7".parse().unwrap()));
+        assert_eq!(a.resolve(trusted), Some("198.51.100.7".parse().unwrap()));
         // RFC 7239 with quoting, ports and IPv6.
         let a = addr(
             "10.0.0.2",
             None,
             Some("for=192.0.2.60;proto=http, for=\"[2001:db8:cafe::17]:4711\""),
         );
-        assert_eq!(
-            a.resolve(&trusted),
-            Some("2001:db8:cafe::17".parse().unwrap())
-        );
-        // Forwarded wins over X-Forwarded-For when both are present.
+        assert_eq!(a.resolve(&rfc), Some("2001:db8:cafe::17".parse().unwrap()));
+        // Issue 46, point 9: only the configured header counts. Forwarded used to win when
+        // both were present, so a client behind an X-Forwarded-For proxy chose its bucket.
         let a = addr("10.0.0.2", Some("198.51.100.1"), Some("for=192.0.2.1"));
-        assert_eq!(a.resolve(&trusted), Some("192.0.2.1".parse().unwrap()));
+        assert_eq!(a.resolve(&xff), Some("198.51.100.1".parse().unwrap()));
+        assert_eq!(a.resolve(&rfc), Some("192.0.2.1".parse().unwrap()));
         // Garbage or `unknown` stops the walk at the last vouched-for address.
         let a = addr("10.0.0.2", Some("garbage, 10.0.0.9"), None);
-        assert_eq!(a.resolve(&trusted), Some("10.0.0.9".parse().unwrap()));
+        assert_eq!(a.resolve(trusted), Some("10.0.0.9".parse().unwrap()));
         // A trusted proxy with no header is itself the client.
         let a = addr("10.0.0.2", None, None);
-        assert_eq!(a.resolve(&trusted), Some("10.0.0.2".parse().unwrap()));
+        assert_eq!(a.resolve(trusted), Some("10.0.0.2".parse().unwrap()));
         // No trusted proxies configured: headers never count.
         let a = addr("10.0.0.2", Some("198.51.100.1"), None);
-        assert_eq!(a.resolve(&[]), Some("10.0.0.2".parse().unwrap()));
+        assert_eq!(
+            a.resolve(&Proxies::default()),
+            Some("10.0.0.2".parse().unwrap())
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use super::client_ip::{Cidr, ClientAddr, limit_key};
+use super::client_ip::{ClientAddr, Proxies, limit_key};
 
 type Inner =
     RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
@@ -198,7 +198,7 @@ pub struct Limits {
     pub per_ip: Limiter,
     /// `GET /api/v1/health`'s own per-client bucket.
     pub health: Limiter,
-    trusted_proxies: Vec<Cidr>,
+    proxies: Proxies,
     key_guessers: Refusals,
 }
 
@@ -209,13 +209,13 @@ impl Limits {
         per_key: (u32, u32),
         per_ip: (u32, u32),
         health: (u32, u32),
-        trusted_proxies: Vec<Cidr>,
+        proxies: Proxies,
     ) -> Arc<Limits> {
         let limits = Arc::new(Limits {
             per_key: Limiter::new("key", per_key.0, per_key.1),
             per_ip: Limiter::new("ip", per_ip.0, per_ip.1),
             health: Limiter::new("health", health.0, health.1),
-            trusted_proxies,
+            proxies,
             key_guessers: Refusals::default(),
         });
         let weak = Arc::downgrade(&limits);
@@ -246,7 +246,7 @@ impl Limits {
 
     /// The per-IP bucket of `client`: as resolved through the trusted proxies, IPv6 per /64.
     fn ip_key(&self, client: &ClientAddr) -> String {
-        limit_key(client.resolve(&self.trusted_proxies))
+        limit_key(client.resolve(&self.proxies))
     }
 
     /// Counts a failed API-key attempt against the client's per-IP bucket; when that refuses
@@ -334,7 +334,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_failed_key_attempts_refuse_key_lookups() {
-        let limits = Limits::new((1000, 1000), (1, 2), (1, 1), Vec::new());
+        let limits = Limits::new((1000, 1000), (1, 2), (1, 1), Proxies::default());
         let client = ClientAddr {
             peer: Some("192.0.2.1".parse().unwrap()),
             ..ClientAddr::default()

@@ -35,11 +35,12 @@ struct NewCheckout {
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// The longest a checkout link may stay valid.
-const MAX_LINK_DAYS: i64 = 366;
+/// The shortest and the longest a checkout link may stay valid, in seconds.
+const MIN_LINK_SECS: i64 = 60;
+const MAX_LINK_SECS: i64 = 366 * 86_400;
 
 fn parse(body: &Map<String, Value>) -> Result<NewCheckout> {
-    check_fields(body, &["planId", "customerExternalId", "expiresAt"])?;
+    check_fields(body, &["planId", "customerExternalId", "expiresIn"])?;
     let plan_id = match body.get("planId") {
         None | Some(Value::Null) => return Err(ApiError::missing("planId")),
         Some(Value::String(s)) if chainsub_core::PlanId::parse(s).is_some() => s.clone(),
@@ -54,30 +55,30 @@ fn parse(body: &Map<String, Value>) -> Result<NewCheckout> {
         None | Some(Value::Null) => None,
         v => Some(text("customerExternalId", v, 128)?),
     };
-    let expires_at = match body.get("expiresAt") {
+    // A duration rather than a time: the schema can state its bounds, and no clock of the
+    // caller's is trusted.
+    let expires_at = match body.get("expiresIn") {
         None | Some(Value::Null) => None,
         Some(v) => {
-            let t = v
-                .as_str()
-                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-                .map(|t| t.with_timezone(&chrono::Utc))
+            // JSON Schema's integer: 694 and 694.0 alike.
+            let secs = v
+                .as_i64()
+                .or_else(|| {
+                    v.as_f64()
+                        .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                        .map(|f| f as i64)
+                })
+                .filter(|s| (MIN_LINK_SECS..=MAX_LINK_SECS).contains(s))
                 .ok_or_else(|| {
                     ApiError::invalid(
-                        "expiresAt",
-                        "`expiresAt` must be an RFC 3339 time such as \"2027-01-31T00:00:00Z\"",
+                        "expiresIn",
+                        format!(
+                            "`expiresIn` must be whole seconds from {MIN_LINK_SECS} to \
+                             {MAX_LINK_SECS} (366 days)"
+                        ),
                     )
                 })?;
-            let now = chrono::Utc::now();
-            if t <= now || t > now + chrono::Duration::days(MAX_LINK_DAYS) {
-                return Err(ApiError::invalid(
-                    "expiresAt",
-                    format!(
-                        "`expiresAt` must be in the future and at most {MAX_LINK_DAYS} days away"
-                    ),
-                ));
-            }
-            // Whole seconds: the link carries unix seconds.
-            chrono::DateTime::from_timestamp(t.timestamp(), 0)
+            chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp() + secs, 0)
         }
     };
     Ok(NewCheckout {

@@ -613,7 +613,55 @@ async fn per_ip_limits_trust_forwarding_headers_only_from_trusted_proxies() {
     // itself does not change who it is.
     assert_eq!(nonce(Some("198.51.100.2"), None).await, 201);
     assert_eq!(nonce(Some("203.0.113.5, 198.51.100.1"), None).await, 429);
-    // RFC 7239 Forwarded, and IPv6 limited per /64.
+    // IPv6 limited per /64.
+    assert_eq!(nonce(Some("2001:db8:1:2::1"), None).await, 201);
+    assert_eq!(nonce(Some("2001:db8:1:2::abcd"), None).await, 201);
+    assert_eq!(
+        nonce(Some("2001:db8:1:2:ffff::9"), None).await,
+        429,
+        "one /64 is one client"
+    );
+    assert_eq!(nonce(Some("2001:db8:1:3::1"), None).await, 201);
+    // Issue 46, point 9: only the configured header counts (Forwarded used to win over
+    // X-Forwarded-For, so a client behind an X-Forwarded-For proxy named its own bucket —
+    // here the spent one of 198.51.100.2 is not reachable through Forwarded).
+    assert_eq!(
+        nonce(Some("198.51.100.3"), Some("for=198.51.100.1")).await,
+        201,
+        "Forwarded is not read when the proxies write X-Forwarded-For"
+    );
+    // Every line of the header counts: a proxy that appends its own line is walked too
+    // (only the first line used to be read, the client's own).
+    assert_eq!(nonce(Some("198.51.100.50"), None).await, 201);
+    assert_eq!(nonce(Some("198.51.100.50"), None).await, 201);
+    let two_lines = app
+        .http
+        .post(app.url("/api/v1/auth/nonce"))
+        .header("x-forwarded-for", "203.0.113.77")
+        .header("x-forwarded-for", "198.51.100.50")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        two_lines.status().as_u16(),
+        429,
+        "the client named in the last line"
+    );
+
+    // Behind RFC 7239 proxies: Forwarded, and X-Forwarded-For is not read.
+    let mut rfc = limited(Some("127.0.0.1/32,::1/128"));
+    rfc.args = vec!["--forwarded-header".into(), "forwarded".into()];
+    let app = spawn(rfc).await;
+    let nonce = |xff: Option<&str>, fwd: Option<&str>| {
+        let mut rb = app.http.post(app.url("/api/v1/auth/nonce"));
+        if let Some(x) = xff {
+            rb = rb.header("x-forwarded-for", x);
+        }
+        if let Some(f) = fwd {
+            rb = rb.header("forwarded", f);
+        }
+        async move { rb.send().await.unwrap().status().as_u16() }
+    };
     assert_eq!(
         nonce(None, Some("for=\"[2001:db8:1:2::1]:443\"")).await,
         201
@@ -621,10 +669,13 @@ async fn per_ip_limits_trust_forwarding_headers_only_from_trusted_proxies() {
     assert_eq!(nonce(None, Some("for=\"[2001:db8:1:2::abcd]\"")).await, 201);
     assert_eq!(
         nonce(None, Some("for=\"[2001:db8:1:2:ffff::9]\"")).await,
-        429,
-        "one /64 is one client"
+        429
     );
-    assert_eq!(nonce(None, Some("for=\"[2001:db8:1:3::1]\"")).await, 201);
+    assert_eq!(
+        nonce(Some("198.51.100.9"), Some("for=\"[2001:db8:1:2::7]\"")).await,
+        429,
+        "X-Forwarded-For is not read when the proxies write Forwarded"
+    );
 
     // Without TRUSTED_PROXIES the same headers are ignored: the peer is the client.
     let app = spawn(limited(None)).await;
@@ -990,4 +1041,47 @@ async fn the_api_answers_503_starting_while_start_up_waits_for_its_database() {
         health().await.status == 200
     })
     .await;
+}
+
+/// Issue 46, point 9: a caller refused for guessing keys used to be refused before its key
+/// was looked up — a valid key sent from the same address (a shared NAT, or an address
+/// whose guesses someone else made) got 429 with the guesses. Live keys are now known in
+/// memory: a valid key is always looked up and served, and guesses stay refused without a
+/// database round trip.
+#[tokio::test]
+async fn guessed_keys_from_an_address_never_lock_out_a_valid_key_from_it() {
+    use alloy::primitives::Address;
+    let app = spawn(Opts {
+        ip_per_sec: 1,
+        ip_burst: 2,
+        // Nothing cached: every valid request needs its lookup.
+        args: vec!["--api-key-cache-secs".into(), "0".into()],
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(Address::repeat_byte(0x41)).await;
+    let guess = || {
+        let bad = format!("sk_live_{}", "0".repeat(64));
+        let app = &app;
+        async move { app.get("/api/v1/plans", &bad).await.status }
+    };
+    // The address is refused for its guesses.
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(guess().await);
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    // Once the live keys include the new one (they reload every few seconds), the valid
+    // key is served between guesses, every time.
+    chainsub_tests::wait_until("the valid key to be served", || async {
+        guess().await;
+        app.get("/api/v1/plans", &key).await.status == 200
+    })
+    .await;
+    for _ in 0..20 {
+        // Refused, or — one per token the bucket gives back — looked up and refused again.
+        assert!(matches!(guess().await, 401 | 429));
+        let r = app.get("/api/v1/plans", &key).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
 }

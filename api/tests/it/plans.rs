@@ -1123,14 +1123,17 @@ async fn checkout_links_sign_every_parameter_and_may_expire() {
     assert_eq!(open(with_param("utm_source", "x")).await.status, 400);
 
     // An expiry: in the URL, signed, and enforced.
-    let until = chrono::Utc::now() + chrono::Duration::hours(1);
     let expiring = create(json!({
         "planId": plan,
         "customerExternalId": "u1",
-        "expiresAt": until.to_rfc3339(),
+        "expiresIn": 3600,
     }))
     .await;
     assert_eq!(expiring.status, 201, "{:?}", expiring.body);
+    let until =
+        chrono::DateTime::parse_from_rfc3339(expiring.body["expiresAt"].as_str().unwrap()).unwrap();
+    let ahead = until.timestamp() - chrono::Utc::now().timestamp();
+    assert!((3590..=3600).contains(&ahead), "{ahead}");
     let url = expiring.body["url"].as_str().unwrap().to_string();
     assert!(
         url.contains(&format!("expires={}", until.timestamp())),
@@ -1160,13 +1163,21 @@ async fn checkout_links_sign_every_parameter_and_may_expire() {
     );
     let r = open(past).await;
     assert_eq!(r.status, 403);
+    let r = create(json!({ "planId": plan, "expiresIn": 694.0 })).await;
+    assert_eq!(
+        r.status, 201,
+        "a whole number written as a float: {:?}",
+        r.body
+    );
     for bad in [
-        json!("2020-01-01T00:00:00Z"),
-        json!("tomorrow"),
-        json!((chrono::Utc::now() + chrono::Duration::days(400)).to_rfc3339()),
+        json!(59),
+        json!(-1),
+        json!("3600"),
+        json!(31_622_401),
+        json!(1.5),
     ] {
-        let r = create(json!({ "planId": plan, "expiresAt": bad })).await;
+        let r = create(json!({ "planId": plan, "expiresIn": bad })).await;
         assert_eq!(r.status, 400, "{bad}: {:?}", r.body);
-        assert_eq!(r.error_param(), Some("expiresAt"));
+        assert_eq!(r.error_param(), Some("expiresIn"));
     }
 }

@@ -79,6 +79,7 @@ fn dispatcher(db_url: &str) -> ChildGuard {
             .arg("dispatch")
             .env("DATABASE_URL", db_url)
             .env("WEBHOOK_ALLOW_LOOPBACK", "true")
+            .env("WEBHOOK_ALLOW_HTTP", "true")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

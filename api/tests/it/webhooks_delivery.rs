@@ -554,3 +554,32 @@ async fn only_the_dispatchers_pool_commits_asynchronously() {
         ("on".into(), "force_generic_plan".into(), "0".into())
     );
 }
+
+/// Issue 46, point 18: an http URL saved while WEBHOOK_ALLOW_HTTP was on is not delivered to
+/// once it is off: each attempt fails as blocked and nothing reaches the receiver.
+#[tokio::test]
+async fn an_http_url_is_not_delivered_to_once_http_is_off() {
+    let db = TestDb::create().await;
+    let mut client = db.connect().await;
+    let rx = WebhookReceiver::ok().await;
+    let m = merchant(&client, 1).await;
+    assert!(rx.url().starts_with("http://"));
+    set_url(&mut client, &m, &rx.url()).await;
+    let ids = enqueue(&client, 1, "plain", 1).await;
+    let config = chainsub_webhooks::WebhookConfig {
+        allow_http: false,
+        ..fast_config("0s,5ms")
+    };
+    let (_stop, _task) = spawn_dispatcher(&db.url, config);
+    wait_status(&client, &ids[0], "failed").await;
+    let tried = attempts(&client, &ids[0]).await;
+    assert_eq!(tried.len(), 2);
+    for (_, status, error) in &tried {
+        assert_eq!(*status, None);
+        assert!(
+            error.as_deref().unwrap().starts_with("blocked: http"),
+            "{tried:?}"
+        );
+    }
+    assert_eq!(rx.count(), 0);
+}

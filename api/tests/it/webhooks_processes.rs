@@ -14,6 +14,7 @@ fn dispatcher_process(db_url: &str, extra: &[(&str, &str)]) -> ChildGuard {
     cmd.arg("dispatch")
         .env("DATABASE_URL", db_url)
         .env("WEBHOOK_ALLOW_LOOPBACK", "true")
+        .env("WEBHOOK_ALLOW_HTTP", "true")
         .env("WEBHOOK_POLL_INTERVAL", "20ms")
         .env("WEBHOOK_RETRY_SCHEDULE", "0s,10ms,10ms")
         .env("RUST_LOG", "warn")
