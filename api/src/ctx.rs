@@ -24,6 +24,8 @@ pub struct AppState {
     pub keys: Arc<crate::auth::key_cache::KeyCache<(chainsub_store::MerchantScope, i64)>>,
     /// Permits for concurrent ledger exports (`LEDGER_EXPORTS_MAX`).
     pub exports: Arc<tokio::sync::Semaphore>,
+    /// Merchants with an export running in this process (one each).
+    pub exports_running: Arc<std::sync::Mutex<std::collections::HashSet<i64>>>,
     /// Every live API key's hash (`auth::key_cache::LiveKeys`).
     pub live_keys: Arc<crate::auth::key_cache::LiveKeys>,
     /// Public webhook delivery ids.

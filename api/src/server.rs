@@ -51,6 +51,7 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
         metrics: crate::metrics::install(),
         exports: Arc::new(tokio::sync::Semaphore::new(cfg.ledger_exports_max)),
         live_keys: Arc::new(crate::auth::key_cache::LiveKeys::default()),
+        exports_running: Arc::default(),
         delivery_ids: crate::webhook_settings::DeliveryIds::new(
             cfg.checkout_signing_secret.expose(),
         ),

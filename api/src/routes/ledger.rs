@@ -94,6 +94,12 @@ async fn export(
     let from_block = block_param(q, "fromBlock")?.unwrap_or(0);
     let from_time = time_param(q, "from")?;
     let to_time = time_param(q, "to")?;
+    // One export per merchant at a time: a slow reader holds its own slot, never a second.
+    let mine = ExportOf::claim(ctx, merchant.id()).ok_or_else(|| ApiError::Quota {
+        code: "export_in_progress",
+        message: "one ledger export per merchant runs at a time; retry when it has ended".into(),
+        retry_after_secs: 5,
+    })?;
     // Each export holds a database connection while it streams: a few at a time per process.
     let permit = ctx
         .exports
@@ -132,7 +138,7 @@ async fn export(
     let (mut tx, body) = StreamBody::channel(DEPTH);
     let contract = ctx.cfg.contract_address;
     tokio::spawn(async move {
-        let _permit = permit;
+        let _permit = (permit, mine);
         let wallet = merchant.wallet();
         let mut out = String::with_capacity(CHUNK + 4096);
         if format == Format::Csv {
@@ -170,6 +176,33 @@ async fn export(
         }
     });
     Ok(with_rate(Resp::stream(format.content_type(), body), &rate))
+}
+
+/// A merchant's running export, released when dropped.
+struct ExportOf {
+    running: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<i64>>>,
+    merchant: i64,
+}
+
+impl ExportOf {
+    /// The merchant's slot, unless an export of theirs is running in this process.
+    fn claim(ctx: &Ctx, merchant: i64) -> Option<ExportOf> {
+        let running = ctx.exports_running.clone();
+        let fresh = running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(merchant);
+        fresh.then_some(ExportOf { running, merchant })
+    }
+}
+
+impl Drop for ExportOf {
+    fn drop(&mut self) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.merchant);
+    }
 }
 
 /// Appends one record: a JSON line, or a CSV row.

@@ -1073,9 +1073,16 @@ async fn guessed_keys_from_an_address_never_lock_out_a_valid_key_from_it() {
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
     // Once the live keys include the new one (they reload every few seconds), the valid
     // key is served between guesses, every time.
+    // (Five in a row between guesses: a single 200 can also be the one lookup per token a
+    // refused address is let through.)
     chainsub_tests::wait_until("the valid key to be served", || async {
-        guess().await;
-        app.get("/api/v1/plans", &key).await.status == 200
+        for _ in 0..5 {
+            guess().await;
+            if app.get("/api/v1/plans", &key).await.status != 200 {
+                return false;
+            }
+        }
+        true
     })
     .await;
     for _ in 0..20 {

@@ -227,6 +227,7 @@ async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go()
     })
     .await;
     let a = app.merchant_key(wallet(MERCHANT)).await;
+    let b = app.merchant_key(wallet(MERCHANT_B)).await;
     let db = app.db().await;
     seed_cursor(&db, 100_000).await;
     // ~25 MB of NDJSON: more than the channel and both sockets' buffers hold.
@@ -248,20 +249,63 @@ async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go()
     stuck.read_exact(&mut head).await.unwrap();
     assert_eq!(&head, b"HTTP/1.1 200");
 
-    // While it holds the only export slot, another export is refused, clearly.
-    let (status, _, body) = export(&app, &a, "?toBlock=10", None).await;
+    // While it holds the only export slot, another merchant's export is refused, clearly.
+    let (status, _, body) = export(&app, &b, "?toBlock=10", None).await;
     assert_eq!(status, 429, "{body}");
     assert!(body.contains("exports_busy"), "{body}");
 
     // The stalled export is abandoned after LEDGER_EXPORT_STALL_SECS, and its slot (and
     // database connection) serve the next export in full.
     let body = chainsub_tests::wait_for_some("the export slot to be free", || async {
-        let (status, _, body) = export(&app, &a, "?toBlock=10", None).await;
+        let (status, _, body) = export(&app, &b, "?toBlock=10", None).await;
         (status == 200).then_some(body)
     })
     .await;
     let recs = lines(&body);
-    assert_eq!(recs.len(), 12, "10 entries and 2 totals");
-    assert_eq!(recs[10]["entries"], 10);
+    assert_eq!(recs.len(), 2, "B has no entries: its two totals only");
     drop(stuck);
+}
+
+/// Issue 46, point 10: one merchant's slow reader used to be able to take every export slot
+/// (two `--limit-rate` exports: everyone else 429 `exports_busy`). A merchant now runs one
+/// export at a time; its second is refused, and another merchant's export runs meanwhile.
+#[tokio::test]
+async fn a_merchant_runs_one_export_at_a_time_and_others_are_not_held_up() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = spawn(Opts {
+        confirmations: Some(1),
+        args: vec![
+            "--ledger-exports-max".into(),
+            "2".into(),
+            "--ledger-export-stall-secs".into(),
+            "60".into(),
+        ],
+        ..Opts::default()
+    })
+    .await;
+    let a = app.merchant_key(wallet(MERCHANT)).await;
+    let b = app.merchant_key(wallet(MERCHANT_B)).await;
+    let db = app.db().await;
+    seed_cursor(&db, 100_000).await;
+    seed_charges(&db, wallet(MERCHANT), 30_000).await;
+
+    // A's client asks for its export and reads almost nothing.
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(
+        format!("GET /api/v1/ledger HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {a}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = [0u8; 12];
+    slow.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+
+    let (status, _, body) = export(&app, &a, "?toBlock=10", None).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("export_in_progress"), "{body}");
+    let (status, _, body) = export(&app, &b, "", None).await;
+    assert_eq!(status, 200, "another merchant's export runs: {body}");
+    drop(slow);
 }
