@@ -188,8 +188,6 @@ mod tests {
     /// Issue 46, point 8: the keeper's listener closes a connection that sends nothing.
     #[tokio::test]
     async fn the_listener_closes_idle_connections_and_answers_others() {
-        use chainsub_tests::net::{connect_from, read_until_closed};
-        use tokio::io::AsyncWriteExt as _;
         let limits = chainsub_serve::HttpLimits {
             idle_timeout_secs: 1,
             ..Default::default()
@@ -202,18 +200,7 @@ mod tests {
         let addr = serve(listen, limits, SharedHealth::default(), prometheus, stopped)
             .await
             .unwrap();
-        let mut idle = connect_from([127, 0, 0, 2].into(), addr).await;
-        let mut asking = connect_from([127, 0, 0, 3].into(), addr).await;
-        asking
-            .write_all(b"GET /live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        assert!(
-            read_until_closed(&mut asking)
-                .await
-                .starts_with("HTTP/1.1 200")
-        );
-        assert_eq!(read_until_closed(&mut idle).await, "");
+        chainsub_tests::net::assert_idle_closed_while_answering(addr, "/live").await;
     }
 
     #[test]

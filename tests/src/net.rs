@@ -38,3 +38,24 @@ pub async fn read_until_closed(conn: &mut TcpStream) -> String {
     );
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// A listener's idle-connection check: a connection that sends nothing is closed (after the
+/// listener's idle timeout), while another client's `GET path` is answered 200.
+pub async fn assert_idle_closed_while_answering(addr: SocketAddr, path: &str) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut idle = connect_from([127, 0, 0, 2].into(), addr).await;
+    let mut asking = connect_from([127, 0, 0, 3].into(), addr).await;
+    asking
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("write");
+    let answer = read_until_closed(&mut asking).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(
+        read_until_closed(&mut idle).await,
+        "",
+        "the idle connection got an answer"
+    );
+}

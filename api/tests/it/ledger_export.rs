@@ -212,9 +212,28 @@ async fn seed_charges(db: &tokio_postgres::Client, wallet: Address, n: i64) {
     .unwrap();
 }
 
+/// A raw connection that asks for `key`'s export, reads the status line (200) and then
+/// nothing more: the export stalls once the buffers are full.
+async fn stalled_export(app: &App, key: &str) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(
+        format!(
+            "GET /api/v1/ledger HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {key}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = [0u8; 12];
+    conn.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    conn
+}
+
 #[tokio::test]
 async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let app = spawn(Opts {
         confirmations: Some(1),
         args: vec![
@@ -234,20 +253,7 @@ async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go()
     seed_charges(&db, wallet(MERCHANT), 30_000).await;
 
     // A client asks for the export and then reads nothing.
-    let addr = app.base.trim_start_matches("http://").to_string();
-    let mut stuck = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    stuck
-        .write_all(
-            format!(
-                "GET /api/v1/ledger HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {a}\r\n\r\n"
-            )
-            .as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut head = [0u8; 12];
-    stuck.read_exact(&mut head).await.unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200");
+    let stuck = stalled_export(&app, &a).await;
 
     // While it holds the only export slot, another merchant's export is refused, clearly.
     let (status, _, body) = export(&app, &b, "?toBlock=10", None).await;
@@ -271,7 +277,6 @@ async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go()
 /// export at a time; its second is refused, and another merchant's export runs meanwhile.
 #[tokio::test]
 async fn a_merchant_runs_one_export_at_a_time_and_others_are_not_held_up() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let app = spawn(Opts {
         confirmations: Some(1),
         args: vec![
@@ -290,17 +295,7 @@ async fn a_merchant_runs_one_export_at_a_time_and_others_are_not_held_up() {
     seed_charges(&db, wallet(MERCHANT), 30_000).await;
 
     // A's client asks for its export and reads almost nothing.
-    let addr = app.base.trim_start_matches("http://").to_string();
-    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    slow.write_all(
-        format!("GET /api/v1/ledger HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {a}\r\n\r\n")
-            .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut head = [0u8; 12];
-    slow.read_exact(&mut head).await.unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200");
+    let slow = stalled_export(&app, &a).await;
 
     let (status, _, body) = export(&app, &a, "?toBlock=10", None).await;
     assert_eq!(status, 429, "{body}");

@@ -887,6 +887,30 @@ async fn concurrent_relayer_sends_never_run_the_request_pool_dry() {
     assert_eq!(plan_count(&app).await, U256::from(6));
 }
 
+/// An API with a chain that mines nothing and these flags, and the answer to creating plan
+/// `name` there: its createPlan sent, unmined (provisioning waits 1 s for a receipt).
+async fn unmined_plan(args: &[&str], name: &str) -> (App, String, crate::api_common::Res) {
+    use alloy::providers::Provider;
+    let app = spawn(Opts {
+        chain: true,
+        provision_timeout_ms: 1_000,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Opts::default()
+    })
+    .await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let dev = app.chain.as_ref().unwrap();
+    let _: Value = dev
+        .provider
+        .raw_request("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body(name), None)
+        .await;
+    (app, key, r)
+}
+
 /// The max fee per gas a transaction was signed with.
 async fn max_fee_of(dev: &DevChain, hash: &str) -> u128 {
     use alloy::consensus::Transaction as _;
@@ -908,30 +932,17 @@ async fn max_fee_of(dev: &DevChain, hash: &str) -> u128 {
 #[tokio::test]
 async fn a_pending_create_plan_is_replaced_only_when_old_enough_a_bounded_number_of_times() {
     use alloy::providers::Provider;
-    let app = spawn(Opts {
-        chain: true,
-        provision_timeout_ms: 1_000,
-        args: [
+    let (app, key, r) = unmined_plan(
+        &[
             "--relayer-replace-after-secs",
             "3",
             "--relayer-max-replacements",
             "2",
-        ]
-        .map(String::from)
-        .to_vec(),
-        ..Opts::default()
-    })
+        ],
+        "Pending",
+    )
     .await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
     let dev = app.chain.as_ref().unwrap();
-    let _: Value = dev
-        .provider
-        .raw_request("evm_setAutomine".into(), (false,))
-        .await
-        .unwrap();
-    let r = app
-        .post("/api/v1/plans", &key, &plan_body("Pending"), None)
-        .await;
     assert_eq!(r.body["provisioning"]["state"], "submitted", "{:?}", r.body);
     let id = r.body["id"].as_str().unwrap().to_string();
     let hash_of = |r: &crate::api_common::Res| {
@@ -997,31 +1008,17 @@ async fn a_pending_create_plan_is_replaced_only_when_old_enough_a_bounded_number
 /// RELAYER_MAX_FEE_PER_GAS, and a replacement that would need more is not sent.
 #[tokio::test]
 async fn the_relayer_never_signs_above_its_fee_cap() {
-    use alloy::providers::Provider;
-    let app = spawn(Opts {
-        chain: true,
-        provision_timeout_ms: 1_000,
-        args: [
+    let (app, key, r) = unmined_plan(
+        &[
             "--relayer-replace-after-secs",
             "0",
             "--relayer-max-fee-per-gas",
             "3000000000",
-        ]
-        .map(String::from)
-        .to_vec(),
-        ..Opts::default()
-    })
+        ],
+        "Capped",
+    )
     .await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
     let dev = app.chain.as_ref().unwrap();
-    let _: Value = dev
-        .provider
-        .raw_request("evm_setAutomine".into(), (false,))
-        .await
-        .unwrap();
-    let r = app
-        .post("/api/v1/plans", &key, &plan_body("Capped"), None)
-        .await;
     let id = r.body["id"].as_str().unwrap().to_string();
     let mut hash = r.body["provisioning"]["transactionHash"]
         .as_str()
