@@ -5,7 +5,8 @@ pragma solidity ^0.8.24;
 /// @notice TEST ONLY: an ERC-20 that misbehaves on purpose, to prove SubscriptionManager's
 /// guards. In `ReturnFalse` mode transferFrom reports failure without reverting; in `Reenter`
 /// mode it first calls `target` with `reentryCall` (e.g. SubscriptionManager.charge) and
-/// records whether that nested call succeeded and what it returned.
+/// records whether that nested call succeeded and what it returned; in `ShortReturn` mode it
+/// answers one byte instead of a boolean (a malformed answer) and moves nothing.
 ///
 /// Its first storage slots are MockUSDC's (totalSupply, balanceOf, allowance), so a test can
 /// put this code at a deployed MockUSDC's address (`anvil_setCode`): balances and allowances
@@ -15,7 +16,8 @@ contract HostileToken {
     enum Mode {
         Normal,
         ReturnFalse,
-        Reenter
+        Reenter,
+        ShortReturn
     }
 
     uint256 public totalSupply;
@@ -48,6 +50,12 @@ contract HostileToken {
 
     function transferFrom(address from, address to, uint256 amount) external returns (bool) {
         if (mode == Mode.ReturnFalse) return false;
+        if (mode == Mode.ShortReturn) {
+            assembly {
+                mstore(0, shl(248, 1))
+                return(0, 1)
+            }
+        }
         if (mode == Mode.Reenter) {
             reentered = true;
             (lastReentryOk, lastReentryReturn) = target.call(reentryCall);

@@ -14,7 +14,7 @@ interface IERC20Permit {
         external;
 }
 
-/// @title SubscriptionManager (v2)
+/// @title SubscriptionManager (v2.1)
 /// @notice Recurring USDC subscriptions paid from the subscriber's own allowance.
 ///
 /// v2 (issue 11): `subscribe` carries the terms the customer was shown (merchant and amount
@@ -25,7 +25,14 @@ interface IERC20Permit {
 /// subscriptions in one transaction, each exactly as `charge` would. The operator may cancel
 /// (at once or at period end) the subscriptions of plans it created for a merchant, on the
 /// merchant's behalf (issue 14: a merchant cancels through the API); plans a merchant created
-/// itself stay out of the operator's reach.
+/// itself stay out of the operator's reach, for cancellation and for deactivation alike.
+///
+/// v2.1 (issue 46): every call that changes a subscription is `nonReentrant` and writes its
+/// state before the token call, so a token calling back can neither cancel nor resurrect what
+/// is being charged; a `transferFrom` answer that is not a well-formed boolean is a failed
+/// pull (TransferFailed), never a revert of the whole `chargeMany`; missed periods are not
+/// collected afterwards (catch-up rule below); a subscription stays past due at most until
+/// the period it owes is over (past-due rule below).
 ///
 /// Lifecycle (DESIGN §3):
 ///   subscribe            -> Active (first period charged at once)
@@ -33,6 +40,7 @@ interface IERC20Permit {
 ///   charge, pull failed  -> PastDue
 ///   charge on PastDue, pulled           -> Active
 ///   MAX_PAYMENT_ATTEMPTS failures       -> Ended (reason PaymentFailed)
+///   charge on PastDue once the owed period is over -> Ended (reason PaymentFailed)
 ///   cancelAtPeriodEnd, then charge once the period is over -> Ended (reason CancelAtPeriodEnd)
 ///   cancel               -> Cancelled
 /// Cancelled and Ended are terminal.
@@ -51,6 +59,18 @@ interface IERC20Permit {
 /// the attempts, so nobody can end subscriptions by calling `charge` while the token is
 /// down. PaymentFailed.attempt is the number of counted failures of the period after the
 /// event (unchanged by a TransferFailed).
+///
+/// Catch-up rule: a charge collects one period, never more. When a renewal is charged after
+/// the period it would pay for is already over (nobody called `charge` for a whole period,
+/// e.g. during a keeper outage), the periods that ended unbilled are skipped: the period
+/// charged is the one that contains the block's time, still anchored on the start day, so
+/// its number jumps. A subscriber is never charged twice in a row for time gone by, and an id
+/// listed many times in one `chargeMany` is charged at most once.
+///
+/// Past-due rule: a subscription that is past due when the period it owes is over is ended
+/// (SubscriptionEnded, reason PaymentFailed) by the next `charge`, without a pull. Failures
+/// the subscriber causes end it sooner (three counted failures, about two days); failures on
+/// the token's side (never counted) end it there, at the latest one period after it fell due.
 ///
 /// Billing periods are calendar months anchored on the start time, with the day clamped to
 /// the month's end (Jan 31 -> Feb 28/29 -> Mar 31), as Stripe does: period k ends at
@@ -265,11 +285,14 @@ contract SubscriptionManager {
     }
 
     /// Stops new subscriptions to `planId`; existing subscriptions continue and renew. The
-    /// plan's merchant or the operator. Final: a plan cannot be reactivated.
+    /// plan's merchant, or the operator for a plan it created. Final: a plan cannot be
+    /// reactivated.
     function deactivatePlan(uint256 planId) external {
         Plan storage plan = _plans[planId];
         if (plan.merchant == address(0)) revert UnknownPlan(planId);
-        if (msg.sender != plan.merchant && msg.sender != operator) revert NotAuthorized();
+        if (msg.sender != plan.merchant && !(msg.sender == operator && createdByOperator[planId])) {
+            revert NotAuthorized();
+        }
         if (!plan.active) revert PlanInactive(planId);
         plan.active = false;
         emit PlanDeactivated(planId, plan.merchant, msg.sender);
@@ -323,9 +346,7 @@ contract SubscriptionManager {
         uint256 live = liveSubscriptionOf[planId][msg.sender];
         if (live != 0) revert AlreadySubscribed(live);
 
-        FailureReason reason = _pull(msg.sender, plan.merchant, plan.amount);
-        if (reason != FailureReason.None) revert FirstPaymentFailed(reason);
-
+        // Effects first; a failed first pull reverts them all.
         uint64 start = uint64(block.timestamp);
         uint64 end = addMonths(start, 1);
         subscriptionId = ++subscriptionCount;
@@ -345,6 +366,9 @@ contract SubscriptionManager {
             cancelAtPeriodEnd: false
         });
         liveSubscriptionOf[planId][msg.sender] = subscriptionId;
+
+        FailureReason reason = _pull(msg.sender, plan.merchant, plan.amount);
+        if (reason != FailureReason.None) revert FirstPaymentFailed(reason);
 
         emit SubscriptionCreated(
             subscriptionId, plan.merchant, msg.sender, planId, customerRef, plan.amount, start, end
@@ -379,7 +403,7 @@ contract SubscriptionManager {
 
     /// Marks the subscription to end when the current period is over. Subscriber, merchant,
     /// or the operator for a plan it created.
-    function cancelAtPeriodEnd(uint256 subscriptionId) external {
+    function cancelAtPeriodEnd(uint256 subscriptionId) external nonReentrant {
         Subscription storage s = _live(subscriptionId);
         _mayCancel(s);
         if (s.cancelAtPeriodEnd) revert AlreadyCancelling(subscriptionId);
@@ -388,7 +412,7 @@ contract SubscriptionManager {
     }
 
     /// Cancels at once. Subscriber, merchant, or the operator for a plan it created.
-    function cancel(uint256 subscriptionId) external {
+    function cancel(uint256 subscriptionId) external nonReentrant {
         Subscription storage s = _live(subscriptionId);
         _mayCancel(s);
         s.status = Status.Cancelled;
@@ -463,27 +487,42 @@ contract SubscriptionManager {
             return true;
         }
 
-        uint8 attempt = s.failedAttempts + 1;
-        FailureReason reason = _pull(s.subscriber, s.merchant, s.amount);
-        if (reason == FailureReason.None) {
-            uint32 period = s.period + 1;
-            uint64 start = s.periodEnd;
-            uint64 end = addMonths(s.anchor, period);
-            s.period = period;
-            s.periodStart = start;
-            s.periodEnd = end;
-            s.failedAttempts = 0;
-            s.lastFailureAt = 0;
-            s.status = Status.Active;
-            emit SubscriptionCharged(
-                subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, period, start, end, attempt
-            );
+        (uint32 period, uint64 start, uint64 end) = _periodToCharge(s);
+        if (period == 0) {
+            // Past-due rule: the owed period is over and was never paid; no pull for time gone by.
+            _end(subscriptionId, s, EndReason.PaymentFailed);
             return true;
         }
+        FailureReason reason = _shortfall(s.subscriber, s.amount);
+        if (reason == FailureReason.None) {
+            if (_renew(subscriptionId, s, period, start, end)) return true;
+            reason = FailureReason.TransferFailed;
+        }
+        _fail(subscriptionId, s, reason);
+        return true;
+    }
 
+    /// The period a charge now pays for, [start, end): the next one, or when that one is over
+    /// already, the one that contains now (catch-up rule). Period 0 when the subscription is
+    /// past due and the period it owes is over (past-due rule).
+    function _periodToCharge(Subscription storage s) private view returns (uint32 period, uint64 start, uint64 end) {
+        period = s.period + 1;
+        start = s.periodEnd;
+        end = addMonths(s.anchor, period);
+        if (end > block.timestamp) return (period, start, end);
+        if (s.status == Status.PastDue) return (0, 0, 0);
+        do {
+            start = end;
+            end = addMonths(s.anchor, ++period);
+        } while (end <= block.timestamp);
+    }
+
+    /// Records a failed pull of the next period and emits PaymentFailed; ends the subscription
+    /// when the subscriber's own failures are exhausted.
+    function _fail(uint256 subscriptionId, Subscription storage s, FailureReason reason) private {
         // Not the subscriber's fault (allowance and balance sufficed): wait, but do not count.
         bool counted = reason != FailureReason.TransferFailed;
-        if (!counted) attempt = s.failedAttempts;
+        uint8 attempt = counted ? s.failedAttempts + 1 : s.failedAttempts;
         s.failedAttempts = attempt;
         s.lastFailureAt = uint64(block.timestamp);
         s.status = Status.PastDue;
@@ -493,7 +532,36 @@ contract SubscriptionManager {
             subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, s.period + 1, attempt, reason, nextRetryAt
         );
         if (exhausted) _end(subscriptionId, s, EndReason.PaymentFailed);
-        return true;
+    }
+
+    /// Records `period` ([start, end)) as paid, then pulls it (effects before the token call)
+    /// and emits SubscriptionCharged. When the token refuses the transfer, puts the
+    /// subscription back as it was and returns false.
+    function _renew(uint256 subscriptionId, Subscription storage s, uint32 period, uint64 start, uint64 end)
+        private
+        returns (bool)
+    {
+        (uint32 paidPeriod, uint64 paidStart, uint64 paidEnd) = (s.period, s.periodStart, s.periodEnd);
+        (uint8 failed, uint64 lastFailureAt, Status status) = (s.failedAttempts, s.lastFailureAt, s.status);
+        s.period = period;
+        s.periodStart = start;
+        s.periodEnd = end;
+        s.failedAttempts = 0;
+        s.lastFailureAt = 0;
+        s.status = Status.Active;
+        if (_transfer(s.subscriber, s.merchant, s.amount)) {
+            emit SubscriptionCharged(
+                subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, period, start, end, failed + 1
+            );
+            return true;
+        }
+        s.period = paidPeriod;
+        s.periodStart = paidStart;
+        s.periodEnd = paidEnd;
+        s.failedAttempts = failed;
+        s.lastFailureAt = lastFailureAt;
+        s.status = status;
+        return false;
     }
 
     function _end(uint256 subscriptionId, Subscription storage s, EndReason reason) private {
@@ -504,12 +572,28 @@ contract SubscriptionManager {
 
     /// Pulls `amount` from `from` to `to`; reports why it could not instead of reverting.
     function _pull(address from, address to, uint256 amount) private returns (FailureReason) {
+        FailureReason reason = _shortfall(from, amount);
+        if (reason != FailureReason.None) return reason;
+        return _transfer(from, to, amount) ? FailureReason.None : FailureReason.TransferFailed;
+    }
+
+    /// The subscriber's own shortfall for a pull of `amount`, if any (reads only).
+    function _shortfall(address from, uint256 amount) private view returns (FailureReason) {
         if (token.allowance(from, address(this)) < amount) return FailureReason.InsufficientAllowance;
         if (token.balanceOf(from) < amount) return FailureReason.InsufficientBalance;
+        return FailureReason.None;
+    }
+
+    /// `transferFrom`, true only when the token accepted it: the call succeeded and returned
+    /// nothing (tokens that predate the boolean) or a word equal to 1. Any other answer (false,
+    /// fewer than 32 bytes, a word that is not a boolean) is a refusal, never a revert.
+    function _transfer(address from, address to, uint256 amount) private returns (bool) {
         (bool ok, bytes memory ret) =
             address(token).call(abi.encodeWithSelector(IERC20.transferFrom.selector, from, to, amount));
-        if (!ok || (ret.length != 0 && !abi.decode(ret, (bool)))) return FailureReason.TransferFailed;
-        return FailureReason.None;
+        if (!ok) return false;
+        if (ret.length == 0) return address(token).code.length > 0;
+        if (ret.length < 32) return false;
+        return abi.decode(ret, (uint256)) == 1;
     }
 
     // Howard Hinnant's days_from_civil / civil_from_days, for dates on or after 1970-01-01.

@@ -1,7 +1,9 @@
 //! Subscribing and renewing on a real anvil: USDC moves customer -> merchant, periods follow
 //! the calendar, and a period is never charged early or twice.
 
-use crate::contract_support::{Fixture, PRICE, block_time, manager_events, months_after, status};
+use crate::contract_support::{
+    DAY, Fixture, PRICE, block_time, manager_events, months_after, status,
+};
 use alloy::primitives::{B256, U256};
 use alloy::providers::Provider;
 use chainsub_abi::ContractEvent;
@@ -212,6 +214,47 @@ async fn two_keepers_charging_in_the_same_block_charge_the_period_once() {
         customer_before - U256::from(PRICE)
     );
     assert_eq!(fx.record(sub.id).await.period, 2);
+}
+
+/// Catch-up rule: nobody charged for three months (a keeper outage). Before v2.1 anyone could
+/// pull the three missed periods back to back — here in one `chargeMany` naming the id three
+/// times. Now one charge collects one period, the one that contains now; the periods that
+/// ended unbilled are skipped, and the anchor still holds.
+#[tokio::test]
+async fn missed_periods_are_skipped_and_a_charge_collects_one_period() {
+    let fx = Fixture::new().await;
+    let sub = fx.subscribe().await;
+    fx.advance_to(months_after(sub.anchor, 3) + DAY).await;
+    let customer_before = fx.balance(fx.customer).await;
+
+    let receipt = send_as!(
+        fx.keeper,
+        fx.chain.manager().chargeMany(vec![sub.id, sub.id, sub.id])
+    );
+
+    match manager_events(&fx.chain, &receipt).as_slice() {
+        [ContractEvent::SubscriptionCharged(e)] => {
+            assert_eq!(e.period, 4, "periods 2 and 3 are skipped");
+            assert_eq!(e.periodStart, months_after(sub.anchor, 3));
+            assert_eq!(e.periodEnd, months_after(sub.anchor, 4));
+            assert_eq!(e.attempt, 1);
+        }
+        other => panic!("one charge expected: {other:?}"),
+    }
+    assert_eq!(
+        fx.balance(fx.customer).await,
+        customer_before - U256::from(PRICE),
+        "one period pulled"
+    );
+    let err = fx.charge_reverts(sub.id).await;
+    assert_eq!(
+        err,
+        E::NotDue(SM::NotDue {
+            dueAt: months_after(sub.anchor, 4)
+        })
+    );
+    let rec = fx.record(sub.id).await;
+    assert_eq!((rec.status, rec.period), (status::ACTIVE, 4));
 }
 
 #[tokio::test]

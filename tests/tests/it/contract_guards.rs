@@ -1,7 +1,10 @@
 //! SubscriptionManager's guards against a token that misbehaves (contracts/HostileToken.sol,
-//! test only): a transferFrom that returns false is a recorded TransferFailed, not a revert,
-//! and never counts toward the subscriber's grace attempts (v2), and a token that re-enters `charge` during the pull is refused by the reentrancy guard, so
-//! one period is still charged exactly once.
+//! test only): a transferFrom that returns false or a malformed answer is a recorded
+//! TransferFailed, not a revert (of the call or of a whole `chargeMany`), and never counts
+//! toward the subscriber's grace attempts; a subscription whose pulls keep failing on the
+//! token's side ends when the period it owes is over; a token that re-enters `charge`,
+//! `cancel` or `cancelAtPeriodEnd` during the pull is refused by the reentrancy guard, so one
+//! period is still charged exactly once and nothing is cancelled or resurrected under it.
 
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
@@ -33,6 +36,11 @@ async fn mined(
 
 /// A manager over a HostileToken with subscription 1 active and its second period due.
 async fn setup() -> Setup {
+    setup_paying(false).await
+}
+
+/// [`setup`], the plan paying the token itself when `token_is_merchant` (MERCHANT otherwise).
+async fn setup_paying(token_is_merchant: bool) -> Setup {
     let chain = DevChain::start().await;
     let p = chain.provider.clone();
     let token = HostileToken::deploy(p.clone()).await.unwrap();
@@ -40,7 +48,12 @@ async fn setup() -> Setup {
     let manager = SM::deploy(p.clone(), *token.address(), operator)
         .await
         .unwrap();
-    let (merchant, customer) = (DevChain::address(MERCHANT), DevChain::address(CUSTOMER));
+    let merchant = if token_is_merchant {
+        *token.address()
+    } else {
+        DevChain::address(MERCHANT)
+    };
+    let customer = DevChain::address(CUSTOMER);
 
     let send = |tx: alloy::contract::CallBuilder<_, _>| async move {
         tx.send().await.unwrap().get_receipt().await.unwrap()
@@ -260,3 +273,121 @@ async fn token_reentering_charge_is_refused_and_the_period_is_charged_once() {
         "exactly one period pulled"
     );
 }
+
+/// The plan pays the token itself, so the token's nested call is the merchant's: before v2.1
+/// `cancel` had no guard and `charge` wrote its state after the pull, so a cancel made during
+/// the pull was overwritten — an Active subscription with no live entry (resurrected).
+#[tokio::test]
+async fn a_token_reentering_cancel_during_the_pull_is_refused_and_nothing_is_resurrected() {
+    for call in [
+        SM::cancelCall {
+            subscriptionId: U256::from(1),
+        }
+        .abi_encode(),
+        SM::cancelAtPeriodEndCall {
+            subscriptionId: U256::from(1),
+        }
+        .abi_encode(),
+    ] {
+        let s = setup_paying(true).await;
+        let mode = 2u8; // HostileToken.Mode.Reenter
+        let tx = s
+            .token
+            .setMode(mode, *s.manager.address(), call.clone().into());
+        mined(async { tx.send().await.unwrap().get_receipt().await.unwrap() }).await;
+
+        let receipt = charge(&s).await;
+        assert!(s.token.reentered().call().await.unwrap());
+        assert!(
+            !s.token.lastReentryOk().call().await.unwrap(),
+            "the nested cancel must fail"
+        );
+        assert_eq!(
+            s.token.lastReentryReturn().call().await.unwrap().as_ref(),
+            SM::Reentrancy::SELECTOR.as_slice(),
+            "refused by the guard"
+        );
+        let evs = events(&receipt, *s.manager.address());
+        assert!(
+            matches!(evs.as_slice(), [ContractEvent::SubscriptionCharged(e)] if e.period == 2),
+            "{evs:?}"
+        );
+        let sub = record(&s).await;
+        assert_eq!(
+            (sub.status, sub.cancelAtPeriodEnd, sub.period),
+            (1, false, 2)
+        );
+        let live = s
+            .manager
+            .liveSubscriptionOf(U256::from(1), s.customer)
+            .call()
+            .await
+            .unwrap();
+        assert_eq!(live, U256::from(1), "the live entry agrees with the status");
+    }
+}
+
+/// A `transferFrom` answering one byte made `abi.decode` revert, and with it every renewal of
+/// the `chargeMany` that carried the id.
+#[tokio::test]
+async fn a_malformed_transfer_answer_is_a_failed_pull_not_a_reverted_batch() {
+    let s = setup().await;
+    set_mode(&s, 3).await; // ShortReturn
+    let receipt = s
+        .manager
+        .chargeMany(vec![U256::from(1)])
+        .send()
+        .await
+        .unwrap()
+        .get_receipt()
+        .await
+        .unwrap();
+    assert!(receipt.status(), "the batch must not revert");
+    let evs = events(&receipt, *s.manager.address());
+    assert!(
+        matches!(evs.as_slice(), [ContractEvent::PaymentFailed(e)]
+            if FailureReason::from_u8(e.reason) == Some(FailureReason::TransferFailed) && e.attempt == 0),
+        "{evs:?}"
+    );
+    let sub = record(&s).await;
+    assert_eq!((sub.status, sub.failedAttempts, sub.period), (2, 0, 1));
+}
+
+/// Token-side failures never count, so before v2.1 such a subscription stayed past due for
+/// ever. Now the first `charge` after the owed period is over ends it, without a pull.
+#[tokio::test]
+async fn a_subscription_past_due_on_the_tokens_side_ends_when_the_owed_period_is_over() {
+    let s = setup().await;
+    set_mode(&s, 1).await; // ReturnFalse
+    let anchor = record(&s).await.anchor;
+    charge(&s).await;
+    // A retry just before the owed period (period 2) ends is still a retry.
+    let owed_end = chainsub_abi::add_months(anchor, 2).unwrap();
+    let now = s.chain.now().await;
+    s.chain.increase_time(owed_end - now - 10).await;
+    let evs = events(&charge(&s).await, *s.manager.address());
+    assert!(
+        matches!(evs.as_slice(), [ContractEvent::PaymentFailed(e)] if e.period == 2),
+        "{evs:?}"
+    );
+    // The token works again, but the period it owed is over: ended, nothing pulled.
+    set_mode(&s, 0).await;
+    s.chain.increase_time(DAY_SECS + 1).await;
+    let before = s.token.balanceOf(s.customer).call().await.unwrap();
+    let evs = events(&charge(&s).await, *s.manager.address());
+    assert!(
+        matches!(evs.as_slice(), [ContractEvent::SubscriptionEnded(e)] if e.reason == 1),
+        "ended for want of payment: {evs:?}"
+    );
+    assert_eq!(s.token.balanceOf(s.customer).call().await.unwrap(), before);
+    assert_eq!(record(&s).await.status, 4, "ended");
+    let live = s
+        .manager
+        .liveSubscriptionOf(U256::from(1), s.customer)
+        .call()
+        .await
+        .unwrap();
+    assert_eq!(live, U256::ZERO);
+}
+
+const DAY_SECS: u64 = 86_400;

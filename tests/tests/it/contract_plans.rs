@@ -235,6 +235,27 @@ async fn the_operator_can_deactivate_a_plan_it_acts_for() {
     ));
 }
 
+/// The operator acts for merchants on the plans it created for them; a plan a merchant created
+/// itself is out of its reach (before v2.1 the operator could deactivate it).
+#[tokio::test]
+async fn the_operator_cannot_deactivate_a_plan_the_merchant_created() {
+    let fx = Fixture::new().await;
+    let operator = DevChain::address(accounts::OPERATOR);
+    send_as!(
+        fx.merchant,
+        fx.chain
+            .manager()
+            .createPlan(fx.merchant, U256::from(PRICE), B256::repeat_byte(0x22))
+    );
+    let own = U256::from(2);
+    let refused = revert_as!(operator, fx.chain.manager().deactivatePlan(own));
+    assert_eq!(refused, E::NotAuthorized(SM::NotAuthorized {}));
+    assert!(fx.chain.manager().getPlan(own).call().await.unwrap().active);
+    // The merchant still can.
+    send_as!(fx.merchant, fx.chain.manager().deactivatePlan(own));
+    assert!(!fx.chain.manager().getPlan(own).call().await.unwrap().active);
+}
+
 #[tokio::test]
 async fn zero_amount_and_empty_plan_ref_are_refused() {
     let chain = DevChain::start().await;
