@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::Provider;
-use alloy::rpc::client::BatchRequest;
 use alloy::sol_types::SolCall;
 use chainsub_abi::{MockUSDC, SubscriptionManager as SM};
 use chainsub_indexer::block::{Block, Cursor};
@@ -25,6 +24,7 @@ use chainsub_indexer::ops::Status;
 use chainsub_indexer::sink::Sink;
 use chainsub_indexer::source::{BlockSource, FetchConfig, Fetcher, RpcSource};
 use chainsub_indexer::{run, writer};
+use chainsub_tests::bulk::Bulk;
 use chainsub_tests::{Anvil, DevChain, TestDb};
 use serde_json::json;
 use tokio::sync::watch;
@@ -36,81 +36,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-struct Rpc<'a> {
-    chain: &'a DevChain,
-}
-
-impl Rpc<'_> {
-    async fn raw(&self, method: &'static str, params: serde_json::Value) -> serde_json::Value {
-        self.chain
-            .provider
-            .raw_request(method.into(), params)
-            .await
-            .unwrap_or_else(|e| panic!("{method}: {e}"))
-    }
-
-    /// Sends `txs` (from, to, calldata, nonce) to the pool with `eth_sendTransaction`
-    /// (anvil signs for its unlocked accounts), in JSON-RPC batches.
-    async fn send_all(&self, txs: &[(Address, Address, Vec<u8>, u64)], gas: u64) {
-        for chunk in txs.chunks(500) {
-            let client = self.chain.provider.client();
-            let mut batch = BatchRequest::new(client);
-            let mut waiters = Vec::new();
-            for (from, to, data, nonce) in chunk {
-                let tx = json!({
-                    "from": from, "to": to, "input": alloy::hex::encode_prefixed(data),
-                    "gas": format!("{gas:#x}"), "gasPrice": "0x3b9aca00", "nonce": format!("{nonce:#x}"),
-                });
-                waiters.push(
-                    batch
-                        .add_call::<_, B256>("eth_sendTransaction", &(tx,))
-                        .unwrap(),
-                );
-            }
-            batch.send().await.unwrap();
-            for w in waiters {
-                w.await.expect("eth_sendTransaction");
-            }
-        }
-    }
-
-    /// Sends `txs` a chunk at a time and mines each chunk out before the next (anvil's pool
-    /// slows down badly when it holds tens of thousands of transactions).
-    async fn send_and_mine(
-        &self,
-        txs: &[(Address, Address, Vec<u8>, u64)],
-        gas: u64,
-        per_block: Option<u64>,
-    ) {
-        let chunk = per_block.map_or(5_000, |k| k as usize * 100);
-        for part in txs.chunks(chunk) {
-            self.send_all(part, gas).await;
-            self.mine_out(per_block).await;
-        }
-    }
-
-    /// Mines until the pool is empty: `per_block` transactions fit a block (by the block gas
-    /// limit), so that many blocks are mined per call; `None`: one block per call.
-    async fn mine_out(&self, per_block: Option<u64>) {
-        loop {
-            let status = self.raw("txpool_status", json!([])).await;
-            let pending = u64::from_str_radix(
-                status["pending"]
-                    .as_str()
-                    .unwrap_or("0x0")
-                    .trim_start_matches("0x"),
-                16,
-            )
-            .unwrap_or(0);
-            if pending == 0 {
-                return;
-            }
-            let n = per_block.map_or(1, |k| pending.div_ceil(k));
-            self.raw("anvil_mine", json!([format!("{n:#x}")])).await;
-        }
-    }
 }
 
 struct Built {
@@ -133,7 +58,7 @@ async fn build_chain(shape: &str, accounts: u64, plans: u64) -> Built {
         "0",
     ]);
     let chain = DevChain::with_anvil(anvil).await;
-    let rpc = Rpc { chain: &chain };
+    let rpc = Bulk::new(&chain);
     let addrs: Vec<Address> =
         serde_json::from_value(rpc.raw("eth_accounts", json!([])).await).unwrap();
     let operator = addrs[0];
@@ -213,7 +138,7 @@ async fn build_chain(shape: &str, accounts: u64, plans: u64) -> Built {
 
 /// Back to a normal block gas limit and automine, then the chain's events counted.
 async fn finish(chain: DevChain, started: Instant) -> Built {
-    let rpc = Rpc { chain: &chain };
+    let rpc = Bulk::new(&chain);
     rpc.raw(
         "evm_setBlockGasLimit",
         json!([format!("{:#x}", 30_000_000u64)]),
@@ -247,7 +172,7 @@ async fn build_generated(shape: &str, accounts: u64, plans: u64) -> Built {
     let anvil = Anvil::start_with(&["--gas-limit", "4000000000", "--block-base-fee-per-gas", "0"]);
     let chain = DevChain::with_anvil(anvil).await;
     chainsub_tests::flood::install(&chain).await;
-    let rpc = Rpc { chain: &chain };
+    let rpc = Bulk::new(&chain);
     let op = DevChain::address(0);
     let merchants = [DevChain::address(2), DevChain::address(3)];
     let mut nonce: u64 = serde_json::from_value::<U256>(
@@ -658,7 +583,7 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
 
     // Live latency: one block with a transaction at a time, from `evm_mine` returning (the
     // block is available at the RPC) to the cursor naming it.
-    let rpc = Rpc { chain };
+    let rpc = Bulk::new(chain);
     let mut lat = Vec::with_capacity(samples);
     let op = DevChain::address(0);
     for i in 0..samples {

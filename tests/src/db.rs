@@ -83,6 +83,40 @@ pub fn pool(url: &str) -> deadpool_postgres::Pool {
         .expect("pool")
 }
 
+/// The API's rows for `wallet`'s plan with on-chain reference `plan_ref` and `amount` base
+/// units a month — what provisioning writes — so the keeper counts the plan as the
+/// service's own and charges it. The merchant row is created when missing.
+pub async fn register_plan(
+    pg: &Client,
+    wallet: alloy::primitives::Address,
+    plan_ref: alloy::primitives::B256,
+    amount: u64,
+) {
+    let slug = alloy::hex::encode(&plan_ref[..8]);
+    pg.execute(
+        "INSERT INTO merchants (public_id, wallet, code)
+         VALUES ('mer_' || encode($1, 'hex'), $1, substr(encode($1, 'hex'), 1, 12))
+         ON CONFLICT (wallet) DO NOTHING",
+        &[&wallet.as_slice()],
+    )
+    .await
+    .expect("merchant row");
+    pg.execute(
+        "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug,
+             plan_ref)
+         SELECT 'plan_' || $2, m.id, 'Plan ' || $2, $3::TEXT::NUMERIC, 'USDC', 'month', $2, $4
+         FROM merchants m WHERE m.wallet = $1",
+        &[
+            &wallet.as_slice(),
+            &slug,
+            &amount.to_string(),
+            &plan_ref.as_slice(),
+        ],
+    )
+    .await
+    .expect("plan row");
+}
+
 /// Connects and drives the connection on a background task.
 pub async fn connect(url: &str) -> Client {
     let (client, conn) = tokio_postgres::connect(url, NoTls)

@@ -3,6 +3,7 @@
 //! bytecode, and paths to the workspace's binaries.
 
 pub mod anvil;
+pub mod bulk;
 pub mod chain;
 pub mod db;
 pub mod flood;

@@ -129,31 +129,7 @@ impl Stack {
 
     /// The API's rows for `wallet`'s plan with `plan_ref` (what provisioning writes).
     pub async fn register_plan(&self, wallet: Address, plan_ref: B256) {
-        let hex = alloy::hex::encode(&plan_ref[..8]);
-        self.pg
-            .execute(
-                "INSERT INTO merchants (public_id, wallet, code)
-                 VALUES ('mer_' || encode($1, 'hex'), $1, substr(encode($1, 'hex'), 1, 12))
-                 ON CONFLICT (wallet) DO NOTHING",
-                &[&wallet.as_slice()],
-            )
-            .await
-            .unwrap();
-        self.pg
-            .execute(
-                "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug,
-                     plan_ref)
-                 SELECT 'plan_' || $2, m.id, 'Plan ' || $2, $3::TEXT::NUMERIC, 'USDC', 'month', $2, $4
-                 FROM merchants m WHERE m.wallet = $1",
-                &[
-                    &wallet.as_slice(),
-                    &hex,
-                    &PRICE.to_string(),
-                    &plan_ref.as_slice(),
-                ],
-            )
-            .await
-            .unwrap();
+        chainsub_tests::db::register_plan(&self.pg, wallet, plan_ref, PRICE).await;
     }
 
     /// Funds dev account `customer` for `paid_periods` more periods, raises its allowance by
