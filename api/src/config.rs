@@ -72,14 +72,23 @@ pub struct Config {
     /// (LISTEN): the cache is used only while it can, see `auth::key_cache`.
     #[arg(long, env = "API_KEY_CACHE_SECS", default_value_t = 30)]
     pub api_key_cache_secs: u64,
-    /// Ledger exports (`GET /api/v1/ledger`) one API process streams at once; each holds a
-    /// pooled database connection while it runs. More are refused with 429 `exports_busy`.
+    /// Ledger exports (`GET /api/v1/ledger`) one API process streams at once (a merchant runs
+    /// one at a time). More are refused with 429 `exports_busy`.
     #[arg(long, env = "LEDGER_EXPORTS_MAX", default_value_t = 2)]
     pub ledger_exports_max: usize,
-    /// An export whose client takes no data for this long is abandoned (its connection and
-    /// database session go back to the pool).
+    /// An export whose client takes no data for this long is abandoned (its slot is free
+    /// again).
     #[arg(long, env = "LEDGER_EXPORT_STALL_SECS", default_value_t = 60)]
     pub ledger_export_stall_secs: u64,
+    /// An export still running after this long is ended, however steadily its client reads:
+    /// the body then lacks its `total` records (cut short; resume from its last block).
+    #[arg(long, env = "LEDGER_EXPORT_MAX_SECS", default_value_t = 3_600)]
+    pub ledger_export_max_secs: u64,
+    /// Ledger entries an export reads per statement: each page is its own short statement on
+    /// a pooled connection given back before the page is sent, so a slow reader holds no
+    /// snapshot (vacuum is never held back by an export) and no connection.
+    #[arg(long, env = "LEDGER_EXPORT_PAGE_ROWS", default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub ledger_export_page_rows: i64,
     /// SubscriptionManager address.
     #[arg(long, env = "CONTRACT_ADDRESS")]
     pub contract_address: Address,

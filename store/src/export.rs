@@ -1,11 +1,10 @@
 //! The reconciliation export (`GET /api/v1/ledger`): a merchant's ledger entries for a block
-//! (and optionally time) range, in chain order, read as a stream of rows so that any range
-//! is served in constant memory.
+//! (and optionally time) range, in chain order, read in short keyset pages so that any range
+//! is served in constant memory and a slow reader holds no snapshot between pages.
 
 use alloy::primitives::Address;
 use chainsub_core::{EventId, LedgerKind};
 use chrono::{DateTime, Utc};
-use futures::{Stream, TryStreamExt};
 use tokio_postgres::Row;
 
 use crate::chain::{ChainRow, address, units};
@@ -70,9 +69,10 @@ impl ExportRow {
     }
 }
 
-/// `$1` merchant wallet, `$2` merchant id, `$3` chain id, `$4..$5` blocks, `$6..$7` times.
-/// Walks `chain_events_merchant` (wallet, id) in chain order.
-const LEDGER: &str = "SELECT ce.public_id, le.kind, le.amount::TEXT AS amount, le.period, \
+/// `$1` merchant wallet, `$2` merchant id, `$3` chain id, `$4..$5` blocks, `$6..$7` times,
+/// `$8` the last row id of the previous page (0 at first), `$9` rows per page. Walks
+/// `chain_events_merchant` (wallet, id) in chain order.
+const LEDGER_PAGE: &str = "SELECT ce.id AS row_id, ce.public_id, le.kind, le.amount::TEXT AS amount, le.period, \
     le.attempt, le.failure_reason, le.block_time, ce.chain_id, ce.contract, ce.block_number, \
     ce.block_hash, ce.transaction_hash, ce.log_index, NULL::BIGINT AS indexed_block, \
     COALESCE(s.subscriber, substring(ce.topics[4] from 13)) AS subscriber, le.subscription_id AS onchain_subscription_id, \
@@ -87,29 +87,51 @@ const LEDGER: &str = "SELECT ce.public_id, le.kind, le.amount::TEXT AS amount, l
       AND ce.block_number BETWEEN $4 AND $5 \
       AND ($6::timestamptz IS NULL OR ce.block_time >= $6) \
       AND ($7::timestamptz IS NULL OR ce.block_time < $7) \
-    ORDER BY ce.id";
+      AND ce.id > $8 \
+    ORDER BY ce.id LIMIT $9";
 
-/// `scope`'s ledger entries in `range`, oldest first, as they arrive from Postgres (nothing
-/// is buffered here: a slow reader holds the query back, not memory).
-pub async fn ledger<'a>(
-    client: &'a deadpool_postgres::Client,
+/// Where a page of the export starts: after this event row (chain order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PageAfter(i64);
+
+/// One page of `scope`'s ledger entries in `range`, oldest first: at most `limit` entries
+/// after `after`, and where the next page starts (`None` after the last page). One short
+/// statement of its own: between pages nothing is held, neither a snapshot nor, in the
+/// caller's hands, a connection. Pages join up exactly (keyset on the event row id), and
+/// within the confirmed range the rows cannot change between them.
+pub async fn ledger_page(
+    client: &deadpool_postgres::Client,
     scope: &MerchantScope,
     chain_id: i64,
     range: Range,
-) -> Result<impl Stream<Item = Result<ExportRow>> + Send + 'a> {
-    let stmt = client.prepare_cached(LEDGER).await?;
+    after: PageAfter,
+    limit: i64,
+) -> Result<(Vec<ExportRow>, Option<PageAfter>)> {
+    let stmt = client.prepare_cached(LEDGER_PAGE).await?;
     let wallet = scope.wallet_bytes().to_vec();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-        &wallet,
-        &scope.id(),
-        &chain_id,
-        &range.from_block,
-        &range.to_block,
-        &range.from_time,
-        &range.to_time,
-    ];
-    let rows = client.query_raw(&stmt, params).await?;
-    Ok(rows
-        .map_err(Error::from)
-        .and_then(|r| async move { ExportRow::from_row(&r) }))
+    let rows = client
+        .query(
+            &stmt,
+            &[
+                &wallet,
+                &scope.id(),
+                &chain_id,
+                &range.from_block,
+                &range.to_block,
+                &range.from_time,
+                &range.to_time,
+                &after.0,
+                &limit,
+            ],
+        )
+        .await?;
+    let next = match rows.last() {
+        Some(last) if rows.len() as i64 >= limit => Some(PageAfter(last.try_get("row_id")?)),
+        _ => None,
+    };
+    let entries = rows
+        .iter()
+        .map(ExportRow::from_row)
+        .collect::<Result<_>>()?;
+    Ok((entries, next))
 }

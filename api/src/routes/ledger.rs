@@ -6,9 +6,9 @@
 //! the status any more). `indexer verify-export` re-checks such a file against the chain.
 
 use bytes::Bytes;
-use chainsub_store::export::{self as store, Range};
+use chainsub_store::export::{self as store, PageAfter, Range};
 use chainsub_views::{ExportEntryView, ExportTotals, csv_header};
-use futures::{SinkExt, StreamExt};
+use futures::SinkExt;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
@@ -114,6 +114,9 @@ async fn export(
             retry_after_secs: 5,
         })?;
     let stall = std::time::Duration::from_secs(ctx.cfg.ledger_export_stall_secs.max(1));
+    let deadline = tokio::time::Instant::now()
+        + std::time::Duration::from_secs(ctx.cfg.ledger_export_max_secs.max(1));
+    let page_rows = ctx.cfg.ledger_export_page_rows;
     let chain_id = ctx.cfg.chain_id as i64;
     let conn = ctx.pool.get().await?;
     let to_block = match block_param(q, "toBlock")? {
@@ -135,8 +138,11 @@ async fn export(
         from_time,
         to_time,
     };
+    drop(conn);
     let (mut tx, body) = StreamBody::channel(DEPTH);
     let contract = ctx.cfg.contract_address;
+    let pool = ctx.pool.clone();
+    let bounds = Bounds { stall, deadline };
     tokio::spawn(async move {
         let _permit = (permit, mine);
         let wallet = merchant.wallet();
@@ -145,33 +151,43 @@ async fn export(
             csv_header(&mut out);
         }
         let mut totals = ExportTotals::default();
-        let result: std::result::Result<(), String> = async {
-            let rows = store::ledger(&conn, &merchant, chain_id, range)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut rows = std::pin::pin!(rows);
-            while let Some(row) = rows.next().await {
-                let row = row.map_err(|e| e.to_string())?;
-                totals.add(&row);
-                let view = ExportEntryView::new(&row, wallet);
-                write(format, &view, |o| view.csv(o), &mut out);
-                if out.len() >= CHUNK {
-                    send(&mut tx, &mut out, stall).await?;
+        let result: std::result::Result<(), Cut> = async {
+            let mut after = Some(PageAfter::default());
+            while let Some(from) = after {
+                // A connection per page, given back before the page goes to the client.
+                let (rows, next) = {
+                    let conn = pool.get().await.map_err(Cut::failed)?;
+                    store::ledger_page(&conn, &merchant, chain_id, range, from, page_rows)
+                        .await
+                        .map_err(Cut::failed)?
+                };
+                for row in &rows {
+                    totals.add(row);
+                    let view = ExportEntryView::new(row, wallet);
+                    write(format, &view, |o| view.csv(o), &mut out);
+                    if out.len() >= CHUNK {
+                        send(&mut tx, &mut out, bounds).await?;
+                    }
                 }
+                after = next;
             }
             for t in totals.views(chain_id, contract, wallet, &range) {
                 write(format, &t, |o| t.csv(o), &mut out);
             }
-            send(&mut tx, &mut out, stall).await
+            send(&mut tx, &mut out, bounds).await
         }
         .await;
         match result {
             Ok(()) => {}
-            Err(reason) if tx.is_closed() => tracing::info!(%reason, "ledger export stopped"),
-            Err(e) => {
+            Err(Cut::Failed(e)) => {
                 tracing::error!(error = %e, "ledger export failed after its first byte");
                 metrics::counter!("api_ledger_export_failures_total").increment(1);
                 let _ = tx.send(Err(std::io::Error::other(e))).await;
+            }
+            Err(cut) => {
+                tracing::info!(reason = cut.reason(), "ledger export cut short");
+                metrics::counter!("api_ledger_exports_cut_total", "reason" => cut.reason())
+                    .increment(1);
             }
         }
     });
@@ -222,23 +238,64 @@ fn write(
     }
 }
 
-/// Sends what is written so far; `Err` when the client went away or took nothing for
-/// `stall` (a reader that stops reading must not hold a database session forever).
+/// How long an export may wait for its client: `stall` for each chunk, and in all until
+/// `deadline`.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    stall: std::time::Duration,
+    deadline: tokio::time::Instant,
+}
+
+/// Why an export ended before its totals.
+#[derive(Debug)]
+enum Cut {
+    /// The client closed the connection.
+    ClientGone,
+    /// The client took nothing for `LEDGER_EXPORT_STALL_SECS`.
+    Stalled,
+    /// `LEDGER_EXPORT_MAX_SECS` was up.
+    MaxDuration,
+    /// The database failed (logged and counted as a failure).
+    Failed(String),
+}
+
+impl Cut {
+    fn failed(e: impl std::fmt::Display) -> Cut {
+        Cut::Failed(e.to_string())
+    }
+
+    /// The `reason` label of `api_ledger_exports_cut_total`.
+    fn reason(&self) -> &'static str {
+        match self {
+            Cut::ClientGone => "client_gone",
+            Cut::Stalled => "stalled",
+            Cut::MaxDuration => "max_duration",
+            Cut::Failed(_) => "failed",
+        }
+    }
+}
+
+/// Sends what is written so far; `Err` when the client went away, took nothing for `stall`,
+/// or the export's maximum duration is up (a reader must not hold an export slot forever,
+/// however slowly it reads).
 async fn send(
     tx: &mut futures::channel::mpsc::Sender<StreamChunk>,
     out: &mut String,
-    stall: std::time::Duration,
-) -> std::result::Result<(), String> {
+    bounds: Bounds,
+) -> std::result::Result<(), Cut> {
     let chunk = Bytes::from(std::mem::take(out).into_bytes());
     *out = String::with_capacity(CHUNK + 4096);
-    match tokio::time::timeout(stall, tx.send(Ok(chunk))).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) => Err("the client went away".into()),
-        Err(_) => {
-            tx.close_channel();
-            Err(format!("the client read nothing for {} s", stall.as_secs()))
-        }
-    }
+    let left = bounds
+        .deadline
+        .saturating_duration_since(tokio::time::Instant::now());
+    let cut = match tokio::time::timeout(bounds.stall.min(left), tx.send(Ok(chunk))).await {
+        Ok(Ok(())) if tokio::time::Instant::now() < bounds.deadline => return Ok(()),
+        Ok(Err(_)) => return Err(Cut::ClientGone),
+        Err(_) if left > bounds.stall => Cut::Stalled,
+        Ok(Ok(())) | Err(_) => Cut::MaxDuration,
+    };
+    tx.close_channel();
+    Err(cut)
 }
 
 #[cfg(test)]

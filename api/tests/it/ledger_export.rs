@@ -189,6 +189,11 @@ async fn by_default_the_export_stops_at_the_confirmed_height() {
 
 /// `n` charges of `wallet` in blocks 1..=n, as bulk rows shaped like the indexer's.
 async fn seed_charges(db: &tokio_postgres::Client, wallet: Address, n: i64) {
+    seed_charges_from(db, wallet, 1, n).await
+}
+
+/// `n` charges of `wallet` in blocks `first..first + n`.
+async fn seed_charges_from(db: &tokio_postgres::Client, wallet: Address, first: i64, n: i64) {
     db.execute(
         "WITH e AS (
              INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash,
@@ -201,12 +206,12 @@ async fn seed_charges(db: &tokio_postgres::Client, wallet: Address, n: i64) {
                  ARRAY['\\x00'::bytea, '\\x00'::bytea, '\\x00'::bytea,
                        ('\\x' || repeat('00', 12) || '4444444444444444444444444444444444444444')::bytea],
                  '\\x'::bytea
-             FROM generate_series(1, $2::int8) g
+             FROM generate_series($3::int8, $3::int8 + $2::int8 - 1) g
              RETURNING id, subscription_id, block_time)
          INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
              attempt, block_time)
          SELECT id, 31337, subscription_id, 'charge', 1000000, 1, 1, block_time FROM e",
-        &[&wallet.as_slice(), &n],
+        &[&wallet.as_slice(), &n, &first],
     )
     .await
     .unwrap();
@@ -303,4 +308,133 @@ async fn a_merchant_runs_one_export_at_a_time_and_others_are_not_held_up() {
     let (status, _, body) = export(&app, &b, "", None).await;
     assert_eq!(status, 200, "another merchant's export runs: {body}");
     drop(slow);
+}
+
+/// Backends of the test database, other than this one, that hold a snapshot (a
+/// `backend_xmin`: vacuum cannot remove anything newer, anywhere in the database).
+async fn snapshots_held(db: &tokio_postgres::Client) -> i64 {
+    db.query_one(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND backend_xmin IS NOT NULL
+            AND pid <> pg_backend_pid()",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Issue 46, point 10: an export used to be one statement streamed to the client, so a
+/// slow reader kept a backend `active` with an old `backend_xmin` for as long as it read
+/// (vacuum blocked everywhere). It now reads short keyset pages, each its own statement,
+/// and waits for the client holding no snapshot and no connection; pages join up exactly.
+#[tokio::test]
+async fn a_slow_reader_holds_no_snapshot_and_pages_join_up_exactly() {
+    let app = spawn(Opts {
+        confirmations: Some(1),
+        args: vec![
+            "--ledger-exports-max".into(),
+            "2".into(),
+            "--ledger-export-stall-secs".into(),
+            "600".into(),
+            "--ledger-export-page-rows".into(),
+            "700".into(),
+        ],
+        ..Opts::default()
+    })
+    .await;
+    let a = app.merchant_key(wallet(MERCHANT)).await;
+    let b = app.merchant_key(wallet(MERCHANT_B)).await;
+    let db = app.db().await;
+    seed_cursor(&db, 100_000).await;
+    seed_charges(&db, wallet(MERCHANT), 30_000).await;
+    seed_charges_from(&db, wallet(MERCHANT_B), 50_001, 3_000).await;
+
+    let slow = stalled_export(&app, &a).await;
+    // Once its buffers are full the export waits for the client, with no snapshot held: no
+    // backend holds one in ten looks in a row (a page's statement holds one while it runs).
+    chainsub_tests::wait_until("no snapshot held while the slow reader waits", || async {
+        for _ in 0..10 {
+            if snapshots_held(&db).await != 0 {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        }
+        true
+    })
+    .await;
+
+    // Meanwhile another merchant's export runs, in pages of 700 that join up exactly.
+    let (status, _, body) = export(&app, &b, "", None).await;
+    assert_eq!(status, 200, "{body}");
+    let recs = lines(&body);
+    let entries: Vec<&Value> = recs.iter().filter(|r| r["record"] == "entry").collect();
+    assert_eq!(entries.len(), 3_000, "every entry once");
+    let blocks: Vec<i64> = entries
+        .iter()
+        .map(|r| r["blockNumber"].as_i64().unwrap())
+        .collect();
+    assert!(
+        blocks.windows(2).all(|w| w[0] < w[1]),
+        "chain order, no repeats"
+    );
+    assert_eq!(
+        recs.iter()
+            .find(|r| r["record"] == "total" && r["kind"] == "charge")
+            .map(|t| t["entries"].clone()),
+        Some(3_000.into())
+    );
+    drop(slow);
+}
+
+/// A reader that keeps taking a trickle never stalls, so the stall bound alone let it hold
+/// its slot for hours: `LEDGER_EXPORT_MAX_SECS` ends any export after that long (the body
+/// then has no totals: cut short, to be resumed from its last block).
+#[tokio::test]
+async fn an_export_ends_after_its_maximum_duration() {
+    let app = spawn(Opts {
+        confirmations: Some(1),
+        args: vec![
+            "--ledger-export-stall-secs".into(),
+            "600".into(),
+            "--ledger-export-max-secs".into(),
+            "1".into(),
+        ],
+        metrics: true,
+        ..Opts::default()
+    })
+    .await;
+    let a = app.merchant_key(wallet(MERCHANT)).await;
+    let db = app.db().await;
+    seed_cursor(&db, 100_000).await;
+    // ~57 MB: more than a reading client's socket buffers grow to here (32 MiB + 4 MiB).
+    seed_charges(&db, wallet(MERCHANT), 80_000).await;
+
+    // A client that reads a trickle (1 KiB every 50 ms): never stalled, ~20 KiB/s.
+    let mut conn = stalled_export(&app, &a).await;
+    let trickle = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1024];
+        let mut total = 0usize;
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return total,
+                Ok(n) => total += n,
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    });
+    // It is cut once the maximum duration is up (the 57 MB body would take the trickle most
+    // of an hour), and the merchant's slot is free again.
+    chainsub_tests::wait_until("the export cut for its maximum duration", || async {
+        app.metrics()
+            .await
+            .contains(r#"api_ledger_exports_cut_total{reason="max_duration"} 1"#)
+    })
+    .await;
+    chainsub_tests::wait_until("the merchant's export slot to be free", || async {
+        export(&app, &a, "?toBlock=10", None).await.0 == 200
+    })
+    .await;
+    trickle.abort();
 }
