@@ -4,8 +4,10 @@
 //! duplicate get a 409 `idempotency_key_in_use`, so two concurrent requests produce one
 //! effect. Only final answers are stored — a success, or a refusal the same request would
 //! get again (see [`is_final`]); a 429, a 5xx, "in progress" or a refusal because the
-//! key already belongs to another request leave the key free for the retry. Keys live 24
-//! hours.
+//! key already belongs to another request leave the key free for the retry. A `202` (an
+//! action sent and pending, e.g. a cancellation) is not replayed as stored: the request runs
+//! again under its key and reports where the action stands now (the work itself makes sure
+//! that never repeats the effect). Keys live 24 hours.
 
 use std::future::Future;
 
@@ -35,8 +37,9 @@ fn parse_key(k: &str) -> Result<String> {
     Ok(k.to_string())
 }
 
-/// Runs `f` at most once per (`merchant`, key). `request` identifies the request (method, path
-/// and canonical body). `redact` maps the stored body (e.g. to drop a plaintext secret).
+/// Runs `f` at most once per (`merchant`, key) — or again, with `true`, when the stored answer
+/// is a pending `202`. `request` identifies the request (method, path and canonical body).
+/// `redact` maps the stored body (e.g. to drop a plaintext secret).
 pub async fn run<F, Fut>(
     ctx: &Ctx,
     merchant: &MerchantScope,
@@ -46,17 +49,18 @@ pub async fn run<F, Fut>(
     f: F,
 ) -> Result<Resp>
 where
-    F: FnOnce() -> Fut,
+    F: FnOnce(bool) -> Fut,
     Fut: Future<Output = Result<Resp>>,
 {
     let Some(key) = key else {
-        return f().await;
+        return f(false).await;
     };
     let key = parse_key(key)?;
     let hash = Sha256::digest(request.as_bytes()).to_vec();
     let conn = ctx.pool.get().await?;
-    match store::claim(&**conn, merchant, &key, &hash).await? {
-        Claim::New => {}
+    let rerun = match store::claim(&**conn, merchant, &key, &hash).await? {
+        Claim::New => false,
+        Claim::Replay { status: 202, .. } => true,
         Claim::Replay { status, body } => return Ok(replay(status, &body)),
         Claim::InFlight => {
             return Err(ApiError::Conflict {
@@ -72,9 +76,9 @@ where
                 param: None,
             });
         }
-    }
+    };
     drop(conn);
-    let outcome = f().await;
+    let outcome = f(rerun).await;
     // The request found the key already bound to another request (the plan-resume path),
     // or found the work in progress elsewhere ("retry shortly"): that answer must not bind
     // the key to this request, or a retry with the key would replay it for a day.
@@ -90,7 +94,9 @@ where
         Err(e) => e.into_resp(),
     };
     let conn = ctx.pool.get().await?;
-    if refused || !is_final(resp.status) {
+    if rerun && (refused || !is_final(resp.status)) {
+        // The stored pending answer stays the key's until a final one replaces it.
+    } else if refused || !is_final(resp.status) {
         store::release(&**conn, merchant, &key).await?;
     } else {
         let stored = match &resp.body {
@@ -101,7 +107,11 @@ where
         let status = i32::from(resp.status.as_u16());
         store::complete(&**conn, merchant, &key, status, &stored.to_string()).await?;
     }
-    Ok(resp)
+    Ok(if rerun {
+        resp.header("idempotent-replayed", "true")
+    } else {
+        resp
+    })
 }
 
 /// Whether the same request would get `status` again, so it is the request's result: a

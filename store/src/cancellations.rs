@@ -268,6 +268,32 @@ pub async fn settle(
     Ok(())
 }
 
+/// The transaction of the latest request of `scope` for this subscription and kind that got
+/// one out (mined, or journaled and not known dead), with when that request was made.
+pub async fn last_sent(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    chain_id: i64,
+    onchain_id: i64,
+    at_period_end: bool,
+) -> Result<Option<(B256, chrono::DateTime<chrono::Utc>)>> {
+    let row = client
+        .query_opt(
+            "SELECT tx_hash, created_at FROM subscription_cancellations \
+             WHERE merchant_id = $1 AND chain_id = $2 AND onchain_id = $3 \
+               AND at_period_end = $4 AND status IN ('mined', 'submitted') \
+               AND tx_hash IS NOT NULL \
+             ORDER BY id DESC LIMIT 1",
+            &[&scope.id(), &chain_id, &onchain_id, &at_period_end],
+        )
+        .await?;
+    row.map(|r| {
+        let hash: Vec<u8> = r.try_get(0)?;
+        Ok((crate::chain::b256(&hash)?, r.try_get(1)?))
+    })
+    .transpose()
+}
+
 /// Ends this request's own row after its send failed without reaching the pool: the
 /// subscription may be asked again. (A row another request judged must be ended with
 /// [`fail_if`].)

@@ -181,7 +181,8 @@ pub struct CancellationView<'a> {
     pub object: &'static str,
     pub subscription_id: &'a SubscriptionId,
     pub at_period_end: bool,
-    /// `pending`: sent, the index has not seen it yet.
+    /// `pending`: sent, the index has not seen it yet; `completed` (a replay under the same
+    /// `Idempotency-Key`): on chain and indexed, `subscription` shows it.
     pub status: &'static str,
     pub transaction_hash: alloy::primitives::B256,
     #[serde(serialize_with = "super::time")]

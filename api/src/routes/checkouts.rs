@@ -98,7 +98,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,
-        || async {
+        |_| async {
             let input = parse(&body)?;
             let plan = find(ctx, &merchant, &input.plan_id)
                 .await?

@@ -83,7 +83,7 @@ async fn create(
         idem,
         "POST /api/v1/auth/keys",
         redact_key,
-        || async {
+        |_| async {
             let mut conn = ctx.pool.get().await?;
             let (key, rotated) = api_key::create_or_rotate(&mut conn, &s.merchant).await?;
             // This process stops accepting the old key before it answers; the others when

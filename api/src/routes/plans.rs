@@ -191,7 +191,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,
-        || async {
+        |_| async {
             let input = parse_new_plan(&body)?;
             let key = c.idempotency_key.as_deref();
             let (id, active) = match existing_for_key(ctx, &merchant, key, &input).await? {
@@ -477,7 +477,7 @@ async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,
-        || async {
+        |_| async {
             let row = find(ctx, &merchant, id)
                 .await?
                 .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;

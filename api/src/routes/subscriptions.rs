@@ -177,7 +177,7 @@ async fn cancel(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
         c.idempotency_key.as_deref(),
         &request,
         std::convert::identity,
-        || cancel_once(ctx, &merchant, id, &body),
+        |rerun| cancel_once(ctx, &merchant, id, &body, rerun),
     )
     .await?;
     Ok(with_rate(resp, &rate))
@@ -210,11 +210,15 @@ fn in_progress(message: &str) -> ApiError {
     }
 }
 
+/// One cancellation request. `rerun`: the request runs again under its `Idempotency-Key`
+/// because its stored answer was pending; once the cancellation it sent is on chain and
+/// indexed, it answers 200 `completed` instead of the 409 a new request gets.
 async fn cancel_once(
     ctx: &Ctx,
     merchant: &chainsub_store::MerchantScope,
     id: &str,
     body: &serde_json::Map<String, serde_json::Value>,
+    rerun: bool,
 ) -> Result<Resp> {
     use crate::chain::{CancelError, Journal, Refusal, Sent, TxState};
     use chainsub_sender::Broadcast;
@@ -256,6 +260,30 @@ async fn cancel_once(
     };
     let onchain_id = u64::try_from(row.onchain_id)
         .map_err(|_| ApiError::Internal(format!("subscription {} has a negative id", row.id)))?;
+    let done = if at_period_end {
+        row.cancel_at_period_end || row.status == SubscriptionStatus::Ended
+    } else {
+        row.status == SubscriptionStatus::Cancelled
+    };
+    if rerun
+        && done
+        && let Some((tx, requested_at)) =
+            cancellations::last_sent(&conn, merchant, chain_id, row.onchain_id, at_period_end)
+                .await?
+    {
+        return Ok(Resp::json_view(
+            StatusCode::OK,
+            &CancellationView {
+                object: "subscription_cancellation",
+                subscription_id: &row.id,
+                at_period_end,
+                status: "completed",
+                transaction_hash: tx,
+                requested_at,
+                subscription: SubscriptionView::from(&row),
+            },
+        ));
+    }
     // What the index knows refuses first (a cancellation the index has seen is done); the
     // chain has the last word (the estimate).
     if matches!(

@@ -800,3 +800,75 @@ async fn a_journaled_cancellation_whose_nonce_was_taken_is_reported_and_asked_ag
     assert_ne!(r.body["transactionHash"], fx.journaled.as_str());
     wait_cancelled_on_chain(&fx.chain, "the new cancellation mined").await;
 }
+
+/// Issue 46, point 11: a `202` stored under an `Idempotency-Key` was replayed for a day even
+/// after its transaction died (its nonce taken by another), so a merchant retrying with the
+/// key was told "pending" about a cancellation that could never happen. A replay of a
+/// pending cancellation now runs the request again: it reports the live transaction, or
+/// sends a new one when the first is dead; once the cancellation is on chain and indexed, a
+/// replay answers 200 `completed` with the subscription as it now is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_pending_cancellation_reports_where_it_stands() {
+    let fx = Cancelling::new(Vec::new()).await;
+    let chain = fx.chain();
+    let body = json!({"atPeriodEnd": false});
+    let _: Value = chain
+        .provider
+        .raw_request("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let first = fx
+        .app
+        .post(&fx.path, &fx.key, &body, Some("cancel-1"))
+        .await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    let dead = first.body["transactionHash"].as_str().unwrap().to_string();
+    // The transaction leaves the pool and another relayer transaction takes its nonce.
+    let _: Value = chain
+        .provider
+        .raw_request("anvil_dropTransaction".into(), (dead.clone(),))
+        .await
+        .unwrap();
+    let _: Value = chain
+        .provider
+        .raw_request("evm_setAutomine".into(), (true,))
+        .await
+        .unwrap();
+    send_as!(
+        DevChain::address(OPERATOR),
+        chain.manager().createPlan(
+            DevChain::address(MERCHANT),
+            U256::from(PRICE),
+            B256::repeat_byte(0x78)
+        )
+    );
+
+    // The same request with the same key: not the stored "pending" of a dead transaction.
+    let again = fx
+        .app
+        .post(&fx.path, &fx.key, &body, Some("cancel-1"))
+        .await;
+    assert_eq!(again.status, 202, "{:?}", again.body);
+    assert_eq!(again.body["status"], "pending");
+    assert_ne!(
+        again.body["transactionHash"],
+        dead.as_str(),
+        "a new transaction"
+    );
+    wait_cancelled_on_chain(chain, "the new cancellation mined").await;
+    let id = again.body["subscriptionId"].as_str().unwrap().to_string();
+    wait_for(&fx.app, &fx.key, &id, |s| s["status"] == "cancelled").await;
+
+    // Once indexed, the replay says it is done.
+    let done = fx
+        .app
+        .post(&fx.path, &fx.key, &body, Some("cancel-1"))
+        .await;
+    assert_eq!(done.status, 200, "{:?}", done.body);
+    assert_eq!(done.body["status"], "completed");
+    assert_eq!(done.body["transactionHash"], again.body["transactionHash"]);
+    assert_eq!(done.body["subscription"]["status"], "cancelled");
+    // Another request for it (no key) is still refused as terminal.
+    let other = fx.app.post(&fx.path, &fx.key, &body, None).await;
+    assert_eq!(code(&other), (409, Some("subscription_terminal")));
+}
