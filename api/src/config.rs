@@ -197,11 +197,7 @@ impl Config {
 
     /// `host[:port]` of BASE_URL: the SIWE domain.
     pub fn siwe_domain(&self) -> String {
-        let host = self.base_url.host_str().unwrap_or_default();
-        match self.base_url.port() {
-            Some(p) => format!("{host}:{p}"),
-            None => host.to_string(),
-        }
+        siwe_domain(&self.base_url)
     }
 
     /// BASE_URL without a trailing slash.
@@ -213,6 +209,15 @@ impl Config {
 /// A secret string whose `Debug`/`Display` never show it.
 #[derive(Clone)]
 pub struct Secret(String);
+
+/// The EIP-4361 `domain` of a base URL: its host, with the port when one is given.
+pub fn siwe_domain(base_url: &url::Url) -> String {
+    let host = base_url.host_str().unwrap_or_default();
+    match base_url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    }
+}
 
 impl Secret {
     /// Wraps a secret.

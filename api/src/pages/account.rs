@@ -155,30 +155,72 @@ impl<'a> AccountCharge<'a> {
 /// How long a wallet proof lets the page list the wallet's subscriptions.
 pub const PROOF_VALIDITY_MINUTES: i64 = 30;
 
-/// The text the customer's wallet signs (`personal_sign`) to show it holds `wallet`: the list
-/// names the merchants and plans a wallet pays, which the chain does not show, so nobody
-/// reads them from an address alone. Stateless: the server rebuilds this text from the wallet
-/// and `issued_at` the page sends back with the signature; only the wallet's key can sign
-/// it, and it lapses [`PROOF_VALIDITY_MINUTES`] after `issued_at`.
+/// What a wallet proof is bound to: this deployment's origin and chain, and its secret (the
+/// proof's nonce is keyed with it, so only challenges this service issued prove anything).
+#[derive(Debug, Clone, Copy)]
+pub struct ProofTerms<'a> {
+    pub base_url: &'a url::Url,
+    pub chain_id: u64,
+    /// `CHECKOUT_SIGNING_SECRET`.
+    pub secret: &'a str,
+}
+
+impl<'a> ProofTerms<'a> {
+    pub fn of(cfg: &'a crate::config::Config) -> ProofTerms<'a> {
+        ProofTerms {
+            base_url: &cfg.base_url,
+            chain_id: cfg.chain_id,
+            secret: cfg.checkout_signing_secret.expose(),
+        }
+    }
+
+    /// The challenge's nonce: 16 hex characters of a keyed hash of the chain, the wallet and
+    /// the issue time. Stateless (rebuilt from what the page sends back), and nobody without
+    /// the secret can make one the service accepts.
+    fn nonce(&self, wallet: Address, issued_at: DateTime<Utc>) -> String {
+        let mut input = Vec::with_capacity(96);
+        input.extend_from_slice(b"chainsub account proof v1\0");
+        input.extend_from_slice(self.secret.as_bytes());
+        input.push(0);
+        input.extend_from_slice(&self.chain_id.to_be_bytes());
+        input.extend_from_slice(wallet.as_slice());
+        input.extend_from_slice(&issued_at.timestamp().to_be_bytes());
+        let digest = alloy::primitives::keccak256(&input);
+        alloy::hex::encode(&digest[..8])
+    }
+}
+
+/// The message the customer's wallet signs (`personal_sign`) to show it holds `wallet`: a
+/// Sign-In with Ethereum (EIP-4361) message for this service's domain and `/account` URI —
+/// so a wallet checks it against the page's origin and warns on a mismatch — with a nonce
+/// and an expiry. The list names the merchants and plans a wallet pays, which the chain does
+/// not show, so nobody reads them from an address alone. Stateless: the server rebuilds the
+/// message from the wallet and `issued_at` the page sends back with the signature; only the
+/// wallet's key can sign it, and it lapses [`PROOF_VALIDITY_MINUTES`] after `issued_at`.
 pub fn proof_message(
-    base_url: &url::Url,
-    chain_id: u64,
+    terms: &ProofTerms<'_>,
     wallet: Address,
     issued_at: DateTime<Utc>,
-) -> String {
-    let expires = issued_at + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES);
-    format!(
-        "{host} asks you to show that you hold this wallet, to list its subscriptions.\n\
-         Signing sends nothing and costs nothing.\n\n\
-         Wallet: {wallet}\n\
-         Chain ID: {chain_id}\n\
-         Issued At: {issued}\n\
-         Expiration Time: {expires}",
-        host = base_url.host_str().unwrap_or("chainsub"),
-        wallet = wallet.to_checksum(None),
-        issued = issued_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        expires = expires.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-    )
+) -> crate::auth::siwe::SiweMessage {
+    let base = terms.base_url.as_str().trim_end_matches('/');
+    crate::auth::siwe::SiweMessage {
+        domain: crate::config::siwe_domain(terms.base_url),
+        address: wallet,
+        statement: Some(
+            "Show that you hold this wallet, to list its subscriptions. Signing sends \
+             nothing and costs nothing."
+                .into(),
+        ),
+        uri: format!("{base}/account"),
+        version: "1".into(),
+        chain_id: terms.chain_id,
+        nonce: terms.nonce(wallet, issued_at),
+        issued_at,
+        expiration_time: Some(issued_at + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES)),
+        not_before: None,
+        request_id: None,
+        resources: Vec::new(),
+    }
 }
 
 /// The challenge the page asks the wallet to sign.
@@ -192,12 +234,12 @@ pub struct Challenge {
 }
 
 impl Challenge {
-    pub fn new(base_url: &url::Url, chain_id: u64, wallet: Address, now: DateTime<Utc>) -> Self {
+    pub fn new(terms: &ProofTerms<'_>, wallet: Address, now: DateTime<Utc>) -> Self {
         // Whole seconds: the text is rebuilt from the RFC 3339 form the page sends back.
         let issued_at = DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
         Challenge {
             object: "account_challenge",
-            message: proof_message(base_url, chain_id, wallet, issued_at),
+            message: proof_message(terms, wallet, issued_at).to_text(),
             issued_at: issued_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             expires_at: (issued_at + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES))
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -209,8 +251,7 @@ impl Challenge {
 /// 401 `wallet_proof_required` without it, `wallet_proof_expired` when lapsed (or issued in
 /// the future), `wallet_proof_invalid` when another key signed (or the text differs).
 pub fn check_proof(
-    base_url: &url::Url,
-    chain_id: u64,
+    terms: &ProofTerms<'_>,
     wallet: Address,
     issued_at: Option<&str>,
     signature: Option<&str>,
@@ -242,7 +283,7 @@ pub fn check_proof(
             "the wallet proof has lapsed; sign a new challenge",
         ));
     }
-    let text = proof_message(base_url, chain_id, wallet, issued_at);
+    let text = proof_message(terms, wallet, issued_at).to_text();
     crate::auth::siwe::verify_signature(&text, signature, wallet).map_err(|e| match e {
         ApiError::Unauthorized { message, .. } | ApiError::Invalid { message, .. } => {
             unauthorized("wallet_proof_invalid", &message)
@@ -372,23 +413,46 @@ mod tests {
         use alloy::signers::SignerSync;
         use alloy::signers::local::PrivateKeySigner;
         let base: url::Url = "https://pay.example.com".parse().unwrap();
+        let terms = ProofTerms {
+            base_url: &base,
+            chain_id: 1,
+            secret: "s3cret",
+        };
         let key = PrivateKeySigner::random();
         let wallet = key.address();
         let now = Utc.with_ymd_and_hms(2026, 11, 26, 12, 0, 0).unwrap();
-        let c = Challenge::new(&base, 1, wallet, now);
-        assert!(
-            c.message.starts_with("pay.example.com asks you"),
-            "{}",
-            c.message
+        let c = Challenge::new(&terms, wallet, now);
+        // A Sign-In with Ethereum (EIP-4361) message bound to this domain, so wallets check
+        // the page's origin and warn on a mismatch; with a nonce and an expiry.
+        let m = crate::auth::siwe::SiweMessage::parse(&c.message).unwrap();
+        assert_eq!(m.domain, "pay.example.com");
+        assert_eq!(m.address, wallet);
+        assert_eq!(m.uri, "https://pay.example.com/account");
+        assert_eq!((m.version.as_str(), m.chain_id), ("1", 1));
+        assert_eq!(m.issued_at, now);
+        assert_eq!(
+            m.expiration_time,
+            Some(now + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES))
         );
-        assert!(c.message.contains(&wallet.to_checksum(None)));
+        assert!(m.nonce.len() >= 16 && m.nonce.bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert_eq!(m.to_text(), c.message);
+        // The nonce is the service's: another deployment's secret, another nonce.
+        let elsewhere = Challenge::new(
+            &ProofTerms {
+                secret: "other",
+                ..terms
+            },
+            wallet,
+            now,
+        );
+        assert_ne!(elsewhere.message, c.message);
         let sig = |text: &str| {
             let s = key.sign_message_sync(text.as_bytes()).unwrap();
             format!("0x{}", hex::encode(s.as_bytes()))
         };
         let good = sig(&c.message);
         let check = |wallet, issued: &str, sig: &str, at| {
-            check_proof(&base, 1, wallet, Some(issued), Some(sig), at)
+            check_proof(&terms, wallet, Some(issued), Some(sig), at)
         };
         let code = |r: Result<()>| match r {
             Err(ApiError::Unauthorized { code, .. }) => code,
@@ -419,10 +483,13 @@ mod tests {
             code(check(wallet, "2026-11-26T12:00:01Z", &good, now)),
             "wallet_proof_invalid"
         );
+        let on_chain_2 = ProofTerms {
+            chain_id: 2,
+            ..terms
+        };
         assert_eq!(
             code(check_proof(
-                &base,
-                2,
+                &on_chain_2,
                 wallet,
                 Some(&c.issued_at),
                 Some(&good),
@@ -430,14 +497,19 @@ mod tests {
             )),
             "wallet_proof_invalid"
         );
+        // A challenge another deployment issued (its nonce) does not prove anything here.
+        assert_eq!(
+            code(check(wallet, &c.issued_at, &sig(&elsewhere.message), now)),
+            "wallet_proof_invalid"
+        );
         // A proof dated later than now (a clock trick) is not accepted either.
-        let future = Challenge::new(&base, 1, wallet, now + chrono::Duration::hours(1));
+        let future = Challenge::new(&terms, wallet, now + chrono::Duration::hours(1));
         assert_eq!(
             code(check(wallet, &future.issued_at, &sig(&future.message), now)),
             "wallet_proof_expired"
         );
         assert_eq!(
-            code(check_proof(&base, 1, wallet, None, None, now)),
+            code(check_proof(&terms, wallet, None, None, now)),
             "wallet_proof_required"
         );
         assert_eq!(

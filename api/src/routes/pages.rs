@@ -412,8 +412,7 @@ fn account_challenge(ctx: &Ctx, remote: &ClientAddr, q: &Query) -> Result<Resp> 
     check_ip(ctx, remote)?;
     let wallet = wallet_param(q, "wallet")?;
     Ok(Resp::view(&account::Challenge::new(
-        &ctx.cfg.base_url,
-        ctx.cfg.chain_id,
+        &account::ProofTerms::of(&ctx.cfg),
         wallet,
         chrono::Utc::now(),
     )))
@@ -429,8 +428,7 @@ async fn account_subscriptions(
     let wallet = wallet_param(q, "wallet")?;
     let merchant = merchant_code(q)?;
     account::check_proof(
-        &ctx.cfg.base_url,
-        ctx.cfg.chain_id,
+        &account::ProofTerms::of(&ctx.cfg),
         wallet,
         issued_at,
         signature,
