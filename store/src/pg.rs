@@ -5,6 +5,10 @@
 //! the default), `require` (TLS or nothing; the certificate is not checked, as in libpq) and
 //! `verify-full` (TLS, a certificate chain to `sslrootcert=<PEM file>`, and the host name
 //! in the certificate). TLS is rustls; nothing links OpenSSL.
+//!
+//! A connection that leaves this machine must be `verify-full`: anything weaker to a host
+//! other than loopback or a Unix socket is refused at start unless the operator sets
+//! `DATABASE_ALLOW_UNVERIFIED_TLS=true` ([`TlsPolicy`]).
 
 use std::sync::Arc;
 
@@ -29,6 +33,57 @@ pub enum TlsMode {
     Prefer,
     Require,
     VerifyFull,
+}
+
+impl TlsMode {
+    /// The `sslmode` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::Disable => "disable",
+            TlsMode::Prefer => "prefer",
+            TlsMode::Require => "require",
+            TlsMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
+/// Whether a connection weaker than `verify-full` may leave this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsPolicy {
+    /// Off this machine (a host other than loopback or a Unix socket), `verify-full` only.
+    VerifyFullOffHost,
+    /// Any `sslmode` to any host (`DATABASE_ALLOW_UNVERIFIED_TLS=true`).
+    AllowUnverified,
+}
+
+impl TlsPolicy {
+    /// The environment's: `DATABASE_ALLOW_UNVERIFIED_TLS=true` (or `1`) allows it.
+    pub fn from_env() -> TlsPolicy {
+        match std::env::var("DATABASE_ALLOW_UNVERIFIED_TLS").as_deref() {
+            Ok("true" | "1") => TlsPolicy::AllowUnverified,
+            _ => TlsPolicy::VerifyFullOffHost,
+        }
+    }
+}
+
+/// Whether every host the configuration may connect to is this machine: Unix sockets,
+/// `localhost` and loopback addresses (no host at all means the local socket).
+fn only_this_machine(config: &tokio_postgres::Config) -> bool {
+    use tokio_postgres::config::Host;
+    let loopback = |h: &str| {
+        h == "localhost"
+            || h.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    };
+    let addrs_local = config.get_hostaddrs().iter().all(|ip| ip.is_loopback());
+    addrs_local
+        && config.get_hosts().iter().all(|h| match h {
+            Host::Tcp(name) => loopback(name),
+            #[cfg(unix)]
+            Host::Unix(_) => true,
+        })
 }
 
 /// A `DATABASE_URL` that cannot be used.
@@ -56,11 +111,28 @@ impl std::fmt::Debug for Database {
 
 impl Database {
     /// Parses a URL (`postgres://user@host:5432/db?sslmode=verify-full&sslrootcert=/ca.pem`)
-    /// or a key=value string (`host=… dbname=… sslmode=…`).
+    /// or a key=value string (`host=… dbname=… sslmode=…`), under the environment's
+    /// [`TlsPolicy`].
     pub fn from_url(url: &str) -> Result<Database, ConfigError> {
+        Self::from_url_with(url, TlsPolicy::from_env())
+    }
+
+    /// [`Database::from_url`] under `policy`.
+    pub fn from_url_with(url: &str, policy: TlsPolicy) -> Result<Database, ConfigError> {
         let (rest, mode, root) = take_tls_params(url)?;
         let mut config: tokio_postgres::Config =
             rest.parse().map_err(|e| ConfigError(format!("{e}")))?;
+        if mode != TlsMode::VerifyFull
+            && policy == TlsPolicy::VerifyFullOffHost
+            && !only_this_machine(&config)
+        {
+            return Err(ConfigError(format!(
+                "sslmode={} to a host other than this machine is refused: connect with \
+                 sslmode=verify-full&sslrootcert=<PEM file of the CA>, or set \
+                 DATABASE_ALLOW_UNVERIFIED_TLS=true to allow it",
+                mode.as_str()
+            )));
+        }
         config.ssl_mode(match mode {
             TlsMode::Disable => SslMode::Disable,
             TlsMode::Prefer => SslMode::Prefer,
@@ -357,5 +429,44 @@ mod tests {
         assert_eq!((rest.as_str(), mode), ("host=h dbname=d", TlsMode::Disable));
         assert!(take_tls_params("postgres://u@h/d?sslmode=verify-full").is_err());
         assert!(take_tls_params("postgres://u@h/d?sslmode=allow").is_err());
+    }
+
+    /// Issue 46, point 21: a connection that leaves this machine is verify-full unless the
+    /// operator allows less in so many words; loopback and Unix sockets cross no network.
+    #[test]
+    fn off_this_machine_only_verify_full_unless_allowed() {
+        let strict = TlsPolicy::VerifyFullOffHost;
+        for url in [
+            "postgres://u@db.example.com/d",
+            "postgres://u@db.example.com/d?sslmode=require",
+            "postgres://u@10.0.0.5/d?sslmode=prefer",
+            "host=db.example.com dbname=d sslmode=disable",
+            "postgres://u@localhost/d?host=db.example.com",
+        ] {
+            let e = Database::from_url_with(url, strict).expect_err(url);
+            assert!(
+                e.to_string().contains("verify-full")
+                    && e.to_string().contains("DATABASE_ALLOW_UNVERIFIED_TLS"),
+                "{url}: {e}"
+            );
+            assert!(
+                Database::from_url_with(url, TlsPolicy::AllowUnverified).is_ok(),
+                "{url}"
+            );
+        }
+        for url in [
+            "postgres://u@127.0.0.1/d",
+            "postgres://u@localhost:5433/d?sslmode=disable",
+            "postgres://u@[::1]/d?sslmode=require",
+            "host=/var/run/postgresql dbname=d",
+            "dbname=d",
+        ] {
+            assert!(Database::from_url_with(url, strict).is_ok(), "{url}");
+        }
+        let ca = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+        if std::path::Path::new(ca).exists() {
+            let url = format!("postgres://u@db.example.com/d?sslmode=verify-full&sslrootcert={ca}");
+            assert!(Database::from_url_with(&url, strict).is_ok());
+        }
     }
 }
