@@ -82,7 +82,7 @@ echo "loaded in $(( $(date +%s) - t0 ))s: $(psql -tA "$db_url" -c "SELECT count(
 API_LISTEN=127.0.0.1:0 BASE_URL=http://127.0.0.1 CHAIN_ID=31337 CONFIRMATIONS=1 \
 CONTRACT_ADDRESS=0xcccccccccccccccccccccccccccccccccccccccc \
 USDC_ADDRESS=0xdddddddddddddddddddddddddddddddddddddddd \
-CHECKOUT_SIGNING_SECRET=bench NO_DISPATCHER=true RUST_LOG=warn \
+CHECKOUT_SIGNING_SECRET=bench NO_DISPATCHER=true RUST_LOG=warn  WEBHOOK_SECRETS_KEYS=test:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA= \
   "$API" serve >"$work/api.log" 2>&1 &
 api_pid=$!
 addr=

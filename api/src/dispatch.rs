@@ -47,6 +47,12 @@ pub async fn run_standalone(
     args: DispatchArgs,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<()> {
+    if args.webhooks.secrets_keys.is_none() {
+        tracing::warn!(
+            "WEBHOOK_SECRETS_KEYS is not set: this dispatcher cannot open sealed signing \
+             secrets, so it delivers only for merchants whose secrets predate sealing"
+        );
+    }
     if !args.no_migrate {
         crate::db::migrate(
             &args.database_url,

@@ -125,7 +125,23 @@ pub async fn start_sharded(
             tracing::info!(?applied, "applied migrations");
         }
     }
+    let Some(keys) = cfg.webhooks.secrets_keys.clone() else {
+        return Err(ApiError::Internal(
+            "WEBHOOK_SECRETS_KEYS is required: the key(s) that seal webhook signing secrets \
+             at rest (`id:<32 bytes, base64>`; see docs/operations.md)"
+                .into(),
+        ));
+    };
     let ctx = build_ctx(cfg)?;
+    // Secrets stored before sealing, or sealed with a key that is no longer the first.
+    let resealed = crate::webhook_settings::reseal_all(&*ctx.pool.get().await?, &keys).await?;
+    if resealed > 0 {
+        tracing::info!(
+            resealed,
+            key = keys.current_id(),
+            "webhook signing secrets sealed"
+        );
+    }
     // Hears key revocations; the key cache serves only while it does.
     let key_listener = tokio::spawn(ctx.keys.clone().listen(ctx.cfg.database_url.clone()));
     let live_keys = tokio::spawn(ctx.live_keys.clone().refresh(ctx.pool.clone()));

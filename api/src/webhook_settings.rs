@@ -3,6 +3,7 @@
 //! statement is keyed by the [`MerchantScope`] — one merchant can never see or touch another's
 //! endpoint, secrets or deliveries.
 
+use chainsub_core::sealed::SealingKeys;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -62,12 +63,27 @@ impl WebhookUrl {
 /// disabled by a 410 (the merchant has fixed it) and creates the first signing secret.
 pub async fn set_url(
     client: &mut Client,
+    keys: &SealingKeys,
     merchant: &MerchantScope,
     url: Option<&WebhookUrl>,
 ) -> Result<()> {
     let url = url.map(|u| u.url().as_str());
-    let secret = WebhookSecret::generate();
-    Ok(store::set_url(client, merchant, url, secret.expose()).await?)
+    let secret = seal(keys, merchant, &WebhookSecret::generate());
+    Ok(store::set_url(client, merchant, url, &secret).await?)
+}
+
+/// `secret` as stored: sealed under the current key, bound to the merchant's wallet.
+fn seal(keys: &SealingKeys, merchant: &MerchantScope, secret: &WebhookSecret) -> String {
+    keys.seal(secret.expose(), merchant.wallet_bytes())
+}
+
+/// The sealing keys of `cfg`: `api serve` refuses to start without them, so a missing one
+/// here is a bug.
+pub fn keys(cfg: &crate::config::Config) -> Result<&SealingKeys> {
+    cfg.webhooks
+        .secrets_keys
+        .as_ref()
+        .ok_or_else(|| ApiError::Internal("WEBHOOK_SECRETS_KEYS is not set".into()))
 }
 
 /// A live signing secret.
@@ -82,15 +98,19 @@ pub struct LiveSecret {
 /// The live secrets (current first), creating the first one if the merchant has none.
 pub async fn reveal_secrets(
     client: &mut Client,
+    keys: &SealingKeys,
     merchant: &MerchantScope,
 ) -> Result<Vec<LiveSecret>> {
-    let first = WebhookSecret::generate();
-    store::reveal_secrets(client, merchant, first.expose())
+    let first = seal(keys, merchant, &WebhookSecret::generate());
+    store::reveal_secrets(client, merchant, &first)
         .await?
         .into_iter()
         .map(|r| {
+            let text = keys
+                .open(&r.secret, merchant.wallet_bytes())
+                .map_err(|e| ApiError::Internal(format!("webhook secret: {e}")))?;
             Ok(LiveSecret {
-                secret: WebhookSecret::parse(&r.secret).map_err(|_| {
+                secret: WebhookSecret::parse(&text).map_err(|_| {
                     ApiError::Internal("malformed webhook secret in database".into())
                 })?,
                 created_at: r.created_at,
@@ -103,12 +123,31 @@ pub async fn reveal_secrets(
 /// Rotates: the current secret keeps signing for `overlap`, a new one becomes current.
 pub async fn rotate_secret(
     client: &mut Client,
+    keys: &SealingKeys,
     merchant: &MerchantScope,
     overlap: Duration,
 ) -> Result<WebhookSecret> {
     let secret = WebhookSecret::generate();
-    store::rotate_secret(client, merchant, overlap, secret.expose()).await?;
+    store::rotate_secret(client, merchant, overlap, &seal(keys, merchant, &secret)).await?;
     Ok(secret)
+}
+
+/// Seals every stored signing secret that is not sealed with the current key: secrets
+/// stored before sealing, and after a key rotation those of the older keys. `api serve` runs
+/// it at start; returns how many it sealed again.
+pub async fn reseal_all(client: &Client, keys: &SealingKeys) -> Result<u64> {
+    let mut n = 0;
+    for row in store::all_secrets(client).await? {
+        if keys.is_current(&row.secret) {
+            continue;
+        }
+        let text = keys
+            .open(&row.secret, &row.wallet)
+            .map_err(|e| ApiError::Internal(format!("webhook secret {}: {e}", row.id)))?;
+        let sealed = keys.seal(&text, &row.wallet);
+        n += store::replace_secret(client, row.id, &row.secret, &sealed).await?;
+    }
+    Ok(n)
 }
 
 /// Ends the previous secret's overlap now; the count of secrets ended (0 or 1).

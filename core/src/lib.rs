@@ -11,6 +11,7 @@ pub mod ids;
 pub mod listen;
 pub mod metrics;
 pub mod rpc;
+pub mod sealed;
 pub mod slug;
 pub mod snapshot;
 pub mod state;

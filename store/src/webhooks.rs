@@ -196,6 +196,49 @@ pub async fn rotate_secret(
     Ok(())
 }
 
+/// A stored signing secret with its merchant's wallet (what sealing binds it to).
+#[derive(Debug, Clone)]
+pub struct StoredSecret {
+    pub id: i64,
+    pub wallet: Vec<u8>,
+    pub secret: String,
+}
+
+/// Every stored signing secret, live or not (the API seals them again at start).
+pub async fn all_secrets(client: &impl GenericClient) -> Result<Vec<StoredSecret>> {
+    let rows = client
+        .query(
+            "SELECT s.id, m.wallet, s.secret FROM webhook_secrets s \
+             JOIN merchants m ON m.id = s.merchant_id ORDER BY s.id",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| StoredSecret {
+            id: r.get(0),
+            wallet: r.get(1),
+            secret: r.get(2),
+        })
+        .collect())
+}
+
+/// Replaces secret `id`'s stored text `old` with `new` (the same secret sealed again); 0 when
+/// it changed meanwhile.
+pub async fn replace_secret(
+    client: &impl GenericClient,
+    id: i64,
+    old: &str,
+    new: &str,
+) -> Result<u64> {
+    Ok(client
+        .execute(
+            "UPDATE webhook_secrets SET secret = $3 WHERE id = $1 AND secret = $2",
+            &[&id, &old, &new],
+        )
+        .await?)
+}
+
 /// Ends the previous secret's overlap now (after a leak, say): only the current secret signs
 /// from the next delivery on. Returns how many secrets it ended (0 or 1).
 pub async fn revoke_previous_secrets(

@@ -23,6 +23,9 @@ pub use process::{
 };
 pub use wait::{wait_for_some, wait_until};
 
+/// `WEBHOOK_SECRETS_KEYS` of every API the tests start: one fixed test key (32 bytes 1..=32).
+pub const TEST_WEBHOOK_SECRETS_KEYS: &str = "test:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+
 /// The 1-, 5- and 15-minute load averages (`/proc/loadavg`), which every benchmark prints
 /// beside its figures.
 pub fn load_average() -> String {
@@ -75,4 +78,9 @@ macro_rules! send_as {
         assert!(receipt.status(), "transaction reverted on chain");
         receipt
     }};
+}
+
+/// [`TEST_WEBHOOK_SECRETS_KEYS`] parsed, for code under test called in process.
+pub fn test_sealing_keys() -> chainsub_core::sealed::SealingKeys {
+    TEST_WEBHOOK_SECRETS_KEYS.parse().expect("the test key")
 }

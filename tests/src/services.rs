@@ -44,6 +44,10 @@ pub fn test_env(chain: &DevChain, db: &TestDb, confirmations: u64) -> Vec<(Strin
         ("RELAYER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[OPERATOR])),
         ("KEEPER_PRIVATE_KEY", format!("0x{}", DEV_KEYS[KEEPER])),
         ("CHECKOUT_SIGNING_SECRET", "test-checkout-secret".into()),
+        (
+            "WEBHOOK_SECRETS_KEYS",
+            crate::TEST_WEBHOOK_SECRETS_KEYS.into(),
+        ),
         ("INDEXER_POLL_INTERVAL_MS", "50".into()),
         ("INDEXER_NO_FINALIZED_TAG", "true".into()),
         ("KEEPER_POLL_INTERVAL_MS", "200".into()),

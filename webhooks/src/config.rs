@@ -74,9 +74,33 @@ pub struct WebhookConfig {
     /// Accept plain `http://` webhook URLs (local development only; production is https).
     #[arg(long = "webhook-allow-http", env = "WEBHOOK_ALLOW_HTTP")]
     pub allow_http: bool,
+    /// Keys that seal webhook signing secrets at rest: `id:base64-32-bytes`, comma-separated,
+    /// the first sealing, all opening (see `chainsub_core::sealed`). Required by `api serve`;
+    /// a dispatcher without it can use only secrets stored before sealing.
+    #[arg(
+        long = "webhook-secrets-keys",
+        env = "WEBHOOK_SECRETS_KEYS",
+        hide_env_values = true
+    )]
+    pub secrets_keys: Option<chainsub_core::sealed::SealingKeys>,
 }
 
 impl WebhookConfig {
+    /// The signing secret stored as `stored` for the merchant `wallet`, opened.
+    pub fn open_secret(
+        &self,
+        stored: &str,
+        wallet: &[u8],
+    ) -> Result<String, chainsub_core::sealed::SealError> {
+        match &self.secrets_keys {
+            Some(keys) => keys.open(stored, wallet),
+            None if stored.starts_with("sealed:") => Err(
+                chainsub_core::sealed::SealError::UnknownKey("(WEBHOOK_SECRETS_KEYS unset)".into()),
+            ),
+            None => Ok(stored.to_string()),
+        }
+    }
+
     /// The SSRF policy these flags describe.
     pub fn address_policy(&self) -> AddressPolicy {
         AddressPolicy {
@@ -101,6 +125,7 @@ impl Default for WebhookConfig {
             allow_loopback: false,
             allow_private: false,
             allow_http: false,
+            secrets_keys: None,
         }
     }
 }

@@ -51,15 +51,25 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    fn of(e: store::Endpoint) -> Option<Endpoint> {
+    /// `e` with its secrets opened (`cfg`'s sealing keys) and parsed.
+    fn of(cfg: &WebhookConfig, e: store::Endpoint) -> Option<Endpoint> {
         let secrets: Vec<WebhookSecret> = e
             .secrets
             .iter()
-            .filter_map(|s| match WebhookSecret::parse(s) {
-                Ok(s) => Some(s),
-                Err(_) => {
-                    tracing::error!("webhook_secrets holds a malformed secret; skipping it");
-                    None
+            .filter_map(|stored| {
+                let text = match cfg.open_secret(stored, &e.wallet) {
+                    Ok(text) => text,
+                    Err(err) => {
+                        tracing::error!(error = %err, "a webhook signing secret does not open; skipping it");
+                        return None;
+                    }
+                };
+                match WebhookSecret::parse(&text) {
+                    Ok(s) => Some(s),
+                    Err(_) => {
+                        tracing::error!("webhook_secrets holds a malformed secret; skipping it");
+                        None
+                    }
                 }
             })
             .collect();
@@ -207,7 +217,7 @@ async fn claim_round(shared: &Arc<Shared>, spare: usize) -> Result<usize> {
     let endpoints: Vec<Endpoint> = store::due_endpoints(&conn, MERCHANTS_PER_ROUND)
         .await?
         .into_iter()
-        .filter_map(Endpoint::of)
+        .filter_map(|e| Endpoint::of(&shared.cfg, e))
         .collect();
     let rooms: Vec<(Endpoint, usize)> = {
         let busy = shared.per_merchant.lock().expect("per-merchant lock");

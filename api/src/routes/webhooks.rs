@@ -167,14 +167,20 @@ async fn set_url(ctx: &Ctx, s: &Session, ct: Option<&str>, body: &[u8]) -> Resul
     };
     check_fields(&obj, &["url"])?;
     let mut conn = ctx.pool.get().await?;
-    settings::set_url(&mut conn, &s.merchant, url.as_ref()).await?;
+    settings::set_url(
+        &mut conn,
+        settings::keys(&ctx.cfg)?,
+        &s.merchant,
+        url.as_ref(),
+    )
+    .await?;
     tracing::info!(merchant = %s.merchant.public_id(), set = url.is_some(), "webhook URL changed");
     Ok(Resp::json(settings::endpoint(&conn, &s.merchant).await?))
 }
 
 async fn reveal(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let mut conn = ctx.pool.get().await?;
-    let live = settings::reveal_secrets(&mut conn, &s.merchant).await?;
+    let live = settings::reveal_secrets(&mut conn, settings::keys(&ctx.cfg)?, &s.merchant).await?;
     let current = live.iter().find(|l| l.expires_at.is_none());
     let previous = live
         .iter()
@@ -195,7 +201,8 @@ async fn reveal(ctx: &Ctx, s: &Session) -> Result<Resp> {
 async fn rotate(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let mut conn = ctx.pool.get().await?;
     let overlap = ctx.cfg.webhooks.secret_overlap;
-    let secret = settings::rotate_secret(&mut conn, &s.merchant, overlap).await?;
+    let secret =
+        settings::rotate_secret(&mut conn, settings::keys(&ctx.cfg)?, &s.merchant, overlap).await?;
     tracing::info!(merchant = %s.merchant.public_id(), "webhook secret rotated");
     let until = chrono::Utc::now() + chrono::Duration::from_std(overlap).unwrap_or_default();
     Ok(Resp::view(&RotatedSecretView {

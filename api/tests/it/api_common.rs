@@ -139,6 +139,8 @@ async fn start_server(db_url: &str, chain: Option<&DevChain>, opts: &Opts) -> Ru
         usdc.to_string(),
         "--checkout-signing-secret".into(),
         SECRET.into(),
+        "--webhook-secrets-keys".into(),
+        chainsub_tests::TEST_WEBHOOK_SECRETS_KEYS.into(),
         "--no-dispatcher".into(),
         "--rate-limit-key-per-sec".into(),
         opts.key_per_sec.to_string(),

@@ -174,9 +174,13 @@ async fn a_merchant_cancels_at_period_end_then_at_once_and_the_events_come_from_
         .await
         .unwrap();
     set_url(&mut pg, &scope, &rx.url()).await;
-    let secret = chainsub_api::webhook_settings::reveal_secrets(&mut pg, &scope)
-        .await
-        .unwrap()[0]
+    let secret = chainsub_api::webhook_settings::reveal_secrets(
+        &mut pg,
+        &chainsub_tests::test_sealing_keys(),
+        &scope,
+    )
+    .await
+    .unwrap()[0]
         .secret
         .expose()
         .to_string();

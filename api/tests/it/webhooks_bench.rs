@@ -80,6 +80,10 @@ fn dispatcher(db_url: &str) -> ChildGuard {
             .env("DATABASE_URL", db_url)
             .env("WEBHOOK_ALLOW_LOOPBACK", "true")
             .env("WEBHOOK_ALLOW_HTTP", "true")
+            .env(
+                "WEBHOOK_SECRETS_KEYS",
+                chainsub_tests::TEST_WEBHOOK_SECRETS_KEYS,
+            )
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -206,9 +210,14 @@ async fn run(dispatchers: usize, merchants: usize, events: usize, latency_events
         .await
         .unwrap();
         let url = WebhookUrl::parse(&format!("http://127.0.0.1:{port}/m{i}"), true).unwrap();
-        settings::set_url(&mut client, &merchant, Some(&url))
-            .await
-            .unwrap();
+        settings::set_url(
+            &mut client,
+            &chainsub_tests::test_sealing_keys(),
+            &merchant,
+            Some(&url),
+        )
+        .await
+        .unwrap();
         wallets.push(wallet);
     }
     let procs: Vec<ChildGuard> = (0..dispatchers).map(|_| dispatcher(&db.url)).collect();

@@ -23,6 +23,7 @@ pub fn fast_config(schedule: &str) -> WebhookConfig {
         poll_interval: Duration::from_millis(20),
         allow_loopback: true,
         allow_http: true,
+        secrets_keys: Some(chainsub_tests::test_sealing_keys()),
         ..WebhookConfig::default()
     }
 }
@@ -43,9 +44,14 @@ pub async fn merchant(client: &Client, wallet_byte: u8) -> MerchantScope {
 /// Sets the merchant's webhook URL through the dashboard's code path.
 pub async fn set_url(client: &mut Client, merchant: &MerchantScope, url: &str) {
     let url = WebhookUrl::parse(url, true).unwrap();
-    settings::set_url(client, merchant, Some(&url))
-        .await
-        .unwrap();
+    settings::set_url(
+        client,
+        &chainsub_tests::test_sealing_keys(),
+        merchant,
+        Some(&url),
+    )
+    .await
+    .unwrap();
 }
 
 /// Queues `n` events for the merchant as outbox rows with a fixed payload (the body the

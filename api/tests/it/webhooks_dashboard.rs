@@ -21,6 +21,17 @@ struct Cli {
 }
 
 async fn start(db: &TestDb, extra: &[&str]) -> Running {
+    start_with_keys(db, Some(chainsub_tests::TEST_WEBHOOK_SECRETS_KEYS), extra)
+        .await
+        .unwrap()
+}
+
+/// [`start`] with `keys` as WEBHOOK_SECRETS_KEYS (none when `None`).
+async fn start_with_keys(
+    db: &TestDb,
+    keys: Option<&str>,
+    extra: &[&str],
+) -> chainsub_api::http::error::Result<Running> {
     let mut args = vec![
         "api",
         "--database-url",
@@ -41,9 +52,44 @@ async fn start(db: &TestDb, extra: &[&str]) -> Running {
         "--metrics-listen",
         "127.0.0.1:0",
     ];
+    if let Some(keys) = keys {
+        args.extend_from_slice(&["--webhook-secrets-keys", keys]);
+    }
     args.extend_from_slice(extra);
-    server::start(Cli::parse_from(args).cfg).await.unwrap()
+    server::start(Cli::parse_from(args).cfg).await
 }
+
+/// The server's dispatcher, run in process until [`Dispatcher::stop`].
+struct Dispatcher {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<chainsub_api::http::error::Result<()>>,
+}
+
+impl Dispatcher {
+    fn start(running: &Running) -> Dispatcher {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(chainsub_api::dispatch::run_dispatcher(
+            running.ctx.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Dispatcher { stop, task }
+    }
+
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+/// Flags of a server whose dispatcher delivers to a local receiver at once.
+const DELIVERING: &[&str] = &[
+    "--webhook-allow-http",
+    "--webhook-allow-loopback",
+    "--webhook-poll-interval",
+    "20ms",
+];
 
 /// A signed-in dashboard user: (merchant id, cookie header, csrf token).
 async fn sign_in(
@@ -70,6 +116,29 @@ struct Dash {
 }
 
 impl Dash {
+    /// The dashboard of the merchant with wallet `0xbb…bb` (`wallet_byte`), signed in.
+    async fn sign_in(running: &Running, db: &TestDb, wallet_byte: u8) -> Dash {
+        let (_m, cookie, csrf) = sign_in(running, db, wallet_byte).await;
+        Dash {
+            base: running.url(),
+            cookie,
+            csrf,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Sets the webhook URL (200 expected).
+    async fn set_url(&self, url: &str) {
+        let (status, body) = self
+            .call(
+                Method::PUT,
+                "/dashboard/api/webhook/url",
+                Some(json!({ "url": url })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let mut req = self
             .http
@@ -169,39 +238,11 @@ async fn webhook_url_is_set_only_with_a_session_and_csrf_and_is_validated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliveries() {
     let db = TestDb::create().await;
-    let running = start(
-        &db,
-        &[
-            "--webhook-allow-http",
-            "--webhook-allow-loopback",
-            "--webhook-poll-interval",
-            "20ms",
-        ],
-    )
-    .await;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let dispatcher = tokio::spawn(chainsub_api::dispatch::run_dispatcher(
-        running.ctx.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let running = start(&db, DELIVERING).await;
+    let dispatcher = Dispatcher::start(&running);
     let rx = WebhookReceiver::ok().await;
-    let (_m, cookie, csrf) = sign_in(&running, &db, 0x22).await;
-    let dash = Dash {
-        base: running.url(),
-        cookie,
-        csrf,
-        http: reqwest::Client::new(),
-    };
-    let (status, _) = dash
-        .call(
-            Method::PUT,
-            "/dashboard/api/webhook/url",
-            Some(json!({"url": rx.url()})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    let dash = Dash::sign_in(&running, &db, 0x22).await;
+    dash.set_url(&rx.url()).await;
 
     let (_, s1) = dash
         .call(Method::GET, "/dashboard/api/webhook/secret", None)
@@ -295,13 +336,7 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
         )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let (_m, cookie, csrf) = sign_in(&running, &db, 0x33).await;
-    let other = Dash {
-        base: running.url(),
-        cookie,
-        csrf,
-        http: reqwest::Client::new(),
-    };
+    let other = Dash::sign_in(&running, &db, 0x33).await;
     let (status, _) = other.call(Method::POST, &path, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (_, theirs) = other
@@ -369,8 +404,7 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
         .verify(&got.body, &got.headers)
         .unwrap();
 
-    stop.send(()).unwrap();
-    dispatcher.await.unwrap().unwrap();
+    dispatcher.stop().await;
     running.shutdown().await;
 }
 
@@ -435,23 +469,8 @@ fn hex_bytes(s: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_indexed_event_is_delivered_as_the_same_event_object_the_api_lists() {
     let db = TestDb::create().await;
-    let running = start(
-        &db,
-        &[
-            "--webhook-allow-http",
-            "--webhook-allow-loopback",
-            "--webhook-poll-interval",
-            "20ms",
-        ],
-    )
-    .await;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let dispatcher = tokio::spawn(chainsub_api::dispatch::run_dispatcher(
-        running.ctx.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let running = start(&db, DELIVERING).await;
+    let dispatcher = Dispatcher::start(&running);
     let rx = WebhookReceiver::ok().await;
     let wallet = Address::repeat_byte(0x44);
     let (m, _, _) = sign_in(&running, &db, 0x44).await;
@@ -465,9 +484,13 @@ async fn an_indexed_event_is_delivered_as_the_same_event_object_the_api_lists() 
 
     let got = rx.received()[0].clone();
     assert_eq!(got.webhook_id(), event_id);
-    let secret = chainsub_api::webhook_settings::reveal_secrets(&mut pg, &m)
-        .await
-        .unwrap();
+    let secret = chainsub_api::webhook_settings::reveal_secrets(
+        &mut pg,
+        &chainsub_tests::test_sealing_keys(),
+        &m,
+    )
+    .await
+    .unwrap();
     Webhook::new(secret[0].secret.expose())
         .unwrap()
         .verify(&got.body, &got.headers)
@@ -501,7 +524,112 @@ async fn an_indexed_event_is_delivered_as_the_same_event_object_the_api_lists() 
     assert_eq!(body["type"], "subscription.charged");
     assert_eq!(body["data"]["subscriptionId"], charged_sub_id());
 
-    stop.send(()).unwrap();
-    dispatcher.await.unwrap().unwrap();
+    dispatcher.stop().await;
+    running.shutdown().await;
+}
+
+/// Issue 46, point 21: signing secrets were stored as plain text, so any copy of the
+/// database (a backup, a replica, a dump) could sign webhooks. They are now sealed under
+/// WEBHOOK_SECRETS_KEYS: the API refuses to start without a key, seals secrets stored before
+/// sealing at start, seals again under a new first key (rotation), and reveals and signs with
+/// the same secrets as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn signing_secrets_are_sealed_at_rest_and_the_sealing_key_rotates() {
+    let db = TestDb::create().await;
+    let client = db.connect().await;
+    let m = merchants::find_or_create(&client, Address::repeat_byte(0x33))
+        .await
+        .unwrap();
+    // A secret stored before sealing.
+    let legacy = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    client
+        .execute(
+            "INSERT INTO webhook_secrets (merchant_id, secret) VALUES ($1, $2)",
+            &[&m.id(), &legacy],
+        )
+        .await
+        .unwrap();
+    let stored = || async {
+        db.connect()
+            .await
+            .query("SELECT secret FROM webhook_secrets ORDER BY id", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<String>>()
+    };
+
+    // No key, no API.
+    let refused = start_with_keys(&db, None, &[])
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        refused.to_string().contains("WEBHOOK_SECRETS_KEYS"),
+        "{refused}"
+    );
+
+    let running = start(&db, DELIVERING).await;
+    let rows = stored().await;
+    assert_eq!(rows.len(), 1);
+    assert!(
+        rows[0].starts_with("sealed:v1:test:"),
+        "sealed at start: {}",
+        rows[0]
+    );
+    assert!(!rows[0].contains(&legacy[6..]));
+
+    let dispatcher = Dispatcher::start(&running);
+    let rx = WebhookReceiver::ok().await;
+    let dash = Dash::sign_in(&running, &db, 0x33).await;
+    dash.set_url(&rx.url()).await;
+    let (_, s) = dash
+        .call(Method::GET, "/dashboard/api/webhook/secret", None)
+        .await;
+    assert_eq!(s["secret"], legacy, "the same secret, opened");
+
+    // A rotation's new secret is sealed too; deliveries are signed with what the dashboard shows.
+    let (_, rotated) = dash
+        .call(Method::POST, "/dashboard/api/webhook/secret/rotate", None)
+        .await;
+    let new_secret = rotated["secret"].as_str().unwrap().to_string();
+    let rows = stored().await;
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        assert!(
+            r.starts_with("sealed:v1:test:") && !r.contains("whsec_"),
+            "{r}"
+        );
+    }
+    dash.call(Method::POST, "/dashboard/api/webhook/test", None)
+        .await;
+    rx.wait_until("test event", |r| r.len() == 1).await;
+    let got = rx.received()[0].clone();
+    for secret in [legacy, new_secret.as_str()] {
+        Webhook::new(secret)
+            .unwrap()
+            .verify(&got.body, &got.headers)
+            .unwrap();
+    }
+    dispatcher.stop().await;
+    running.shutdown().await;
+
+    // Key rotation: a new key first, the old one after it; the API seals again at start.
+    let next = format!(
+        "next:{},{}",
+        "ZWZnaGlqa2xtbm9wcXJzdHV2d3h5ent8fX5/gIGCg4Q=",
+        chainsub_tests::TEST_WEBHOOK_SECRETS_KEYS
+    );
+    let running = start_with_keys(&db, Some(&next), &[]).await.unwrap();
+    for r in stored().await {
+        assert!(r.starts_with("sealed:v1:next:"), "{r}");
+    }
+    let dash = Dash::sign_in(&running, &db, 0x33).await;
+    let (_, s) = dash
+        .call(Method::GET, "/dashboard/api/webhook/secret", None)
+        .await;
+    assert_eq!(s["secret"], new_secret.as_str());
+    assert_eq!(s["previous"][0]["secret"], legacy);
     running.shutdown().await;
 }

@@ -21,7 +21,9 @@ async fn signature_verifies_with_standardwebhooks_and_tampering_or_old_timestamp
     let (_stop, _task) = spawn_dispatcher(&db.url, fast_config("0s"));
     rx.wait_until("one delivery", |r| r.len() == 1).await;
 
-    let secret = settings::reveal_secrets(&mut client, &m).await.unwrap();
+    let secret = settings::reveal_secrets(&mut client, &chainsub_tests::test_sealing_keys(), &m)
+        .await
+        .unwrap();
     assert_eq!(secret.len(), 1);
     let wh = Webhook::new(secret[0].secret.expose()).unwrap();
     let got = &rx.received()[0];
@@ -59,13 +61,22 @@ async fn during_rotation_both_secrets_verify_and_after_overlap_only_the_new_one_
     let rx = WebhookReceiver::ok().await;
     let m = merchant(&client, 1).await;
     set_url(&mut client, &m, &rx.url()).await;
-    let old = settings::reveal_secrets(&mut client, &m).await.unwrap()[0]
+    let old = settings::reveal_secrets(&mut client, &chainsub_tests::test_sealing_keys(), &m)
+        .await
+        .unwrap()[0]
         .secret
         .clone();
-    let new = settings::rotate_secret(&mut client, &m, Duration::from_secs(3600))
+    let new = settings::rotate_secret(
+        &mut client,
+        &chainsub_tests::test_sealing_keys(),
+        &m,
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    let live = settings::reveal_secrets(&mut client, &chainsub_tests::test_sealing_keys(), &m)
         .await
         .unwrap();
-    let live = settings::reveal_secrets(&mut client, &m).await.unwrap();
     assert_eq!(live.len(), 2);
     assert_eq!(live[0].secret, new, "current secret is listed first");
     assert!(live[0].expires_at.is_none() && live[1].expires_at.is_some());
@@ -84,10 +95,23 @@ async fn during_rotation_both_secrets_verify_and_after_overlap_only_the_new_one_
     }
 
     // A rotation with no overlap: the old secret stops signing at once.
-    let newest = settings::rotate_secret(&mut client, &m, Duration::ZERO)
+    let newest = settings::rotate_secret(
+        &mut client,
+        &chainsub_tests::test_sealing_keys(),
+        &m,
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    // Every secret but the current one (the stored texts are sealed: compared by state).
+    client
+        .execute(
+            "UPDATE webhook_secrets SET expires_at = now() - interval '1 second' \
+             WHERE expires_at IS NOT NULL",
+            &[],
+        )
         .await
         .unwrap();
-    client.execute("UPDATE webhook_secrets SET expires_at = now() - interval '1 second' WHERE secret <> $1", &[&newest.expose()]).await.unwrap();
     enqueue(&client, 1, "rot2", 1).await;
     rx.wait_until("second delivery", |r| r.len() == 2).await;
     let got = &rx.received()[1];

@@ -15,6 +15,10 @@ fn dispatcher_process(db_url: &str, extra: &[(&str, &str)]) -> ChildGuard {
         .env("DATABASE_URL", db_url)
         .env("WEBHOOK_ALLOW_LOOPBACK", "true")
         .env("WEBHOOK_ALLOW_HTTP", "true")
+        .env(
+            "WEBHOOK_SECRETS_KEYS",
+            chainsub_tests::TEST_WEBHOOK_SECRETS_KEYS,
+        )
         .env("WEBHOOK_POLL_INTERVAL", "20ms")
         .env("WEBHOOK_RETRY_SCHEDULE", "0s,10ms,10ms")
         .env("RUST_LOG", "warn")

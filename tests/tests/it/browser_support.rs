@@ -45,6 +45,10 @@ pub async fn start(test: &str, with_indexer: bool) -> Stack {
         // The checkout hands out transactions for indexed plans only (issue 11, point 5).
         .env("CONFIRMATIONS", "0")
         .env("CHECKOUT_SIGNING_SECRET", SECRET)
+        .env(
+            "WEBHOOK_SECRETS_KEYS",
+            chainsub_tests::TEST_WEBHOOK_SECRETS_KEYS,
+        )
         .env("EXPLORER_TX_URL", format!("{EXPLORER}{{hash}}"))
         .env("RATE_LIMIT_IP_PER_SEC", "1000")
         .env("RATE_LIMIT_IP_BURST", "1000")

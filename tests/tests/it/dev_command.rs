@@ -106,6 +106,7 @@ async fn dev_up_deploys_funds_migrates_writes_stack_env_and_stops_on_sigterm() {
         "USDC_ADDRESS",
         "START_BLOCK",
         "CHECKOUT_SIGNING_SECRET",
+        "WEBHOOK_SECRETS_KEYS",
     ] {
         assert!(env.get(k).is_some_and(|v| !v.is_empty()), "{k} missing");
     }

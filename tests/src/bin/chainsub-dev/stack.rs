@@ -19,6 +19,9 @@ const PID_FILE: &str = "stack.pid";
 const ENV_FILE: &str = "stack.env";
 /// A dev-only secret: checkout links signed with it are worthless anywhere else.
 const DEV_CHECKOUT_SECRET: &str = "dev-checkout-signing-secret-not-for-production";
+/// The dev stack's key sealing webhook signing secrets at rest (32 bytes 101..=132; a
+/// production deployment makes its own: `openssl rand -base64 32`).
+const DEV_WEBHOOK_SECRETS_KEYS: &str = "dev:ZWZnaGlqa2xtbm9wcXJzdHV2d3h5ent8fX5/gIGCg4Q=";
 
 /// Child processes started by `up`, stopped in reverse order.
 pub struct Stack {
@@ -141,6 +144,7 @@ impl StackEnv {
                 format!("0x{}", DEV_KEYS[accounts::KEEPER]),
             ),
             ("CHECKOUT_SIGNING_SECRET", DEV_CHECKOUT_SECRET.to_string()),
+            ("WEBHOOK_SECRETS_KEYS", DEV_WEBHOOK_SECRETS_KEYS.to_string()),
         ])
     }
 
