@@ -7,7 +7,11 @@
 //!   IPv6 /64; peers the operator trusts, such as its proxies, are not counted per client).
 //!   A connection past either cap is answered at once — `503` past the total, `429` past
 //!   the client's share, both with `Retry-After` and a JSON error — and closed, so a flood
-//!   never reaches the process's open-files limit.
+//!   never reaches the process's open-files limit. When the total is reached, the
+//!   connection idle longest (no request in flight: a quiet keep-alive, or a head not yet
+//!   complete) is closed to make room first, so a flood of silent connections from many
+//!   addresses cannot lock fresh clients out until the idle timer frees slots; `503` only
+//!   when every connection has a request in flight.
 //! - A connection that has not sent a complete request head within
 //!   [`HttpLimits::idle_timeout_secs`] of opening, or of its previous response, is closed:
 //!   idle keep-alive connections and half-sent heads alike (hyper's header-read timer).
@@ -17,14 +21,15 @@
 //!
 //! Handlers read the peer's address with [`peer`] (the accept loop puts it on each
 //! request). The gauge `http_connections_open{listener}` and the counters
-//! `http_connections_refused_total{listener,reason}` and
-//! `http_connections_timed_out_total{listener}` show the caps and timers at work.
+//! `http_connections_refused_total{listener,reason}`, `http_connections_evicted_total{listener}`
+//! and `http_connections_timed_out_total{listener}` show the caps and timers at work.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -113,6 +118,40 @@ struct GateInner {
 struct Open {
     total: usize,
     per_client: HashMap<IpAddr, usize>,
+    /// Every admitted connection not asked to close, by id.
+    conns: HashMap<u64, Arc<Track>>,
+    next_id: u64,
+    /// Connections asked to close to make room that have not closed yet (counted in
+    /// `total` until they have).
+    evicting: usize,
+}
+
+/// What the gate knows of one connection: whether a request is in flight, since when it
+/// has been idle, and the signal that asks it to close.
+struct Track {
+    /// Requests in flight (from their head until their response body is written).
+    busy: AtomicUsize,
+    /// When it last became idle (accepted, or a response finished).
+    idle_since: Mutex<std::time::Instant>,
+    evict: tokio::sync::Notify,
+    evicted: AtomicBool,
+}
+
+/// A request in flight on its connection, from its head until its response body is dropped.
+struct Busy(Arc<Track>);
+
+impl Busy {
+    fn new(track: Arc<Track>) -> Busy {
+        track.busy.fetch_add(1, Ordering::SeqCst);
+        Busy(track)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Why a connection was refused.
@@ -161,6 +200,8 @@ impl Refusal {
 struct Admitted {
     gate: Gate,
     client: Option<IpAddr>,
+    id: u64,
+    track: Arc<Track>,
 }
 
 impl Drop for Admitted {
@@ -172,6 +213,11 @@ impl Drop for Admitted {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         open.total -= 1;
+        if self.track.evicted.load(Ordering::SeqCst) {
+            open.evicting -= 1;
+        } else {
+            open.conns.remove(&self.id);
+        }
         if let Some(client) = self.client
             && let Some(n) = open.per_client.get_mut(&client)
         {
@@ -212,26 +258,65 @@ impl Gate {
             .total
     }
 
+    /// Connections with a request in flight now.
+    #[cfg(test)]
+    fn in_flight(&self) -> usize {
+        let open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.conns
+            .values()
+            .filter(|t| t.busy.load(Ordering::SeqCst) > 0)
+            .count()
+    }
+
     fn admit(&self, peer: IpAddr) -> Result<Admitted, Refusal> {
         let limits = &self.inner.limits;
         let client = (!(self.inner.exempt)(peer)).then(|| client_key(peer));
         let mut open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
-        if open.total >= limits.max_connections {
-            return Err(Refusal::Full);
+        if let Some(client) = client
+            && open.per_client.get(&client).copied().unwrap_or(0)
+                >= limits.max_connections_per_client
+        {
+            return Err(Refusal::ClientFull);
+        }
+        if open.total - open.evicting >= limits.max_connections {
+            // Full: the connection idle longest makes room, if any is idle.
+            let idlest = open
+                .conns
+                .iter()
+                .filter(|(_, t)| t.busy.load(Ordering::SeqCst) == 0)
+                .min_by_key(|(_, t)| *t.idle_since.lock().unwrap_or_else(|e| e.into_inner()))
+                .map(|(id, _)| *id);
+            let Some(id) = idlest else {
+                return Err(Refusal::Full);
+            };
+            if let Some(track) = open.conns.remove(&id) {
+                track.evicted.store(true, Ordering::SeqCst);
+                track.evict.notify_one();
+                open.evicting += 1;
+                metrics::counter!("http_connections_evicted_total", "listener" => self.inner.listener)
+                    .increment(1);
+            }
         }
         if let Some(client) = client {
-            let n = open.per_client.entry(client).or_insert(0);
-            if *n >= limits.max_connections_per_client {
-                return Err(Refusal::ClientFull);
-            }
-            *n += 1;
+            *open.per_client.entry(client).or_insert(0) += 1;
         }
         open.total += 1;
+        let id = open.next_id;
+        open.next_id += 1;
+        let track = Arc::new(Track {
+            busy: AtomicUsize::new(0),
+            idle_since: Mutex::new(std::time::Instant::now()),
+            evict: tokio::sync::Notify::new(),
+            evicted: AtomicBool::new(false),
+        });
+        open.conns.insert(id, track.clone());
         metrics::gauge!("http_connections_open", "listener" => self.inner.listener)
             .set(open.total as f64);
         Ok(Admitted {
             gate: self.clone(),
             client,
+            id,
+            track,
         })
     }
 }
@@ -273,6 +358,32 @@ pub fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
         cur = e.source();
     }
     false
+}
+
+/// A response body that keeps its request counted as in flight until it is written.
+struct BusyBody<B> {
+    inner: B,
+    _busy: Busy,
+}
+
+impl<B: Body + Unpin> Body for BusyBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// A request body that fails with [`BodyTimedOut`] once its deadline passes.
@@ -354,21 +465,43 @@ pub async fn serve<S>(
         };
         let _ = stream.set_nodelay(true);
         let service = service.clone();
+        let track = admitted.track.clone();
         let on_request = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            // In flight from here until its response body is written (or dropped).
+            let busy = Busy::new(track.clone());
             req.extensions_mut().insert(Peer(addr));
             combine_list_lines(req.headers_mut());
             let req = req.map(|inner| TimedBody {
                 inner,
                 deadline: Box::pin(tokio::time::sleep(body_timeout)),
             });
-            service.clone().call(req)
+            let answer = service.clone().call(req);
+            async move {
+                let resp = answer.await?;
+                Ok::<_, Infallible>(resp.map(|inner| BusyBody { inner, _busy: busy }))
+            }
         });
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new()).header_read_timeout(idle);
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), on_request));
         tokio::spawn(async move {
+            let track = admitted.track.clone();
             let _admitted = admitted;
-            if let Err(e) = conn.await {
+            let mut conn = std::pin::pin!(conn);
+            let ended = loop {
+                tokio::select! {
+                    ended = &mut conn => break ended,
+                    () = track.evict.notified() => {
+                        // Asked to make room. A request that arrived meanwhile is served
+                        // first (the gate counts this connection as leaving until it does).
+                        if track.busy.load(Ordering::SeqCst) == 0 {
+                            tracing::debug!(peer = %addr, "connection closed to make room for a new one");
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(e) = ended {
                 if e.is_timeout() {
                     metrics::counter!("http_connections_timed_out_total", "listener" => listener_name)
                         .increment(1);
