@@ -191,6 +191,8 @@
     $("secret-box").hidden = false;
     $("secret-value").value = secret || "(none yet: rotate to create one)";
     $("secret-previous").textContent = previousText || "";
+    // After a leak, the previous secret can stop signing at once instead of at its expiry.
+    $("secret-revoke-previous").hidden = !previousText;
   }
 
   $("secret-reveal").addEventListener("click", guard("Revealing the secret", async () => {
@@ -203,6 +205,11 @@
     const s = await call("POST", "/dashboard/api/webhook/secret/rotate");
     showSecret(s.secret, "The previous secret keeps signing until " + s.previousExpiresAt + ".");
     say("Secret rotated.");
+  }));
+  $("secret-revoke-previous").addEventListener("click", guard("Ending the previous secret", async () => {
+    const s = await call("POST", "/dashboard/api/webhook/secret/revoke-previous");
+    showSecret(s.secret, "");
+    say("The previous secret no longer signs.");
   }));
   $("webhook-test").addEventListener("click", guard("Sending a test event", async () => {
     const d = await call("POST", "/dashboard/api/webhook/test");

@@ -117,6 +117,10 @@ await run("dashboard", async (browser) => {
     await page.getByRole("button", { name: "Rotate secret" }).click();
     await page.waitForFunction(() => document.getElementById("secret-value").value.startsWith("whsec_"));
     const secret = await page.locator("#secret-value").inputValue();
+    // The previous secret would sign too until its overlap ends; end it now.
+    await page.getByRole("button", { name: "End the previous secret now" }).click();
+    await statusIs(page, "The previous secret no longer signs.");
+    check(await page.locator("#secret-revoke-previous").isHidden(), "nothing left to end");
 
     await page.getByRole("button", { name: "Send test event" }).click();
     await until("the first delivery attempt", () => received.length >= 1);
@@ -137,6 +141,7 @@ await run("dashboard", async (browser) => {
     const signed = `${b.headers["webhook-id"]}.${b.headers["webhook-timestamp"]}.${b.body}`;
     const expected = "v1," + createHmac("sha256", key).update(signed).digest("base64");
     check(b.headers["webhook-signature"].split(" ").includes(expected), "signed with the dashboard's secret");
+    check(b.headers["webhook-signature"].split(" ").length === 1, "and with no other (the previous one ended)");
     await screenshot(page, "dashboard-6-webhook-retried");
   } finally {
     receiver.close();

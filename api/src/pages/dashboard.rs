@@ -129,6 +129,7 @@ the full key is shown once, when it is created.</p>
   <label for="secret-value">Current signing secret</label>
   <input id="secret-value" type="text" readonly spellcheck="false" autocomplete="off">
   <p id="secret-previous" class="muted"></p>
+  <button type="button" id="secret-revoke-previous" hidden>End the previous secret now</button>
 </div>
 </section>
 
