@@ -4,10 +4,11 @@
 //! duplicate get a 409 `idempotency_key_in_use`, so two concurrent requests produce one
 //! effect. Only final answers are stored — a success, or a refusal the same request would
 //! get again (see [`is_final`]); a 429, a 5xx, "in progress" or a refusal because the
-//! key already belongs to another request leave the key free for the retry. A `202` (an
-//! action sent and pending, e.g. a cancellation) is not replayed as stored: the request runs
-//! again under its key and reports where the action stands now (the work itself makes sure
-//! that never repeats the effect). Keys live 24 hours.
+//! key already belongs to another request leave the key free for the retry. An answer that
+//! an action is under way — a `202` (a cancellation sent), or a success whose object's
+//! `status` is `pending` (a plan being provisioned) — is not replayed as stored: the request
+//! runs again under its key and reports where the action stands now (the work itself makes
+//! sure that never repeats the effect). Keys live 24 hours.
 
 use std::future::Future;
 
@@ -38,7 +39,7 @@ fn parse_key(k: &str) -> Result<String> {
 }
 
 /// Runs `f` at most once per (`merchant`, key) — or again, with `true`, when the stored answer
-/// is a pending `202`. `request` identifies the request (method, path and canonical body).
+/// says the action is pending ([`is_pending`]). `request` identifies the request (method, path and canonical body).
 /// `redact` maps the stored body (e.g. to drop a plaintext secret).
 pub async fn run<F, Fut>(
     ctx: &Ctx,
@@ -60,7 +61,7 @@ where
     let conn = ctx.pool.get().await?;
     let rerun = match store::claim(&**conn, merchant, &key, &hash).await? {
         Claim::New => false,
-        Claim::Replay { status: 202, .. } => true,
+        Claim::Replay { status, body } if is_pending(status, &body) => true,
         Claim::Replay { status, body } => return Ok(replay(status, &body)),
         Claim::InFlight => {
             return Err(ApiError::Conflict {
@@ -128,6 +129,18 @@ fn is_final(status: StatusCode) -> bool {
                 | StatusCode::CONFLICT
                 | StatusCode::UNPROCESSABLE_ENTITY
         )
+}
+
+/// Whether a stored answer says its action is still under way: a `202`, or a success whose
+/// object has `status: "pending"`.
+fn is_pending(status: i32, stored: &str) -> bool {
+    if status == 202 {
+        return true;
+    }
+    (200..300).contains(&status)
+        && serde_json::from_str::<Value>(stored)
+            .ok()
+            .is_some_and(|v| v["json"]["status"] == "pending")
 }
 
 fn replay(status: i32, body: &str) -> Resp {

@@ -1178,3 +1178,36 @@ async fn checkout_links_sign_every_parameter_and_may_expire() {
         assert_eq!(r.error_param(), Some("expiresIn"));
     }
 }
+
+/// Issue 46, point 11: a plan answered `201` while its provisioning was still pending was
+/// replayed as "pending" under its `Idempotency-Key` for a day, whatever became of it. A
+/// replay of a pending answer now runs the request again and reports where the plan stands.
+#[tokio::test]
+async fn a_replayed_pending_plan_reports_where_its_provisioning_stands() {
+    let (app, key, _) = unmined_plan(&[], "Warm-up").await;
+    let body = plan_body("Keyed");
+    let first = app.post("/api/v1/plans", &key, &body, Some("plan-k")).await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    assert_eq!(first.body["status"], "pending", "unmined yet");
+    use alloy::providers::Provider;
+    let dev = app.chain.as_ref().unwrap();
+    let _: Value = dev
+        .provider
+        .raw_request("evm_mine".into(), ())
+        .await
+        .unwrap();
+
+    let again = app.post("/api/v1/plans", &key, &body, Some("plan-k")).await;
+    assert_eq!(again.status, 201, "{:?}", again.body);
+    assert_eq!(again.header("idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(again.body["id"], first.body["id"], "the same plan");
+    assert_eq!(again.body["status"], "active", "{:?}", again.body);
+    assert_eq!(
+        plan_count(&app).await,
+        U256::from(2),
+        "no second on-chain plan"
+    );
+    // Once final, the answer is stored and replayed as it is.
+    let third = app.post("/api/v1/plans", &key, &body, Some("plan-k")).await;
+    assert_eq!(third.body, again.body);
+}
