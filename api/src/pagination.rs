@@ -1,4 +1,4 @@
-//! Cursor pagination of DESIGN §4: `limit` (default 20, max 100), `startingAfter` /
+//! Cursor pagination of docs/design.md §4: `limit` (default 20, max 100), `startingAfter` /
 //! `endingBefore` (object ids), newest first; `{object:"list", data, hasMore}`.
 
 use crate::http::error::ApiError;

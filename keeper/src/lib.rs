@@ -1,4 +1,4 @@
-//! The renewal keeper (DESIGN §8): finds due subscriptions in the index and sends
+//! The renewal keeper (docs/design.md §8): finds due subscriptions in the index and sends
 //! `SubscriptionManager.chargeMany(ids)` — up to `--charges-per-tx` renewals per
 //! transaction, `charge(id)` for a lone one — with its own key.
 //!

@@ -1,4 +1,4 @@
-//! The `chain` facts every chain-derived row carries (DESIGN §4): where a log sits on chain,
+//! The `chain` facts every chain-derived row carries (docs/design.md §4): where a log sits on chain,
 //! and how deep under the indexer's tip it is.
 
 use alloy::primitives::{Address, B256};

@@ -29,7 +29,7 @@ pub fn service_command(bin: &Path, args: &[&str], env: &[(String, String)]) -> C
     cmd
 }
 
-/// The settings a test stack runs with: the DESIGN §9 names for `chain` and `db`, and
+/// The settings a test stack runs with: the docs/design.md §9 names for `chain` and `db`, and
 /// millisecond polling and retries so a whole lifecycle takes seconds; webhooks may go to
 /// local `http://` receivers. [`Services::start`] adds where each service listens.
 pub fn test_env(chain: &DevChain, db: &TestDb, confirmations: u64) -> Vec<(String, String)> {

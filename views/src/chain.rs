@@ -1,4 +1,4 @@
-//! The `chain` block of DESIGN §4.
+//! The `chain` block of docs/design.md §4.
 
 use alloy::primitives::{Address, B256};
 use chainsub_store::ChainRow;

@@ -1,4 +1,4 @@
-//! The Event object (DESIGN §4): `GET /api/v1/events` and every webhook body.
+//! The Event object (docs/design.md §4): `GET /api/v1/events` and every webhook body.
 
 use alloy::primitives::{Address, B256};
 use chainsub_abi::{EndReason, FailureReason};

@@ -1,4 +1,4 @@
-//! Webhooks (DESIGN §7): Standard Webhooks signing, the outbox dispatcher, the SSRF guard,
+//! Webhooks (docs/design.md §7): Standard Webhooks signing, the outbox dispatcher, the SSRF guard,
 //! the retry schedule and the bodies. The dispatcher runs inside `api serve` and alone as
 //! `api dispatch` ([`run`] in both); the merchant's endpoint settings are the dashboard's
 //! (`api`). Depends on `core`, `store` and `views`, never on `api`.

@@ -1,5 +1,5 @@
 //! The one API error type and the one place that turns errors (and warp rejections) into the
-//! JSON error shape `{"error":{"type","code","message","param","requestId"}}` (DESIGN §4).
+//! JSON error shape `{"error":{"type","code","message","param","requestId"}}` (docs/design.md §4).
 //! 5xx bodies never carry internal detail; it goes to the log with the request id instead.
 
 use serde_json::json;

@@ -77,7 +77,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     collection.or(one).unify().or(provision).unify().boxed()
 }
 
-/// The plan object of DESIGN §4.
+/// The plan object of docs/design.md §4.
 fn plan_view<'a>(ctx: &Ctx, r: &'a PlanRow) -> PlanView<'a> {
     PlanView::new(r, ctx.cfg.chain_id as i64, ctx.cfg.contract_address)
 }

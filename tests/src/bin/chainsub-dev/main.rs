@@ -2,7 +2,7 @@
 //!
 //! `up` installs the npm chain tools if they are missing, starts anvil (or uses `RPC_URL`),
 //! deploys MockUSDC and SubscriptionManager (operator = dev account 0), mints test USDC to dev
-//! accounts 2..=9, creates and migrates the database, writes `.dev/stack.env` (DESIGN §9) and
+//! accounts 2..=9, creates and migrates the database, writes `.dev/stack.env` (docs/design.md §9) and
 //! then starts `indexer`, `api` (with the webhook dispatcher) and `keeper` as separate processes,
 //! runs the demo (`demo.rs`) and stays in the foreground holding its children until Ctrl-C or
 //! SIGTERM (`scripts/dev down`).

@@ -113,7 +113,7 @@ impl Stack {
     }
 }
 
-/// The DESIGN §9 settings of a running stack, in `stack.env` order.
+/// The docs/design.md §9 settings of a running stack, in `stack.env` order.
 pub struct StackEnv(Vec<(&'static str, String)>);
 
 impl StackEnv {
