@@ -6,6 +6,7 @@
 //! on-chain plans. Only the merchant and the operator can write a merchant's references, so
 //! nobody else can occupy (front-run) one.
 
+use crate::http::codes::Code;
 use std::time::Duration;
 
 use alloy::primitives::{Address, B256, U256};
@@ -375,7 +376,7 @@ impl Relayer {
         }
         tracing::error!(relayer = %self.address, %balance, min = %self.min_balance, "relayer balance below RELAYER_MIN_BALANCE_WEI: provisioning refused");
         Err(ApiError::Dependency {
-            code: "relayer_underfunded",
+            code: Code::RelayerUnderfunded,
             message: "the service's relayer cannot pay for transactions right now; the \
                       operator has been alerted — retry later"
                 .into(),
@@ -397,7 +398,7 @@ impl Relayer {
         if sends >= self.limits.per_merchant_per_day {
             metrics::counter!("api_relayer_quota_refusals_total").increment(1);
             return Err(ApiError::Quota {
-                code: "relayer_quota_exceeded",
+                code: Code::RelayerQuotaExceeded,
                 message: format!(
                     "at most {} relayer transactions per merchant per 24 hours (plan creations, \
                      provisioning retries and cancellations, each replacement counted); retry \

@@ -10,6 +10,7 @@
 //! runs again under its key and reports where the action stands now (the work itself makes
 //! sure that never repeats the effect). Keys live 24 hours.
 
+use crate::http::codes::Code;
 use std::future::Future;
 
 use serde_json::Value;
@@ -22,10 +23,6 @@ use chainsub_store::idempotency::{self as store, Claim};
 use crate::ctx::Ctx;
 use crate::http::error::{ApiError, Result};
 use crate::http::reply::{Resp, RespBody};
-
-/// The 409 code of "the same work is in progress in another request; retry shortly": never
-/// stored under the key.
-pub const IN_PROGRESS: &str = "cancellation_in_progress";
 
 /// A validated key: 1-255 visible ASCII characters.
 fn parse_key(k: &str) -> Result<String> {
@@ -65,14 +62,14 @@ where
         Claim::Replay { status, body } => return Ok(replay(status, &body)),
         Claim::InFlight => {
             return Err(ApiError::Conflict {
-                code: "idempotency_key_in_use",
+                code: Code::IdempotencyKeyInUse,
                 message: "a request with this Idempotency-Key is in flight; retry shortly".into(),
                 param: None,
             });
         }
         Claim::Reused => {
             return Err(ApiError::Conflict {
-                code: "idempotency_key_reused",
+                code: Code::IdempotencyKeyReused,
                 message: "this Idempotency-Key was used with a different request".into(),
                 param: None,
             });
@@ -86,7 +83,8 @@ where
     let refused = matches!(
         &outcome,
         Err(ApiError::Conflict {
-            code: "idempotency_key_reused" | IN_PROGRESS,
+            // The same work in progress in another request ("retry shortly").
+            code: Code::IdempotencyKeyReused | Code::CancellationInProgress,
             ..
         })
     );

@@ -248,7 +248,7 @@ fn answer_starting(
     let route = warp::any().map(|| {
         let body = serde_json::json!({ "error": {
             "type": "api_error",
-            "code": "starting",
+            "code": crate::http::codes::Code::Starting.as_str(),
             "message": "the service is starting (waiting for its database); retry shortly",
             "param": null,
         }});

@@ -3,6 +3,7 @@
 //! statement is keyed by the [`MerchantScope`] — one merchant can never see or touch another's
 //! endpoint, secrets or deliveries.
 
+use crate::http::codes::Code;
 use chainsub_core::sealed::SealingKeys;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -249,12 +250,12 @@ pub async fn retry(client: &Client, merchant: &MerchantScope, outbox_id: i64) ->
     match outbox::retry(client, merchant, outbox_id).await? {
         Retry::Queued => Ok(()),
         Retry::InFlight => Err(ApiError::Conflict {
-            code: "delivery_in_flight",
+            code: Code::DeliveryInFlight,
             message: "this delivery is being attempted right now".into(),
             param: None,
         }),
         Retry::Retracted => Err(ApiError::Conflict {
-            code: "delivery_retracted",
+            code: Code::DeliveryRetracted,
             message: "a reorg removed this event from the chain; its event.retracted event \
                       was sent instead"
                 .into(),

@@ -2,6 +2,7 @@
 //! `Secure` over TLS); the database holds only its SHA3-256 hash. State-changing calls must
 //! echo the session's CSRF token in `X-CSRF-Token`.
 
+use crate::http::codes::Code;
 use chrono::{DateTime, Utc};
 use warp::Filter;
 use warp::http::Method;
@@ -126,7 +127,7 @@ pub async fn session_of(
 ) -> Result<Session> {
     ctx.limits.check_client(client)?;
     let unauthorized = || ApiError::Unauthorized {
-        code: "session_required",
+        code: Code::SessionRequired,
         message: "sign in to the dashboard (Sign-In with Ethereum) first".into(),
     };
     let value = cookie_value(cookie_header, cookie_name(&ctx.cfg)).ok_or_else(unauthorized)?;
@@ -144,7 +145,7 @@ pub async fn session_of(
     let safe = *method == Method::GET || *method == Method::HEAD;
     if !safe && !csrf.is_some_and(|t| ct_eq(t.as_bytes(), session.csrf_token.as_bytes())) {
         return Err(ApiError::Forbidden {
-            code: "csrf_token_invalid",
+            code: Code::CsrfTokenInvalid,
             message: format!(
                 "state-changing dashboard calls need the session's `{CSRF_HEADER}` header"
             ),

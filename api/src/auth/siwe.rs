@@ -2,6 +2,7 @@
 //! signature recovery with alloy. Nonces are single use (consumed in the statement that
 //! checks them).
 
+use crate::http::codes::Code;
 use std::str::FromStr;
 
 use alloy::primitives::{Address, Signature};
@@ -31,7 +32,7 @@ pub struct SiweMessage {
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::Invalid {
-        code: "siwe_message_invalid",
+        code: Code::SiweMessageInvalid,
         message: msg.into(),
         param: Some("message".into()),
     }
@@ -39,7 +40,7 @@ fn bad(msg: impl Into<String>) -> ApiError {
 
 fn rejected(msg: impl Into<String>) -> ApiError {
     ApiError::Unauthorized {
-        code: "siwe_rejected",
+        code: Code::SiweRejected,
         message: msg.into(),
     }
 }
@@ -228,7 +229,7 @@ impl SiweMessage {
 /// Recovers the EIP-191 (`personal_sign`) signer of `text` and requires it to be `address`.
 pub fn verify_signature(text: &str, signature_hex: &str, address: Address) -> Result<(), ApiError> {
     let sig = Signature::from_str(signature_hex.trim()).map_err(|_| ApiError::Invalid {
-        code: "signature_invalid",
+        code: Code::SignatureInvalid,
         message: "`signature` must be a 65-byte hex signature".into(),
         param: Some("signature".into()),
     })?;

@@ -2,6 +2,7 @@
 //! JSON error shape `{"error":{"type","code","message","param","requestId"}}` (docs/design.md §4).
 //! 5xx bodies never carry internal detail; it goes to the log with the request id instead.
 
+use crate::http::codes::Code;
 use serde_json::json;
 use warp::http::StatusCode;
 
@@ -19,16 +20,16 @@ pub enum ApiError {
     /// 400: the request is malformed; `param` names the offending field.
     #[error("{message}")]
     Invalid {
-        code: &'static str,
+        code: Code,
         message: String,
         param: Option<String>,
     },
     /// 401: missing, malformed, unknown or revoked credentials.
     #[error("{message}")]
-    Unauthorized { code: &'static str, message: String },
+    Unauthorized { code: Code, message: String },
     /// 403: authenticated but not allowed (e.g. CSRF token missing).
     #[error("{message}")]
-    Forbidden { code: &'static str, message: String },
+    Forbidden { code: Code, message: String },
     /// 404: unknown object, or another merchant's (existence is never leaked).
     #[error("{message}")]
     NotFound {
@@ -44,7 +45,7 @@ pub enum ApiError {
     /// 409.
     #[error("{message}")]
     Conflict {
-        code: &'static str,
+        code: Code,
         message: String,
         param: Option<String>,
     },
@@ -70,13 +71,13 @@ pub enum ApiError {
     /// `Retry-After`.
     #[error("{message}")]
     Quota {
-        code: &'static str,
+        code: Code,
         message: String,
         retry_after_secs: u64,
     },
     /// 503 the merchant should be told about (e.g. the relayer cannot pay for gas).
     #[error("{message}")]
-    Dependency { code: &'static str, message: String },
+    Dependency { code: Code, message: String },
     /// 500: a bug or an unexpected dependency failure. The text is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -88,7 +89,7 @@ impl ApiError {
     /// 400 naming a field.
     pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
         ApiError::Invalid {
-            code: "parameter_invalid",
+            code: Code::ParameterInvalid,
             message: message.into(),
             param: Some(param.to_string()),
         }
@@ -97,7 +98,7 @@ impl ApiError {
     /// 400 for a missing field.
     pub fn missing(param: &str) -> ApiError {
         ApiError::Invalid {
-            code: "parameter_missing",
+            code: Code::ParameterMissing,
             message: format!("`{param}` is required"),
             param: Some(param.to_string()),
         }
@@ -114,7 +115,7 @@ impl ApiError {
     /// 401 for a missing or bad API key.
     pub fn bad_key() -> ApiError {
         ApiError::Unauthorized {
-            code: "invalid_api_key",
+            code: Code::InvalidApiKey,
             message: "missing, invalid or revoked API key (send `Authorization: Bearer sk_live_…`)"
                 .into(),
         }
@@ -143,38 +144,38 @@ impl ApiError {
 
     /// The error object without `requestId` (added when the response is finished).
     pub fn body(&self) -> serde_json::Value {
-        let (ty, code, message, param): (&str, &str, String, Option<&str>) = match self {
+        let (ty, code, message, param): (&str, Code, String, Option<&str>) = match self {
             ApiError::Invalid {
                 code,
                 message,
                 param,
             } => (
                 "invalid_request_error",
-                code,
+                *code,
                 message.clone(),
                 param.as_deref(),
             ),
             ApiError::Unauthorized { code, message } => {
-                ("authentication_error", code, message.clone(), None)
+                ("authentication_error", *code, message.clone(), None)
             }
             ApiError::Forbidden { code, message } => {
-                ("permission_error", code, message.clone(), None)
+                ("permission_error", *code, message.clone(), None)
             }
             ApiError::NotFound { message, param } => (
                 "invalid_request_error",
-                "resource_missing",
+                Code::ResourceMissing,
                 message.clone(),
                 param.as_deref(),
             ),
             ApiError::RouteNotFound => (
                 "invalid_request_error",
-                "route_not_found",
+                Code::RouteNotFound,
                 "no route serves this path (see /api/v1/openapi.json)".into(),
                 None,
             ),
             ApiError::MethodNotAllowed { allow } => (
                 "invalid_request_error",
-                "method_not_allowed",
+                Code::MethodNotAllowed,
                 format!("this path allows {allow}"),
                 None,
             ),
@@ -184,58 +185,58 @@ impl ApiError {
                 param,
             } => (
                 "invalid_request_error",
-                code,
+                *code,
                 message.clone(),
                 param.as_deref(),
             ),
             ApiError::LengthRequired => (
                 "invalid_request_error",
-                "length_required",
+                Code::LengthRequired,
                 "a request body needs Content-Length or chunked encoding".into(),
                 None,
             ),
             ApiError::RequestTimeout => (
                 "invalid_request_error",
-                "request_timeout",
+                Code::RequestTimeout,
                 "the request body did not arrive in time (HTTP_BODY_TIMEOUT_SECS)".into(),
                 None,
             ),
             ApiError::PayloadTooLarge => (
                 "invalid_request_error",
-                "payload_too_large",
+                Code::PayloadTooLarge,
                 format!("request bodies are limited to {} bytes", BODY_LIMIT),
                 None,
             ),
             ApiError::UnsupportedMediaType => (
                 "invalid_request_error",
-                "unsupported_media_type",
+                Code::UnsupportedMediaType,
                 "request bodies must be JSON (Content-Type: application/json)".into(),
                 None,
             ),
             ApiError::RateLimited(_) => (
                 "rate_limit_error",
-                "rate_limited",
+                Code::RateLimited,
                 "too many requests; retry after the time in Retry-After".into(),
                 None,
             ),
             ApiError::Unavailable(_) => (
                 "api_error",
-                "service_unavailable",
+                Code::ServiceUnavailable,
                 "the service is temporarily unavailable; retry later".into(),
                 None,
             ),
             ApiError::Quota { code, message, .. } => {
-                ("rate_limit_error", code, message.clone(), None)
+                ("rate_limit_error", *code, message.clone(), None)
             }
-            ApiError::Dependency { code, message } => ("api_error", code, message.clone(), None),
+            ApiError::Dependency { code, message } => ("api_error", *code, message.clone(), None),
             ApiError::Internal(_) => (
                 "api_error",
-                "internal_error",
+                Code::InternalError,
                 "an internal error occurred; quote the requestId when reporting it".into(),
                 None,
             ),
         };
-        json!({ "type": ty, "code": code, "message": message, "param": param })
+        json!({ "type": ty, "code": code.as_str(), "message": message, "param": param })
     }
 }
 

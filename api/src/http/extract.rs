@@ -2,6 +2,7 @@
 //! caller (client address, credentials), method fallbacks (405 with Allow), and the guard that
 //! refuses control characters anywhere in a request's text.
 
+use crate::http::codes::Code;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::Method;
@@ -63,7 +64,7 @@ pub fn check_request_text(path: &str, query: &str) -> Result<(), ApiError> {
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
         if has_control(&k) {
             return Err(ApiError::Invalid {
-                code: "parameter_unknown",
+                code: Code::ParameterUnknown,
                 message: format!("unknown query parameter {:?}", k.as_ref()),
                 param: Some(k.into_owned()),
             });
@@ -165,7 +166,7 @@ pub fn check_fields(
 ) -> Result<(), ApiError> {
     match body.keys().find(|k| !known.contains(&k.as_str())) {
         Some(k) => Err(ApiError::Invalid {
-            code: "parameter_unknown",
+            code: Code::ParameterUnknown,
             message: format!("unknown field `{k}`"),
             param: Some(k.clone()),
         }),
@@ -178,7 +179,7 @@ pub fn check_params(pairs: &[(String, String)], known: &[&str]) -> Result<(), Ap
     for (i, (k, _)) in pairs.iter().enumerate() {
         if !known.contains(&k.as_str()) {
             return Err(ApiError::Invalid {
-                code: "parameter_unknown",
+                code: Code::ParameterUnknown,
                 message: format!("unknown query parameter `{k}`"),
                 param: Some(k.clone()),
             });
@@ -261,7 +262,7 @@ mod tests {
             assert!(matches!(
                 e,
                 ApiError::Invalid {
-                    code: "parameter_unknown",
+                    code: Code::ParameterUnknown,
                     ..
                 }
             ));

@@ -5,6 +5,7 @@
 //! `client_ip` <- `ratelimit` <- `error`.
 
 pub mod client_ip;
+pub mod codes;
 pub mod error;
 pub mod extract;
 pub mod ratelimit;

@@ -2,6 +2,7 @@
 //! `X-Request-Id` on every response and put the same id into every error body. Also the
 //! request-body reader (size limit, JSON content type).
 
+use crate::http::codes::Code;
 use std::convert::Infallible;
 
 use bytes::Bytes;
@@ -286,7 +287,7 @@ where
                 return ApiError::RequestTimeout;
             }
             ApiError::Invalid {
-                code: "body_unreadable",
+                code: Code::BodyUnreadable,
                 message: format!("could not read the request body: {e}"),
                 param: None,
             }
@@ -328,12 +329,12 @@ pub fn parse_json_object(
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::Invalid {
-            code: "body_invalid",
+            code: Code::BodyInvalid,
             message: "the request body must be a JSON object".into(),
             param: None,
         }),
         Err(e) => Err(ApiError::Invalid {
-            code: "body_invalid",
+            code: Code::BodyInvalid,
             message: format!("the request body is not valid JSON: {e}"),
             param: None,
         }),
@@ -360,7 +361,11 @@ impl ApiError {
                 retry_after_secs, ..
             } => resp = resp.header("retry-after", &retry_after_secs.to_string()),
             ApiError::Dependency { code, message } => {
-                tracing::warn!(code, message, "dependency refused the request")
+                tracing::warn!(
+                    code = code.as_str(),
+                    message,
+                    "dependency refused the request"
+                )
             }
             _ => {}
         }
@@ -385,7 +390,7 @@ pub async fn recover(rejection: Rejection) -> Result<Resp, Infallible> {
         ApiError::UnsupportedMediaType
     } else if let Some(e) = rejection.find::<warp::reject::InvalidHeader>() {
         ApiError::Invalid {
-            code: "header_invalid",
+            code: Code::HeaderInvalid,
             message: e.to_string(),
             param: None,
         }

@@ -9,6 +9,7 @@
 //! merchant's code, the plan's name) — never a merchant's customer references. Cancelling
 //! needs the wallet itself: the contract accepts it from the subscriber only.
 
+use crate::http::codes::Code;
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use alloy::sol_types::SolCall;
@@ -257,20 +258,20 @@ pub fn check_proof(
     signature: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    let unauthorized = |code: &'static str, message: &str| ApiError::Unauthorized {
+    let unauthorized = |code: Code, message: &str| ApiError::Unauthorized {
         code,
         message: message.into(),
     };
     let (Some(issued_at), Some(signature)) = (issued_at, signature) else {
         return Err(unauthorized(
-            "wallet_proof_required",
+            Code::WalletProofRequired,
             "sign the challenge from GET /account/challenge with the wallet first",
         ));
     };
     let issued_at = DateTime::parse_from_rfc3339(issued_at)
         .map_err(|_| {
             unauthorized(
-                "wallet_proof_invalid",
+                Code::WalletProofInvalid,
                 "the proof's issue time is not RFC 3339",
             )
         })?
@@ -279,14 +280,14 @@ pub fn check_proof(
         || issued_at > now + chrono::Duration::minutes(1);
     if expired {
         return Err(unauthorized(
-            "wallet_proof_expired",
+            Code::WalletProofExpired,
             "the wallet proof has lapsed; sign a new challenge",
         ));
     }
     let text = proof_message(terms, wallet, issued_at).to_text();
     crate::auth::siwe::verify_signature(&text, signature, wallet).map_err(|e| match e {
         ApiError::Unauthorized { message, .. } | ApiError::Invalid { message, .. } => {
-            unauthorized("wallet_proof_invalid", &message)
+            unauthorized(Code::WalletProofInvalid, &message)
         }
         other => other,
     })
@@ -332,7 +333,7 @@ pub async fn cancel_transaction(
     };
     if s.subscriber != from {
         return Err(ApiError::Forbidden {
-            code: "not_subscriber",
+            code: Code::NotSubscriber,
             message: "this wallet is not the subscriber of this subscription; connect the \
                       wallet that subscribed"
                 .into(),
@@ -340,14 +341,14 @@ pub async fn cancel_transaction(
     }
     if status.is_terminal() {
         return Err(ApiError::Conflict {
-            code: "subscription_terminal",
+            code: Code::SubscriptionTerminal,
             message: "this subscription is already cancelled or ended".into(),
             param: None,
         });
     }
     if at_period_end && s.cancelAtPeriodEnd {
         return Err(ApiError::Conflict {
-            code: "subscription_already_cancelling",
+            code: Code::SubscriptionAlreadyCancelling,
             message: "this subscription already ends at the end of its period".into(),
             param: None,
         });
@@ -455,7 +456,7 @@ mod tests {
             check_proof(&terms, wallet, Some(issued), Some(sig), at)
         };
         let code = |r: Result<()>| match r {
-            Err(ApiError::Unauthorized { code, .. }) => code,
+            Err(ApiError::Unauthorized { code, .. }) => code.as_str(),
             other => panic!("{other:?}"),
         };
         assert!(check(wallet, &c.issued_at, &good, now).is_ok());

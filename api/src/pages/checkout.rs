@@ -2,6 +2,7 @@
 //! reference, reading the customer's wallet state on chain, and encoding the `approve` and
 //! `subscribe` transactions with alloy so the page needs no ABI library.
 
+use crate::http::codes::Code;
 use alloy::primitives::{Address, B256, Signature, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
@@ -69,7 +70,7 @@ impl LinkQuery {
         };
         let Some(sig) = param(q, "sig").filter(|s| !s.is_empty()) else {
             return Err(ApiError::Invalid {
-                code: "checkout_link_incomplete",
+                code: Code::CheckoutLinkIncomplete,
                 message: "this checkout link has no signature; ask the merchant for a new link"
                     .into(),
                 param: Some("sig".into()),
@@ -109,7 +110,7 @@ pub fn verify_link(ctx: &Ctx, code: &str, slug: &str, link: &LinkQuery) -> Resul
     let secret = ctx.cfg.checkout_signing_secret.expose();
     if !link_sig::verify(secret, code, slug, link.terms(), &link.sig) {
         return Err(ApiError::Forbidden {
-            code: "checkout_signature_invalid",
+            code: Code::CheckoutSignatureInvalid,
             message: "this checkout link is not valid (it was changed or is not from this \
                       merchant); ask the merchant for a new link"
                 .into(),
@@ -120,7 +121,7 @@ pub fn verify_link(ctx: &Ctx, code: &str, slug: &str, link: &LinkQuery) -> Resul
         .is_some_and(|e| e <= chrono::Utc::now().timestamp())
     {
         return Err(ApiError::Forbidden {
-            code: "checkout_link_expired",
+            code: Code::CheckoutLinkExpired,
             message: "this checkout link has expired; ask the merchant for a new link".into(),
         });
     }
@@ -468,7 +469,7 @@ pub fn check_permit(
     // by the contract, and the subscription then reverts for want of allowance.
     if signed.deadline <= domain.block_time + U256::from(PERMIT_MIN_REMAINING_SECS) {
         return Err(ApiError::Invalid {
-            code: "permit_expired",
+            code: Code::PermitExpired,
             message: "the signed permit has expired; sign a new one".into(),
             param: Some("permitDeadline".into()),
         });
@@ -483,7 +484,7 @@ pub fn check_permit(
         .ok();
     if signer != Some(from) {
         return Err(ApiError::Invalid {
-            code: "permit_signature_invalid",
+            code: Code::PermitSignatureInvalid,
             message: "the permit signature is not this wallet's signature of this permit (or \
                       the wallet has used its permit nonce since); sign again"
                 .into(),
@@ -528,7 +529,7 @@ pub async fn check_plan_on_chain(
         );
         metrics::counter!("api_checkout_plan_mismatch_total").increment(1);
         return Err(ApiError::Conflict {
-            code: "plan_mismatch",
+            code: Code::PlanMismatch,
             message: "the plan on chain does not match this checkout (merchant, amount or \
                       reference); the service will not prepare a payment to it"
                 .into(),
@@ -544,7 +545,7 @@ pub async fn check_plan_on_chain(
 /// The 409 for a plan deactivated on chain.
 pub fn plan_inactive() -> ApiError {
     ApiError::Conflict {
-        code: "plan_inactive",
+        code: Code::PlanInactive,
         message: "this plan no longer accepts new subscriptions".into(),
         param: None,
     }
@@ -967,7 +968,7 @@ mod tests {
             ..signed.clone()
         };
         let code = |r: Result<(u8, B256, B256)>| match r {
-            Err(ApiError::Invalid { code, .. }) => code,
+            Err(ApiError::Invalid { code, .. }) => code.as_str(),
             other => panic!("{other:?}"),
         };
         assert_eq!(

@@ -4,6 +4,7 @@
 //! by design, and replaying a stored `Set-Cookie` would mean storing a session secret.
 
 use crate::http::client_ip::{ClientAddr, client_addr};
+use crate::http::codes::Code;
 
 use bytes::Bytes;
 use chainsub_views::{DeletedView, NonceView, SessionView};
@@ -104,7 +105,7 @@ async fn sign_in(ctx: &Ctx, client: &ClientAddr, ct: Option<&str>, body: &[u8]) 
     let tx = conn.transaction().await?;
     if !chainsub_store::siwe::consume_nonce(&*tx, &msg.nonce).await? {
         return Err(ApiError::Unauthorized {
-            code: "siwe_nonce_invalid",
+            code: Code::SiweNonceInvalid,
             message: "the nonce is unknown, expired or already used; request a new one".into(),
         });
     }

@@ -1,5 +1,6 @@
 //! `POST /api/v1/checkouts`: a signed checkout URL for one of the merchant's active plans.
 
+use crate::http::codes::Code;
 use bytes::Bytes;
 use chainsub_views::CheckoutView;
 use serde_json::{Map, Value};
@@ -105,7 +106,7 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                 .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
             if !plan.is_active() {
                 return Err(ApiError::Conflict {
-                    code: "plan_not_active",
+                    code: Code::PlanNotActive,
                     message: "the plan is not provisioned on chain yet (status must be `active`)"
                         .into(),
                     param: Some("planId".into()),

@@ -1,5 +1,6 @@
 //! `GET|POST|DELETE /api/v1/auth/keys`: the merchant's API key, dashboard session only.
 
+use crate::http::codes::Code;
 use bytes::Bytes;
 use chainsub_store::merchants::api_key_status;
 use chainsub_views::{IssuedKeyView, KeyStatusView};
@@ -72,7 +73,7 @@ async fn create(
     let body = parse_json_object(ct, body)?;
     if let Some(k) = body.keys().next() {
         return Err(ApiError::Invalid {
-            code: "parameter_unknown",
+            code: Code::ParameterUnknown,
             message: format!("unknown field `{k}` (this request takes no body)"),
             param: Some(k.clone()),
         });

@@ -5,6 +5,7 @@
 //! without its `total` records was cut short (a failure after the first byte cannot change
 //! the status any more). `indexer verify-export` re-checks such a file against the chain.
 
+use crate::http::codes::Code;
 use bytes::Bytes;
 use chainsub_store::export::{self as store, PageAfter, Range};
 use chainsub_views::{ExportEntryView, ExportTotals, csv_header};
@@ -96,7 +97,7 @@ async fn export(
     let to_time = time_param(q, "to")?;
     // One export per merchant at a time: a slow reader holds its own slot, never a second.
     let mine = ExportOf::claim(ctx, merchant.id()).ok_or_else(|| ApiError::Quota {
-        code: "export_in_progress",
+        code: Code::ExportInProgress,
         message: "one ledger export per merchant runs at a time; retry when it has ended".into(),
         retry_after_secs: 5,
     })?;
@@ -106,7 +107,7 @@ async fn export(
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::Quota {
-            code: "exports_busy",
+            code: Code::ExportsBusy,
             message: format!(
                 "at most {} ledger exports run at once; retry shortly",
                 ctx.cfg.ledger_exports_max

@@ -12,6 +12,7 @@
 //! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
 //! | GET | /assets/{file} | JS and CSS of the pages |
 
+use crate::http::codes::Code;
 use std::str::FromStr;
 
 use alloy::primitives::{Address, B256, U256};
@@ -247,7 +248,7 @@ async fn checkout_page(
         .find(|(k, _)| !matches!(k.as_str(), "customer" | "expires" | "sig"))
     {
         return Err(ApiError::Invalid {
-            code: "parameter_unknown",
+            code: Code::ParameterUnknown,
             message: format!("`{k}` is not a parameter of checkout links"),
             param: Some(k.clone()),
         });
@@ -284,7 +285,7 @@ async fn transactions(
         return Err(checkout::plan_inactive());
     }
     let plan_onchain_id = link.plan_onchain_id.ok_or_else(|| ApiError::Conflict {
-        code: "plan_not_active",
+        code: Code::PlanNotActive,
         message: "this plan is not on chain yet (or not confirmed); try again in a few minutes"
             .into(),
         param: None,
@@ -343,7 +344,7 @@ async fn transactions(
         }
         (Some(_), None) => {
             return Err(ApiError::Conflict {
-                code: "permit_unsupported",
+                code: Code::PermitUnsupported,
                 message: "the token does not take a permit here; approve instead (permit=off)"
                     .into(),
                 param: Some("permitSignature".into()),

@@ -7,6 +7,7 @@
 //! `provisioning.error`). Retrying is always safe: the contract refuses a second plan with
 //! the same `planRef`, and every attempt asks the chain first.
 
+use crate::http::codes::Code;
 use alloy::primitives::{B256, U256};
 use bytes::Bytes;
 use chainsub_core::PlanId;
@@ -237,7 +238,7 @@ async fn check_quota(ctx: &Ctx, merchant: &Merchant) -> Result<()> {
         .unwrap_or(86_400);
     metrics::counter!("api_plan_quota_refusals_total").increment(1);
     Err(ApiError::Quota {
-        code: "plan_quota_exceeded",
+        code: Code::PlanQuotaExceeded,
         message: format!(
             "at most {} plans per 24 hours (each is an on-chain transaction); retry after \
              the time in Retry-After",
@@ -269,7 +270,7 @@ async fn existing_for_key(
         && input.slug.as_ref().is_none_or(|s| row.slug == s.as_str());
     if !same {
         return Err(ApiError::Conflict {
-            code: "idempotency_key_reused",
+            code: Code::IdempotencyKeyReused,
             message: "this Idempotency-Key was used with a different request".into(),
             param: None,
         });
@@ -316,7 +317,7 @@ async fn insert(
             }
             Inserted::SlugTaken if input.slug.is_some() => {
                 return Err(ApiError::Conflict {
-                    code: "slug_taken",
+                    code: Code::SlugTaken,
                     message: format!("you already have a plan with slug `{slug}`"),
                     param: Some("slug".into()),
                 });
@@ -325,7 +326,7 @@ async fn insert(
         }
     }
     Err(ApiError::Conflict {
-        code: "slug_taken",
+        code: Code::SlugTaken,
         message: "could not derive a free slug from the name; give `slug` explicitly".into(),
         param: Some("slug".into()),
     })
@@ -465,7 +466,7 @@ async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
     let body = parse_json_object(c.content_type.as_deref(), body)?;
     if let Some(k) = body.keys().next() {
         return Err(ApiError::Invalid {
-            code: "parameter_unknown",
+            code: Code::ParameterUnknown,
             message: format!("unknown field `{k}` (this request takes no body)"),
             param: Some(k.clone()),
         });

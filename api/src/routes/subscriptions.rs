@@ -2,6 +2,7 @@
 //! `GET /api/v1/subscriptions/{id}` (with its ledger), read from the chain index. Every
 //! query is scoped by the merchant's wallet.
 
+use crate::http::codes::Code;
 use alloy::primitives::B256;
 use chainsub_core::{SubscriptionId, SubscriptionStatus};
 use chainsub_store::subscriptions as store;
@@ -185,7 +186,7 @@ async fn cancel(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
 
 fn terminal() -> ApiError {
     ApiError::Conflict {
-        code: "subscription_terminal",
+        code: Code::SubscriptionTerminal,
         message: "the subscription is already cancelled or ended".into(),
         param: None,
     }
@@ -193,7 +194,7 @@ fn terminal() -> ApiError {
 
 fn already_cancelling() -> ApiError {
     ApiError::Conflict {
-        code: "subscription_already_cancelling",
+        code: Code::SubscriptionAlreadyCancelling,
         message: "the subscription is already set to cancel at period end".into(),
         param: Some("atPeriodEnd".into()),
     }
@@ -204,7 +205,7 @@ const BEING_SENT: &str = "a cancellation of this subscription is being sent; ret
 
 fn in_progress(message: &str) -> ApiError {
     ApiError::Conflict {
-        code: crate::idempotency::IN_PROGRESS,
+        code: Code::CancellationInProgress,
         message: message.into(),
         param: None,
     }
@@ -234,7 +235,7 @@ async fn cancel_once(
         .ok_or_else(not_found)?;
     let Some(relayer) = &ctx.relayer else {
         return Err(ApiError::Dependency {
-            code: "relayer_unavailable",
+            code: Code::RelayerUnavailable,
             message: "this deployment has no relayer key (RELAYER_PRIVATE_KEY): the \
                       merchant's wallet cancels on chain instead"
                 .into(),
@@ -471,7 +472,7 @@ async fn cancel_once(
         CancelError::Refused(Refusal::NotAuthorized) => {
             close("the operator may not act for this plan").await?;
             ApiError::Conflict {
-                code: "subscription_not_cancellable",
+                code: Code::SubscriptionNotCancellable,
                 message: "this subscription's plan was not created through the service, so \
                           only the merchant's or the subscriber's wallet can cancel it"
                     .into(),
@@ -482,7 +483,7 @@ async fn cancel_once(
             close("the relayer is not the operator").await?;
             tracing::error!("cancellation: RELAYER_PRIVATE_KEY is not the contract's operator");
             ApiError::Dependency {
-                code: "relayer_not_operator",
+                code: Code::RelayerNotOperator,
                 message: "the service's relayer cannot act for merchants right now; the \
                           operator has been alerted — retry later"
                     .into(),
@@ -491,7 +492,7 @@ async fn cancel_once(
         CancelError::Refused(Refusal::Changed) => {
             close("the id is another subscription on chain").await?;
             ApiError::Conflict {
-                code: "subscription_changed",
+                code: Code::SubscriptionChanged,
                 message: "the chain no longer shows this subscription as indexed (a \
                           reorganization); nothing was sent — retry once the index has caught up"
                     .into(),
@@ -514,7 +515,7 @@ async fn cancel_once(
         CancelError::MaybeSent(detail) => {
             tracing::warn!(error = %detail, "cancellation: broadcast unanswered");
             ApiError::Dependency {
-                code: "chain_unavailable",
+                code: Code::ChainUnavailable,
                 message: "the chain did not answer; the cancellation may have been sent — \
                           retry: a retry never sends a second one"
                     .into(),
@@ -525,7 +526,7 @@ async fn cancel_once(
 
 fn chain_unreachable() -> ApiError {
     ApiError::Dependency {
-        code: "chain_unavailable",
+        code: Code::ChainUnavailable,
         message: "the chain could not be reached; nothing was sent — retry later".into(),
     }
 }

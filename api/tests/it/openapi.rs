@@ -638,3 +638,81 @@ fn the_webhooks_section_documents_every_event_type_its_signature_and_the_schedul
         assert!(post["responses"]["410"].is_object(), "{kind}: 410 disables");
     }
 }
+
+/// The error codes are one list (`chainsub_api::http::codes::Code`): the OpenAPI document's
+/// `Error.code` enum and description and the merchant docs' table (`docs/errors.md`) are
+/// rendered from it. `CHAINSUB_WRITE_GENERATED=1` rewrites both.
+#[test]
+fn error_codes_are_one_list_rendered_into_the_openapi_document_and_the_docs() {
+    use chainsub_api::http::codes::{Code, markdown_table};
+    let write = std::env::var_os("CHAINSUB_WRITE_GENERATED").is_some();
+    let root = chainsub_tests::workspace_root();
+    let table = markdown_table();
+
+    let mut d = doc();
+    let code = d
+        .pointer_mut("/components/schemas/Error/properties/error/properties/code")
+        .expect("Error.code in the document");
+    let codes: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+    let want = json!({
+        "type": "string",
+        "enum": codes,
+        "description": format!(
+            "Machine-readable code: branch on it, never on the message. Every code, with its \
+             status and meaning:\n\n{table}"
+        ),
+    });
+    let docs_path = root.join("docs/errors.md");
+    let docs = std::fs::read_to_string(&docs_path).unwrap();
+    let (head, rest) = docs
+        .split_once("<!-- codes:begin -->\n")
+        .expect("begin marker");
+    let (_, tail) = rest.split_once("<!-- codes:end -->").expect("end marker");
+    let want_docs = format!("{head}<!-- codes:begin -->\n{table}<!-- codes:end -->{tail}");
+    if write {
+        let path = root.join("api/openapi.json");
+        let raw = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, replace_error_code(&raw, &want)).unwrap();
+        std::fs::write(&docs_path, want_docs).unwrap();
+        return;
+    }
+    assert_eq!(
+        *code, want,
+        "api/openapi.json's Error.code is not the list: run with CHAINSUB_WRITE_GENERATED=1"
+    );
+    assert_eq!(
+        docs, want_docs,
+        "docs/errors.md's table is not the list: run with CHAINSUB_WRITE_GENERATED=1"
+    );
+}
+
+/// `raw` (the document's text) with the `Error` schema's `code` object replaced by `want`,
+/// everything else byte for byte as it was.
+fn replace_error_code(raw: &str, want: &Value) -> String {
+    let schema = raw.find("\"Error\": {").expect("the Error schema");
+    let key = schema + raw[schema..].find("\"code\": {").expect("its code");
+    let open = key + raw[key..].find('{').unwrap();
+    let (mut depth, mut in_str, mut escaped, mut end) = (0usize, false, false, open);
+    for (i, ch) in raw[open..].char_indices() {
+        match ch {
+            _ if escaped => escaped = false,
+            '\\' if in_str => escaped = true,
+            '"' => in_str = !in_str,
+            '{' if !in_str => depth += 1,
+            '}' if !in_str => {
+                depth -= 1;
+                if depth == 0 {
+                    end = open + i + 1;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let line_start = raw[..key].rfind('\n').map_or(0, |i| i + 1);
+    let indent = &raw[line_start..key];
+    let rendered = serde_json::to_string_pretty(want)
+        .unwrap()
+        .replace('\n', &format!("\n{indent}"));
+    format!("{}{rendered}{}", &raw[..open], &raw[end..])
+}
