@@ -6,7 +6,9 @@
 //! The indexer decides *what* to write (decoding, the subscription fold, confirmations);
 //! this module owns *how*: every SQL text, and one `UNNEST` statement per table per batch.
 
-mod rows;
+mod undo;
+mod verify;
+mod write;
 
 use std::collections::BTreeMap;
 
@@ -15,13 +17,15 @@ use tokio_postgres::{Client, Transaction};
 
 use crate::{Error, Result};
 
-pub use rows::{
-    Checkpoint, EventKey, LogFields, NewEvent, NewLedgerEntry, NewPlan, StoredDelivery,
-    StoredEvent, StoredLog, StoredPlan, dangling_event_links, delete_above, events_in_range,
-    highest_event_block, insert_events, insert_ledger, insert_plans, insert_subscriptions,
-    ledger_in_range, load_subscriptions, mark_plans_deactivated, orphan_attempts, orphan_outbox,
-    outbox_in_range, plans, resolve_customers, subscription_logs, upsert_subscriptions,
-    write_checkpoints,
+pub use undo::{Checkpoint, delete_above, write_checkpoints};
+pub use verify::{
+    EventKey, StoredDelivery, StoredEvent, StoredPlan, dangling_event_links, events_in_range,
+    highest_event_block, ledger_in_range, orphan_attempts, orphan_outbox, outbox_in_range, plans,
+};
+pub use write::{
+    LogFields, NewEvent, NewLedgerEntry, NewPlan, StoredLog, insert_events, insert_ledger,
+    insert_plans, insert_subscriptions, load_subscriptions, mark_plans_deactivated,
+    resolve_customers, subscription_logs, upsert_subscriptions,
 };
 
 /// Where the index stands: the last block whose effects are committed.
