@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use warp::Filter;
 
-use crate::chain::Relayer;
 use crate::config::Config;
 use crate::db::Pool;
 use crate::http::ratelimit::Limits;
+use crate::relayer::Relayer;
 
 /// Everything a handler needs.
 #[derive(Clone)]

@@ -10,7 +10,6 @@
 //! runs again under its key and reports where the action stands now (the work itself makes
 //! sure that never repeats the effect). Keys live 24 hours.
 
-use crate::http::codes::Code;
 use std::future::Future;
 
 use serde_json::Value;
@@ -21,6 +20,7 @@ use chainsub_store::MerchantScope;
 use chainsub_store::idempotency::{self as store, Claim};
 
 use crate::ctx::Ctx;
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::http::reply::{Resp, RespBody};
 

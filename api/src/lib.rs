@@ -4,8 +4,6 @@
 
 pub mod app;
 pub mod auth;
-pub mod cancellations;
-pub mod chain;
 pub mod checkout;
 pub mod config;
 pub mod ctx;
@@ -18,6 +16,7 @@ pub mod merchants;
 pub mod metrics;
 pub mod pages;
 pub mod pagination;
+pub mod relayer;
 pub mod routes;
 pub mod server;
 pub mod webhook_settings;

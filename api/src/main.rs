@@ -156,7 +156,7 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
     // Journaled cancellations whose outcome is unknown are carried on beside the server.
     let (stop_redrive, redrive_stopped) = tokio::sync::oneshot::channel::<()>();
     let redriver = running.ctx.relayer.is_some().then(|| {
-        tokio::spawn(chainsub_api::cancellations::redrive(
+        tokio::spawn(chainsub_api::relayer::redrive::redrive(
             running.ctx.clone(),
             async move {
                 let _ = redrive_stopped.await;

@@ -11,11 +11,11 @@ use tokio::task::JoinHandle;
 use warp::Filter as _;
 
 use crate::app::app;
-use crate::chain::Relayer;
 use crate::config::Config;
 use crate::ctx::{AppState, Ctx};
 use crate::http::error::{ApiError, Result};
 use crate::http::ratelimit::Limits;
+use crate::relayer::Relayer;
 
 /// A running server.
 pub struct Running {

@@ -3,7 +3,6 @@
 //! statement is keyed by the [`MerchantScope`] — one merchant can never see or touch another's
 //! endpoint, secrets or deliveries.
 
-use crate::http::codes::Code;
 use chainsub_core::sealed::SealingKeys;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use serde_json::Value;
 use tokio_postgres::Client;
 use url::Url;
 
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 
 /// Longest accepted webhook URL.

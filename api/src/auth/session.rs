@@ -2,7 +2,6 @@
 //! `Secure` over TLS); the database holds only its SHA3-256 hash. State-changing calls must
 //! echo the session's CSRF token in `X-CSRF-Token`.
 
-use crate::http::codes::Code;
 use chrono::{DateTime, Utc};
 use warp::Filter;
 use warp::http::Method;
@@ -11,6 +10,7 @@ use super::{ct_eq, random_token, sha3};
 use crate::config::Config;
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::client_ip::{ClientAddr, client_addr};
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::merchants::Merchant;
 

@@ -2,13 +2,13 @@
 //! signature recovery with alloy. Nonces are single use (consumed in the statement that
 //! checks them).
 
-use crate::http::codes::Code;
 use std::str::FromStr;
 
 use alloy::primitives::{Address, Signature};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::config::Config;
+use crate::http::codes::Code;
 use crate::http::error::ApiError;
 
 const HEADER_SUFFIX: &str = " wants you to sign in with your Ethereum account:";

@@ -2,11 +2,12 @@
 //! JSON error shape `{"error":{"type","code","message","param","requestId"}}` (docs/design.md §4).
 //! 5xx bodies never carry internal detail; it goes to the log with the request id instead.
 
-use crate::http::codes::Code;
 use serde_json::json;
 use warp::http::StatusCode;
 
 use super::ratelimit::Limited;
+
+use crate::http::codes::Code;
 
 /// Request bodies are capped at 64 KiB.
 pub const BODY_LIMIT: usize = 64 * 1024;

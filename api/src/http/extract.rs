@@ -2,7 +2,6 @@
 //! caller (client address, credentials), method fallbacks (405 with Allow), and the guard that
 //! refuses control characters anywhere in a request's text.
 
-use crate::http::codes::Code;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::Method;
@@ -11,6 +10,8 @@ use warp::path::FullPath;
 use super::client_ip::{ClientAddr, client_addr};
 use super::error::ApiError;
 use super::reply::Resp;
+
+use crate::http::codes::Code;
 
 /// The last alternative of every path: 405 with `Allow` when the method is not one of
 /// `allow` (comma-separated, e.g. "GET, POST"); otherwise steps aside (a handler for the

@@ -2,7 +2,6 @@
 //! `X-Request-Id` on every response and put the same id into every error body. Also the
 //! request-body reader (size limit, JSON content type).
 
-use crate::http::codes::Code;
 use std::convert::Infallible;
 
 use bytes::Bytes;
@@ -13,6 +12,8 @@ use warp::http::{HeaderName, HeaderValue, StatusCode};
 use warp::reject::Rejection;
 
 use super::error::ApiError;
+
+use crate::http::codes::Code;
 
 pub use super::error::BODY_LIMIT;
 

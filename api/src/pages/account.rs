@@ -9,7 +9,6 @@
 //! merchant's code, the plan's name) — never a merchant's customer references. Cancelling
 //! needs the wallet itself: the contract accepts it from the subscriber only.
 
-use crate::http::codes::Code;
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use alloy::sol_types::SolCall;
@@ -20,6 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::checkout::{TxRequest, chain_id_hex};
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 
 /// The list the page renders.

@@ -2,7 +2,6 @@
 //! reference, reading the customer's wallet state on chain, and encoding the `approve` and
 //! `subscribe` transactions with alloy so the page needs no ABI library.
 
-use crate::http::codes::Code;
 use alloy::primitives::{Address, B256, Signature, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
@@ -12,6 +11,7 @@ use serde::Serialize;
 use crate::checkout as link_sig;
 use crate::ctx::Ctx;
 use crate::domain::format_units;
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use chainsub_store::checkouts::LinkMerchant;
 

@@ -1,6 +1,5 @@
 //! `POST /api/v1/checkouts`: a signed checkout URL for one of the merchant's active plans.
 
-use crate::http::codes::Code;
 use bytes::Bytes;
 use chainsub_views::CheckoutView;
 use serde_json::{Map, Value};
@@ -11,6 +10,7 @@ use warp::http::StatusCode;
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
 use crate::domain::text;
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{Caller, caller, check_fields, method_fallback};
 use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};

@@ -1,6 +1,5 @@
 //! `GET|POST|DELETE /api/v1/auth/keys`: the merchant's API key, dashboard session only.
 
-use crate::http::codes::Code;
 use bytes::Bytes;
 use chainsub_store::merchants::api_key_status;
 use chainsub_views::{IssuedKeyView, KeyStatusView};
@@ -12,6 +11,7 @@ use warp::http::StatusCode;
 use crate::auth::api_key;
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::method_fallback;
 use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};

@@ -5,7 +5,6 @@
 //! without its `total` records was cut short (a failure after the first byte cannot change
 //! the status any more). `indexer verify-export` re-checks such a file against the chain.
 
-use crate::http::codes::Code;
 use bytes::Bytes;
 use chainsub_store::export::{self as store, PageAfter, Range};
 use chainsub_views::{ExportEntryView, ExportTotals, csv_header};
@@ -15,6 +14,7 @@ use warp::filters::BoxedFilter;
 
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{
     Caller, block_param, caller, check_params, method_fallback, param, query_pairs, time_param,

@@ -12,7 +12,6 @@
 //! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
 //! | GET | /assets/{file} | JS and CSS of the pages |
 
-use crate::http::codes::Code;
 use std::str::FromStr;
 
 use alloy::primitives::{Address, B256, U256};
@@ -24,6 +23,7 @@ use warp::http::Method;
 use crate::auth::{api_key, session};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::client_ip::{ClientAddr, client_addr};
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{method_fallback, param, query_pairs};
 use crate::http::reply::{Resp, handle, respond};

@@ -7,7 +7,6 @@
 //! `provisioning.error`). Retrying is always safe: the contract refuses a second plan with
 //! the same `planRef`, and every attempt asks the chain first.
 
-use crate::http::codes::Code;
 use alloy::primitives::{B256, U256};
 use bytes::Bytes;
 use chainsub_core::PlanId;
@@ -19,9 +18,9 @@ use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
 
 use crate::auth::api_key::{Authed, authenticate};
-use crate::chain::{Journal, Outcome, PlanTerms, Sent};
 use crate::ctx::{Ctx, with_ctx};
 use crate::domain::{Amount, Slug, random_hex, text};
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{
     Caller, caller, check_fields, check_params, method_fallback, query_pairs,
@@ -29,6 +28,7 @@ use crate::http::extract::{
 use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
 use crate::merchants::Merchant;
 use crate::pagination::{Page, cursor_key};
+use crate::relayer::{Journal, Outcome, PlanTerms, Sent};
 
 /// The plans router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {

@@ -2,7 +2,6 @@
 //! `GET /api/v1/subscriptions/{id}` (with its ledger), read from the chain index. Every
 //! query is scoped by the merchant's wallet.
 
-use crate::http::codes::Code;
 use alloy::primitives::B256;
 use chainsub_core::{SubscriptionId, SubscriptionStatus};
 use chainsub_store::subscriptions as store;
@@ -12,6 +11,7 @@ use warp::http::StatusCode;
 
 use crate::auth::api_key::{Authed, authenticate};
 use crate::ctx::{Ctx, with_ctx};
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::http::extract::{
     Caller, caller, check_fields, check_params, method_fallback, param, query_pairs, text_param,
@@ -221,7 +221,7 @@ async fn cancel_once(
     body: &serde_json::Map<String, serde_json::Value>,
     rerun: bool,
 ) -> Result<Resp> {
-    use crate::chain::{CancelError, Journal, Refusal, Sent, TxState};
+    use crate::relayer::{CancelError, Journal, Refusal, Sent, TxState};
     use chainsub_sender::Broadcast;
     use chainsub_store::cancellations;
 

@@ -782,7 +782,8 @@ async fn a_journaled_cancellation_whose_nonce_was_taken_is_reported_and_asked_ag
             .await
             .unwrap();
         row.get::<_, String>(0) == "failed"
-            && row.get::<_, Option<String>>(1).as_deref() == Some(chainsub_api::cancellations::DEAD)
+            && row.get::<_, Option<String>>(1).as_deref()
+                == Some(chainsub_api::relayer::redrive::DEAD)
     })
     .await;
     let manager = fx.chain.manager();

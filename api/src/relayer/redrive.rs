@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chainsub_store::cancellations;
 
-use crate::chain::{Sent, TxState};
+use super::{Sent, TxState};
 use crate::ctx::Ctx;
 
 /// How often the re-driver looks.

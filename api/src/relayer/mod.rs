@@ -1,12 +1,18 @@
-//! The relayer: provisions plans on chain with `createPlan(merchant, amount, planRef)`.
+//! The relayer: the transactions the service sends for merchants with the operator key —
+//! `createPlan(merchant, amount, planRef)` to provision plans, `cancel` /
+//! `cancelAtPeriodEnd` for cancellations asked through the API — journaled before they are
+//! broadcast, on one managed nonce, with bounded replacement and a per-merchant quota.
 //!
 //! Retry safety comes from the contract: `planRef` is unique per merchant on chain (a second
 //! createPlan with the same merchant and ref reverts with `DuplicatePlanRef`), and every
 //! attempt first asks `planIdByRef(merchant, ref)`, so one API plan can never become two
 //! on-chain plans. Only the merchant and the operator can write a merchant's references, so
 //! nobody else can occupy (front-run) one.
+//!
+//! `redrive`: the re-driver that settles and re-sends journaled cancellations.
 
-use crate::http::codes::Code;
+pub mod redrive;
+
 use std::time::Duration;
 
 use alloy::primitives::{Address, B256, U256};
@@ -18,6 +24,7 @@ use chainsub_sender::{Broadcast, Sender, bumped};
 use chainsub_store::relayer::{SendKind, SignedSend};
 
 use crate::config::Config;
+use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 
 /// Sends provisioning transactions with the relayer key.
