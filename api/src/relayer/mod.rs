@@ -11,6 +11,7 @@
 //!
 //! `redrive`: the re-driver that settles and re-sends journaled cancellations.
 
+pub mod cancel;
 pub mod redrive;
 
 use std::time::Duration;
