@@ -360,20 +360,9 @@ impl Charges {
         if head < self.next_block {
             return;
         }
-        let logs = chain
-            .provider
-            .get_logs(
-                &Filter::new()
-                    .address(chain.manager)
-                    .event_signature(SM::SubscriptionCharged::SIGNATURE_HASH)
-                    .from_block(self.next_block)
-                    .to_block(head),
-            )
-            .await
-            .unwrap();
+        let charges = charges_in(chain, self.next_block, head).await;
         let now = started.elapsed().as_secs_f64();
-        for log in logs {
-            let e = SM::SubscriptionCharged::decode_log(&log.inner).unwrap();
+        for e in charges {
             let n = self.per_merchant.entry(e.merchant).or_default();
             *n += 1;
             self.total += 1;
@@ -396,7 +385,24 @@ impl Charges {
 /// Renewals charged (period 2 or later) in the block range; panics when one subscription
 /// was charged twice.
 async fn charged(chain: &DevChain, from_block: u64, to_block: u64) -> u64 {
-    let logs = chain
+    let mut seen: HashMap<U256, u32> = HashMap::new();
+    for e in charges_in(chain, from_block, to_block).await {
+        *seen.entry(e.subscriptionId).or_default() += 1;
+    }
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "a subscription was charged twice"
+    );
+    seen.len() as u64
+}
+
+/// The `SubscriptionCharged` logs of blocks `from_block..=to_block`, decoded, in chain order.
+async fn charges_in(
+    chain: &DevChain,
+    from_block: u64,
+    to_block: u64,
+) -> Vec<SM::SubscriptionCharged> {
+    chain
         .provider
         .get_logs(
             &Filter::new()
@@ -406,15 +412,12 @@ async fn charged(chain: &DevChain, from_block: u64, to_block: u64) -> u64 {
                 .to_block(to_block),
         )
         .await
-        .unwrap();
-    let mut seen: HashMap<U256, u32> = HashMap::new();
-    for log in logs {
-        let e = SM::SubscriptionCharged::decode_log(&log.inner).unwrap();
-        *seen.entry(e.subscriptionId).or_default() += 1;
-    }
-    assert!(
-        seen.values().all(|&n| n == 1),
-        "a subscription was charged twice"
-    );
-    seen.len() as u64
+        .unwrap()
+        .iter()
+        .map(|log| {
+            SM::SubscriptionCharged::decode_log(&log.inner)
+                .unwrap()
+                .data
+        })
+        .collect()
 }

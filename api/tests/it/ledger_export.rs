@@ -11,6 +11,21 @@ fn wallet(i: usize) -> Address {
     DevChain::address(i)
 }
 
+/// An API with one confirmation and the export flags `flags` (`--name`, value), serving
+/// `/metrics` when `metrics`.
+async fn export_app(flags: &[(&str, &str)], metrics: bool) -> App {
+    spawn(Opts {
+        confirmations: Some(1),
+        args: flags
+            .iter()
+            .flat_map(|(k, v)| [k.to_string(), v.to_string()])
+            .collect(),
+        metrics,
+        ..Opts::default()
+    })
+    .await
+}
+
 /// (status, content type, body) of an export request.
 async fn export(app: &App, key: &str, query: &str, accept: Option<&str>) -> (u16, String, String) {
     let mut req = reqwest::Client::new()
@@ -239,16 +254,13 @@ async fn stalled_export(app: &App, key: &str) -> tokio::net::TcpStream {
 
 #[tokio::test]
 async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go() {
-    let app = spawn(Opts {
-        confirmations: Some(1),
-        args: vec![
-            "--ledger-exports-max".into(),
-            "1".into(),
-            "--ledger-export-stall-secs".into(),
-            "1".into(),
+    let app = export_app(
+        &[
+            ("--ledger-exports-max", "1"),
+            ("--ledger-export-stall-secs", "1"),
         ],
-        ..Opts::default()
-    })
+        false,
+    )
     .await;
     let a = app.merchant_key(wallet(MERCHANT)).await;
     let b = app.merchant_key(wallet(MERCHANT_B)).await;
@@ -282,16 +294,13 @@ async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go()
 /// export at a time; its second is refused, and another merchant's export runs meanwhile.
 #[tokio::test]
 async fn a_merchant_runs_one_export_at_a_time_and_others_are_not_held_up() {
-    let app = spawn(Opts {
-        confirmations: Some(1),
-        args: vec![
-            "--ledger-exports-max".into(),
-            "2".into(),
-            "--ledger-export-stall-secs".into(),
-            "60".into(),
+    let app = export_app(
+        &[
+            ("--ledger-exports-max", "2"),
+            ("--ledger-export-stall-secs", "60"),
         ],
-        ..Opts::default()
-    })
+        false,
+    )
     .await;
     let a = app.merchant_key(wallet(MERCHANT)).await;
     let b = app.merchant_key(wallet(MERCHANT_B)).await;
@@ -330,18 +339,14 @@ async fn snapshots_held(db: &tokio_postgres::Client) -> i64 {
 /// and waits for the client holding no snapshot and no connection; pages join up exactly.
 #[tokio::test]
 async fn a_slow_reader_holds_no_snapshot_and_pages_join_up_exactly() {
-    let app = spawn(Opts {
-        confirmations: Some(1),
-        args: vec![
-            "--ledger-exports-max".into(),
-            "2".into(),
-            "--ledger-export-stall-secs".into(),
-            "600".into(),
-            "--ledger-export-page-rows".into(),
-            "700".into(),
+    let app = export_app(
+        &[
+            ("--ledger-exports-max", "2"),
+            ("--ledger-export-stall-secs", "600"),
+            ("--ledger-export-page-rows", "700"),
         ],
-        ..Opts::default()
-    })
+        false,
+    )
     .await;
     let a = app.merchant_key(wallet(MERCHANT)).await;
     let b = app.merchant_key(wallet(MERCHANT_B)).await;
@@ -392,17 +397,13 @@ async fn a_slow_reader_holds_no_snapshot_and_pages_join_up_exactly() {
 /// then has no totals: cut short, to be resumed from its last block).
 #[tokio::test]
 async fn an_export_ends_after_its_maximum_duration() {
-    let app = spawn(Opts {
-        confirmations: Some(1),
-        args: vec![
-            "--ledger-export-stall-secs".into(),
-            "600".into(),
-            "--ledger-export-max-secs".into(),
-            "1".into(),
+    let app = export_app(
+        &[
+            ("--ledger-export-stall-secs", "600"),
+            ("--ledger-export-max-secs", "1"),
         ],
-        metrics: true,
-        ..Opts::default()
-    })
+        true,
+    )
     .await;
     let a = app.merchant_key(wallet(MERCHANT)).await;
     let db = app.db().await;

@@ -155,6 +155,15 @@ async fn transfer_returning_false_is_a_recorded_transfer_failed_not_a_revert() {
     assert_eq!(sub.failedAttempts, 0);
 }
 
+/// The plan's live subscription of the customer, as the contract's index has it.
+async fn live_entry(s: &Setup) -> U256 {
+    s.manager
+        .liveSubscriptionOf(U256::from(1), s.customer)
+        .call()
+        .await
+        .unwrap()
+}
+
 async fn set_mode(s: &Setup, mode: u8) {
     let tx = s.token.setMode(mode, Address::ZERO, Default::default());
     mined(async { tx.send().await.unwrap().get_receipt().await.unwrap() }).await;
@@ -317,12 +326,7 @@ async fn a_token_reentering_cancel_during_the_pull_is_refused_and_nothing_is_res
             (sub.status, sub.cancelAtPeriodEnd, sub.period),
             (1, false, 2)
         );
-        let live = s
-            .manager
-            .liveSubscriptionOf(U256::from(1), s.customer)
-            .call()
-            .await
-            .unwrap();
+        let live = live_entry(&s).await;
         assert_eq!(live, U256::from(1), "the live entry agrees with the status");
     }
 }
@@ -381,12 +385,7 @@ async fn a_subscription_past_due_on_the_tokens_side_ends_when_the_owed_period_is
     );
     assert_eq!(s.token.balanceOf(s.customer).call().await.unwrap(), before);
     assert_eq!(record(&s).await.status, 4, "ended");
-    let live = s
-        .manager
-        .liveSubscriptionOf(U256::from(1), s.customer)
-        .call()
-        .await
-        .unwrap();
+    let live = live_entry(&s).await;
     assert_eq!(live, U256::ZERO);
 }
 
