@@ -9,6 +9,7 @@ use warp::filters::BoxedFilter;
 use warp::http::Method;
 
 use crate::ctx::Ctx;
+use crate::http::error::ApiError;
 use crate::http::reply::Resp;
 use crate::http::reply::recover;
 use crate::routes;
@@ -48,6 +49,70 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("POST", "/dashboard/api/webhook/deliveries/{id}/retry"),
 ];
 
+/// The browser-facing routes (`routes::pages`), as (method, path template): with
+/// [`API_ROUTES`], what the router's one method fallback answers 405 from.
+pub const PAGE_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/checkout/{merchantCode}/{planSlug}"),
+    ("GET", "/checkout/{merchantCode}/{planSlug}/tx"),
+    ("GET", "/account"),
+    ("GET", "/account/challenge"),
+    ("GET", "/account/subscriptions"),
+    ("GET", "/account/cancel-tx"),
+    ("GET", "/dashboard/developers"),
+    ("GET", "/assets/{file}"),
+];
+
+/// The methods the route tables serve at `path`, in the order `Allow` lists them; `None`
+/// when no route has this path. A `{…}` segment of a template matches any non-empty one.
+pub fn allowed_methods(path: &str) -> Option<String> {
+    let path = path
+        .strip_suffix('/')
+        .filter(|p| !p.is_empty())
+        .unwrap_or(path);
+    let segments: Vec<&str> = path.split('/').collect();
+    let matches = |template: &str| {
+        let parts: Vec<&str> = template.split('/').collect();
+        parts.len() == segments.len()
+            && parts.iter().zip(&segments).all(|(t, s)| {
+                if t.starts_with('{') {
+                    !s.is_empty()
+                } else {
+                    t == s
+                }
+            })
+    };
+    let served: Vec<&str> = API_ROUTES
+        .iter()
+        .chain(PAGE_ROUTES)
+        .filter(|(_, template)| matches(template))
+        .map(|(method, _)| *method)
+        .collect();
+    let allow: Vec<&str> = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        .into_iter()
+        .filter(|m| served.contains(m))
+        .collect();
+    (!allow.is_empty()).then(|| allow.join(", "))
+}
+
+/// The router's one method fallback, tried after every route: 405 with `Allow` for a path
+/// that is served with other methods (HEAD included: GET routes answer GET only), a 404 for
+/// any other request no route took.
+fn method_fallback() -> BoxedFilter<(Resp,)> {
+    warp::method()
+        .and(warp::path::full())
+        .and_then(|method: Method, path: warp::path::FullPath| async move {
+            match allowed_methods(path.as_str()) {
+                Some(allow) if !allow.split(", ").any(|m| m == method.as_str()) => {
+                    Err(warp::reject::custom(ApiError::MethodNotAllowed { allow }))
+                }
+                // A route for this method took the request and refused it (its rejection
+                // wins), or no route has the path.
+                _ => Err(warp::reject::not_found()),
+            }
+        })
+        .boxed()
+}
+
 /// Every route of the API, behind the guard that keeps control characters in the path or
 /// query from reaching any of them.
 pub fn api_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
@@ -57,28 +122,20 @@ pub fn api_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 }
 
 fn resource_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    routes::health::routes(ctx.clone())
-        .or(routes::auth::routes(ctx.clone()))
-        .unify()
-        .or(routes::keys::routes(ctx.clone()))
-        .unify()
-        .or(routes::plans::routes(ctx.clone()))
-        .unify()
-        .or(routes::checkouts::routes(ctx.clone()))
-        .unify()
-        .or(routes::subscriptions::routes(ctx.clone()))
-        .unify()
-        .or(routes::events::routes(ctx.clone()))
-        .unify()
-        .or(routes::ledger::routes(ctx.clone()))
-        .unify()
-        .or(routes::openapi::routes())
-        .unify()
-        .or(routes::webhooks::routes(ctx.clone()))
-        .unify()
-        .or(routes::pages::routes(ctx.clone()))
-        .unify()
-        .boxed()
+    routes::any_of([
+        routes::health::routes(ctx.clone()),
+        routes::auth::routes(ctx.clone()),
+        routes::keys::routes(ctx.clone()),
+        routes::plans::routes(ctx.clone()),
+        routes::checkouts::routes(ctx.clone()),
+        routes::subscriptions::routes(ctx.clone()),
+        routes::events::routes(ctx.clone()),
+        routes::ledger::routes(ctx.clone()),
+        routes::openapi::routes(),
+        routes::webhooks::routes(ctx.clone()),
+        routes::pages::routes(ctx),
+        method_fallback(),
+    ])
 }
 
 /// The whole server filter: routes + recover + X-Request-Id + metrics + spans.
@@ -116,4 +173,34 @@ pub fn app(ctx: Ctx) -> impl Filter<Extract = (impl warp::Reply,), Error = Infal
 pub fn new_request_id() -> String {
     let bytes: [u8; 12] = rand::random();
     format!("req_{}", hex::encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allowed_methods_of_a_path_come_from_the_route_tables() {
+        assert_eq!(
+            allowed_methods("/api/v1/plans").as_deref(),
+            Some("GET, POST")
+        );
+        assert_eq!(
+            allowed_methods("/api/v1/auth/session").as_deref(),
+            Some("GET, POST, DELETE")
+        );
+        assert_eq!(
+            allowed_methods("/api/v1/plans/plan_1/provision").as_deref(),
+            Some("POST")
+        );
+        assert_eq!(
+            allowed_methods("/checkout/abc/pro/tx").as_deref(),
+            Some("GET")
+        );
+        assert_eq!(allowed_methods("/assets/app.js").as_deref(), Some("GET"));
+        // A parameter segment is never empty; unknown paths have no methods.
+        assert_eq!(allowed_methods("/api/v1/plans//provision"), None);
+        assert_eq!(allowed_methods("/api/v1/nothing"), None);
+        assert_eq!(allowed_methods("/"), None);
+    }
 }

@@ -1,8 +1,10 @@
 //! Cursor pagination of docs/design.md §4: `limit` (default 20, max 100), `startingAfter` /
 //! `endingBefore` (object ids), newest first; `{object:"list", data, hasMore}`.
 
+use serde::Deserialize;
+
 use crate::http::error::ApiError;
-use crate::http::extract::param;
+use crate::http::input::{self, Limit};
 
 /// Default page size.
 pub const DEFAULT_LIMIT: i64 = 20;
@@ -25,36 +27,45 @@ pub struct Page {
     pub cursor: Option<Cursor>,
 }
 
+/// The paging parameters of a list's query, as given.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageQuery {
+    #[serde(default, deserialize_with = "input::param")]
+    pub limit: Option<Limit>,
+    #[serde(default)]
+    pub starting_after: Option<String>,
+    #[serde(default)]
+    pub ending_before: Option<String>,
+}
+
 impl Page {
-    /// Reads `limit`, `startingAfter`, `endingBefore`.
-    pub fn parse(pairs: &[(String, String)]) -> Result<Page, ApiError> {
-        let limit = match param(pairs, "limit") {
-            None => DEFAULT_LIMIT,
-            Some(s) => s
-                .parse::<i64>()
-                .ok()
-                .filter(|n| (1..=MAX_LIMIT).contains(n) && !s.starts_with('+'))
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "limit",
-                        format!("`limit` must be an integer from 1 to {MAX_LIMIT}"),
-                    )
-                })?,
-        };
-        let after = param(pairs, "startingAfter");
-        let before = param(pairs, "endingBefore");
-        let cursor = match (after, before) {
+    /// The page `limit`, `startingAfter` and `endingBefore` ask for (one cursor at most).
+    pub fn new(
+        limit: Option<Limit>,
+        starting_after: Option<String>,
+        ending_before: Option<String>,
+    ) -> Result<Page, ApiError> {
+        let cursor = match (starting_after, ending_before) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::invalid(
                     "endingBefore",
                     "give `startingAfter` or `endingBefore`, not both",
                 ));
             }
-            (Some(a), None) => Some(Cursor::After(a.to_string())),
-            (None, Some(b)) => Some(Cursor::Before(b.to_string())),
+            (Some(a), None) => Some(Cursor::After(a)),
+            (None, Some(b)) => Some(Cursor::Before(b)),
             (None, None) => None,
         };
-        Ok(Page { limit, cursor })
+        Ok(Page {
+            limit: limit.map_or(DEFAULT_LIMIT, |l| l.0),
+            cursor,
+        })
+    }
+
+    /// [`Page::new`] of a [`PageQuery`].
+    pub fn of(q: PageQuery) -> Result<Page, ApiError> {
+        Page::new(q.limit, q.starting_after, q.ending_before)
     }
 
     /// The store's page for this request, given the cursor's key (looked up by the route).

@@ -6,10 +6,11 @@ use serde_json::Value;
 use tokio_postgres::GenericClient;
 
 use super::{ct_eq, sha3};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::Caller;
+use crate::http::extract::{Caller, caller};
 use crate::http::ratelimit::Allowed;
+use crate::http::reply::{Handled, Resp};
 use crate::merchants::{self, Merchant};
 
 /// The public prefix of every live key.
@@ -63,6 +64,81 @@ impl ApiKey {
 pub struct Authed {
     pub merchant: Merchant,
     pub rate: Allowed,
+}
+
+/// What a handler of the merchant API works with: the server's context, the merchant the
+/// key belongs to (every query is scoped by it), and the request's `Idempotency-Key`.
+#[derive(Clone)]
+pub struct Scope {
+    pub ctx: Ctx,
+    pub merchant: Merchant,
+    pub idempotency_key: Option<String>,
+}
+
+/// A request whose API key was accepted and counted: its [`Scope`] and the key's rate-limit
+/// state, which [`Admitted::serve`] adds to the answer.
+pub struct Admitted {
+    scope: Scope,
+    rate: Allowed,
+}
+
+impl Admitted {
+    /// Runs `handler` with the request's scope and `input`: an error becomes its error
+    /// response, an answer gets the key's `RateLimit` headers.
+    pub fn serve<I, F, Fut>(self, input: I, handler: F) -> Handled
+    where
+        F: FnOnce(Scope, I) -> Fut,
+        Fut: std::future::Future<Output = Result<Resp>> + Send + 'static,
+    {
+        let Admitted { scope, rate } = self;
+        let answer = handler(scope, input);
+        Box::pin(async move {
+            match answer.await {
+                Ok(resp) => rate.apply(resp),
+                Err(e) => e.into_resp(),
+            }
+        })
+    }
+}
+
+/// The filter every API-key route starts with (after its path and method): authenticates
+/// the key and counts the request against its limit, or rejects with the 401/429.
+pub fn authed(ctx: &Ctx) -> warp::filters::BoxedFilter<(Admitted,)> {
+    use warp::Filter;
+    with_ctx(ctx.clone())
+        .and(caller())
+        .and_then(|ctx: Ctx, c: Caller| async move {
+            let Authed { merchant, rate } =
+                authenticate(&ctx, &c).await.map_err(warp::reject::custom)?;
+            let scope = Scope {
+                ctx,
+                merchant,
+                idempotency_key: c.idempotency_key,
+            };
+            Ok::<_, warp::Rejection>(Admitted { scope, rate })
+        })
+        .boxed()
+}
+
+/// [`authed`] for a route that takes a JSON object body: the body is read first (a body over
+/// the limit is refused before the key is looked at, as for every route), the key checked,
+/// then the body parsed (415 when it is not JSON, 400 when it is not an object).
+pub fn authed_json(
+    ctx: &Ctx,
+) -> warp::filters::BoxedFilter<(Admitted, serde_json::Map<String, Value>)> {
+    use warp::Filter;
+    crate::http::reply::body_bytes()
+        .and(authed(ctx))
+        .and(warp::header::optional::<String>("content-type"))
+        .and_then(
+            |body: bytes::Bytes, a: Admitted, ct: Option<String>| async move {
+                let object = crate::http::reply::parse_json_object(ct.as_deref(), &body)
+                    .map_err(warp::reject::custom)?;
+                Ok::<_, warp::Rejection>((a, object))
+            },
+        )
+        .untuple_one()
+        .boxed()
 }
 
 /// Authenticates `Authorization: Bearer sk_live_…` and counts the request against the key's

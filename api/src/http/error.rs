@@ -42,7 +42,7 @@ pub enum ApiError {
     RouteNotFound,
     /// 405 with the methods the path allows.
     #[error("method not allowed")]
-    MethodNotAllowed { allow: &'static str },
+    MethodNotAllowed { allow: String },
     /// 409.
     #[error("{message}")]
     Conflict {

@@ -1,34 +1,15 @@
-//! Extractors and request checks every route shares: query pairs and typed parameters, the
-//! caller (client address, credentials), method fallbacks (405 with Allow), and the guard that
-//! refuses control characters anywhere in a request's text.
+//! Extractors and request checks every route shares: query pairs, the caller (client
+//! address, credentials), the unknown-name checks typed input ([`super::input`]) starts with,
+//! and the guard that refuses control characters anywhere in a request's text.
 
 use warp::Filter;
 use warp::filters::BoxedFilter;
-use warp::http::Method;
 use warp::path::FullPath;
 
 use super::client_ip::{ClientAddr, client_addr};
 use super::error::ApiError;
-use super::reply::Resp;
 
 use crate::http::codes::Code;
-
-/// The last alternative of every path: 405 with `Allow` when the method is not one of
-/// `allow` (comma-separated, e.g. "GET, POST"); otherwise steps aside (a handler for the
-/// method already answered or rejected).
-pub fn method_fallback(allow: &'static str) -> BoxedFilter<(Resp,)> {
-    warp::method()
-        .and_then(move |m: Method| async move {
-            // HEAD is not served (405 lists what is); GET routes answer GET only.
-            let allowed = allow.split(", ").any(|a| a == m.as_str());
-            if allowed {
-                Err(warp::reject::not_found())
-            } else {
-                Err(warp::reject::custom(ApiError::MethodNotAllowed { allow }))
-            }
-        })
-        .boxed()
-}
 
 /// Longest query value any route accepts (ids, cursors, times and filters are far shorter;
 /// a route may set a tighter bound for its own parameters).
@@ -84,28 +65,6 @@ pub fn check_request_text(path: &str, query: &str) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-/// A free-text query value (a filter the merchant chose, such as `customerExternalId`):
-/// 1 to `max` characters, not only whitespace, no control characters: the rules body text
-/// follows (`domain::text`), so a filter can name anything a checkout could have stored.
-pub fn text_param<'a>(
-    pairs: &'a [(String, String)],
-    name: &str,
-    max: usize,
-) -> Result<Option<&'a str>, ApiError> {
-    let Some(v) = param(pairs, name) else {
-        return Ok(None);
-    };
-    if v.trim().is_empty() || v.chars().count() > max || has_control(v) {
-        return Err(ApiError::invalid(
-            name,
-            format!(
-                "`{name}` must be 1 to {max} characters, not blank, without control characters"
-            ),
-        ));
-    }
-    Ok(Some(v))
 }
 
 /// The query string as decoded pairs (empty when there is none).
@@ -201,32 +160,6 @@ pub fn param<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
-}
-
-/// An optional block-number parameter (a non-negative integer).
-pub fn block_param(q: &[(String, String)], name: &str) -> Result<Option<i64>, ApiError> {
-    param(q, name)
-        .map(|v| {
-            v.parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0 && !v.starts_with('+'))
-                .ok_or_else(|| ApiError::invalid(name, format!("`{name}` must be a block number")))
-        })
-        .transpose()
-}
-
-/// An optional RFC 3339 time parameter.
-pub fn time_param(
-    q: &[(String, String)],
-    name: &str,
-) -> Result<Option<chrono::DateTime<chrono::Utc>>, ApiError> {
-    param(q, name)
-        .map(|v| {
-            chrono::DateTime::parse_from_rfc3339(v)
-                .map(|t| t.with_timezone(&chrono::Utc))
-                .map_err(|_| ApiError::invalid(name, format!("`{name}` must be an RFC 3339 time")))
-        })
-        .transpose()
 }
 
 #[cfg(test)]

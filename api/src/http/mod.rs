@@ -8,5 +8,6 @@ pub mod client_ip;
 pub mod codes;
 pub mod error;
 pub mod extract;
+pub mod input;
 pub mod ratelimit;
 pub mod reply;

@@ -15,22 +15,19 @@ use crate::auth::session::{self, Session, require_session};
 use crate::auth::siwe::{SiweMessage, verify_signature};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::method_fallback;
 use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
+use crate::routes::any_of;
 
 /// The sign-in router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let nonce = warp::path!("api" / "v1" / "auth" / "nonce").and(
-        warp::post()
-            .and(with_ctx(ctx.clone()))
-            .and(client_addr())
-            .then(|ctx: Ctx, client: ClientAddr| {
-                handle(async move { new_nonce(&ctx, &client).await })
-            })
-            .or(method_fallback("POST"))
-            .unify(),
-    );
-    let verify = warp::post()
+    let nonce = warp::path!("api" / "v1" / "auth" / "nonce")
+        .and(warp::post())
+        .and(with_ctx(ctx.clone()))
+        .and(client_addr())
+        .then(|ctx: Ctx, client: ClientAddr| handle(async move { new_nonce(&ctx, &client).await }));
+    let session = || warp::path!("api" / "v1" / "auth" / "session");
+    let sign_in = session()
+        .and(warp::post())
         .and(with_ctx(ctx.clone()))
         .and(client_addr())
         .and(warp::header::optional::<String>("content-type"))
@@ -40,23 +37,21 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                 handle(async move { sign_in(&ctx, &client, ct.as_deref(), &body).await })
             },
         );
-    let current = warp::get()
+    let current = session()
+        .and(warp::get())
         .and(require_session(ctx.clone()))
         .map(|s: Session| Resp::view(&session_view(&s)));
-    let logout = warp::delete()
+    let logout = session()
+        .and(warp::delete())
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx))
         .then(|ctx: Ctx, s: Session| handle(async move { logout(&ctx, &s).await }));
-    let session = warp::path!("api" / "v1" / "auth" / "session").and(
-        verify
-            .or(current)
-            .unify()
-            .or(logout)
-            .unify()
-            .or(method_fallback("GET, POST, DELETE"))
-            .unify(),
-    );
-    nonce.or(session).unify().boxed()
+    any_of([
+        nonce.boxed(),
+        sign_in.boxed(),
+        current.boxed(),
+        logout.boxed(),
+    ])
 }
 
 fn session_view(s: &Session) -> SessionView<'_> {

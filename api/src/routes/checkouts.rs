@@ -1,107 +1,91 @@
 //! `POST /api/v1/checkouts`: a signed checkout URL for one of the merchant's active plans.
 
-use bytes::Bytes;
+use chainsub_core::PlanId;
 use chainsub_views::CheckoutView;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
 
-use crate::auth::api_key::{Authed, authenticate};
-use crate::ctx::{Ctx, with_ctx};
-use crate::domain::text;
+use crate::auth::api_key::{Admitted, Scope, authed_json};
+use crate::ctx::Ctx;
 use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{Caller, caller, check_fields, method_fallback};
-use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
-use crate::routes::plans::{find, with_rate};
+use crate::http::input::{self, FromParam, Text};
+use crate::http::reply::Resp;
+use crate::routes::plans::find;
 
 /// The checkouts router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let create = warp::post()
-        .and(with_ctx(ctx))
-        .and(caller())
-        .and(body_bytes())
-        .then(|ctx: Ctx, c: Caller, body: Bytes| {
-            handle(async move { create(&ctx, &c, &body).await })
-        });
     warp::path!("api" / "v1" / "checkouts")
-        .and(create.or(method_fallback("POST")).unify())
+        .and(warp::post())
+        .and(authed_json(&ctx))
+        .then(|a: Admitted, body| a.serve(body, create))
         .boxed()
 }
 
+/// The body of `POST /api/v1/checkouts`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct NewCheckout {
-    plan_id: String,
-    customer: Option<String>,
-    expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(deserialize_with = "input::required")]
+    plan_id: PlanId,
+    #[serde(default, deserialize_with = "input::field")]
+    customer_external_id: Option<Text<128>>,
+    /// A duration rather than a time: the schema can state its bounds, and no clock of the
+    /// caller's is trusted.
+    #[serde(default, deserialize_with = "input::field")]
+    expires_in: Option<LinkSecs>,
+}
+
+impl FromParam for PlanId {
+    fn from_text(s: &str) -> Result<Self, String> {
+        PlanId::parse(s).ok_or_else(|| "must be a plan id such as \"plan_…\"".into())
+    }
 }
 
 /// The shortest and the longest a checkout link may stay valid, in seconds.
 const MIN_LINK_SECS: i64 = 60;
 const MAX_LINK_SECS: i64 = 366 * 86_400;
 
-fn parse(body: &Map<String, Value>) -> Result<NewCheckout> {
-    check_fields(body, &["planId", "customerExternalId", "expiresIn"])?;
-    let plan_id = match body.get("planId") {
-        None | Some(Value::Null) => return Err(ApiError::missing("planId")),
-        Some(Value::String(s)) if chainsub_core::PlanId::parse(s).is_some() => s.clone(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "planId",
-                "`planId` must be a plan id such as \"plan_…\"",
-            ));
-        }
-    };
-    let customer = match body.get("customerExternalId") {
-        None | Some(Value::Null) => None,
-        v => Some(text("customerExternalId", v, 128)?),
-    };
-    // A duration rather than a time: the schema can state its bounds, and no clock of the
-    // caller's is trusted.
-    let expires_at = match body.get("expiresIn") {
-        None | Some(Value::Null) => None,
-        Some(v) => {
-            // JSON Schema's integer: 694 and 694.0 alike.
-            let secs = v
-                .as_i64()
-                .or_else(|| {
-                    v.as_f64()
-                        .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
-                        .map(|f| f as i64)
-                })
-                .filter(|s| (MIN_LINK_SECS..=MAX_LINK_SECS).contains(s))
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "expiresIn",
-                        format!(
-                            "`expiresIn` must be whole seconds from {MIN_LINK_SECS} to \
-                             {MAX_LINK_SECS} (366 days)"
-                        ),
-                    )
-                })?;
-            chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp() + secs, 0)
-        }
-    };
-    Ok(NewCheckout {
-        plan_id,
-        customer,
-        expires_at,
-    })
+/// How long a checkout link stays valid, in whole seconds.
+#[derive(Debug, Clone, Copy)]
+struct LinkSecs(i64);
+
+impl FromParam for LinkSecs {
+    fn from_text(_: &str) -> Result<Self, String> {
+        Err(format!(
+            "must be whole seconds from {MIN_LINK_SECS} to {MAX_LINK_SECS} (366 days)"
+        ))
+    }
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        // JSON Schema's integer: 694 and 694.0 alike.
+        v.as_i64()
+            .or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                    .map(|f| f as i64)
+            })
+            .filter(|s| (MIN_LINK_SECS..=MAX_LINK_SECS).contains(s))
+            .map(LinkSecs)
+            .ok_or_else(|| LinkSecs::from_text("").unwrap_err())
+    }
 }
 
-async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
-    let Authed { merchant, rate } = authenticate(ctx, c).await?;
-    let body = parse_json_object(c.content_type.as_deref(), body)?;
+async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
     let request = format!("POST /api/v1/checkouts\n{}", Value::Object(body.clone()));
-    let resp = crate::idempotency::run(
+    let (ctx, merchant, key) = (&s.ctx, &s.merchant, s.idempotency_key.as_deref());
+    crate::idempotency::run(
         ctx,
-        &merchant,
-        c.idempotency_key.as_deref(),
+        merchant,
+        key,
         &request,
         std::convert::identity,
         |_| async {
-            let input = parse(&body)?;
-            let plan = find(ctx, &merchant, &input.plan_id)
+            let input: NewCheckout = input::body(&body)?;
+            let plan = find(ctx, merchant, input.plan_id.as_str())
                 .await?
                 .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
             if !plan.is_active() {
@@ -112,11 +96,14 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                     param: Some("planId".into()),
                 });
             }
+            let customer = input.customer_external_id.as_ref().map(|c| c.0.as_str());
+            let expires_at = input.expires_in.and_then(|LinkSecs(secs)| {
+                chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp() + secs, 0)
+            });
             let secret = ctx.cfg.checkout_signing_secret.expose();
-            let customer = input.customer.as_deref();
             let terms = crate::checkout::LinkTerms {
                 customer,
-                expires: input.expires_at.map(|t| t.timestamp()),
+                expires: expires_at.map(|t| t.timestamp()),
             };
             let url =
                 crate::checkout::url(&ctx.cfg.base(), secret, merchant.code(), &plan.slug, terms);
@@ -127,11 +114,11 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
             let checkout = chainsub_store::checkouts::NewCheckout {
                 public_id: &public_id,
                 plan: plan.row_id,
-                customer_external_id: input.customer.as_deref(),
+                customer_external_id: customer,
                 customer_ref,
                 url: &url,
             };
-            let created = chainsub_store::checkouts::insert(&conn, &merchant, &checkout)
+            let created = chainsub_store::checkouts::insert(&conn, merchant, &checkout)
                 .await?
                 .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
             Ok(Resp::json_view(
@@ -141,13 +128,12 @@ async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
                     object: "checkout",
                     url: &url,
                     plan_id: &plan.id,
-                    customer_external_id: input.customer.as_deref(),
-                    expires_at: input.expires_at,
+                    customer_external_id: customer,
+                    expires_at,
                     created_at: created,
                 },
             ))
         },
     )
-    .await?;
-    Ok(with_rate(resp, &rate))
+    .await
 }

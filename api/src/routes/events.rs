@@ -4,127 +4,110 @@
 
 use chainsub_core::{EventId, SubscriptionId};
 use chainsub_store::events as store;
+use chainsub_views::{EventView, ListView};
+use serde::Deserialize;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
-use crate::auth::api_key::{Authed, authenticate};
-use crate::ctx::{Ctx, with_ctx};
+use crate::auth::api_key::{Admitted, Scope, authed};
+use crate::ctx::Ctx;
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{
-    Caller, block_param, caller, check_params, method_fallback, param, query_pairs, time_param,
-};
-use crate::http::reply::{Resp, handle};
+use crate::http::input::{self, Block, FromParam, Limit, Time, query_of};
+use crate::http::reply::Resp;
 use crate::pagination::{Page, cursor_key};
-use crate::routes::plans::with_rate;
-use chainsub_views::{EventView, ListView};
+use crate::routes::any_of;
 
 /// The events router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let list = warp::path!("api" / "v1" / "events").and(
-        warp::get()
-            .and(with_ctx(ctx.clone()))
-            .and(caller())
-            .and(query_pairs())
-            .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| {
-                handle(async move { list(&ctx, &c, &q).await })
-            })
-            .or(method_fallback("GET"))
-            .unify(),
-    );
-    let one_path = || warp::path!("api" / "v1" / "events" / String);
-    let one = one_path()
+    let list = warp::path!("api" / "v1" / "events")
         .and(warp::get())
-        .and(with_ctx(ctx))
-        .and(caller())
-        .then(|id: String, ctx: Ctx, c: Caller| handle(async move { get_one(&ctx, &c, &id).await }))
-        .or(one_path()
-            .and(method_fallback("GET"))
-            .map(|_: String, r: Resp| r))
-        .unify();
-    list.or(one).unify().boxed()
+        .and(authed(&ctx))
+        .and(query_of())
+        .then(|a: Admitted, q| a.serve(q, list));
+    let get = warp::path!("api" / "v1" / "events" / String)
+        .and(warp::get())
+        .and(authed(&ctx))
+        .then(|id, a: Admitted| a.serve(id, get_one));
+    any_of([list.boxed(), get.boxed()])
 }
 
-async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
-    let Authed { merchant, rate } = authenticate(ctx, c).await?;
-    check_params(
-        q,
-        &[
-            "limit",
-            "startingAfter",
-            "endingBefore",
-            "type",
-            "subscriptionId",
-            "fromBlock",
-            "toBlock",
-            "createdGte",
-            "createdLt",
-        ],
-    )?;
-    let page = Page::parse(q)?;
-    // A lifecycle type, the retraction a deep reorg produces, or the renewal-at-risk
-    // observation.
-    let kind = param(q, "type")
-        .map(|t| {
-            use chainsub_store::events::{RENEWAL_AT_RISK, RETRACTED};
-            chainsub_abi::EventKind::parse(t)
-                .map(|k| k.as_str())
-                .or([RETRACTED, RENEWAL_AT_RISK].into_iter().find(|k| *k == t))
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "type",
-                        "`type` must be a subscription.* event type or event.retracted",
-                    )
-                })
-        })
-        .transpose()?;
-    let subscription = param(q, "subscriptionId")
-        .map(|s| {
-            SubscriptionId::parse(s).ok_or_else(|| {
-                ApiError::invalid(
-                    "subscriptionId",
-                    "`subscriptionId` must be a subscription id (sub_…)",
-                )
-            })
-        })
-        .transpose()?;
+/// The query of `GET /api/v1/events`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListEvents {
+    #[serde(default, deserialize_with = "input::param")]
+    limit: Option<Limit>,
+    #[serde(default)]
+    starting_after: Option<String>,
+    #[serde(default)]
+    ending_before: Option<String>,
+    #[serde(default, rename = "type", deserialize_with = "input::param")]
+    kind: Option<Kind>,
+    #[serde(default, deserialize_with = "input::param")]
+    subscription_id: Option<SubscriptionId>,
+    #[serde(default, deserialize_with = "input::param")]
+    from_block: Option<Block>,
+    #[serde(default, deserialize_with = "input::param")]
+    to_block: Option<Block>,
+    #[serde(default, deserialize_with = "input::param")]
+    created_gte: Option<Time>,
+    #[serde(default, deserialize_with = "input::param")]
+    created_lt: Option<Time>,
+}
+
+/// An event type to list: a lifecycle type, the retraction a deep reorg produces, or the
+/// renewal-at-risk observation.
+#[derive(Debug)]
+struct Kind(&'static str);
+
+impl FromParam for Kind {
+    fn from_text(t: &str) -> Result<Self, String> {
+        use chainsub_store::events::{RENEWAL_AT_RISK, RETRACTED};
+        chainsub_abi::EventKind::parse(t)
+            .map(|k| k.as_str())
+            .or([RETRACTED, RENEWAL_AT_RISK].into_iter().find(|k| *k == t))
+            .map(Kind)
+            .ok_or_else(|| "must be a subscription.* event type or event.retracted".into())
+    }
+}
+
+impl FromParam for SubscriptionId {
+    fn from_text(s: &str) -> Result<Self, String> {
+        SubscriptionId::parse(s).ok_or_else(|| "must be a subscription id (sub_…)".into())
+    }
+}
+
+async fn list(s: Scope, q: ListEvents) -> Result<Resp> {
+    let page = Page::new(q.limit, q.starting_after, q.ending_before)?;
     let filter = store::Filter {
-        kind,
-        subscription: subscription.as_ref(),
-        from_block: block_param(q, "fromBlock")?,
-        to_block: block_param(q, "toBlock")?,
-        created_gte: time_param(q, "createdGte")?,
-        created_lt: time_param(q, "createdLt")?,
+        kind: q.kind.map(|k| k.0),
+        subscription: q.subscription_id.as_ref(),
+        from_block: q.from_block.map(|b| b.0),
+        to_block: q.to_block.map(|b| b.0),
+        created_gte: q.created_gte.map(|t| t.0),
+        created_lt: q.created_lt.map(|t| t.0),
     };
-    let conn = ctx.pool.get().await?;
-    let (c, m) = (&conn, &merchant);
+    let conn = s.ctx.pool.get().await?;
+    let (c, m) = (&conn, &s.merchant);
     let key = cursor_key(&page, "event", EventId::parse, |id| async move {
         Ok(store::cursor_key(c, m, &id).await?)
     })
     .await?;
-    let (rows, more) = store::list(
-        &conn,
-        &merchant,
-        ctx.cfg.chain_id as i64,
-        &filter,
-        page.store_page(key),
-    )
-    .await?;
+    let chain_id = s.ctx.cfg.chain_id as i64;
+    let (rows, more) =
+        store::list(&conn, &s.merchant, chain_id, &filter, page.store_page(key)).await?;
     let data = rows.iter().map(EventView::listed).collect();
     // A listed event is under 1536 bytes of JSON.
     let size = 256 + rows.len() * 1536;
-    Ok(with_rate(
-        Resp::written(&ListView::new(data, more), size),
-        &rate,
-    ))
+    Ok(Resp::written(&ListView::new(data, more), size))
 }
 
-async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
-    let Authed { merchant, rate } = authenticate(ctx, c).await?;
+async fn get_one(s: Scope, id: String) -> Result<Resp> {
     let not_found = || ApiError::not_found("event", Some("id"));
-    let id = EventId::parse(id).ok_or_else(not_found)?;
-    let conn = ctx.pool.get().await?;
-    let row = store::get(&conn, &merchant, ctx.cfg.chain_id as i64, &id)
+    let id = EventId::parse(&id).ok_or_else(not_found)?;
+    let conn = s.ctx.pool.get().await?;
+    let row = store::get(&conn, &s.merchant, s.ctx.cfg.chain_id as i64, &id)
         .await?
         .ok_or_else(not_found)?;
-    Ok(with_rate(Resp::view(&EventView::listed(&row)), &rate))
+    Ok(Resp::view(&EventView::listed(&row)))
 }

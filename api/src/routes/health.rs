@@ -14,18 +14,15 @@ use warp::http::StatusCode;
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::client_ip::{ClientAddr, client_addr};
 use crate::http::error::ApiError;
-use crate::http::extract::method_fallback;
 use crate::http::reply::{Resp, handle};
-use crate::routes::plans::with_rate;
 
 /// The health router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let get = warp::get()
+    warp::path!("api" / "v1" / "health")
+        .and(warp::get())
         .and(with_ctx(ctx))
         .and(client_addr())
-        .then(|ctx: Ctx, client: ClientAddr| handle(async move { health(&ctx, &client).await }));
-    warp::path!("api" / "v1" / "health")
-        .and(get.or(method_fallback("GET")).unify())
+        .then(|ctx: Ctx, client: ClientAddr| handle(async move { health(&ctx, &client).await }))
         .boxed()
 }
 
@@ -37,7 +34,7 @@ async fn health(ctx: &Ctx, client: &ClientAddr) -> Result<Resp, ApiError> {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    Ok(with_rate(Resp::json_view(status, &probe.public), &rate))
+    Ok(rate.apply(Resp::json_view(status, &probe.public)))
 }
 
 /// `GET /health` on the metrics listener: the public health, the database and the

@@ -11,18 +11,21 @@ use warp::http::StatusCode;
 use crate::auth::api_key;
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
-use crate::http::codes::Code;
-use crate::http::error::{ApiError, Result};
-use crate::http::extract::method_fallback;
+use crate::http::error::Result;
+use crate::http::input::no_fields;
 use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
+use crate::routes::any_of;
 
 /// The keys router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let get = warp::get()
+    let path = || warp::path!("api" / "v1" / "auth" / "keys");
+    let get = path()
+        .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx.clone()))
         .then(|ctx: Ctx, s: Session| handle(async move { get_status(&ctx, &s).await }));
-    let post = warp::post()
+    let post = path()
+        .and(warp::post())
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx.clone()))
         .and(warp::header::optional::<String>("idempotency-key"))
@@ -33,20 +36,12 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                 handle(async move { create(&ctx, &s, key.as_deref(), ct.as_deref(), &body).await })
             },
         );
-    let delete = warp::delete()
+    let delete = path()
+        .and(warp::delete())
         .and(with_ctx(ctx.clone()))
         .and(require_session(ctx))
         .then(|ctx: Ctx, s: Session| handle(async move { revoke(&ctx, &s).await }));
-    warp::path!("api" / "v1" / "auth" / "keys")
-        .and(
-            get.or(post)
-                .unify()
-                .or(delete)
-                .unify()
-                .or(method_fallback("GET, POST, DELETE"))
-                .unify(),
-        )
-        .boxed()
+    any_of([get.boxed(), post.boxed(), delete.boxed()])
 }
 
 async fn get_status(ctx: &Ctx, s: &Session) -> Result<Resp> {
@@ -70,14 +65,7 @@ async fn create(
     ct: Option<&str>,
     body: &[u8],
 ) -> Result<Resp> {
-    let body = parse_json_object(ct, body)?;
-    if let Some(k) = body.keys().next() {
-        return Err(ApiError::Invalid {
-            code: Code::ParameterUnknown,
-            message: format!("unknown field `{k}` (this request takes no body)"),
-            param: Some(k.clone()),
-        });
-    }
+    no_fields(&parse_json_object(ct, body)?)?;
     crate::idempotency::run(
         ctx,
         &s.merchant,

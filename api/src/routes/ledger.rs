@@ -9,18 +9,16 @@ use bytes::Bytes;
 use chainsub_store::export::{self as store, PageAfter, Range};
 use chainsub_views::{ExportEntryView, ExportTotals, csv_header};
 use futures::SinkExt;
+use serde::Deserialize;
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
-use crate::auth::api_key::{Authed, authenticate};
-use crate::ctx::{Ctx, with_ctx};
+use crate::auth::api_key::{Admitted, Scope, authed};
+use crate::ctx::Ctx;
 use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{
-    Caller, block_param, caller, check_params, method_fallback, param, query_pairs, time_param,
-};
-use crate::http::reply::{Resp, StreamBody, StreamChunk, handle};
-use crate::routes::plans::with_rate;
+use crate::http::input::{self, Block, Time, query_of};
+use crate::http::reply::{Resp, StreamBody, StreamChunk};
 
 /// A chunk is sent once this many bytes are written.
 const CHUNK: usize = 64 * 1024;
@@ -66,35 +64,37 @@ impl Format {
 /// The ledger export router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     warp::path!("api" / "v1" / "ledger")
-        .and(
-            warp::get()
-                .and(with_ctx(ctx))
-                .and(caller())
-                .and(query_pairs())
-                .and(warp::header::optional::<String>("accept"))
-                .then(
-                    |ctx: Ctx, c: Caller, q: Vec<(String, String)>, accept: Option<String>| {
-                        handle(async move { export(&ctx, &c, &q, accept.as_deref()).await })
-                    },
-                )
-                .or(method_fallback("GET"))
-                .unify(),
-        )
+        .and(warp::get())
+        .and(authed(&ctx))
+        .and(query_of())
+        .and(warp::header::optional::<String>("accept"))
+        .then(|a: Admitted, q, accept| a.serve((q, accept), export))
         .boxed()
 }
 
-async fn export(
-    ctx: &Ctx,
-    c: &Caller,
-    q: &[(String, String)],
-    accept: Option<&str>,
-) -> Result<Resp> {
-    let Authed { merchant, rate } = authenticate(ctx, c).await?;
-    check_params(q, &["fromBlock", "toBlock", "from", "to", "format"])?;
-    let format = Format::choose(param(q, "format"), accept)?;
-    let from_block = block_param(q, "fromBlock")?.unwrap_or(0);
-    let from_time = time_param(q, "from")?;
-    let to_time = time_param(q, "to")?;
+/// The query of `GET /api/v1/ledger`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ExportQuery {
+    #[serde(default, deserialize_with = "input::param")]
+    from_block: Option<Block>,
+    #[serde(default, deserialize_with = "input::param")]
+    to_block: Option<Block>,
+    #[serde(default, deserialize_with = "input::param")]
+    from: Option<Time>,
+    #[serde(default, deserialize_with = "input::param")]
+    to: Option<Time>,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+async fn export(s: Scope, (q, accept): (ExportQuery, Option<String>)) -> Result<Resp> {
+    let Scope { ctx, merchant, .. } = s;
+    let ctx = &ctx;
+    let format = Format::choose(q.format.as_deref(), accept.as_deref())?;
+    let from_block = q.from_block.map_or(0, |b| b.0);
+    let from_time = q.from.map(|t| t.0);
+    let to_time = q.to.map(|t| t.0);
     // One export per merchant at a time: a slow reader holds its own slot, never a second.
     let mine = ExportOf::claim(ctx, merchant.id()).ok_or_else(|| ApiError::Quota {
         code: Code::ExportInProgress,
@@ -120,8 +120,8 @@ async fn export(
     let page_rows = ctx.cfg.ledger_export_page_rows;
     let chain_id = ctx.cfg.chain_id as i64;
     let conn = ctx.pool.get().await?;
-    let to_block = match block_param(q, "toBlock")? {
-        Some(b) => b,
+    let to_block = match q.to_block {
+        Some(Block(b)) => b,
         None => {
             // Only what can no longer be reorganized away (by CONFIRMATIONS): -1 (nothing)
             // before the indexer has gone that far.
@@ -192,7 +192,7 @@ async fn export(
             }
         }
     });
-    Ok(with_rate(Resp::stream(format.content_type(), body), &rate))
+    Ok(Resp::stream(format.content_type(), body))
 }
 
 /// A merchant's running export, released when dropped.

@@ -3,7 +3,6 @@
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
-use crate::http::extract::method_fallback;
 use crate::http::reply::Resp;
 
 /// The document, embedded at compile time.
@@ -11,8 +10,8 @@ pub const OPENAPI_JSON: &str = include_str!("../../openapi.json");
 
 /// The router.
 pub fn routes() -> BoxedFilter<(Resp,)> {
-    let get = warp::get().map(|| Resp::raw("application/json", OPENAPI_JSON));
     warp::path!("api" / "v1" / "openapi.json")
-        .and(get.or(method_fallback("GET")).unify())
+        .and(warp::get())
+        .map(|| Resp::raw("application/json", OPENAPI_JSON))
         .boxed()
 }

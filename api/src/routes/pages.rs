@@ -25,10 +25,11 @@ use crate::ctx::{Ctx, with_ctx};
 use crate::http::client_ip::{ClientAddr, client_addr};
 use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{method_fallback, param, query_pairs};
+use crate::http::extract::{param, query_pairs};
 use crate::http::reply::{Resp, handle, respond};
 use crate::pages::html::error_page;
 use crate::pages::{account, account_view, assets, checkout, checkout_view, dashboard};
+use crate::routes::any_of;
 use crate::webhook_settings as settings;
 
 type Query = Vec<(String, String)>;
@@ -40,8 +41,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .inspect_err(|e| tracing::error!(error = %e, "checkout pages cannot read the chain"))
         .ok();
 
-    let page_path = || warp::path!("checkout" / String / String);
-    let checkout_page = page_path()
+    let checkout_page = warp::path!("checkout" / String / String)
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(client_addr())
@@ -52,14 +52,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                     .await
                     .unwrap_or_else(html_error)
             },
-        )
-        .or(page_path()
-            .and(method_fallback("GET"))
-            .map(|_: String, _: String, r: Resp| r))
-        .unify();
-
-    let tx_path = || warp::path!("checkout" / String / String / "tx");
-    let tx = tx_path()
+        );
+    let tx = warp::path!("checkout" / String / String / "tx")
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
         .and(with_provider(provider.clone()))
@@ -76,118 +70,82 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                     transactions(&ctx, provider.as_ref(), &remote, &code, &slug, &q).await
                 })
             },
-        )
-        .or(tx_path()
-            .and(method_fallback("GET"))
-            .map(|_: String, _: String, r: Resp| r))
-        .unify();
-
-    let account_page = warp::path!("account").and(
-        warp::get()
-            .and(with_ctx(ctx.clone()))
-            .and(client_addr())
-            .and(query_pairs())
-            .then(|ctx: Ctx, remote: ClientAddr, q: Query| async move {
-                account_page(&ctx, &remote, &q)
+        );
+    let account_page = warp::path!("account")
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(client_addr())
+        .and(query_pairs())
+        .then(|ctx: Ctx, remote: ClientAddr, q: Query| async move {
+            account_page(&ctx, &remote, &q)
+                .await
+                .unwrap_or_else(html_error)
+        });
+    let account_challenge = warp::path!("account" / "challenge")
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(client_addr())
+        .and(query_pairs())
+        .map(|ctx: Ctx, remote: ClientAddr, q: Query| {
+            respond(account_challenge(&ctx, &remote, &q))
+        });
+    let account_list = warp::path!("account" / "subscriptions")
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(client_addr())
+        .and(query_pairs())
+        .and(warp::header::optional::<String>("x-wallet-proof-issued-at"))
+        .and(warp::header::optional::<String>("x-wallet-proof-signature"))
+        .then(
+            |ctx: Ctx,
+             remote: ClientAddr,
+             q: Query,
+             issued_at: Option<String>,
+             signature: Option<String>| async move {
+                let proof = (issued_at.as_deref(), signature.as_deref());
+                respond(account_subscriptions(&ctx, &remote, &q, proof).await)
+            },
+        );
+    let account_cancel = warp::path!("account" / "cancel-tx")
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(with_provider(provider))
+        .and(client_addr())
+        .and(query_pairs())
+        .then(
+            |ctx: Ctx, provider: Option<DynProvider>, remote: ClientAddr, q: Query| {
+                handle(async move { account_cancel_tx(&ctx, provider.as_ref(), &remote, &q).await })
+            },
+        );
+    let dash = warp::path!("dashboard" / "developers")
+        .and(warp::get())
+        .and(with_ctx(ctx))
+        .and(warp::header::optional::<String>("cookie"))
+        .and(client_addr())
+        .then(
+            |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
+                developers(&ctx, cookie.as_deref(), &remote)
                     .await
                     .unwrap_or_else(html_error)
-            })
-            .or(method_fallback("GET"))
-            .unify(),
-    );
-    let account_challenge = warp::path!("account" / "challenge").and(
-        warp::get()
-            .and(with_ctx(ctx.clone()))
-            .and(client_addr())
-            .and(query_pairs())
-            .then(|ctx: Ctx, remote: ClientAddr, q: Query| async move {
-                respond(account_challenge(&ctx, &remote, &q))
-            })
-            .or(method_fallback("GET"))
-            .unify(),
-    );
-    let account_list = warp::path!("account" / "subscriptions").and(
-        warp::get()
-            .and(with_ctx(ctx.clone()))
-            .and(client_addr())
-            .and(query_pairs())
-            .and(warp::header::optional::<String>("x-wallet-proof-issued-at"))
-            .and(warp::header::optional::<String>("x-wallet-proof-signature"))
-            .then(
-                |ctx: Ctx,
-                 remote: ClientAddr,
-                 q: Query,
-                 issued_at: Option<String>,
-                 signature: Option<String>| async move {
-                    let proof = (issued_at.as_deref(), signature.as_deref());
-                    respond(account_subscriptions(&ctx, &remote, &q, proof).await)
-                },
-            )
-            .or(method_fallback("GET"))
-            .unify(),
-    );
-    let account_cancel =
-        warp::path!("account" / "cancel-tx").and(
-            warp::get()
-                .and(with_ctx(ctx.clone()))
-                .and(with_provider(provider))
-                .and(client_addr())
-                .and(query_pairs())
-                .then(
-                    |ctx: Ctx, provider: Option<DynProvider>, remote: ClientAddr, q: Query| {
-                        handle(async move {
-                            account_cancel_tx(&ctx, provider.as_ref(), &remote, &q).await
-                        })
-                    },
-                )
-                .or(method_fallback("GET"))
-                .unify(),
+            },
         );
-
-    let dash = warp::path!("dashboard" / "developers").and(
-        warp::get()
-            .and(with_ctx(ctx))
-            .and(warp::header::optional::<String>("cookie"))
-            .and(client_addr())
-            .then(
-                |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
-                    developers(&ctx, cookie.as_deref(), &remote)
-                        .await
-                        .unwrap_or_else(html_error)
-                },
-            )
-            .or(method_fallback("GET"))
-            .unify(),
-    );
-
-    let asset_path = || warp::path!("assets" / String);
-    let asset = asset_path()
-        .and(warp::get())
-        .map(|name: String| match assets::get(&name) {
-            Some((ct, body)) => Resp::raw(ct, body).header("x-content-type-options", "nosniff"),
-            None => ApiError::not_found("asset", None).into_resp(),
-        })
-        .or(asset_path()
-            .and(method_fallback("GET"))
-            .map(|_: String, r: Resp| r))
-        .unify();
-
-    checkout_page
-        .or(tx)
-        .unify()
-        .or(account_page)
-        .unify()
-        .or(account_challenge)
-        .unify()
-        .or(account_list)
-        .unify()
-        .or(account_cancel)
-        .unify()
-        .or(dash)
-        .unify()
-        .or(asset)
-        .unify()
-        .boxed()
+    let asset =
+        warp::path!("assets" / String)
+            .and(warp::get())
+            .map(|name: String| match assets::get(&name) {
+                Some((ct, body)) => Resp::raw(ct, body).header("x-content-type-options", "nosniff"),
+                None => ApiError::not_found("asset", None).into_resp(),
+            });
+    any_of([
+        checkout_page.boxed(),
+        tx.boxed(),
+        account_page.boxed(),
+        account_challenge.boxed(),
+        account_list.boxed(),
+        account_cancel.boxed(),
+        dash.boxed(),
+        asset.boxed(),
+    ])
 }
 
 fn with_provider(

@@ -7,75 +7,50 @@
 //! `provisioning.error`). Retrying is always safe: the contract refuses a second plan with
 //! the same `planRef`, and every attempt asks the chain first.
 
+use std::convert::identity;
+
 use alloy::primitives::{B256, U256};
-use bytes::Bytes;
 use chainsub_core::PlanId;
 use chainsub_store::plans::{self as store, Inserted, PlanRow};
 use chainsub_views::{ListView, PlanView};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::StatusCode;
 
-use crate::auth::api_key::{Authed, authenticate};
-use crate::ctx::{Ctx, with_ctx};
-use crate::domain::{Amount, Slug, random_hex, text};
+use crate::auth::api_key::{Admitted, Scope, authed, authed_json};
+use crate::ctx::Ctx;
+use crate::domain::{Amount, Slug, random_hex};
 use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{
-    Caller, caller, check_fields, check_params, method_fallback, query_pairs,
-};
-use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
+use crate::http::input::{self, FromParam, Text, no_fields, query_of};
+use crate::http::reply::Resp;
 use crate::merchants::Merchant;
-use crate::pagination::{Page, cursor_key};
+use crate::pagination::{Page, PageQuery, cursor_key};
 use crate::relayer::{Journal, Outcome, PlanTerms, Sent};
+use crate::routes::any_of;
 
 /// The plans router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let list = warp::get()
-        .and(with_ctx(ctx.clone()))
-        .and(caller())
-        .and(query_pairs())
-        .then(|ctx: Ctx, c: Caller, q: Vec<(String, String)>| {
-            handle(async move { list(&ctx, &c, &q).await })
-        });
-    let create = warp::post()
-        .and(with_ctx(ctx.clone()))
-        .and(caller())
-        .and(body_bytes())
-        .then(|ctx: Ctx, c: Caller, body: Bytes| {
-            handle(async move { create(&ctx, &c, &body).await })
-        });
-    let collection = warp::path!("api" / "v1" / "plans").and(
-        list.or(create)
-            .unify()
-            .or(method_fallback("GET, POST"))
-            .unify(),
-    );
-    let one_path = || warp::path!("api" / "v1" / "plans" / String);
-    let one = one_path()
+    let list = warp::path!("api" / "v1" / "plans")
         .and(warp::get())
-        .and(with_ctx(ctx.clone()))
-        .and(caller())
-        .then(|id: String, ctx: Ctx, c: Caller| handle(async move { get_one(&ctx, &c, &id).await }))
-        .or(one_path()
-            .and(method_fallback("GET"))
-            .map(|_: String, r: Resp| r))
-        .unify();
-    let prov_path = || warp::path!("api" / "v1" / "plans" / String / "provision");
-    let provision = prov_path()
+        .and(authed(&ctx))
+        .and(query_of())
+        .then(|a: Admitted, q| a.serve(q, list));
+    let create = warp::path!("api" / "v1" / "plans")
         .and(warp::post())
-        .and(with_ctx(ctx))
-        .and(caller())
-        .and(body_bytes())
-        .then(|id: String, ctx: Ctx, c: Caller, body: Bytes| {
-            handle(async move { retry(&ctx, &c, &id, &body).await })
-        })
-        .or(prov_path()
-            .and(method_fallback("POST"))
-            .map(|_: String, r: Resp| r))
-        .unify();
-    collection.or(one).unify().or(provision).unify().boxed()
+        .and(authed_json(&ctx))
+        .then(|a: Admitted, body| a.serve(body, create));
+    let get = warp::path!("api" / "v1" / "plans" / String)
+        .and(warp::get())
+        .and(authed(&ctx))
+        .then(|id, a: Admitted| a.serve(id, get_one));
+    let provision = warp::path!("api" / "v1" / "plans" / String / "provision")
+        .and(warp::post())
+        .and(authed_json(&ctx))
+        .then(|id, a: Admitted, body| a.serve((id, body), retry));
+    any_of([list.boxed(), create.boxed(), get.boxed(), provision.boxed()])
 }
 
 /// The plan object of docs/design.md §4.
@@ -98,130 +73,126 @@ pub async fn find(ctx: &Ctx, merchant: &Merchant, public_id: &str) -> Result<Opt
     Ok(store::get(&conn, merchant, ctx.cfg.chain_id as i64, &id).await?)
 }
 
-async fn list(ctx: &Ctx, c: &Caller, q: &[(String, String)]) -> Result<Resp> {
-    let Authed { merchant, rate } = authenticate(ctx, c).await?;
-    check_params(q, &["limit", "startingAfter", "endingBefore"])?;
-    let page = Page::parse(q)?;
-    let conn = ctx.pool.get().await?;
-    let (c, m) = (&conn, &merchant);
+async fn list(s: Scope, q: PageQuery) -> Result<Resp> {
+    let page = Page::of(q)?;
+    let conn = s.ctx.pool.get().await?;
+    let (c, m) = (&conn, &s.merchant);
     let key = cursor_key(&page, "plan", PlanId::parse, |id| async move {
         Ok(store::cursor_key(c, m, &id).await?)
     })
     .await?;
-    let (rows, more) = store::list(
-        &conn,
-        &merchant,
-        ctx.cfg.chain_id as i64,
-        page.store_page(key),
-    )
-    .await?;
-    let data = rows.iter().map(|r| plan_view(ctx, r)).collect();
-    Ok(with_rate(Resp::view(&ListView::new(data, more)), &rate))
+    let chain_id = s.ctx.cfg.chain_id as i64;
+    let (rows, more) = store::list(&conn, &s.merchant, chain_id, page.store_page(key)).await?;
+    let data = rows.iter().map(|r| plan_view(&s.ctx, r)).collect();
+    Ok(Resp::view(&ListView::new(data, more)))
 }
 
-/// Adds the key's RateLimit headers to a successful response.
-pub fn with_rate(mut resp: Resp, rate: &crate::http::ratelimit::Allowed) -> Resp {
-    for (k, v) in rate.headers() {
-        resp = resp.header(k, &v);
-    }
-    resp
-}
-
-async fn get_one(ctx: &Ctx, c: &Caller, id: &str) -> Result<Resp> {
-    let Authed { merchant, rate } = authenticate(ctx, c).await?;
-    let row = find(ctx, &merchant, id)
+async fn get_one(s: Scope, id: String) -> Result<Resp> {
+    let row = find(&s.ctx, &s.merchant, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
-    Ok(with_rate(Resp::view(&plan_view(ctx, &row)), &rate))
+    Ok(Resp::view(&plan_view(&s.ctx, &row)))
 }
 
-/// Validated input of POST /plans.
+/// The body of `POST /api/v1/plans`.
+#[derive(Debug, Deserialize)]
 struct NewPlan {
-    name: String,
+    #[serde(deserialize_with = "input::required")]
+    name: Text<100>,
+    #[serde(deserialize_with = "input::required")]
     amount: Amount,
+    #[serde(deserialize_with = "input::required")]
+    #[expect(dead_code, reason = "required and checked; USDC is the one currency")]
+    currency: Usdc,
+    #[serde(deserialize_with = "input::required")]
+    #[expect(
+        dead_code,
+        reason = "required and checked; a month is the one interval"
+    )]
+    interval: Month,
+    #[serde(default, deserialize_with = "input::field")]
     slug: Option<Slug>,
 }
 
-fn parse_new_plan(body: &Map<String, Value>) -> Result<NewPlan> {
-    check_fields(body, &["name", "amount", "currency", "interval", "slug"])?;
-    let name = text("name", body.get("name"), 100)?;
-    let amount = match body.get("amount") {
-        None => return Err(ApiError::missing("amount")),
-        Some(Value::String(s)) => {
-            Amount::parse(s).map_err(|e| ApiError::invalid("amount", format!("`amount` {e}")))?
-        }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "amount",
-                "`amount` must be a decimal string such as \"9.99\", not a number",
-            ));
-        }
-    };
-    match body.get("currency") {
-        None => return Err(ApiError::missing("currency")),
-        Some(Value::String(s)) if s == "USDC" => {}
-        Some(_) => return Err(ApiError::invalid("currency", "`currency` must be \"USDC\"")),
+impl FromParam for Amount {
+    fn from_text(s: &str) -> Result<Self, String> {
+        Amount::parse(s).map_err(|e| e.to_string())
     }
-    match body.get("interval") {
-        None => return Err(ApiError::missing("interval")),
-        Some(Value::String(s)) if s == "month" => {}
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "interval",
-                "`interval` must be \"month\"",
-            ));
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::String(s) => Amount::from_text(s),
+            _ => Err("must be a decimal string such as \"9.99\", not a number".into()),
         }
     }
-    let slug = match body.get("slug") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => {
-            Some(Slug::parse(s).map_err(|e| ApiError::invalid("slug", format!("`slug` {e}")))?)
-        }
-        Some(_) => return Err(ApiError::invalid("slug", "`slug` must be a string")),
-    };
-    Ok(NewPlan { name, amount, slug })
 }
 
-async fn create(ctx: &Ctx, c: &Caller, body: &[u8]) -> Result<Resp> {
-    let Authed { merchant, rate } = authenticate(ctx, c).await?;
-    let body = parse_json_object(c.content_type.as_deref(), body)?;
+impl FromParam for Slug {
+    fn from_text(s: &str) -> Result<Self, String> {
+        Slug::parse(s).map_err(|e| e.to_string())
+    }
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        v.as_str()
+            .ok_or_else(|| "must be a string".to_string())
+            .and_then(Slug::from_text)
+    }
+}
+
+/// `"USDC"`, the one currency.
+#[derive(Debug)]
+struct Usdc;
+
+impl FromParam for Usdc {
+    fn from_text(s: &str) -> Result<Self, String> {
+        (s == "USDC")
+            .then_some(Usdc)
+            .ok_or_else(|| "must be \"USDC\"".into())
+    }
+}
+
+/// `"month"`, the one interval.
+#[derive(Debug)]
+struct Month;
+
+impl FromParam for Month {
+    fn from_text(s: &str) -> Result<Self, String> {
+        (s == "month")
+            .then_some(Month)
+            .ok_or_else(|| "must be \"month\"".into())
+    }
+}
+
+async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
     let request = format!("POST /api/v1/plans\n{}", Value::Object(body.clone()));
-    let resp = crate::idempotency::run(
-        ctx,
-        &merchant,
-        c.idempotency_key.as_deref(),
-        &request,
-        std::convert::identity,
-        |_| async {
-            let input = parse_new_plan(&body)?;
-            let key = c.idempotency_key.as_deref();
-            let (id, active) = match existing_for_key(ctx, &merchant, key, &input).await? {
-                Some(found) => found,
-                None => {
-                    // Bounded spend: nothing is written when the merchant's quota is used
-                    // up or the relayer cannot pay.
-                    check_quota(ctx, &merchant).await?;
-                    if let Some(relayer) = &ctx.relayer {
-                        relayer.ready_for(&ctx.pool, &merchant).await?;
-                    }
-                    (insert(ctx, &merchant, &input, key).await?, false)
+    let (ctx, merchant, key) = (&s.ctx, &s.merchant, s.idempotency_key.as_deref());
+    crate::idempotency::run(ctx, merchant, key, &request, identity, |_| async {
+        let input: NewPlan = input::body(&body)?;
+        let (id, active) = match existing_for_key(ctx, merchant, key, &input).await? {
+            Some(found) => found,
+            None => {
+                // Bounded spend: nothing is written when the merchant's quota is used up or
+                // the relayer cannot pay.
+                check_quota(ctx, merchant).await?;
+                if let Some(relayer) = &ctx.relayer {
+                    relayer.ready_for(&ctx.pool, merchant).await?;
                 }
-            };
-            if !active {
-                provision(ctx, &merchant, id).await?;
+                (insert(ctx, merchant, &input, key).await?, false)
             }
-            let conn = ctx.pool.get().await?;
-            let row = store::get_by_row_id(&conn, &merchant, ctx.cfg.chain_id as i64, id)
-                .await?
-                .ok_or_else(|| ApiError::Internal(format!("plan row {id} vanished")))?;
-            Ok(Resp::with_status(
-                StatusCode::CREATED,
-                plan_value(ctx, &row)?,
-            ))
-        },
-    )
-    .await?;
-    Ok(with_rate(resp, &rate))
+        };
+        if !active {
+            provision(ctx, merchant, id).await?;
+        }
+        let conn = ctx.pool.get().await?;
+        let row = store::get_by_row_id(&conn, merchant, ctx.cfg.chain_id as i64, id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("plan row {id} vanished")))?;
+        Ok(Resp::with_status(
+            StatusCode::CREATED,
+            plan_value(ctx, &row)?,
+        ))
+    })
+    .await
 }
 
 /// PLAN_CREATIONS_PER_DAY: a merchant's plans created in the last 24 hours.
@@ -265,7 +236,7 @@ async fn existing_for_key(
     let Some(row) = chainsub_store::plans::by_idempotency_key(&conn, merchant, key).await? else {
         return Ok(None);
     };
-    let same = row.name == input.name
+    let same = row.name == input.name.0
         && row.amount == input.amount.base_units().to_string()
         && input.slug.as_ref().is_none_or(|s| row.slug == s.as_str());
     if !same {
@@ -288,7 +259,7 @@ async fn insert(
     let base = input
         .slug
         .clone()
-        .unwrap_or_else(|| Slug::from_name(&input.name));
+        .unwrap_or_else(|| Slug::from_name(&input.name.0));
     for attempt in 0..5 {
         // A derived slug that is taken gets a short random suffix; an explicit one is a 409.
         let slug = if attempt == 0 {
@@ -299,7 +270,7 @@ async fn insert(
         let public_id = PlanId::random(12);
         let row = chainsub_store::plans::NewPlan {
             public_id: &public_id,
-            name: &input.name,
+            name: &input.name.0,
             amount: input.amount.base_units(),
             slug: &slug,
             plan_ref: rand::random(),
@@ -461,40 +432,25 @@ async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
     Ok(())
 }
 
-async fn retry(ctx: &Ctx, c: &Caller, id: &str, body: &[u8]) -> Result<Resp> {
-    let Authed { merchant, rate } = authenticate(ctx, c).await?;
-    let body = parse_json_object(c.content_type.as_deref(), body)?;
-    if let Some(k) = body.keys().next() {
-        return Err(ApiError::Invalid {
-            code: Code::ParameterUnknown,
-            message: format!("unknown field `{k}` (this request takes no body)"),
-            param: Some(k.clone()),
-        });
-    }
+async fn retry(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Resp> {
+    no_fields(&body)?;
     let request = format!("POST /api/v1/plans/{id}/provision");
-    let resp = crate::idempotency::run(
-        ctx,
-        &merchant,
-        c.idempotency_key.as_deref(),
-        &request,
-        std::convert::identity,
-        |_| async {
-            let row = find(ctx, &merchant, id)
-                .await?
-                .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
-            if row.is_active() {
-                return Ok(Resp::json(plan_value(ctx, &row)?));
-            }
-            if let Some(relayer) = &ctx.relayer {
-                relayer.ready_for(&ctx.pool, &merchant).await?;
-            }
-            provision(ctx, &merchant, row.row_id).await?;
-            let row = find(ctx, &merchant, id)
-                .await?
-                .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
-            Ok(Resp::json(plan_value(ctx, &row)?))
-        },
-    )
-    .await?;
-    Ok(with_rate(resp, &rate))
+    let (ctx, merchant, key) = (&s.ctx, &s.merchant, s.idempotency_key.as_deref());
+    crate::idempotency::run(ctx, merchant, key, &request, identity, |_| async {
+        let row = find(ctx, merchant, &id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
+        if row.is_active() {
+            return Ok(Resp::json(plan_value(ctx, &row)?));
+        }
+        if let Some(relayer) = &ctx.relayer {
+            relayer.ready_for(&ctx.pool, merchant).await?;
+        }
+        provision(ctx, merchant, row.row_id).await?;
+        let row = find(ctx, merchant, &id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
+        Ok(Resp::json(plan_value(ctx, &row)?))
+    })
+    .await
 }

@@ -19,6 +19,7 @@ use chainsub_core::OutboxStatus;
 use chainsub_views::{
     PreviousSecretView, QueuedDeliveryView, RotatedSecretView, WebhookSecretsView,
 };
+use serde::Deserialize;
 use serde_json::{Value, json};
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -27,133 +28,97 @@ use warp::http::StatusCode;
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
-use crate::http::extract::{check_fields, check_params, method_fallback, param, query_pairs};
-use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
+use crate::http::input::{self, Limit, query_of};
+use crate::http::reply::{Handled, Resp, body_bytes, handle, parse_json_object};
+use crate::routes::any_of;
 use crate::webhook_settings::{self as settings, WebhookUrl};
 
 /// The webhook settings router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
-    let base = warp::path("dashboard")
-        .and(warp::path("api"))
-        .and(warp::path("webhook"));
-    let session = require_session(ctx.clone());
-
-    let get_endpoint = warp::path::end()
+    let session = || with_ctx(ctx.clone()).and(require_session(ctx.clone()));
+    let base = || warp::path!("dashboard" / "api" / "webhook" / ..);
+    let get_endpoint = base()
+        .and(warp::path::end())
         .and(warp::get())
-        .and(with_ctx(ctx.clone()))
-        .and(session.clone())
+        .and(session())
         .then(|ctx: Ctx, s: Session| handle(async move { endpoint(&ctx, &s).await }));
-    let endpoint_path = get_endpoint
-        .or(warp::path::end().and(method_fallback("GET")))
-        .unify();
-
-    let put_url = warp::path!("url")
+    let put_url = base()
+        .and(warp::path!("url"))
         .and(warp::put())
-        .and(with_ctx(ctx.clone()))
-        .and(session.clone())
+        .and(session())
         .and(warp::header::optional::<String>("content-type"))
         .and(body_bytes())
         .then(|ctx: Ctx, s: Session, ct: Option<String>, body: Bytes| {
             handle(async move { set_url(&ctx, &s, ct.as_deref(), &body).await })
         });
-    let url_path = put_url
-        .or(warp::path!("url").and(method_fallback("PUT")))
-        .unify();
-
-    let reveal = warp::path!("secret")
+    let reveal = base()
+        .and(warp::path!("secret"))
         .and(warp::get())
-        .and(with_ctx(ctx.clone()))
-        .and(session.clone())
+        .and(session())
         .then(|ctx: Ctx, s: Session| handle(async move { reveal(&ctx, &s).await }));
-    let secret_path = reveal
-        .or(warp::path!("secret").and(method_fallback("GET")))
-        .unify();
-
-    let rotate = post(&ctx, warp::path!("secret" / "rotate").boxed(), |ctx, s| {
-        Box::pin(async move { rotate(&ctx, &s).await })
-    });
-    let revoke = post(
-        &ctx,
-        warp::path!("secret" / "revoke-previous").boxed(),
-        |ctx, s| Box::pin(async move { revoke_previous(&ctx, &s).await }),
-    );
-    let enable = post(&ctx, warp::path!("enable").boxed(), |ctx, s| {
-        Box::pin(async move { enable(&ctx, &s).await })
-    });
-    let test = post(&ctx, warp::path!("test").boxed(), |ctx, s| {
-        Box::pin(async move { send_test(&ctx, &s).await })
-    });
-
-    let list = warp::path!("deliveries")
+    let deliveries = base()
+        .and(warp::path!("deliveries"))
         .and(warp::get())
-        .and(with_ctx(ctx.clone()))
-        .and(session.clone())
-        .and(query_pairs())
-        .then(|ctx: Ctx, s: Session, q: Vec<(String, String)>| {
-            handle(async move { deliveries(&ctx, &s, &q).await })
+        .and(session())
+        .and(query_of())
+        .then(|ctx: Ctx, s: Session, q: ListDeliveries| {
+            handle(async move { deliveries(&ctx, &s, q).await })
         });
-    let list_path = list
-        .or(warp::path!("deliveries").and(method_fallback("GET")))
-        .unify();
-
-    let retry = warp::path!("deliveries" / String / "retry")
+    let retry = base()
+        .and(warp::path!("deliveries" / String / "retry"))
         .and(warp::post())
-        .and(with_ctx(ctx.clone()))
-        .and(session)
+        .and(session())
         .then(|id: String, ctx: Ctx, s: Session| handle(async move { retry(&ctx, &s, &id).await }));
-    let retry_path = retry
-        .or(warp::path!("deliveries" / String / "retry")
-            .and(method_fallback("POST"))
-            .map(|_: String, r: Resp| r))
-        .unify();
-
-    base.and(
-        endpoint_path
-            .or(url_path)
-            .unify()
-            .or(secret_path)
-            .unify()
-            .or(rotate)
-            .unify()
-            .or(revoke)
-            .unify()
-            .or(enable)
-            .unify()
-            .or(test)
-            .unify()
-            .or(list_path)
-            .unify()
-            .or(retry_path)
-            .unify(),
-    )
-    .boxed()
+    let post = |path: BoxedFilter<()>, handler: Handler| {
+        base()
+            .and(path)
+            .and(warp::post())
+            .and(session())
+            .then(move |ctx: Ctx, s: Session| handler(ctx, s))
+            .boxed()
+    };
+    any_of([
+        get_endpoint.boxed(),
+        put_url.boxed(),
+        reveal.boxed(),
+        post(warp::path!("secret" / "rotate").boxed(), |ctx, s| {
+            handle(async move { rotate(&ctx, &s).await })
+        }),
+        post(
+            warp::path!("secret" / "revoke-previous").boxed(),
+            |ctx, s| handle(async move { revoke_previous(&ctx, &s).await }),
+        ),
+        post(warp::path!("enable").boxed(), |ctx, s| {
+            handle(async move { enable(&ctx, &s).await })
+        }),
+        post(warp::path!("test").boxed(), |ctx, s| {
+            handle(async move { send_test(&ctx, &s).await })
+        }),
+        deliveries.boxed(),
+        retry.boxed(),
+    ])
 }
 
-type Handler =
-    fn(Ctx, Session) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Resp>> + Send>>;
-
-/// A bodiless POST route with its 405 fallback.
-fn post(ctx: &Ctx, path: BoxedFilter<()>, handler: Handler) -> BoxedFilter<(Resp,)> {
-    let call = path
-        .clone()
-        .and(warp::post())
-        .and(with_ctx(ctx.clone()))
-        .and(require_session(ctx.clone()))
-        .then(move |ctx: Ctx, s: Session| handle(async move { handler(ctx, s).await }));
-    call.or(path.and(method_fallback("POST"))).unify().boxed()
-}
+/// A bodiless POST's handler.
+type Handler = fn(Ctx, Session) -> Handled;
 
 async fn endpoint(ctx: &Ctx, s: &Session) -> Result<Resp> {
     let conn = ctx.pool.get().await?;
     Ok(Resp::json(settings::endpoint(&conn, &s.merchant).await?))
 }
 
+/// The body of `PUT /dashboard/api/webhook/url`: a URL, or `null` to stop deliveries.
+#[derive(Debug, Deserialize)]
+struct SetUrl {
+    url: Value,
+}
+
 async fn set_url(ctx: &Ctx, s: &Session, ct: Option<&str>, body: &[u8]) -> Result<Resp> {
-    let obj = parse_json_object(ct, body)?;
+    let SetUrl { url } = input::body(&parse_json_object(ct, body)?)?;
     let cfg = &ctx.cfg.webhooks;
-    let url = match obj.get("url") {
-        Some(Value::String(u)) => {
-            let url = WebhookUrl::parse(u, cfg.allow_http)?;
+    let url = match url {
+        Value::String(u) => {
+            let url = WebhookUrl::parse(&u, cfg.allow_http)?;
             // Refuse now what delivery would refuse anyway (delivery checks again after DNS).
             cfg.address_policy()
                 .resolve(url.url())
@@ -161,11 +126,9 @@ async fn set_url(ctx: &Ctx, s: &Session, ct: Option<&str>, body: &[u8]) -> Resul
                 .map_err(|b| ApiError::invalid("url", format!("webhook URL refused: {b}")))?;
             Some(url)
         }
-        Some(Value::Null) => None,
-        Some(_) => return Err(ApiError::invalid("url", "`url` must be a string or null")),
-        None => return Err(ApiError::missing("url")),
+        Value::Null => None,
+        _ => return Err(ApiError::invalid("url", "`url` must be a string or null")),
     };
-    check_fields(&obj, &["url"])?;
     let mut conn = ctx.pool.get().await?;
     settings::set_url(
         &mut conn,
@@ -249,22 +212,23 @@ async fn send_test(ctx: &Ctx, s: &Session) -> Result<Resp> {
     ))
 }
 
-async fn deliveries(ctx: &Ctx, s: &Session, q: &[(String, String)]) -> Result<Resp> {
-    check_params(q, &["limit", "startingAfter"])?;
-    let limit = match param(q, "limit") {
-        None => 20,
-        Some(l) => l
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=100).contains(n))
-            .ok_or_else(|| {
-                ApiError::invalid("limit", "`limit` must be an integer from 1 to 100")
-            })?,
-    };
-    let before = param(q, "startingAfter")
+/// The query of the deliveries list: newest first, `startingAfter` a delivery id.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListDeliveries {
+    #[serde(default, deserialize_with = "input::param")]
+    limit: Option<Limit>,
+    #[serde(default)]
+    starting_after: Option<String>,
+}
+
+async fn deliveries(ctx: &Ctx, s: &Session, q: ListDeliveries) -> Result<Resp> {
+    let limit = q.limit.map_or(20, |l| l.0);
+    let before = q
+        .starting_after
         .map(|id| {
             ctx.delivery_ids
-                .parse(id)
+                .parse(&id)
                 .ok_or_else(|| ApiError::invalid("startingAfter", "not a delivery id"))
         })
         .transpose()?;
