@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod domain;
 pub mod http;
 pub mod idempotency;
+pub mod ledger_export;
 pub mod merchants;
 pub mod metrics;
 pub mod pages;

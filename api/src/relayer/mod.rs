@@ -9,17 +9,16 @@
 //! on-chain plans. Only the merchant and the operator can write a merchant's references, so
 //! nobody else can occupy (front-run) one.
 //!
-//! `redrive`: the re-driver that settles and re-sends journaled cancellations.
+//! [`plans`]: provisioning a plan on chain; [`cancel`]: a merchant's cancellation; [`redrive`]:
+//! the re-driver that settles and re-sends journaled cancellations.
 
 pub mod cancel;
+pub mod plans;
 pub mod redrive;
-
-use std::time::Duration;
 
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::signers::local::PrivateKeySigner;
-use alloy::sol_types::SolEvent;
 use chainsub_abi::SubscriptionManager;
 use chainsub_sender::{Broadcast, Sender, bumped};
 use chainsub_store::relayer::{SendKind, SignedSend};
@@ -428,175 +427,6 @@ impl Relayer {
         }
     }
 
-    /// The on-chain plan id registered for `merchant`'s `plan_ref`, if any.
-    pub async fn plan_by_ref(
-        &self,
-        merchant: Address,
-        plan_ref: B256,
-    ) -> Result<Option<u64>, String> {
-        let c = SubscriptionManager::new(self.manager, self.provider.clone());
-        let id: U256 = c
-            .planIdByRef(merchant, plan_ref)
-            .call()
-            .await
-            .map_err(|e| format!("planIdByRef: {e}"))?;
-        if id.is_zero() {
-            Ok(None)
-        } else {
-            Ok(Some(id.try_into().map_err(|_| "plan id overflows u64")?))
-        }
-    }
-
-    /// Provisions one plan, waiting at most `timeout` for the receipt. `previous` is the
-    /// plan's last transaction if it is still `submitted`: when it has no receipt and its
-    /// nonce is still unused, it is replaced at that nonce with higher fees (a new send
-    /// would only queue behind a transaction stuck for its fees).
-    pub async fn provision(
-        &self,
-        pool: &crate::db::Pool,
-        terms: PlanTerms,
-        timeout: Duration,
-        previous: Option<Sent>,
-        journal: Journal<'_>,
-    ) -> Outcome {
-        let sent = std::sync::Mutex::new(None);
-        let attempt = self.provision_inner(pool, terms, previous, journal, &sent);
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(outcome) => outcome,
-            // Once sent, the transaction may still land: that is `submitted`, not `failed`.
-            Err(_) => match *sent.lock().unwrap_or_else(|p| p.into_inner()) {
-                Some(sent) => Outcome::Submitted { sent },
-                None => Outcome::Failed {
-                    error: format!("no answer from the chain within {} ms", timeout.as_millis()),
-                },
-            },
-        }
-    }
-
-    /// Whether `previous` must be replaced at its nonce: no receipt yet and the nonce not
-    /// used (counting mined transactions only). A receipt means the earlier attempt was
-    /// decided (`plan_by_ref` already saw a success); a used nonce means another transaction
-    /// took it, so ours can never be mined.
-    async fn stuck(&self, previous: &Sent) -> Result<bool, String> {
-        if self
-            .provider
-            .get_transaction_receipt(previous.hash)
-            .await
-            .map_err(|e| format!("receipt: {e}"))?
-            .is_some()
-        {
-            return Ok(false);
-        }
-        let mined = self
-            .sender
-            .mined_nonce()
-            .await
-            .map_err(|e| format!("nonce: {e}"))?;
-        Ok(mined <= previous.nonce)
-    }
-
-    async fn provision_inner(
-        &self,
-        pool: &crate::db::Pool,
-        terms: PlanTerms,
-        previous: Option<Sent>,
-        journal: Journal<'_>,
-        sent: &std::sync::Mutex<Option<Sent>>,
-    ) -> Outcome {
-        let PlanTerms {
-            merchant, plan_ref, ..
-        } = terms;
-        match self.plan_by_ref(merchant, plan_ref).await {
-            Ok(Some(onchain_id)) => return Outcome::AlreadyExists { onchain_id },
-            Ok(None) => {}
-            Err(detail) => {
-                tracing::warn!(error = %detail, "provisioning: chain unreachable");
-                return Outcome::Failed {
-                    error: "the chain RPC could not be reached".into(),
-                };
-            }
-        }
-        let replace = match previous {
-            Some(p) => match self.stuck(&p).await {
-                Ok(true) => {
-                    tracing::warn!(nonce = p.nonce, tx = %p.hash, "provisioning: the last createPlan is still unmined; replacing it at its nonce with higher fees");
-                    metrics::counter!("api_relayer_replacements_total").increment(1);
-                    Some(p)
-                }
-                Ok(false) => None,
-                Err(detail) => {
-                    tracing::warn!(error = %detail, "provisioning: chain unreachable");
-                    return Outcome::Failed {
-                        error: "the chain RPC could not be reached".into(),
-                    };
-                }
-            },
-            None => None,
-        };
-        let request = SubscriptionManager::new(self.manager, self.provider.clone())
-            .createPlan(merchant, terms.amount, plan_ref)
-            .into_transaction_request();
-        let this = match self.send(pool, request, replace.as_ref(), journal).await {
-            Ok(p) => p,
-            // The journaled transaction stands, still pending.
-            Err(SendFailure::Held(why)) => {
-                tracing::info!(reason = %why, "provisioning: the pending createPlan is not replaced");
-                return match replace {
-                    Some(sent) => Outcome::Submitted { sent },
-                    None => Outcome::Failed { error: why },
-                };
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "provisioning: createPlan not sent");
-                return self
-                    .after_failure(merchant, plan_ref, e.for_merchant("createPlan"))
-                    .await;
-            }
-        };
-        let tx_hash = this.hash;
-        *sent.lock().unwrap_or_else(|p| p.into_inner()) = Some(this);
-        // Polled until the caller's timeout; an RPC failure after the send means the
-        // transaction may still land: report it as submitted.
-        let receipt = loop {
-            match self.provider.get_transaction_receipt(tx_hash).await {
-                Ok(Some(r)) => break r,
-                Ok(None) => tokio::time::sleep(Duration::from_millis(100)).await,
-                Err(_) => return Outcome::Submitted { sent: this },
-            }
-        };
-        if !receipt.status() {
-            return self
-                .after_failure(
-                    merchant,
-                    plan_ref,
-                    format!("createPlan reverted in {tx_hash}"),
-                )
-                .await;
-        }
-        for log in receipt.inner.logs() {
-            if let Ok(ev) = SubscriptionManager::PlanCreated::decode_log(&log.inner)
-                && ev.planRef == plan_ref
-                && ev.merchant == merchant
-            {
-                let (Some(block_number), Some(block_hash), Some(log_index)) =
-                    (log.block_number, log.block_hash, log.log_index)
-                else {
-                    break;
-                };
-                return Outcome::Created {
-                    tx_hash,
-                    onchain_id: ev.planId.try_into().unwrap_or(u64::MAX),
-                    block_number,
-                    block_hash,
-                    log_index,
-                };
-            }
-        }
-        Outcome::Failed {
-            error: format!("receipt of {tx_hash} has no PlanCreated log for this plan"),
-        }
-    }
-
     /// Sends `createPlan` with a nonce this process does not cache: the estimate first (a
     /// reverting call consumes no nonce), then, in this process's queue of sends and under a
     /// database lock per relayer key (on the relayer's own connection) held until the node
@@ -939,31 +769,6 @@ impl Relayer {
             .map_err(|e| format!("getSubscription: {e}"))?;
         let ended = chainsub_abi::subscription_status(s.status).is_some_and(|s| s.is_terminal());
         Ok(ended || (at_period_end && s.cancelAtPeriodEnd))
-    }
-
-    /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef
-    /// registered by someone else).
-    pub async fn plan_matches(
-        &self,
-        onchain_id: u64,
-        merchant: Address,
-        amount: U256,
-    ) -> Result<bool, String> {
-        let c = SubscriptionManager::new(self.manager, self.provider.clone());
-        let plan = c
-            .getPlan(U256::from(onchain_id))
-            .call()
-            .await
-            .map_err(|e| format!("getPlan: {e}"))?;
-        Ok(plan.merchant == merchant && plan.amount == amount)
-    }
-
-    /// A failed send may mean a concurrent attempt won (DuplicatePlanRef): ask the chain.
-    async fn after_failure(&self, merchant: Address, plan_ref: B256, error: String) -> Outcome {
-        match self.plan_by_ref(merchant, plan_ref).await {
-            Ok(Some(onchain_id)) => Outcome::AlreadyExists { onchain_id },
-            _ => Outcome::Failed { error },
-        }
     }
 }
 

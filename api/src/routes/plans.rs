@@ -9,7 +9,6 @@
 
 use std::convert::identity;
 
-use alloy::primitives::{B256, U256};
 use chainsub_core::PlanId;
 use chainsub_store::plans::{self as store, Inserted, PlanRow};
 use chainsub_views::{ListView, PlanView};
@@ -28,7 +27,7 @@ use crate::http::input::{self, FromParam, Text, no_fields, query_of};
 use crate::http::reply::Resp;
 use crate::merchants::Merchant;
 use crate::pagination::{Page, PageQuery, cursor_key};
-use crate::relayer::{Journal, Outcome, PlanTerms, Sent};
+use crate::relayer::plans::provision;
 use crate::routes::any_of;
 
 /// The plans router.
@@ -301,135 +300,6 @@ async fn insert(
         message: "could not derive a free slug from the name; give `slug` explicitly".into(),
         param: Some("slug".into()),
     })
-}
-
-/// Runs one provisioning attempt for plan row `id` and records the outcome.
-async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
-    let conn = ctx.pool.get().await?;
-    let (plan_ref, amount) = store::provisioning_input(&conn, merchant, id)
-        .await?
-        .ok_or_else(|| ApiError::Internal(format!("plan row {id} vanished")))?;
-    let plan_ref = B256::from_slice(&plan_ref);
-    let amount = U256::from(amount.parse::<u128>().unwrap_or(0));
-    drop(conn);
-    let Some(relayer) = &ctx.relayer else {
-        let conn = ctx.pool.get().await?;
-        store::record_provisioning(
-            &conn,
-            merchant,
-            id,
-            store::Provisioned::Failed {
-                error: "this deployment has no relayer key (RELAYER_PRIVATE_KEY)",
-            },
-        )
-        .await?;
-        return Ok(());
-    };
-    let previous = {
-        let conn = ctx.pool.get().await?;
-        store::submitted_tx(&conn, merchant, id).await?.map(
-            |(hash, nonce, max_fee_per_gas, priority_fee_per_gas)| Sent {
-                hash,
-                nonce,
-                max_fee_per_gas,
-                priority_fee_per_gas,
-            },
-        )
-    };
-    let mut plan_ref = plan_ref;
-    let mut outcome;
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        outcome = relayer
-            .provision(
-                &ctx.pool,
-                PlanTerms {
-                    merchant: merchant.wallet(),
-                    amount,
-                    plan_ref,
-                },
-                ctx.cfg.provision_timeout(),
-                previous,
-                Journal::Plan {
-                    scope: merchant,
-                    row_id: id,
-                },
-            )
-            .await;
-        let Outcome::AlreadyExists { onchain_id } = outcome else {
-            break;
-        };
-        match relayer
-            .plan_matches(onchain_id, merchant.wallet(), amount)
-            .await
-        {
-            Ok(true) => break,
-            Ok(false) if tries < 3 => {
-                // The merchant's namespace on chain holds another plan under this reference
-                // (only the merchant or we can write there; we never reuse a reference), so
-                // our createPlan can never succeed with it, and it can never become a second
-                // on-chain plan of this one: continue under a fresh reference.
-                let fresh: [u8; 32] = rand::random();
-                let conn = ctx.pool.get().await?;
-                if !store::replace_plan_ref(&conn, merchant, id, &plan_ref.0, &fresh).await? {
-                    break;
-                }
-                tracing::warn!(
-                    plan = id,
-                    taken = %plan_ref,
-                    "provisioning: planRef taken on chain by another plan of this merchant; \
-                     continuing under a fresh reference"
-                );
-                metrics::counter!("api_plan_ref_replaced_total").increment(1);
-                plan_ref = B256::from(fresh);
-            }
-            Ok(false) => {
-                outcome = Outcome::Failed {
-                    error: "this plan's planRef is registered on chain for a different plan".into(),
-                };
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "provisioning: getPlan failed");
-                outcome = Outcome::Failed {
-                    error: "the chain RPC could not be reached".into(),
-                };
-                break;
-            }
-        }
-    }
-    let conn = ctx.pool.get().await?;
-    let submitted_note = "sent; no receipt within the wait — it becomes active when mined, or \
-                          retry with POST /api/v1/plans/{id}/provision";
-    let recorded = match &outcome {
-        Outcome::Created {
-            tx_hash,
-            onchain_id,
-            block_number,
-            block_hash,
-            log_index,
-        } => store::Provisioned::Created {
-            tx_hash: tx_hash.as_slice(),
-            onchain_id: *onchain_id as i64,
-            block_number: *block_number as i64,
-            block_hash: block_hash.as_slice(),
-            log_index: *log_index as i64,
-        },
-        Outcome::AlreadyExists { onchain_id } => store::Provisioned::AlreadyExists {
-            onchain_id: *onchain_id as i64,
-        },
-        Outcome::Submitted { sent } => store::Provisioned::Submitted {
-            tx_hash: sent.hash.as_slice(),
-            nonce: sent.nonce as i64,
-            max_fee_per_gas: sent.max_fee_per_gas,
-            priority_fee_per_gas: sent.priority_fee_per_gas,
-            note: submitted_note,
-        },
-        Outcome::Failed { error } => store::Provisioned::Failed { error },
-    };
-    store::record_provisioning(&conn, merchant, id, recorded).await?;
-    Ok(())
 }
 
 async fn retry(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Resp> {
