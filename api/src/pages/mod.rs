@@ -7,6 +7,7 @@ pub mod account;
 pub mod account_view;
 pub mod assets;
 pub mod checkout;
+pub mod checkout_tx;
 pub mod checkout_view;
 pub mod dashboard;
 pub mod html;

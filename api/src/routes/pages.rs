@@ -14,7 +14,7 @@
 
 use std::str::FromStr;
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::Address;
 use alloy::providers::DynProvider;
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -28,7 +28,9 @@ use crate::http::error::{ApiError, Result};
 use crate::http::extract::{param, query_pairs};
 use crate::http::reply::{Resp, handle, respond};
 use crate::pages::html::error_page;
-use crate::pages::{account, account_view, assets, checkout, checkout_view, dashboard};
+use crate::pages::{
+    account, account_view, assets, checkout, checkout_tx, checkout_view, dashboard,
+};
 use crate::routes::any_of;
 use crate::webhook_settings as settings;
 
@@ -238,91 +240,13 @@ async fn transactions(
         param(q, "permitDeadline"),
         param(q, "permitSignature"),
     )?;
-    let link = checkout::resolve(ctx, code, slug, &checkout::LinkQuery::from_query(q)?).await?;
-    if link.deactivated {
-        return Err(checkout::plan_inactive());
-    }
-    let plan_onchain_id = link.plan_onchain_id.ok_or_else(|| ApiError::Conflict {
-        code: Code::PlanNotActive,
-        message: "this plan is not on chain yet (or not confirmed); try again in a few minutes"
-            .into(),
-        param: None,
-    })?;
-    let provider = provider
-        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
-    let cfg = &ctx.cfg;
-    let (_, state) = tokio::try_join!(
-        checkout::check_plan_on_chain(provider, cfg.contract_address, &link, plan_onchain_id),
-        checkout::wallet_state(
-            provider,
-            cfg.usdc_address,
-            cfg.contract_address,
-            plan_onchain_id,
-            from,
-        )
-    )?;
-    // The reference is bound to this wallet, and recorded before the wallet can use it:
-    // the indexer resolves customerExternalId only for a subscription from this wallet.
-    let customer_ref = B256::from(crate::checkout::wallet_customer_ref(
-        cfg.checkout_signing_secret.expose(),
-        link.merchant.public_id.as_str(),
-        link.customer.as_deref(),
+    let link = checkout::LinkQuery::from_query(q)?;
+    let asked = checkout_tx::Asked {
         from,
-    ));
-    if let Some(customer) = link.customer.as_deref() {
-        let conn = ctx.pool.get().await?;
-        chainsub_store::checkouts::record_wallet_ref(
-            &conn,
-            &link.merchant,
-            customer,
-            from,
-            customer_ref,
-        )
-        .await?;
-    }
-    let short = state.allowance
-        < checkout::requested_allowance(link.amount, cfg.pages.checkout_allowance_periods);
-    let domain = if short && !permit_off {
-        checkout::permit_domain(provider, cfg.chain_id, cfg.usdc_address, from).await
-    } else {
-        None
+        permit_off,
+        signed,
     };
-    let allowance = match (&signed, &domain) {
-        // The allowance suffices (or the page asked for approve): a signature is not needed.
-        _ if !short || permit_off => checkout::Allowance::Approve,
-        (Some(signed), Some(domain)) => {
-            if signed.value < U256::from(link.amount) {
-                return Err(ApiError::invalid(
-                    "permitValue",
-                    "`permitValue` does not cover one payment",
-                ));
-            }
-            let vrs = checkout::check_permit(domain, from, cfg.contract_address, signed)?;
-            checkout::Allowance::Signed(signed, vrs)
-        }
-        (Some(_), None) => {
-            return Err(ApiError::Conflict {
-                code: Code::PermitUnsupported,
-                message: "the token does not take a permit here; approve instead (permit=off)"
-                    .into(),
-                param: Some("permitSignature".into()),
-            });
-        }
-        (None, Some(domain)) => checkout::Allowance::Permit(domain),
-        (None, None) => checkout::Allowance::Approve,
-    };
-    Ok(Resp::view(&checkout::plan_transactions(
-        cfg.chain_id,
-        cfg.usdc_address,
-        cfg.contract_address,
-        &link,
-        plan_onchain_id,
-        cfg.pages.checkout_allowance_periods,
-        from,
-        customer_ref,
-        &state,
-        allowance,
-    )))
+    checkout_tx::answer(ctx, provider, code, slug, &link, asked).await
 }
 
 /// A merchant's code in an `/account?merchant=` link: what merchant codes are made of.
