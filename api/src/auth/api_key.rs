@@ -75,6 +75,21 @@ pub struct Scope {
     pub idempotency_key: Option<String>,
 }
 
+impl Scope {
+    /// Runs `f` for this request once per `Idempotency-Key` ([`crate::idempotency::run`]);
+    /// `request` identifies it (method, path and body): the same key with another request
+    /// is refused.
+    pub async fn once<F, Fut>(&self, request: &str, f: F) -> Result<Resp>
+    where
+        F: FnOnce(bool) -> Fut,
+        Fut: std::future::Future<Output = Result<Resp>>,
+    {
+        let key = self.idempotency_key.as_deref();
+        let merchant = &self.merchant;
+        crate::idempotency::run(&self.ctx, merchant, key, request, std::convert::identity, f).await
+    }
+}
+
 /// A request whose API key was accepted and counted: its [`Scope`] and the key's rate-limit
 /// state, which [`Admitted::serve`] adds to the answer.
 pub struct Admitted {

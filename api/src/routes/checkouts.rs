@@ -76,64 +76,56 @@ impl FromParam for LinkSecs {
 
 async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
     let request = format!("POST /api/v1/checkouts\n{}", Value::Object(body.clone()));
-    let (ctx, merchant, key) = (&s.ctx, &s.merchant, s.idempotency_key.as_deref());
-    crate::idempotency::run(
-        ctx,
-        merchant,
-        key,
-        &request,
-        std::convert::identity,
-        |_| async {
-            let input: NewCheckout = input::body(&body)?;
-            let plan = find(ctx, merchant, input.plan_id.as_str())
-                .await?
-                .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
-            if !plan.is_active() {
-                return Err(ApiError::Conflict {
-                    code: Code::PlanNotActive,
-                    message: "the plan is not provisioned on chain yet (status must be `active`)"
-                        .into(),
-                    param: Some("planId".into()),
-                });
-            }
-            let customer = input.customer_external_id.as_ref().map(|c| c.0.as_str());
-            let expires_at = input.expires_in.and_then(|LinkSecs(secs)| {
-                chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp() + secs, 0)
+    let (ctx, merchant) = (&s.ctx, &s.merchant);
+    s.once(&request, |_| async {
+        let input: NewCheckout = input::body(&body)?;
+        let plan = find(ctx, merchant, input.plan_id.as_str())
+            .await?
+            .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
+        if !plan.is_active() {
+            return Err(ApiError::Conflict {
+                code: Code::PlanNotActive,
+                message: "the plan is not provisioned on chain yet (status must be `active`)"
+                    .into(),
+                param: Some("planId".into()),
             });
-            let secret = ctx.cfg.checkout_signing_secret.expose();
-            let terms = crate::checkout::LinkTerms {
-                customer,
-                expires: expires_at.map(|t| t.timestamp()),
-            };
-            let url =
-                crate::checkout::url(&ctx.cfg.base(), secret, merchant.code(), &plan.slug, terms);
-            let customer_ref =
-                crate::checkout::customer_ref(secret, merchant.public_id().as_str(), customer);
-            let public_id = chainsub_core::CheckoutId::random(12);
-            let conn = ctx.pool.get().await?;
-            let checkout = chainsub_store::checkouts::NewCheckout {
-                public_id: &public_id,
-                plan: plan.row_id,
-                customer_external_id: customer,
-                customer_ref,
+        }
+        let customer = input.customer_external_id.as_ref().map(|c| c.0.as_str());
+        let expires_at = input.expires_in.and_then(|LinkSecs(secs)| {
+            chrono::DateTime::from_timestamp(chrono::Utc::now().timestamp() + secs, 0)
+        });
+        let secret = ctx.cfg.checkout_signing_secret.expose();
+        let terms = crate::checkout::LinkTerms {
+            customer,
+            expires: expires_at.map(|t| t.timestamp()),
+        };
+        let url = crate::checkout::url(&ctx.cfg.base(), secret, merchant.code(), &plan.slug, terms);
+        let customer_ref =
+            crate::checkout::customer_ref(secret, merchant.public_id().as_str(), customer);
+        let public_id = chainsub_core::CheckoutId::random(12);
+        let conn = ctx.pool.get().await?;
+        let checkout = chainsub_store::checkouts::NewCheckout {
+            public_id: &public_id,
+            plan: plan.row_id,
+            customer_external_id: customer,
+            customer_ref,
+            url: &url,
+        };
+        let created = chainsub_store::checkouts::insert(&conn, merchant, &checkout)
+            .await?
+            .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
+        Ok(Resp::json_view(
+            StatusCode::CREATED,
+            &CheckoutView {
+                id: &public_id,
+                object: "checkout",
                 url: &url,
-            };
-            let created = chainsub_store::checkouts::insert(&conn, merchant, &checkout)
-                .await?
-                .ok_or_else(|| ApiError::not_found("plan", Some("planId")))?;
-            Ok(Resp::json_view(
-                StatusCode::CREATED,
-                &CheckoutView {
-                    id: &public_id,
-                    object: "checkout",
-                    url: &url,
-                    plan_id: &plan.id,
-                    customer_external_id: customer,
-                    expires_at,
-                    created_at: created,
-                },
-            ))
-        },
-    )
+                plan_id: &plan.id,
+                customer_external_id: customer,
+                expires_at,
+                created_at: created,
+            },
+        ))
+    })
     .await
 }

@@ -7,8 +7,6 @@
 //! `provisioning.error`). Retrying is always safe: the contract refuses a second plan with
 //! the same `planRef`, and every attempt asks the chain first.
 
-use std::convert::identity;
-
 use chainsub_core::PlanId;
 use chainsub_store::plans::{self as store, Inserted, PlanRow};
 use chainsub_views::{ListView, PlanView};
@@ -165,7 +163,7 @@ impl FromParam for Month {
 async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
     let request = format!("POST /api/v1/plans\n{}", Value::Object(body.clone()));
     let (ctx, merchant, key) = (&s.ctx, &s.merchant, s.idempotency_key.as_deref());
-    crate::idempotency::run(ctx, merchant, key, &request, identity, |_| async {
+    s.once(&request, |_| async {
         let input: NewPlan = input::body(&body)?;
         let (id, active) = match existing_for_key(ctx, merchant, key, &input).await? {
             Some(found) => found,
@@ -305,8 +303,8 @@ async fn insert(
 async fn retry(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Resp> {
     no_fields(&body)?;
     let request = format!("POST /api/v1/plans/{id}/provision");
-    let (ctx, merchant, key) = (&s.ctx, &s.merchant, s.idempotency_key.as_deref());
-    crate::idempotency::run(ctx, merchant, key, &request, identity, |_| async {
+    let (ctx, merchant) = (&s.ctx, &s.merchant);
+    s.once(&request, |_| async {
         let row = find(ctx, merchant, &id)
             .await?
             .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;

@@ -122,23 +122,16 @@ async fn cancel(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Re
         "POST /api/v1/subscriptions/{id}/cancel\n{}",
         Value::Object(body.clone())
     );
-    let (ctx, merchant, key) = (&s.ctx, &s.merchant, s.idempotency_key.as_deref());
-    crate::idempotency::run(
-        ctx,
-        merchant,
-        key,
-        &request,
-        std::convert::identity,
-        |rerun| {
-            let (body, id) = (&body, &id);
-            async move {
-                let Cancel { at_period_end } = input::body(body)?;
-                let Flag(at_period_end) = at_period_end.ok_or_else(|| {
-                    ApiError::invalid("atPeriodEnd", "`atPeriodEnd` is required: true or false")
-                })?;
-                crate::relayer::cancel::cancel(ctx, merchant, id, at_period_end, rerun).await
-            }
-        },
-    )
+    let (ctx, merchant) = (&s.ctx, &s.merchant);
+    s.once(&request, |rerun| {
+        let (body, id) = (&body, &id);
+        async move {
+            let Cancel { at_period_end } = input::body(body)?;
+            let Flag(at_period_end) = at_period_end.ok_or_else(|| {
+                ApiError::invalid("atPeriodEnd", "`atPeriodEnd` is required: true or false")
+            })?;
+            crate::relayer::cancel::cancel(ctx, merchant, id, at_period_end, rerun).await
+        }
+    })
     .await
 }
