@@ -18,8 +18,8 @@ pub struct Config {
     #[arg(long, env = "RPC_URL", default_value = "http://127.0.0.1:8545")]
     pub rpc_url: chainsub_core::RpcUrl,
     /// The one chain this deployment serves.
-    #[arg(long, env = "CHAIN_ID", default_value_t = 31337)]
-    pub chain_id: u64,
+    #[arg(long, env = "CHAIN_ID", default_value = "31337")]
+    pub chain_id: chainsub_core::ChainId,
     /// Plans one merchant may create per 24 hours (each costs the relayer a transaction);
     /// beyond it POST /plans answers 429 `plan_quota_exceeded` with Retry-After. Anyone can
     /// sign up as a merchant: this bounds what one can spend of the relayer's funds.

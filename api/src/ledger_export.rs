@@ -95,7 +95,7 @@ impl Slot {
 /// (nothing) before the indexer has gone that far.
 pub async fn confirmed_height(ctx: &Ctx) -> Result<i64> {
     let conn = ctx.pool.get().await?;
-    let indexed = chainsub_store::chain::cursor(&conn, ctx.cfg.chain_id as i64)
+    let indexed = chainsub_store::chain::cursor(&conn, ctx.cfg.chain_id)
         .await?
         .map_or(-1, |c| c.indexed_block);
     Ok((indexed - ctx.cfg.confirmations.max(1) as i64 + 1).max(-1))
@@ -108,7 +108,7 @@ pub fn stream(ctx: &Ctx, merchant: Merchant, range: Range, format: Format, slot:
     let deadline = tokio::time::Instant::now()
         + std::time::Duration::from_secs(ctx.cfg.ledger_export_max_secs.max(1));
     let page_rows = ctx.cfg.ledger_export_page_rows;
-    let chain_id = ctx.cfg.chain_id as i64;
+    let chain_id = ctx.cfg.chain_id;
     let (mut tx, body) = StreamBody::channel(DEPTH);
     let contract = ctx.cfg.contract_address;
     let pool = ctx.pool.clone();

@@ -7,6 +7,7 @@
 
 pub mod address;
 pub mod amount;
+pub mod chain_id;
 pub mod ids;
 pub mod listen;
 pub mod metrics;
@@ -21,6 +22,7 @@ pub mod tx;
 
 pub use address::{checksum, hex0x};
 pub use amount::{Amount, AmountError, MAX_AMOUNT_BASE_UNITS, format_units};
+pub use chain_id::{ChainId, OnchainPlanId, OnchainSubscriptionId};
 pub use ids::{CheckoutId, EventId, MerchantId, PlanId, SubscriptionId};
 pub use listen::Listen;
 pub use rpc::RpcUrl;

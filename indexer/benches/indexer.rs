@@ -263,7 +263,11 @@ async fn count_logs(src: &RpcSource, from: u64, to: u64) -> u64 {
 }
 
 fn config(chain: &DevChain) -> IndexerConfig {
-    let mut cfg = IndexerConfig::new(chain.anvil.chain_id, chain.manager, chain.deploy_block);
+    let mut cfg = IndexerConfig::new(
+        chainsub_core::ChainId::new(chain.anvil.chain_id).unwrap(),
+        chain.manager,
+        chain.deploy_block,
+    );
     cfg.confirmations = 0;
     cfg.poll_interval = Duration::from_millis(10);
     cfg.use_finalized_tag = false;
@@ -565,7 +569,7 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
     let client = db.connect().await;
     let (stop, rx) = watch::channel(false);
     let source = Arc::new(RpcSource::new(&chain.anvil.rpc_url(), chain.manager).unwrap());
-    let status = Status::new(cfg.chain_id);
+    let status = Status::new(cfg.chain_id.get());
     let (c2, u2, s2, st2) = (cfg.clone(), db.url.clone(), source.clone(), status.clone());
     reset_peak_rss();
     let t = Instant::now();
@@ -647,7 +651,7 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
     let t = Instant::now();
     let mut mapped = 0;
     for b in &recorded {
-        mapped += chainsub_indexer::map::map_block(cfg.chain_id, b)
+        mapped += chainsub_indexer::map::map_block(cfg.chain_id.get(), b)
             .unwrap()
             .len();
     }

@@ -59,7 +59,7 @@ pub struct Settings {
     pub rpc_url: Option<chainsub_core::RpcUrl>,
     /// Chain id; the node must report the same.
     #[arg(long, env = "CHAIN_ID", global = true)]
-    pub chain_id: Option<u64>,
+    pub chain_id: Option<chainsub_core::ChainId>,
     /// SubscriptionManager address.
     #[arg(long, env = "CONTRACT_ADDRESS", global = true)]
     pub contract_address: Option<Address>,
@@ -206,7 +206,7 @@ pub struct Settings {
 /// The resolved configuration the library runs with.
 #[derive(Debug, Clone)]
 pub struct IndexerConfig {
-    pub chain_id: u64,
+    pub chain_id: chainsub_core::ChainId,
     pub contract: Address,
     pub start_block: u64,
     pub confirmations: u64,
@@ -221,7 +221,7 @@ pub struct IndexerConfig {
 
 impl IndexerConfig {
     /// Defaults for `chain_id` and `contract` (tests and benches adjust the rest).
-    pub fn new(chain_id: u64, contract: Address, start_block: u64) -> Self {
+    pub fn new(chain_id: chainsub_core::ChainId, contract: Address, start_block: u64) -> Self {
         IndexerConfig {
             chain_id,
             contract,

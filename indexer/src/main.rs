@@ -59,7 +59,7 @@ async fn run_indexer(s: &Settings) -> anyhow::Result<ExitCode> {
     let cfg = s.indexer_config()?;
     let url = s.database_url()?;
     let metrics = ops::install_metrics()?;
-    let status = ops::Status::new(cfg.chain_id);
+    let status = ops::Status::new(cfg.chain_id.get());
     status.set_max_lag(s.max_lag_blocks);
     ops::serve(s.metrics_listen, s.http.clone(), status.clone(), metrics).await?;
     let deadline = Duration::from_secs(s.startup_deadline_secs);
@@ -75,7 +75,7 @@ async fn run_indexer(s: &Settings) -> anyhow::Result<ExitCode> {
         .await
         .map_err(|e| anyhow::anyhow!("eth_chainId: {e}"))?;
     anyhow::ensure!(
-        node_chain == cfg.chain_id,
+        node_chain == cfg.chain_id.get(),
         "RPC_URL serves chain {node_chain}, CHAIN_ID is {}",
         cfg.chain_id
     );

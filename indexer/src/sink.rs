@@ -2,6 +2,7 @@
 //! transaction that also moves the cursor. A crash at any point leaves either all of a batch
 //! or none of it.
 
+use chainsub_core::ChainId;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -73,7 +74,7 @@ impl Laps {
 /// The sink's identity and settings, copied out so a transaction can borrow the client.
 #[derive(Debug, Clone, Copy)]
 struct Ctx {
-    chain_id: i64,
+    chain_id: ChainId,
     contract: Address,
     epoch: i64,
     confirmations: u64,
@@ -83,7 +84,7 @@ impl Sink {
     /// A sink writing as the holder of `epoch`.
     pub fn new(
         client: Client,
-        chain_id: u64,
+        chain_id: ChainId,
         contract: Address,
         epoch: i64,
         confirmations: u64,
@@ -91,7 +92,7 @@ impl Sink {
         Sink {
             client,
             ctx: Ctx {
-                chain_id: chain_id as i64,
+                chain_id,
                 contract,
                 epoch,
                 confirmations,
@@ -142,7 +143,7 @@ impl Sink {
         laps.lap("begin_and_lock");
         let mut events: Vec<MappedEvent> = Vec::new();
         for b in blocks {
-            events.extend(map::map_block(ctx.chain_id as u64, b)?);
+            events.extend(map::map_block(ctx.chain_id.get(), b)?);
         }
         laps.lap("decode");
         let snapshots = ctx.fold_batch(&tx, &events).await?;
@@ -311,7 +312,7 @@ impl Ctx {
                 _ => None,
             };
             let ctx = EventCtx {
-                chain_id: self.chain_id as u64,
+                chain_id: self.chain_id.get(),
                 tx_hash: e.tx_hash,
                 event_ref: -(i as i64) - 1,
                 block_time: e.block_time,
@@ -394,7 +395,7 @@ fn new_event<'a>(e: &'a MappedEvent, folded: Option<&'a Folded>, enqueued: bool)
 /// ([`chainsub_store::outbox::enqueue_new`]); `ids` are the events' row ids, in the same order.
 async fn insert_outbox(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     events: &[MappedEvent],
     ids: &[i64],
     enqueued: &[bool],
@@ -418,7 +419,7 @@ async fn insert_outbox(
 /// just inserted (`ids`, in the same order).
 async fn insert_projections(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     events: &[MappedEvent],
     ids: &[i64],
 ) -> Result<()> {
@@ -451,7 +452,7 @@ async fn insert_projections(
 /// Rebuilds subscriptions from their stored events (after a reorg removed some of them).
 async fn rebuild_subs(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     ids: &[i64],
 ) -> Result<Vec<SubscriptionState>> {
     let logs = store::subscription_logs(tx, chain_id, ids).await?;
@@ -484,7 +485,7 @@ async fn rebuild_subs(
             _ => None,
         };
         let ctx = EventCtx {
-            chain_id: chain_id as u64,
+            chain_id: chain_id.get(),
             tx_hash: log.tx_hash,
             event_ref: log.id,
             block_time: log.block_time,
@@ -501,7 +502,7 @@ async fn rebuild_subs(
 /// pruning of the ones no reorg can reach any more.
 async fn write_checkpoints(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     blocks: &[Block],
     finalized: u64,
 ) -> Result<()> {

@@ -57,7 +57,7 @@ impl fmt::Display for Finding {
 /// What verify needs to know about the deployment.
 #[derive(Debug, Clone, Copy)]
 pub struct Target {
-    pub chain_id: u64,
+    pub chain_id: chainsub_core::ChainId,
     pub contract: Address,
     /// The indexer's CONFIRMATIONS: which events must have an outbox row.
     pub confirmations: u64,
@@ -92,7 +92,7 @@ pub async fn verify<S: BlockSource + ?Sized>(
     from: u64,
     to: u64,
 ) -> Result<Vec<Finding>> {
-    let chain_id = target.chain_id as i64;
+    let chain_id = target.chain_id;
     let mut fetcher = Fetcher::new(source, target.contract, fetch);
     let mut out = Findings::default();
     let head = fetcher.head().await;
@@ -140,7 +140,7 @@ pub async fn verify<S: BlockSource + ?Sized>(
     while next <= to {
         let blocks = fetcher.fetch(next, to).await;
         for b in &blocks {
-            mapped.extend(map::map_block(target.chain_id, b)?);
+            mapped.extend(map::map_block(target.chain_id.get(), b)?);
         }
         next = blocks.last().map(|b| b.number + 1).unwrap_or(to + 1);
     }
@@ -328,7 +328,7 @@ fn diff_columns(a: &StoredEvent, b: &StoredEvent) -> Vec<&'static str> {
 async fn ledger(
     out: &mut Findings,
     client: &Client,
-    chain_id: i64,
+    chain_id: chainsub_core::ChainId,
     mapped: &[MappedEvent],
     db_ids: &HashMap<EventKey, i64>,
     from: u64,
@@ -388,7 +388,7 @@ async fn ledger(
 async fn plans(
     out: &mut Findings,
     client: &Client,
-    chain_id: i64,
+    chain_id: chainsub_core::ChainId,
     mapped: &[MappedEvent],
     contract_reads: Option<&DynProvider>,
     contract: Address,
@@ -552,7 +552,7 @@ async fn subscriptions(
     from: u64,
     to: u64,
 ) -> Result<()> {
-    let chain_id = target.chain_id as i64;
+    let chain_id = target.chain_id;
     let touched: Vec<i64> = mapped
         .iter()
         .filter_map(|e| e.subscription_id)
@@ -623,7 +623,7 @@ async fn subscriptions(
                 _ => None,
             };
             let ctx = EventCtx {
-                chain_id: target.chain_id,
+                chain_id: target.chain_id.get(),
                 tx_hash: e.key.1,
                 event_ref: e.event_ref,
                 block_time: e.block_time,

@@ -1,10 +1,11 @@
 //! The single-writer rule. The indexer that holds the session advisory lock
-//! `locks::indexer_writer(chain_id)` is the only one that writes chain-owned tables; it
+//! `locks::indexer_writer(chain_id.db())` is the only one that writes chain-owned tables; it
 //! writes through the very connection that holds the lock, so losing the lock (the session
 //! dies) also loses the means to write. Each new holder bumps `indexer_cursor.writer_epoch`
 //! and every cursor update is fenced on it, so a stale writer cannot commit after a takeover.
 
 use alloy::primitives::Address;
+use chainsub_core::ChainId;
 use tokio_postgres::Client;
 
 use crate::block::Cursor;
@@ -41,15 +42,15 @@ pub async fn check_schema(client: &Client) -> Result<()> {
 }
 
 /// Blocks until this session holds the writer lock for `chain_id` (a hot standby waits here).
-pub async fn acquire(client: &Client, chain_id: u64) -> Result<()> {
-    let key = chainsub_migrations::locks::indexer_writer(chain_id);
+pub async fn acquire(client: &Client, chain_id: ChainId) -> Result<()> {
+    let key = chainsub_migrations::locks::indexer_writer(chain_id.db());
     if !chainsub_store::pg::try_lock(client, key).await? {
         tracing::info!(
-            chain_id,
+            %chain_id,
             "another indexer holds the writer lock; waiting as hot standby"
         );
         chainsub_store::pg::lock(client, key).await?;
-        tracing::info!(chain_id, "took over the writer lock");
+        tracing::info!(%chain_id, "took over the writer lock");
     }
     Ok(())
 }
@@ -58,12 +59,12 @@ pub async fn acquire(client: &Client, chain_id: u64) -> Result<()> {
 /// bumps the writer epoch. Returns our epoch.
 pub async fn claim_cursor(
     client: &Client,
-    chain_id: u64,
+    chain_id: ChainId,
     contract: Address,
     genesis: Cursor,
 ) -> Result<i64> {
     let (epoch, theirs) =
-        chainsub_store::index::claim_cursor(client, chain_id as i64, contract, genesis).await?;
+        chainsub_store::index::claim_cursor(client, chain_id, contract, genesis).await?;
     if theirs != contract.as_slice() {
         return Err(Error::Config(format!(
             "the database indexes contract 0x{} on chain {chain_id}, not {contract}",

@@ -49,7 +49,7 @@ pub struct Chain {
     provider: DynProvider,
     /// The keeper's address (pays gas).
     pub keeper: Address,
-    pub chain_id: u64,
+    pub chain_id: chainsub_core::ChainId,
     /// SubscriptionManager.
     pub manager: Address,
     /// The token SubscriptionManager pulls (read from the contract).
@@ -60,7 +60,7 @@ impl Chain {
     /// Connects, checks the chain id and reads the token address.
     pub async fn connect(
         rpc_url: &chainsub_core::RpcUrl,
-        chain_id: u64,
+        chain_id: chainsub_core::ChainId,
         manager: Address,
         key: PrivateKeySigner,
     ) -> Result<Chain> {

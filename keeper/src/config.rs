@@ -53,7 +53,7 @@ pub struct Config {
     pub rpc_url: chainsub_core::RpcUrl,
     /// Chain id; checked against the RPC at start.
     #[arg(long, env = "CHAIN_ID")]
-    pub chain_id: u64,
+    pub chain_id: chainsub_core::ChainId,
     /// SubscriptionManager address.
     #[arg(long, env = "CONTRACT_ADDRESS")]
     pub contract_address: Address,

@@ -140,7 +140,7 @@ pub async fn run(
 
     let health: SharedHealth = Arc::new(Mutex::new(Health {
         status: "starting",
-        chain_id: cfg.chain_id,
+        chain_id: cfg.chain_id.get(),
         keeper_address: cfg.keeper_private_key.0.address().to_string(),
         budget_wei: cfg.gas_budget_wei.to_string(),
         ..Health::default()
@@ -193,7 +193,7 @@ pub async fn run(
             allow_merchants: cfg.allow_merchants.clone(),
         });
     let (mut cfg, mut chain) = (cfg, chain);
-    let key = chainsub_migrations::locks::keeper(cfg.chain_id);
+    let key = chainsub_migrations::locks::keeper(cfg.chain_id.db());
     // One lock session after another: a keeper whose lock connection is lost (a Postgres
     // restart, a network cut, its session ended on the server while it was frozen) stops
     // sending at once, reconnects, and takes the lock again or stands by. Everything it
@@ -214,7 +214,7 @@ pub async fn run(
         bound_lock_session(&lock_client, cfg.lock_idle_timeout()).await?;
         metrics::gauge!(names::LOCK_HELD).set(1.0);
         health.lock().expect("health lock").lock_held = true;
-        tracing::info!(keeper = %chain.keeper, chain_id = cfg.chain_id, contract = %cfg.contract_address, session, "keeper lock taken");
+        tracing::info!(keeper = %chain.keeper, chain_id = %cfg.chain_id, contract = %cfg.contract_address, session, "keeper lock taken");
 
         let keeper = Keeper {
             cfg,

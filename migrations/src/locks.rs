@@ -16,16 +16,16 @@ pub const MIGRATIONS: i64 = BASE | 1;
 pub const INDEXER_WRITER_BASE: i64 = BASE | 0x1000_0000;
 
 /// The indexer writer lock key for `chain_id`.
-pub fn indexer_writer(chain_id: u64) -> i64 {
-    INDEXER_WRITER_BASE | (chain_id as i64 & 0x0fff_ffff)
+pub fn indexer_writer(chain_id: i64) -> i64 {
+    INDEXER_WRITER_BASE | (chain_id & 0x0fff_ffff)
 }
 
 /// Held by the keeper for one chain, so two keepers never send for the same period.
 pub const KEEPER_BASE: i64 = BASE | 0x2000_0000;
 
 /// The keeper lock key for `chain_id`.
-pub fn keeper(chain_id: u64) -> i64 {
-    KEEPER_BASE | (chain_id as i64 & 0x0fff_ffff)
+pub fn keeper(chain_id: i64) -> i64 {
+    KEEPER_BASE | (chain_id & 0x0fff_ffff)
 }
 
 /// Held (transaction-scoped) by an `api` process from reading its relayer key's nonce until

@@ -16,6 +16,7 @@ use alloy::providers::{DynProvider, Provider};
 use alloy::rpc::types::TransactionRequest;
 use alloy::signers::local::PrivateKeySigner;
 use alloy::transports::TransportError;
+use chainsub_core::ChainId;
 use chainsub_core::RpcUrl;
 pub use chainsub_core::{Outcome, SignedTx};
 
@@ -48,7 +49,7 @@ pub struct Sender {
     provider: DynProvider,
     wallet: EthereumWallet,
     address: Address,
-    chain_id: u64,
+    chain_id: ChainId,
 }
 
 impl std::fmt::Debug for Sender {
@@ -62,7 +63,11 @@ impl std::fmt::Debug for Sender {
 
 impl Sender {
     /// A sender for `key` on `rpc_url` (no request yet: the node may still be down).
-    pub fn new(rpc_url: &RpcUrl, chain_id: u64, key: PrivateKeySigner) -> Result<Sender, Error> {
+    pub fn new(
+        rpc_url: &RpcUrl,
+        chain_id: ChainId,
+        key: PrivateKeySigner,
+    ) -> Result<Sender, Error> {
         // No fillers: nonce, gas and fees are the caller's decisions.
         let provider = rpc_url.provider();
         Ok(Sender {
@@ -76,12 +81,12 @@ impl Sender {
     /// [`Sender::new`], checking that the node serves `chain_id`.
     pub async fn connect(
         rpc_url: &RpcUrl,
-        chain_id: u64,
+        chain_id: ChainId,
         key: PrivateKeySigner,
     ) -> Result<Sender, Error> {
         let sender = Sender::new(rpc_url, chain_id, key)?;
         let actual = sender.provider.get_chain_id().await?;
-        if actual != chain_id {
+        if actual != chain_id.get() {
             return Err(Error::Config(format!(
                 "CHAIN_ID is {chain_id} but the RPC serves chain {actual}"
             )));
@@ -130,7 +135,7 @@ impl Sender {
         let envelope: TxEnvelope = request
             .with_from(self.address)
             .with_nonce(nonce)
-            .with_chain_id(self.chain_id)
+            .with_chain_id(self.chain_id.get())
             .with_gas_limit(gas_limit)
             .with_max_fee_per_gas(max_fee_per_gas)
             .with_max_priority_fee_per_gas(max_priority_fee_per_gas)

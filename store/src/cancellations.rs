@@ -6,6 +6,7 @@
 //! a transaction of its own.
 
 use alloy::primitives::B256;
+use chainsub_core::ChainId;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
@@ -89,7 +90,7 @@ fn from_row(r: &Row) -> Result<Cancellation> {
 pub async fn live(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     onchain_id: i64,
     at_period_end: bool,
 ) -> Result<Option<Cancellation>> {
@@ -112,7 +113,7 @@ pub async fn live(
 pub async fn insert(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     onchain_id: i64,
     subscription_public_id: &str,
     at_period_end: bool,
@@ -273,7 +274,7 @@ pub async fn settle(
 pub async fn last_sent(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     onchain_id: i64,
     at_period_end: bool,
 ) -> Result<Option<(B256, chrono::DateTime<chrono::Utc>)>> {

@@ -2,6 +2,7 @@
 //! and how deep under the indexer's tip it is.
 
 use alloy::primitives::{Address, B256};
+use chainsub_core::ChainId;
 use tokio_postgres::Row;
 
 use crate::{Error, Result};
@@ -11,7 +12,7 @@ use crate::{Error, Result};
 /// log_index, indexed_block`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainRow {
-    pub chain_id: i64,
+    pub chain_id: ChainId,
     pub contract: Address,
     pub block_number: i64,
     pub block_hash: B256,
@@ -167,7 +168,7 @@ pub struct Cursor {
 /// The indexer's cursor on `chain_id` (`None` before its first batch).
 pub async fn cursor(
     client: &impl deadpool_postgres::GenericClient,
-    chain_id: i64,
+    chain_id: ChainId,
 ) -> Result<Option<Cursor>> {
     let stmt = client
         .prepare_cached("SELECT block_number, head_number FROM indexer_cursor WHERE chain_id = $1")

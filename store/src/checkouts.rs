@@ -3,6 +3,7 @@
 //! cannot be passed to anything that reads or changes a merchant's data.
 
 use alloy::primitives::{Address, B256};
+use chainsub_core::ChainId;
 use chainsub_core::MerchantId;
 use deadpool_postgres::GenericClient;
 
@@ -43,7 +44,7 @@ pub async fn resolve(
     client: &impl GenericClient,
     code: &str,
     slug: &str,
-    chain_id: i64,
+    chain_id: ChainId,
     confirmations: i64,
 ) -> Result<Option<Link>> {
     let confirmations = confirmations.max(1);

@@ -5,6 +5,7 @@
 //! references, ids or anything else of a merchant's. Nothing here writes.
 
 use alloy::primitives::{Address, B256};
+use chainsub_core::ChainId;
 use chainsub_core::SubscriptionStatus;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -59,7 +60,7 @@ pub struct WalletCharge {
 /// those with the merchant whose code is `merchant_code` when it is given.
 pub async fn subscriptions_of(
     client: &impl GenericClient,
-    chain_id: i64,
+    chain_id: ChainId,
     wallet: Address,
     merchant_code: Option<&str>,
 ) -> Result<Vec<WalletSubscription>> {

@@ -1,5 +1,6 @@
 //! Chain events as the API lists them and webhooks carry them, scoped by merchant wallet.
 
+use chainsub_core::ChainId;
 use std::sync::LazyLock;
 
 use alloy::primitives::Address;
@@ -577,7 +578,7 @@ static LIST: LazyLock<ListStatements> = LazyLock::new(|| {
 pub async fn list(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     filter: &Filter<'_>,
     page: Page,
 ) -> Result<(Vec<EventRow>, bool)> {
@@ -587,7 +588,7 @@ pub async fn list(
 async fn list_by(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     filter: &Filter<'_>,
     page: Page,
     merged_only: bool,
@@ -661,7 +662,7 @@ fn chain_page_is_merged_page(rows: &[Row], page: Page) -> Result<bool> {
 pub async fn list_merged(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     filter: &Filter<'_>,
     page: Page,
 ) -> Result<(Vec<EventRow>, bool)> {
@@ -692,7 +693,7 @@ pub async fn cursor_key(
 pub async fn get(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     id: &EventId,
 ) -> Result<Option<EventRow>> {
     static ONE: LazyLock<String> = LazyLock::new(|| {

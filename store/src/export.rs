@@ -3,6 +3,7 @@
 //! is served in constant memory and a slow reader holds no snapshot between pages.
 
 use alloy::primitives::Address;
+use chainsub_core::ChainId;
 use chainsub_core::{EventId, LedgerKind};
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
@@ -102,7 +103,7 @@ pub struct PageAfter(i64);
 pub async fn ledger_page(
     client: &deadpool_postgres::Client,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     range: Range,
     after: PageAfter,
     limit: i64,

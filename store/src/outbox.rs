@@ -28,6 +28,7 @@
 //! - **Dashboard** ([`retry`], [`resume_held`], [`enqueue_test`]): scoped to the
 //!   [`MerchantScope`]; they never take a row a dispatcher holds.
 
+use chainsub_core::ChainId;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -354,7 +355,7 @@ pub struct NewDelivery<'a> {
 /// subscription (the events table is not looked up again).
 pub async fn enqueue(
     client: &impl GenericClient,
-    chain_id: i64,
+    chain_id: ChainId,
     events: &[NewDelivery<'_>],
 ) -> Result<u64> {
     if events.is_empty() {
@@ -384,7 +385,7 @@ pub async fn enqueue(
 /// trigger wakes dispatchers at commit, as for [`enqueue`]. Returns the rows written.
 pub async fn enqueue_new(
     tx: &tokio_postgres::Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     events: &[NewDelivery<'_>],
 ) -> Result<u64> {
     use tokio_postgres::types::Type;
@@ -415,7 +416,7 @@ pub async fn enqueue_new(
 /// none yet (marking them `enqueued`), in chain order. Returns the rows written.
 pub async fn enqueue_confirmed(
     client: &impl GenericClient,
-    chain_id: i64,
+    chain_id: ChainId,
     upto: i64,
 ) -> Result<u64> {
     Ok(client
@@ -441,7 +442,7 @@ pub async fn enqueue_confirmed(
 /// deleted. Returns (rows deleted, retractions written).
 pub async fn retract_above(
     client: &impl GenericClient,
-    chain_id: i64,
+    chain_id: ChainId,
     above: i64,
     ancestor: &[u8],
 ) -> Result<(u64, u64)> {

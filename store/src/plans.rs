@@ -1,5 +1,6 @@
 //! The merchant's plans as the API reads them (with their on-chain provisioning facts).
 
+use chainsub_core::ChainId;
 use std::sync::LazyLock;
 
 use alloy::primitives::{Address, B256};
@@ -139,7 +140,7 @@ static LIST: LazyLock<[String; 2]> =
 pub async fn list(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     page: Page,
 ) -> Result<(Vec<PlanRow>, bool)> {
     page::fetch(
@@ -156,7 +157,7 @@ pub async fn list(
 pub async fn get(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     public_id: &PlanId,
 ) -> Result<Option<PlanRow>> {
     static ONE: LazyLock<String> = LazyLock::new(|| format!("{SELECT} AND p.public_id = $3::text"));
@@ -173,7 +174,7 @@ pub async fn get(
 pub async fn get_by_row_id(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     row_id: i64,
 ) -> Result<Option<PlanRow>> {
     static ONE: LazyLock<String> = LazyLock::new(|| format!("{SELECT} AND p.id = $3::bigint"));

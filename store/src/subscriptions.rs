@@ -1,6 +1,7 @@
 //! Subscriptions as the API serves them (rows of the indexer's projection), scoped by the
 //! merchant's wallet, with their ledgers.
 
+use chainsub_core::ChainId;
 use std::sync::LazyLock;
 
 use alloy::primitives::Address;
@@ -271,7 +272,7 @@ static LIST: LazyLock<[[String; 2]; 3]> = LazyLock::new(|| {
 pub async fn list(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     filter: &Filter<'_>,
     page: Page,
 ) -> Result<(Vec<SubscriptionRow>, bool)> {
@@ -330,7 +331,7 @@ pub async fn cursor_key(
 pub async fn get(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     id: &SubscriptionId,
 ) -> Result<Option<SubscriptionRow>> {
     static ONE: LazyLock<String> = LazyLock::new(|| format!("{SELECT} AND s.public_id = $4::text"));
@@ -350,7 +351,7 @@ pub async fn get(
 pub async fn ledger(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    chain_id: i64,
+    chain_id: ChainId,
     id: &SubscriptionId,
 ) -> Result<Vec<LedgerRow>> {
     let stmt = client

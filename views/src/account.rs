@@ -72,7 +72,7 @@ pub struct NonceView<'a> {
     pub expires_at: DateTime<Utc>,
     pub domain: &'a str,
     pub uri: &'a str,
-    pub chain_id: u64,
+    pub chain_id: chainsub_core::ChainId,
     pub version: &'static str,
     pub statement: &'static str,
 }
@@ -169,7 +169,7 @@ pub struct OperatorHealthView {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthChainView {
-    pub chain_id: u64,
+    pub chain_id: chainsub_core::ChainId,
     #[serde(serialize_with = "super::checksummed")]
     pub contract: Address,
     pub indexed_block: Option<i64>,

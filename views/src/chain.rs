@@ -11,7 +11,7 @@ use crate::json::{self, WriteJson};
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChainView {
-    pub chain_id: i64,
+    pub chain_id: chainsub_core::ChainId,
     #[serde(serialize_with = "super::checksummed")]
     pub contract: Address,
     pub block_number: i64,
@@ -44,7 +44,7 @@ impl From<&ChainRow> for ChainView {
 impl WriteJson for ChainView {
     fn write_json(&self, out: &mut Vec<u8>) {
         json::raw(out, "{\"chainId\":");
-        json::int(out, self.chain_id);
+        json::int(out, self.chain_id.get());
         json::raw(out, ",\"contract\":");
         json::address(out, &self.contract);
         json::raw(out, ",\"blockNumber\":");

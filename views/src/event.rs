@@ -42,7 +42,7 @@ pub struct EventView<'a> {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObservationView {
-    pub chain_id: i64,
+    pub chain_id: chainsub_core::ChainId,
     #[serde(serialize_with = "super::checksummed")]
     pub contract: Address,
     pub block_number: i64,
@@ -461,7 +461,7 @@ impl WriteJson for SnapshotView<'_> {
 impl WriteJson for ObservationView {
     fn write_json(&self, out: &mut Vec<u8>) {
         json::raw(out, "{\"chainId\":");
-        json::int(out, self.chain_id);
+        json::int(out, self.chain_id.get());
         json::raw(out, ",\"contract\":");
         json::address(out, &self.contract);
         json::raw(out, ",\"blockNumber\":");

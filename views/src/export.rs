@@ -52,7 +52,7 @@ pub struct ExportEntryView<'a> {
     pub record: &'static str,
     pub event_id: &'a str,
     pub kind: &'static str,
-    pub chain_id: i64,
+    pub chain_id: chainsub_core::ChainId,
     #[serde(serialize_with = "super::checksummed")]
     pub contract: Address,
     pub block_number: i64,
@@ -170,7 +170,7 @@ impl ExportTotals {
     /// The `total` records: one per kind, in [`LedgerKind::ALL`] order.
     pub fn views(
         &self,
-        chain_id: i64,
+        chain_id: chainsub_core::ChainId,
         contract: Address,
         merchant: Address,
         range: &Range,
@@ -209,7 +209,7 @@ impl ExportTotals {
 pub struct ExportTotalView {
     pub record: &'static str,
     pub kind: &'static str,
-    pub chain_id: i64,
+    pub chain_id: chainsub_core::ChainId,
     #[serde(serialize_with = "super::checksummed")]
     pub contract: Address,
     #[serde(serialize_with = "super::checksummed")]
@@ -300,7 +300,7 @@ mod tests {
             failure_reason: None,
             block_time: DateTime::from_timestamp(1_767_225_600, 0).unwrap(),
             chain: ChainRow {
-                chain_id: 31337,
+                chain_id: chainsub_core::ChainId::new(31337).unwrap(),
                 contract: Address::repeat_byte(0xcc),
                 block_number: 7,
                 block_hash: B256::repeat_byte(1),
@@ -343,7 +343,12 @@ mod tests {
             from_time: None,
             to_time: None,
         };
-        let t = totals.views(31337, Address::ZERO, Address::ZERO, &range);
+        let t = totals.views(
+            chainsub_core::ChainId::new(31337).unwrap(),
+            Address::ZERO,
+            Address::ZERO,
+            &range,
+        );
         let json = serde_json::to_value(&t[0]).unwrap();
         for k in json.as_object().unwrap().keys() {
             assert!(EXPORT_COLUMNS.contains(&k.as_str()), "{k}");

@@ -196,7 +196,7 @@ mod tests {
     /// Where a row is on chain, any values.
     fn chain_rows() -> impl Strategy<Value = ChainRow> {
         (
-            (any::<i64>(), any::<[u8; 20]>(), 0..i64::MAX / 2),
+            (1..i64::MAX, any::<[u8; 20]>(), 0..i64::MAX / 2),
             (
                 any::<[u8; 32]>(),
                 any::<[u8; 32]>(),
@@ -205,7 +205,7 @@ mod tests {
             ),
         )
             .prop_map(|(c, h)| ChainRow {
-                chain_id: c.0,
+                chain_id: chainsub_core::ChainId::from_db(c.0).unwrap(),
                 contract: Address::from(c.1),
                 block_number: c.2,
                 block_hash: B256::from(h.0),

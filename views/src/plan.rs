@@ -42,7 +42,11 @@ pub struct ProvisioningView<'a> {
 impl<'a> PlanView<'a> {
     /// `r` on chain `chain_id`; a plan only the relayer's receipt vouches for was sent to
     /// `contract` (the configured one).
-    pub fn new(r: &'a PlanRow, chain_id: i64, contract: Address) -> PlanView<'a> {
+    pub fn new(
+        r: &'a PlanRow,
+        chain_id: chainsub_core::ChainId,
+        contract: Address,
+    ) -> PlanView<'a> {
         let active = r.is_active();
         let status = if active {
             "active"
@@ -132,7 +136,12 @@ mod tests {
     fn an_indexed_plan_is_active_with_the_emitting_contract_checksummed() {
         let emitter = Address::repeat_byte(0xcd);
         let r = row(ProvisionStatus::Submitted, Some(creation(Some(emitter))));
-        let v = serde_json::to_value(PlanView::new(&r, 31337, CONFIGURED)).unwrap();
+        let v = serde_json::to_value(PlanView::new(
+            &r,
+            chainsub_core::ChainId::new(31337).unwrap(),
+            CONFIGURED,
+        ))
+        .unwrap();
         assert_eq!(v["status"], "active");
         assert_eq!(v["amount"], "9.99");
         assert_eq!(v["provisioning"]["state"], "active");
@@ -146,7 +155,12 @@ mod tests {
     #[test]
     fn a_plan_known_from_the_receipt_names_the_configured_contract() {
         let r = row(ProvisionStatus::Active, Some(creation(None)));
-        let v = serde_json::to_value(PlanView::new(&r, 31337, CONFIGURED)).unwrap();
+        let v = serde_json::to_value(PlanView::new(
+            &r,
+            chainsub_core::ChainId::new(31337).unwrap(),
+            CONFIGURED,
+        ))
+        .unwrap();
         assert_eq!(v["status"], "active");
         assert_eq!(v["chain"]["contract"], CONFIGURED.to_checksum(None));
         assert_eq!(v["chain"]["chainId"], 31337);
@@ -155,13 +169,23 @@ mod tests {
     #[test]
     fn a_failed_provisioning_shows_its_error_and_no_chain() {
         let r = row(ProvisionStatus::Failed, None);
-        let v = serde_json::to_value(PlanView::new(&r, 31337, CONFIGURED)).unwrap();
+        let v = serde_json::to_value(PlanView::new(
+            &r,
+            chainsub_core::ChainId::new(31337).unwrap(),
+            CONFIGURED,
+        ))
+        .unwrap();
         assert_eq!(v["status"], "failed");
         assert_eq!(v["provisioning"]["state"], "failed");
         assert_eq!(v["provisioning"]["error"], "rpc down");
         assert_eq!(v["chain"], serde_json::Value::Null);
         let pending = row(ProvisionStatus::Submitted, None);
-        let v = serde_json::to_value(PlanView::new(&pending, 31337, CONFIGURED)).unwrap();
+        let v = serde_json::to_value(PlanView::new(
+            &pending,
+            chainsub_core::ChainId::new(31337).unwrap(),
+            CONFIGURED,
+        ))
+        .unwrap();
         assert_eq!(v["status"], "pending");
         assert_eq!(v["provisioning"]["state"], "submitted");
     }

@@ -157,7 +157,7 @@ impl SiweMessage {
         if uri.origin() != cfg.base_url.origin() {
             return Err(rejected("the message `URI` is not this service's origin"));
         }
-        if self.chain_id != cfg.chain_id {
+        if self.chain_id != cfg.chain_id.get() {
             return Err(rejected(format!(
                 "the message is for chain {}, this service runs on chain {}",
                 self.chain_id, cfg.chain_id

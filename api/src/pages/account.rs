@@ -13,6 +13,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use alloy::sol_types::SolCall;
 use chainsub_abi::SubscriptionManager;
+use chainsub_core::ChainId;
 use chainsub_core::{SubscriptionStatus, format_units};
 use chainsub_store::customers::{WalletCharge, WalletSubscription};
 use chrono::{DateTime, Utc};
@@ -161,7 +162,7 @@ pub const PROOF_VALIDITY_MINUTES: i64 = 30;
 #[derive(Debug, Clone, Copy)]
 pub struct ProofTerms<'a> {
     pub base_url: &'a url::Url,
-    pub chain_id: u64,
+    pub chain_id: ChainId,
     /// `CHECKOUT_SIGNING_SECRET`.
     pub secret: &'a str,
 }
@@ -183,7 +184,7 @@ impl<'a> ProofTerms<'a> {
         input.extend_from_slice(b"chainsub account proof v1\0");
         input.extend_from_slice(self.secret.as_bytes());
         input.push(0);
-        input.extend_from_slice(&self.chain_id.to_be_bytes());
+        input.extend_from_slice(&self.chain_id.get().to_be_bytes());
         input.extend_from_slice(wallet.as_slice());
         input.extend_from_slice(&issued_at.timestamp().to_be_bytes());
         let digest = alloy::primitives::keccak256(&input);
@@ -214,7 +215,7 @@ pub fn proof_message(
         ),
         uri: format!("{base}/account"),
         version: "1".into(),
-        chain_id: terms.chain_id,
+        chain_id: terms.chain_id.get(),
         nonce: terms.nonce(wallet, issued_at),
         issued_at,
         expiration_time: Some(issued_at + chrono::Duration::minutes(PROOF_VALIDITY_MINUTES)),
@@ -298,7 +299,7 @@ pub fn check_proof(
 #[serde(rename_all = "camelCase")]
 pub struct CancelTransaction {
     pub object: &'static str,
-    pub chain_id: u64,
+    pub chain_id: ChainId,
     pub chain_id_hex: String,
     pub onchain_id: u64,
     pub at_period_end: bool,
@@ -313,7 +314,7 @@ pub struct CancelTransaction {
 /// contract would revert.
 pub async fn cancel_transaction(
     provider: &DynProvider,
-    chain_id: u64,
+    chain_id: ChainId,
     manager: Address,
     from: Address,
     onchain_id: u64,
@@ -416,7 +417,7 @@ mod tests {
         let base: url::Url = "https://pay.example.com".parse().unwrap();
         let terms = ProofTerms {
             base_url: &base,
-            chain_id: 1,
+            chain_id: chainsub_core::ChainId::new(1).unwrap(),
             secret: "s3cret",
         };
         let key = PrivateKeySigner::random();
@@ -485,7 +486,7 @@ mod tests {
             "wallet_proof_invalid"
         );
         let on_chain_2 = ProofTerms {
-            chain_id: 2,
+            chain_id: chainsub_core::ChainId::new(2).unwrap(),
             ..terms
         };
         assert_eq!(

@@ -6,6 +6,7 @@ use alloy::primitives::{Address, B256, Signature, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
 use chainsub_abi::{MockUSDC, Permit, SubscriptionManager};
+use chainsub_core::ChainId;
 use serde::Serialize;
 
 use crate::checkout as link_sig;
@@ -137,7 +138,7 @@ pub async fn resolve(ctx: &Ctx, code: &str, slug: &str, query: &LinkQuery) -> Re
         &conn,
         code,
         slug,
-        ctx.cfg.chain_id as i64,
+        ctx.cfg.chain_id,
         ctx.cfg.confirmations as i64,
     )
     .await?
@@ -229,7 +230,7 @@ pub const PERMIT_MIN_REMAINING_SECS: u64 = 60;
 pub struct PermitDomain {
     pub name: String,
     pub version: String,
-    pub chain_id: u64,
+    pub chain_id: ChainId,
     pub token: Address,
     /// `nonces(owner)` now.
     pub nonce: U256,
@@ -244,7 +245,7 @@ impl PermitDomain {
         Eip712Domain::new(
             Some(self.name.clone().into()),
             Some(self.version.clone().into()),
-            Some(U256::from(self.chain_id)),
+            Some(U256::from(self.chain_id.get())),
             Some(self.token),
             None,
         )
@@ -347,7 +348,7 @@ impl TypedField {
 pub struct TypedDomain {
     pub name: String,
     pub version: String,
-    pub chain_id: u64,
+    pub chain_id: ChainId,
     #[serde(serialize_with = "chainsub_views::checksummed")]
     pub verifying_contract: Address,
 }
@@ -370,7 +371,7 @@ pub struct TypedPermit {
 /// the customer would sign for nothing). The page then asks for `approve` + `subscribe`.
 pub async fn permit_domain(
     provider: &DynProvider,
-    chain_id: u64,
+    chain_id: ChainId,
     usdc: Address,
     owner: Address,
 ) -> Option<PermitDomain> {
@@ -552,8 +553,8 @@ pub fn plan_inactive() -> ApiError {
 }
 
 /// The chain id the wallet must be on, as `0x…` for EIP-1193 calls.
-pub fn chain_id_hex(chain_id: u64) -> String {
-    format!("{chain_id:#x}")
+pub fn chain_id_hex(chain_id: ChainId) -> String {
+    format!("{:#x}", chain_id.get())
 }
 
 /// An EIP-1193 `eth_sendTransaction` request (the checkout's and the account page's).
@@ -617,7 +618,7 @@ pub struct PermitTerms {
 #[serde(rename_all = "camelCase")]
 pub struct CheckoutTransactions {
     pub object: &'static str,
-    pub chain_id: u64,
+    pub chain_id: ChainId,
     pub chain_id_hex: String,
     #[serde(serialize_with = "chainsub_views::checksummed")]
     pub from: Address,
@@ -650,7 +651,7 @@ pub enum Allowance<'a> {
 /// sign first (see [`Allowance`]), then the subscription.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_transactions(
-    chain_id: u64,
+    chain_id: ChainId,
     usdc: Address,
     manager: Address,
     link: &Link,
@@ -817,7 +818,7 @@ mod tests {
     #[test]
     fn short_allowance_gets_an_approve_for_all_periods_before_subscribe() {
         let v = json(plan_transactions(
-            31337,
+            chainsub_core::ChainId::new(31337).unwrap(),
             USDC,
             MGR,
             &link(),
@@ -850,7 +851,7 @@ mod tests {
     #[test]
     fn approve_adds_to_an_allowance_other_subscriptions_use() {
         let v = json(plan_transactions(
-            1,
+            chainsub_core::ChainId::new(1).unwrap(),
             USDC,
             MGR,
             &link(),
@@ -872,7 +873,7 @@ mod tests {
     #[test]
     fn enough_allowance_skips_approve_and_flags_balance_and_live_subscription() {
         let v = json(plan_transactions(
-            1,
+            chainsub_core::ChainId::new(1).unwrap(),
             USDC,
             MGR,
             &link(),
@@ -894,7 +895,7 @@ mod tests {
         PermitDomain {
             name: "Mock USD Coin".into(),
             version: "2".into(),
-            chain_id: 31337,
+            chain_id: chainsub_core::ChainId::new(31337).unwrap(),
             token: USDC,
             nonce: U256::from(3),
             block_time: U256::from(1_000),
@@ -911,7 +912,7 @@ mod tests {
         let d = domain();
         let call = |allowance| {
             json(plan_transactions(
-                31337,
+                chainsub_core::ChainId::new(31337).unwrap(),
                 USDC,
                 MGR,
                 &link(),

@@ -74,7 +74,7 @@ pub async fn cancel(
 
     let not_found = || ApiError::not_found("subscription", Some("id"));
     let sub_id = SubscriptionId::parse(id).ok_or_else(not_found)?;
-    let chain_id = ctx.cfg.chain_id as i64;
+    let chain_id = ctx.cfg.chain_id;
     let conn = ctx.pool.get().await?;
     let row = store::get(&conn, merchant, chain_id, &sub_id)
         .await?

@@ -93,7 +93,7 @@ async fn list(s: Scope, q: ListEvents) -> Result<Resp> {
         Ok(store::cursor_key(c, m, &id).await?)
     })
     .await?;
-    let chain_id = s.ctx.cfg.chain_id as i64;
+    let chain_id = s.ctx.cfg.chain_id;
     let (rows, more) =
         store::list(&conn, &s.merchant, chain_id, &filter, page.store_page(key)).await?;
     let data = rows.iter().map(EventView::listed).collect();
@@ -106,7 +106,7 @@ async fn get_one(s: Scope, id: String) -> Result<Resp> {
     let not_found = || ApiError::not_found("event", Some("id"));
     let id = EventId::parse(&id).ok_or_else(not_found)?;
     let conn = s.ctx.pool.get().await?;
-    let row = store::get(&conn, &s.merchant, s.ctx.cfg.chain_id as i64, &id)
+    let row = store::get(&conn, &s.merchant, s.ctx.cfg.chain_id, &id)
         .await?
         .ok_or_else(not_found)?;
     Ok(Resp::view(&EventView::listed(&row)))

@@ -53,7 +53,7 @@ async fn probe(ctx: &Ctx) -> OperatorHealthView {
     // Bounded: a hung database must not hang the health check.
     let probe = tokio::time::timeout(Duration::from_secs(3), async {
         let conn = ctx.pool.get().await?;
-        Ok::<_, ApiError>(chainsub_store::chain::cursor(&conn, ctx.cfg.chain_id as i64).await?)
+        Ok::<_, ApiError>(chainsub_store::chain::cursor(&conn, ctx.cfg.chain_id).await?)
     })
     .await;
     let relayer = ctx.relayer.as_ref().map_or("none", |r| r.funding_status());

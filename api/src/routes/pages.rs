@@ -318,13 +318,9 @@ async fn account_subscriptions(
         chrono::Utc::now(),
     )?;
     let conn = ctx.pool.get().await?;
-    let rows = chainsub_store::customers::subscriptions_of(
-        &conn,
-        ctx.cfg.chain_id as i64,
-        wallet,
-        merchant,
-    )
-    .await?;
+    let rows =
+        chainsub_store::customers::subscriptions_of(&conn, ctx.cfg.chain_id, wallet, merchant)
+            .await?;
     drop(conn);
     Ok(Resp::view(&account::AccountList::new(
         wallet,

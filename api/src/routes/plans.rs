@@ -52,7 +52,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 
 /// The plan object of docs/design.md §4.
 fn plan_view<'a>(ctx: &Ctx, r: &'a PlanRow) -> PlanView<'a> {
-    PlanView::new(r, ctx.cfg.chain_id as i64, ctx.cfg.contract_address)
+    PlanView::new(r, ctx.cfg.chain_id, ctx.cfg.contract_address)
 }
 
 /// The plan object as a JSON value, for the responses the idempotency store keeps.
@@ -67,7 +67,7 @@ pub async fn find(ctx: &Ctx, merchant: &Merchant, public_id: &str) -> Result<Opt
         return Ok(None);
     };
     let conn = ctx.pool.get().await?;
-    Ok(store::get(&conn, merchant, ctx.cfg.chain_id as i64, &id).await?)
+    Ok(store::get(&conn, merchant, ctx.cfg.chain_id, &id).await?)
 }
 
 async fn list(s: Scope, q: PageQuery) -> Result<Resp> {
@@ -78,7 +78,7 @@ async fn list(s: Scope, q: PageQuery) -> Result<Resp> {
         Ok(store::cursor_key(c, m, &id).await?)
     })
     .await?;
-    let chain_id = s.ctx.cfg.chain_id as i64;
+    let chain_id = s.ctx.cfg.chain_id;
     let (rows, more) = store::list(&conn, &s.merchant, chain_id, page.store_page(key)).await?;
     let data = rows.iter().map(|r| plan_view(&s.ctx, r)).collect();
     Ok(Resp::view(&ListView::new(data, more)))
@@ -181,7 +181,7 @@ async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
             provision(ctx, merchant, id).await?;
         }
         let conn = ctx.pool.get().await?;
-        let row = store::get_by_row_id(&conn, merchant, ctx.cfg.chain_id as i64, id)
+        let row = store::get_by_row_id(&conn, merchant, ctx.cfg.chain_id, id)
             .await?
             .ok_or_else(|| ApiError::Internal(format!("plan row {id} vanished")))?;
         Ok(Resp::with_status(

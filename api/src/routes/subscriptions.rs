@@ -79,7 +79,7 @@ async fn list(s: Scope, q: ListSubscriptions) -> Result<Resp> {
         |id| async move { Ok(store::cursor_key(c, m, &id).await?) },
     )
     .await?;
-    let chain_id = s.ctx.cfg.chain_id as i64;
+    let chain_id = s.ctx.cfg.chain_id;
     let (rows, more) =
         store::list(&conn, &s.merchant, chain_id, &filter, page.store_page(key)).await?;
     let data = rows.iter().map(SubscriptionView::from).collect();
@@ -92,7 +92,7 @@ async fn get_one(s: Scope, id: String) -> Result<Resp> {
     let not_found = || ApiError::not_found("subscription", Some("id"));
     let id = SubscriptionId::parse(&id).ok_or_else(not_found)?;
     let conn = s.ctx.pool.get().await?;
-    let chain_id = s.ctx.cfg.chain_id as i64;
+    let chain_id = s.ctx.cfg.chain_id;
     let row = store::get(&conn, &s.merchant, chain_id, &id)
         .await?
         .ok_or_else(not_found)?;

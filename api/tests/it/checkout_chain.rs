@@ -328,9 +328,14 @@ async fn a_permit_is_offered_only_for_a_token_with_a_usable_eip2612_domain() {
     let chain = DevChain::start().await;
     let provider = read_provider(&chain.anvil.rpc_url()).unwrap();
     let owner = DevChain::address(CUSTOMER_B);
-    let domain = permit_domain(&provider, chain.anvil.chain_id, chain.usdc, owner)
-        .await
-        .expect("MockUSDC has permit");
+    let domain = permit_domain(
+        &provider,
+        chainsub_core::ChainId::new(chain.anvil.chain_id).unwrap(),
+        chain.usdc,
+        owner,
+    )
+    .await
+    .expect("MockUSDC has permit");
     assert_eq!(
         (domain.name.as_str(), domain.version.as_str(), domain.nonce),
         ("Mock USD Coin", "2", U256::ZERO)
@@ -338,12 +343,24 @@ async fn a_permit_is_offered_only_for_a_token_with_a_usable_eip2612_domain() {
     assert!(domain.deadline > domain.block_time);
     // The manager has no name/version/nonces/DOMAIN_SEPARATOR: no permit.
     assert_eq!(
-        permit_domain(&provider, chain.anvil.chain_id, chain.manager, owner).await,
+        permit_domain(
+            &provider,
+            chainsub_core::ChainId::new(chain.anvil.chain_id).unwrap(),
+            chain.manager,
+            owner
+        )
+        .await,
         None
     );
     // A wrong chain id makes the computed domain differ from the token's: no permit.
     assert_eq!(
-        permit_domain(&provider, chain.anvil.chain_id + 1, chain.usdc, owner).await,
+        permit_domain(
+            &provider,
+            chainsub_core::ChainId::new(chain.anvil.chain_id + 1).unwrap(),
+            chain.usdc,
+            owner
+        )
+        .await,
         None
     );
 }

@@ -322,7 +322,7 @@ async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_co
     let of_sub = chainsub_store::events::list(
         &conn,
         &merchant,
-        chain.anvil.chain_id as i64,
+        chainsub_core::ChainId::from_db(chain.anvil.chain_id as i64).unwrap(),
         &chainsub_store::events::Filter {
             subscription: Some(&sub_id),
             ..Default::default()
@@ -368,7 +368,7 @@ async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_co
     let all = chainsub_store::events::list(
         &conn,
         &merchant,
-        chain.anvil.chain_id as i64,
+        chainsub_core::ChainId::from_db(chain.anvil.chain_id as i64).unwrap(),
         &chainsub_store::events::Filter::default(),
         chainsub_store::Page {
             limit: 100,
@@ -393,7 +393,7 @@ async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_co
     let only = chainsub_store::events::list(
         &conn,
         &merchant,
-        chain.anvil.chain_id as i64,
+        chainsub_core::ChainId::from_db(chain.anvil.chain_id as i64).unwrap(),
         &chainsub_store::events::Filter {
             kind: Some("event.retracted"),
             ..Default::default()

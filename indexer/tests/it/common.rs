@@ -20,7 +20,11 @@ use tokio_postgres::Client;
 
 /// Fast settings for tests: millisecond polls and backoffs, outbox at once.
 pub fn test_config(chain_id: u64, contract: Address, start_block: u64) -> IndexerConfig {
-    let mut cfg = IndexerConfig::new(chain_id, contract, start_block);
+    let mut cfg = IndexerConfig::new(
+        chainsub_core::ChainId::new(chain_id).unwrap(),
+        contract,
+        start_block,
+    );
     cfg.confirmations = 0;
     cfg.poll_interval = Duration::from_millis(20);
     cfg.fetch = FetchConfig {
@@ -70,7 +74,7 @@ impl Running {
 /// Starts `run::run` on `source` in a task.
 pub fn start_with<S: BlockSource>(cfg: IndexerConfig, db_url: &str, source: Arc<S>) -> Running {
     let (tx, rx) = watch::channel(false);
-    let status = Status::new(cfg.chain_id);
+    let status = Status::new(cfg.chain_id.get());
     let st = status.clone();
     let url = db_url.to_string();
     let handle =

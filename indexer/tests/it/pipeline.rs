@@ -57,7 +57,7 @@ async fn backfill_fetches_the_next_range_while_the_current_one_commits() {
     });
     let client = writer::connect(&db.url).await.unwrap();
     writer::acquire(&client, cfg.chain_id).await.unwrap();
-    let mut ix = Indexer::open(&cfg, source, client, Status::new(cfg.chain_id))
+    let mut ix = Indexer::open(&cfg, source, client, Status::new(cfg.chain_id.get()))
         .await
         .unwrap();
     while ranges.try_recv().is_ok() {}

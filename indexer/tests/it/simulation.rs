@@ -43,7 +43,7 @@ impl<F: Future> Future for CrashAfter<F> {
 async fn open(cfg: &IndexerConfig, db: &TestDb, chain: &Arc<FakeChain>) -> Indexer<FakeChain> {
     let client = writer::connect(&db.url).await.unwrap();
     writer::acquire(&client, cfg.chain_id).await.unwrap();
-    Indexer::open(cfg, chain.clone(), client, Status::new(cfg.chain_id))
+    Indexer::open(cfg, chain.clone(), client, Status::new(cfg.chain_id.get()))
         .await
         .unwrap()
 }

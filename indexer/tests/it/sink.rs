@@ -42,11 +42,22 @@ async fn chain_blocks(blocks: u64) -> (Cursor, Vec<Block>) {
 /// the index with.
 async fn sink(db: &TestDb, genesis: Cursor) -> (Sink, Client) {
     let client = writer::connect(&db.url).await.unwrap();
-    let epoch = writer::claim_cursor(&client, CHAIN, CONTRACT, genesis)
-        .await
-        .unwrap();
+    let epoch = writer::claim_cursor(
+        &client,
+        chainsub_core::ChainId::new(CHAIN).unwrap(),
+        CONTRACT,
+        genesis,
+    )
+    .await
+    .unwrap();
     (
-        Sink::new(client, CHAIN, CONTRACT, epoch, 2),
+        Sink::new(
+            client,
+            chainsub_core::ChainId::new(CHAIN).unwrap(),
+            CONTRACT,
+            epoch,
+            2,
+        ),
         db.connect().await,
     )
 }

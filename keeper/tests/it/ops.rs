@@ -174,7 +174,7 @@ async fn healthy_keeper_reports_ok_and_counts_sends_in_metrics() {
 #[tokio::test(flavor = "multi_thread")]
 async fn once_waits_a_moment_for_a_lock_being_released() {
     let stack = Stack::start().await;
-    let key = chainsub_migrations::locks::keeper(stack.chain.anvil.chain_id);
+    let key = chainsub_migrations::locks::keeper(stack.chain.anvil.chain_id as i64);
     let holder = stack.db.connect().await;
     let got: bool = holder
         .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
@@ -325,7 +325,7 @@ async fn keeper_that_loses_its_lock_session_stops_sending_and_takes_the_lock_aga
     // Terminate the keeper's lock session on the server. Advisory locks are per database and
     // every test's keeper takes the same key (one chain id), so only this test's database
     // counts: tests running beside this one hold the key in theirs.
-    let lock_key = chainsub_migrations::locks::keeper(stack.chain.anvil.chain_id);
+    let lock_key = chainsub_migrations::locks::keeper(stack.chain.anvil.chain_id as i64);
     let killed = stack.lock_sessions(lock_key, true).await;
     assert_eq!(killed, 1, "exactly one session held the keeper lock");
 

@@ -6,6 +6,7 @@
 //! The indexer decides *what* to write (decoding, the subscription fold, confirmations);
 //! this module owns *how*: every SQL text, and one `UNNEST` statement per table per batch.
 
+use chainsub_core::ChainId;
 mod undo;
 mod verify;
 mod write;
@@ -47,7 +48,7 @@ pub(crate) fn address(bytes: &[u8], what: &str) -> Result<Address> {
 /// the new epoch and the contract the database indexes (the caller refuses a different one).
 pub async fn claim_cursor(
     client: &Client,
-    chain_id: i64,
+    chain_id: ChainId,
     contract: Address,
     genesis: Cursor,
 ) -> Result<(i64, Vec<u8>)> {
@@ -71,7 +72,7 @@ pub async fn claim_cursor(
 /// The cursor and the checkpoints of the unfinalized window.
 pub async fn load_cursor(
     client: &impl tokio_postgres::GenericClient,
-    chain_id: i64,
+    chain_id: ChainId,
 ) -> Result<(Cursor, BTreeMap<u64, B256>)> {
     let row = client
         .query_one(
@@ -100,7 +101,7 @@ pub async fn load_cursor(
 }
 
 /// Records the chain head seen while idle (for the API's lag), fenced on `epoch`.
-pub async fn record_head(client: &Client, chain_id: i64, epoch: i64, head: u64) -> Result<()> {
+pub async fn record_head(client: &Client, chain_id: ChainId, epoch: i64, head: u64) -> Result<()> {
     client
         .execute(
             "UPDATE indexer_cursor SET head_number = $2 WHERE chain_id = $1 AND writer_epoch = $3",
@@ -111,7 +112,7 @@ pub async fn record_head(client: &Client, chain_id: i64, epoch: i64, head: u64) 
 }
 
 /// Locks the cursor row for this transaction; returns it with the epoch that owns it.
-pub async fn lock_cursor(tx: &Transaction<'_>, chain_id: i64) -> Result<(Cursor, i64)> {
+pub async fn lock_cursor(tx: &Transaction<'_>, chain_id: ChainId) -> Result<(Cursor, i64)> {
     let row = tx
         .query_one(
             "SELECT block_number, block_hash, writer_epoch FROM indexer_cursor
@@ -129,7 +130,7 @@ pub async fn lock_cursor(tx: &Transaction<'_>, chain_id: i64) -> Result<(Cursor,
 /// Moves the cursor (and the head, when given) if `epoch` still owns it; `false` when fenced.
 pub async fn move_cursor(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     epoch: i64,
     to: Cursor,
     head: Option<u64>,
@@ -155,7 +156,7 @@ pub async fn move_cursor(
 /// The subscriptions with events above block `above` (a reorg is about to remove them).
 pub async fn subscriptions_touched_above(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     above: i64,
 ) -> Result<Vec<i64>> {
     Ok(tx
@@ -171,7 +172,11 @@ pub async fn subscriptions_touched_above(
 }
 
 /// Deletes subscription rows (to be rebuilt from the events that remain).
-pub async fn delete_subscriptions(tx: &Transaction<'_>, chain_id: i64, ids: &[i64]) -> Result<()> {
+pub async fn delete_subscriptions(
+    tx: &Transaction<'_>,
+    chain_id: ChainId,
+    ids: &[i64],
+) -> Result<()> {
     tx.execute(
         "DELETE FROM subscriptions WHERE chain_id = $1 AND onchain_id = ANY($2)",
         &[&chain_id, &ids],

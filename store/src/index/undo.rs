@@ -2,6 +2,7 @@
 //! them, and the block checkpoints a reorg is checked against.
 
 use alloy::primitives::B256;
+use chainsub_core::ChainId;
 use chainsub_core::ts;
 use tokio_postgres::Transaction;
 
@@ -24,7 +25,7 @@ pub struct Checkpoint {
 /// The derived rows are deleted here, not by foreign-key cascades: migration 0022 dropped
 /// those keys (each inserted or updated row checked and locked its event; the sink runs
 /// 18–24 % faster without them), and `indexer verify` reports a row naming an event the index does not hold.
-pub async fn delete_above(tx: &Transaction<'_>, chain_id: i64, above: i64) -> Result<u64> {
+pub async fn delete_above(tx: &Transaction<'_>, chain_id: ChainId, above: i64) -> Result<u64> {
     for derived in [
         "DELETE FROM ledger_entries WHERE event_id IN \
              (SELECT id FROM chain_events WHERE chain_id = $1 AND block_number > $2)",
@@ -53,7 +54,7 @@ pub async fn delete_above(tx: &Transaction<'_>, chain_id: i64, above: i64) -> Re
 /// which no reorg can reach any more.
 pub async fn write_checkpoints(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     checkpoints: &[Checkpoint],
     floor: u64,
 ) -> Result<()> {

@@ -1,6 +1,7 @@
 //! What `indexer verify` reads back to compare with the chain: stored events, ledger rows,
 //! plans and webhook outbox rows of a block range, and rows that name nothing.
 
+use chainsub_core::ChainId;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -45,7 +46,7 @@ pub struct StoredEvent {
 /// The stored events of blocks `from..=to`.
 pub async fn events_in_range(
     client: &Client,
-    chain_id: i64,
+    chain_id: ChainId,
     from: u64,
     to: u64,
 ) -> Result<Vec<StoredEvent>> {
@@ -143,7 +144,7 @@ fn secs(t: chrono::DateTime<chrono::Utc>) -> u64 {
 /// holds the stored event's id).
 pub async fn ledger_in_range(
     client: &Client,
-    chain_id: i64,
+    chain_id: ChainId,
     from: u64,
     to: u64,
 ) -> Result<Vec<(EventKey, NewLedgerEntry)>> {
@@ -197,7 +198,7 @@ pub struct StoredPlan {
 }
 
 /// The stored plans with these on-chain ids.
-pub async fn plans(client: &Client, chain_id: i64, ids: &[i64]) -> Result<Vec<StoredPlan>> {
+pub async fn plans(client: &Client, chain_id: ChainId, ids: &[i64]) -> Result<Vec<StoredPlan>> {
     let rows = client
         .query(
             "SELECT ce.block_number, ce.transaction_hash, ce.log_index, cp.onchain_id,
@@ -235,7 +236,7 @@ pub async fn plans(client: &Client, chain_id: i64, ids: &[i64]) -> Result<Vec<St
 pub struct StoredDelivery {
     /// The event's row id the outbox row names (the events page joins on it).
     pub event_id: Option<i64>,
-    pub chain_id: Option<i64>,
+    pub chain_id: Option<ChainId>,
     pub subscription_id: Option<i64>,
     pub merchant_wallet: Vec<u8>,
 }
@@ -243,7 +244,7 @@ pub struct StoredDelivery {
 /// The webhook outbox rows of each event of blocks `from..=to`, by event public id.
 pub async fn outbox_in_range(
     client: &Client,
-    chain_id: i64,
+    chain_id: ChainId,
     from: u64,
     to: u64,
 ) -> Result<HashMap<String, Vec<StoredDelivery>>> {
@@ -315,7 +316,7 @@ pub async fn orphan_attempts(client: &Client) -> Result<Vec<(i64, i64)>> {
 /// the column, the event id it names)`, over the whole index of `chain_id`.
 pub async fn dangling_event_links(
     client: &Client,
-    chain_id: i64,
+    chain_id: ChainId,
 ) -> Result<Vec<(&'static str, String, &'static str, i64)>> {
     /// Each link: the table, the row's key as text, the column naming an event.
     const LINKS: [(&str, &str, &str); 5] = [
@@ -369,7 +370,7 @@ pub async fn dangling_event_links(
 }
 
 /// The highest block any stored event of `chain_id` is in.
-pub async fn highest_event_block(client: &Client, chain_id: i64) -> Result<Option<u64>> {
+pub async fn highest_event_block(client: &Client, chain_id: ChainId) -> Result<Option<u64>> {
     let row = client
         .query_one(
             "SELECT max(block_number) FROM chain_events WHERE chain_id = $1",

@@ -3,6 +3,7 @@
 //! subscriptions), an `UNNEST` statement where rows may exist — and the reads the writer's
 //! subscription fold needs first.
 
+use chainsub_core::ChainId;
 use std::collections::HashMap;
 
 use alloy::primitives::{Address, B256, U256};
@@ -156,7 +157,7 @@ const EVENT_TYPES: &[Type] = &[
 /// one message (a 7,300-event block's INSERT was one ~40 MB bind message before).
 pub async fn insert_events(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     contract: &Address,
     events: &[NewEvent<'_>],
 ) -> Result<Vec<i64>> {
@@ -246,7 +247,7 @@ pub async fn insert_events(
 /// of that subscription. One statement for all such subscriptions, and only when there are.
 async fn number_events(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     events: &[NewEvent<'_>],
 ) -> Result<Vec<Option<i64>>> {
     let mut unknown: Vec<i64> = events
@@ -290,7 +291,7 @@ async fn number_events(
 /// Inserts ledger rows (charges and failed charges).
 pub async fn insert_ledger(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     entries: &[NewLedgerEntry],
 ) -> Result<()> {
     if entries.is_empty() {
@@ -326,7 +327,11 @@ pub async fn insert_ledger(
 }
 
 /// Inserts `chain_plans` rows.
-pub async fn insert_plans(tx: &Transaction<'_>, chain_id: i64, plans: &[NewPlan]) -> Result<()> {
+pub async fn insert_plans(
+    tx: &Transaction<'_>,
+    chain_id: ChainId,
+    plans: &[NewPlan],
+) -> Result<()> {
     if plans.is_empty() {
         return Ok(());
     }
@@ -352,7 +357,7 @@ pub async fn insert_plans(tx: &Transaction<'_>, chain_id: i64, plans: &[NewPlan]
 /// [`insert_plans`], so a plan created and deactivated in one batch exists by then.
 pub async fn mark_plans_deactivated(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     deactivations: &[(i64, i64)],
 ) -> Result<()> {
     if deactivations.is_empty() {
@@ -409,7 +414,7 @@ fn state_of_row(r: &tokio_postgres::Row) -> Result<SubscriptionState> {
 /// The stored state of the given subscriptions.
 pub async fn load_subscriptions(
     tx: &impl GenericClient,
-    chain_id: i64,
+    chain_id: ChainId,
     ids: &[i64],
 ) -> Result<HashMap<i64, SubscriptionState>> {
     if ids.is_empty() {
@@ -466,7 +471,7 @@ const SUBSCRIPTION_TYPES: &[Type] = &[
 /// that did would fail the COPY and the batch).
 pub async fn insert_subscriptions(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     subs: &[SubscriptionState],
 ) -> Result<()> {
     if subs.is_empty() {
@@ -511,7 +516,7 @@ pub async fn insert_subscriptions(
 /// Inserts or replaces subscription rows.
 pub async fn upsert_subscriptions(
     tx: &Transaction<'_>,
-    chain_id: i64,
+    chain_id: ChainId,
     subs: &[SubscriptionState],
 ) -> Result<()> {
     if subs.is_empty() {
@@ -607,7 +612,7 @@ pub async fn resolve_customers(
 /// The stored logs of the given subscriptions, in chain order per subscription.
 pub async fn subscription_logs(
     tx: &impl GenericClient,
-    chain_id: i64,
+    chain_id: ChainId,
     ids: &[i64],
 ) -> Result<Vec<StoredLog>> {
     let rows = tx

@@ -3,6 +3,7 @@
 //! text, so no precision is lost.
 
 use alloy::primitives::{Address, U256};
+use chainsub_core::ChainId;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 
@@ -147,7 +148,7 @@ pub enum Journaled {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    chain_id: i64,
+    chain_id: ChainId,
     contract: Address,
     keeper: Address,
     /// Retries of a step that reverted on chain (0: a revert is final).
@@ -266,10 +267,10 @@ fn parse_u128(s: &str) -> Result<u128> {
 
 impl Store {
     /// A store over `pool` for this keeper.
-    pub fn new(pool: Pool, chain_id: u64, contract: Address, keeper: Address) -> Result<Store> {
+    pub fn new(pool: Pool, chain_id: ChainId, contract: Address, keeper: Address) -> Result<Store> {
         Ok(Store {
             pool,
-            chain_id: to_i64(chain_id, "chain id")?,
+            chain_id,
             contract,
             keeper,
             max_revert_retries: 0,
