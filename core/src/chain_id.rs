@@ -54,6 +54,23 @@ macro_rules! chain_number {
             }
         }
 
+        impl TryFrom<alloy::primitives::U256> for $name {
+            type Error = String;
+            /// The id of a contract's `uint256` (an event's field, a call's result).
+            fn try_from(v: alloy::primitives::U256) -> Result<Self, String> {
+                u64::try_from(v)
+                    .ok()
+                    .and_then($name::new)
+                    .ok_or_else(|| format!("{v} is not a {}", $what))
+            }
+        }
+
+        impl From<$name> for alloy::primitives::U256 {
+            fn from(id: $name) -> alloy::primitives::U256 {
+                alloy::primitives::U256::from(id.0)
+            }
+        }
+
         impl From<$name> for u64 {
             fn from(id: $name) -> u64 {
                 id.0

@@ -7,7 +7,7 @@ use chainsub_abi::ContractEvent;
 use chainsub_core::SubscriptionId;
 use chainsub_core::SubscriptionState;
 
-use crate::map::{end_reason_name, id_to_i64};
+use crate::map::{end_reason_name, onchain_plan, onchain_subscription};
 use crate::{Error, Result};
 
 /// Subscription status, as stored and served (the one enum in `chainsub-core`).
@@ -39,13 +39,13 @@ pub fn apply(
                 e.subscriptionId
             )));
         }
-        let onchain_id = id_to_i64(e.subscriptionId)?;
+        let onchain_id = onchain_subscription(e.subscriptionId)?;
         return Ok(Some(SubscriptionState {
-            onchain_id,
-            public_id: SubscriptionId::of_creation(ctx.chain_id, ctx.tx_hash, onchain_id as u64),
+            onchain_id: onchain_id.db(),
+            public_id: SubscriptionId::of_creation(ctx.chain_id, ctx.tx_hash, onchain_id.get()),
             merchant: e.merchant,
             subscriber: e.subscriber,
-            plan_onchain_id: id_to_i64(e.planId)?,
+            plan_onchain_id: onchain_plan(e.planId)?.db(),
             amount: e.amount,
             customer_ref: e.customerRef,
             customer_external_id: ctx.customer_external_id.clone(),

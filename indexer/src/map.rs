@@ -3,6 +3,7 @@
 
 use alloy::primitives::{Address, B256, Bytes, Log, LogData, U256};
 use chainsub_abi::{ContractEvent, EndReason, EventKind, FailureReason, ids};
+use chainsub_core::{OnchainPlanId, OnchainSubscriptionId};
 use chainsub_store::index::LogFields;
 
 use crate::block::Block;
@@ -32,12 +33,15 @@ pub struct MappedEvent {
     pub event: Option<ContractEvent>,
 }
 
-/// A `uint256` on-chain id as BIGINT, refusing (not truncating) larger ones.
-pub fn id_to_i64(v: U256) -> Result<i64> {
-    u64::try_from(v)
-        .ok()
-        .and_then(|v| i64::try_from(v).ok())
-        .ok_or_else(|| Error::IdOverflow(v.to_string()))
+/// An event's `uint256` subscription id, refusing (not truncating) one the index cannot
+/// store.
+pub fn onchain_subscription(v: U256) -> Result<OnchainSubscriptionId> {
+    OnchainSubscriptionId::try_from(v).map_err(Error::IdOverflow)
+}
+
+/// An event's `uint256` plan id, refusing (not truncating) one the index cannot store.
+pub fn onchain_plan(v: U256) -> Result<OnchainPlanId> {
+    OnchainPlanId::try_from(v).map_err(Error::IdOverflow)
 }
 
 /// Decodes raw topics and data.
@@ -67,12 +71,12 @@ pub fn map_block(chain_id: u64, block: &Block) -> Result<Vec<MappedEvent>> {
             let subscription_id = event
                 .as_ref()
                 .and_then(ContractEvent::subscription_id)
-                .map(id_to_i64)
+                .map(|v| onchain_subscription(v).map(OnchainSubscriptionId::db))
                 .transpose()?;
             let plan_id = event
                 .as_ref()
                 .and_then(plan_id)
-                .map(id_to_i64)
+                .map(|v| onchain_plan(v).map(OnchainPlanId::db))
                 .transpose()?;
             Ok(MappedEvent {
                 public_id: ids::event_id(chain_id, log.tx_hash, log.log_index),

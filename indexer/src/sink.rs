@@ -15,7 +15,7 @@ use tokio_postgres::{Client, Transaction};
 
 use crate::block::{Block, Cursor};
 use crate::fold::{self, EventCtx};
-use crate::map::{self, MappedEvent, failure_reason_name, id_to_i64};
+use crate::map::{self, MappedEvent, failure_reason_name, onchain_plan, onchain_subscription};
 use crate::{Error, Result};
 
 /// What one applied batch contained.
@@ -430,7 +430,7 @@ async fn insert_projections(
         }
         match &e.event {
             Some(ContractEvent::PlanCreated(p)) => plans.push(NewPlan {
-                onchain_id: id_to_i64(p.planId)?,
+                onchain_id: onchain_plan(p.planId)?.db(),
                 merchant: p.merchant,
                 plan_ref: p.planRef,
                 amount: p.amount,
@@ -438,7 +438,7 @@ async fn insert_projections(
                 event_id,
             }),
             Some(ContractEvent::PlanDeactivated(d)) => {
-                deactivated.push((id_to_i64(d.planId)?, event_id))
+                deactivated.push((onchain_plan(d.planId)?.db(), event_id))
             }
             _ => {}
         }
@@ -479,7 +479,7 @@ async fn rebuild_subs(
         let Some(sid) = ev.subscription_id() else {
             continue;
         };
-        let sid = id_to_i64(sid)?;
+        let sid = onchain_subscription(sid)?.db();
         let customer_external_id = match ev {
             ContractEvent::SubscriptionCreated(_) => customers.next().flatten(),
             _ => None,
@@ -526,7 +526,7 @@ pub fn ledger_entry(e: &MappedEvent, event_id: i64) -> Result<Option<NewLedgerEn
     Ok(match &e.event {
         Some(ContractEvent::SubscriptionCharged(c)) => Some(NewLedgerEntry {
             event_id,
-            subscription_id: id_to_i64(c.subscriptionId)?,
+            subscription_id: onchain_subscription(c.subscriptionId)?.db(),
             kind: LedgerKind::Charge,
             amount: c.amount,
             period: c.period,
@@ -538,7 +538,7 @@ pub fn ledger_entry(e: &MappedEvent, event_id: i64) -> Result<Option<NewLedgerEn
         }),
         Some(ContractEvent::PaymentFailed(f)) => Some(NewLedgerEntry {
             event_id,
-            subscription_id: id_to_i64(f.subscriptionId)?,
+            subscription_id: onchain_subscription(f.subscriptionId)?.db(),
             kind: LedgerKind::FailedCharge,
             amount: f.amount,
             period: f.period,

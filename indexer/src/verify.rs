@@ -37,7 +37,7 @@ use tokio_postgres::Client;
 
 use crate::Result;
 use crate::fold::{self, EventCtx};
-use crate::map::{self, MappedEvent, id_to_i64};
+use crate::map::{self, MappedEvent, onchain_plan, onchain_subscription};
 use crate::source::{BlockSource, FetchConfig, Fetcher};
 
 /// One difference between the chain and the database.
@@ -400,12 +400,12 @@ async fn plans(
     for e in mapped {
         match &e.event {
             Some(ContractEvent::PlanCreated(p)) => {
-                let id = id_to_i64(p.planId)?;
+                let id = onchain_plan(p.planId)?.db();
                 created.insert(id, (p.clone(), (e.block_number, e.tx_hash, e.log_index)));
                 ids.insert(id);
             }
             Some(ContractEvent::PlanDeactivated(d)) => {
-                let id = id_to_i64(d.planId)?;
+                let id = onchain_plan(d.planId)?.db();
                 deactivated.insert(id, e.block_number);
                 ids.insert(id);
             }
@@ -570,7 +570,7 @@ async fn subscriptions(
             if let Ok(ev) = map::decode(&l.topics, &l.data.clone().into())
                 && let Some(sid) = ev.subscription_id()
             {
-                later.insert(id_to_i64(sid)?);
+                later.insert(onchain_subscription(sid)?.db());
             }
             continue;
         }
@@ -580,13 +580,16 @@ async fn subscriptions(
         if let Ok(ev) = map::decode(&l.topics, &l.data.clone().into())
             && let Some(sid) = ev.subscription_id()
         {
-            events.entry(id_to_i64(sid)?).or_default().push(SubEvent {
-                key: (l.block_number, l.tx_hash, 0),
-                block_time: l.block_time,
-                event_ref: l.id,
-                event: ev,
-                in_range: false,
-            });
+            events
+                .entry(onchain_subscription(sid)?.db())
+                .or_default()
+                .push(SubEvent {
+                    key: (l.block_number, l.tx_hash, 0),
+                    block_time: l.block_time,
+                    event_ref: l.id,
+                    event: ev,
+                    in_range: false,
+                });
         }
     }
     for e in mapped {

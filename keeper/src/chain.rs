@@ -13,6 +13,7 @@ use alloy::sol_types::SolCall;
 use alloy::transports::TransportError;
 use chainsub_abi::MockUSDC;
 use chainsub_abi::SubscriptionManager::{self, SubscriptionManagerErrors};
+use chainsub_core::OnchainSubscriptionId;
 
 use super::error::{Error, Result};
 use chainsub_sender::Sender;
@@ -54,6 +55,26 @@ pub struct Chain {
     pub manager: Address,
     /// The token SubscriptionManager pulls (read from the contract).
     pub token: Address,
+}
+
+/// Which of the contract's charge functions a keeper transaction calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChargeCall {
+    /// `charge(id)`: one subscription.
+    One,
+    /// `chargeMany(ids)`: a batch (it skips, rather than reverts, what is not due).
+    Many,
+}
+
+impl ChargeCall {
+    /// The call for a batch of `n` subscriptions.
+    pub fn for_batch(n: usize) -> ChargeCall {
+        if n > 1 {
+            ChargeCall::Many
+        } else {
+            ChargeCall::One
+        }
+    }
 }
 
 impl Chain {
@@ -114,15 +135,19 @@ impl Chain {
         Ok(self.provider.get_block_number().await?)
     }
 
-    /// `charge(id)` for one subscription (unless `many`), `chargeMany(ids)` otherwise.
-    fn charge_request(&self, subscription_ids: &[u64], many: bool) -> TransactionRequest {
+    /// `charge(id)` (one id, [`ChargeCall::One`]) or `chargeMany(ids)`.
+    fn charge_request(
+        &self,
+        subscription_ids: &[OnchainSubscriptionId],
+        call: ChargeCall,
+    ) -> TransactionRequest {
         let input = match subscription_ids {
-            [one] if !many => SubscriptionManager::chargeCall {
-                subscriptionId: U256::from(*one),
+            [one] if call == ChargeCall::One => SubscriptionManager::chargeCall {
+                subscriptionId: (*one).into(),
             }
             .abi_encode(),
             many => SubscriptionManager::chargeManyCall {
-                subscriptionIds: many.iter().map(|&id| U256::from(id)).collect(),
+                subscriptionIds: many.iter().map(|&id| id.into()).collect(),
             }
             .abi_encode(),
         };
@@ -134,12 +159,15 @@ impl Chain {
 
     /// Estimates `charge(id)` from the keeper's address. A revert (NotDue, NotLive, ...)
     /// means the call must not be sent; otherwise returns the node's estimate.
-    pub async fn preflight(&self, subscription_id: u64) -> Result<Result<u64, Skip>> {
+    pub async fn preflight(
+        &self,
+        subscription_id: chainsub_core::OnchainSubscriptionId,
+    ) -> Result<Result<u64, Skip>> {
         // Against the latest block (the sender's rule). A send of ours still in the pool is
         // kept unique by the journal, not by this check.
         match self
             .sender
-            .estimate(self.charge_request(&[subscription_id], false))
+            .estimate(self.charge_request(&[subscription_id], ChargeCall::One))
             .await
         {
             // The caller adds headroom: the estimate is against the latest block.
@@ -153,10 +181,10 @@ impl Chain {
 
     /// Estimates `chargeMany(ids)` (which skips rather than reverts, so only a transport
     /// failure or an unexpected revert is an error).
-    pub async fn estimate_many(&self, subscription_ids: &[u64]) -> Result<u64> {
+    pub async fn estimate_many(&self, subscription_ids: &[OnchainSubscriptionId]) -> Result<u64> {
         Ok(self
             .sender
-            .estimate(self.charge_request(subscription_ids, true))
+            .estimate(self.charge_request(subscription_ids, ChargeCall::Many))
             .await?)
     }
 
@@ -205,12 +233,12 @@ impl Chain {
         Ok(self.sender.fees(None).await?)
     }
 
-    /// Signs `charge(id)` (one id, unless `many`) or `chargeMany(ids)` with the given nonce,
+    /// Signs `charge(id)` or `chargeMany(ids)` (as `call` says) with the given nonce,
     /// gas and fees.
     pub async fn sign(
         &self,
-        subscription_ids: &[u64],
-        many: bool,
+        subscription_ids: &[OnchainSubscriptionId],
+        call: ChargeCall,
         nonce: u64,
         gas_limit: u64,
         max_fee_per_gas: u128,
@@ -219,7 +247,7 @@ impl Chain {
         Ok(self
             .sender
             .sign(
-                self.charge_request(subscription_ids, many),
+                self.charge_request(subscription_ids, call),
                 nonce,
                 gas_limit,
                 max_fee_per_gas,
@@ -237,7 +265,10 @@ impl Chain {
     /// The receipt of `hash`, if mined, with the subscriptions the transaction acted on: the
     /// ids its `SubscriptionCharged`, `PaymentFailed` and `SubscriptionEnded` events name
     /// (`chargeMany` skips an id it cannot charge; `charge` reverts instead).
-    pub async fn receipt(&self, hash: B256) -> Result<Option<(Outcome, Vec<u64>)>> {
+    pub async fn receipt(
+        &self,
+        hash: B256,
+    ) -> Result<Option<(Outcome, Vec<OnchainSubscriptionId>)>> {
         let Some((out, logs)) = self.sender.receipt_with_logs(hash).await? else {
             return Ok(None);
         };
@@ -272,14 +303,16 @@ impl Chain {
 
 /// The subscription a manager log says was charged, failed or ended (its first indexed
 /// topic), if it is one of those events.
-fn acted_on(topics: &[B256]) -> Option<u64> {
+fn acted_on(topics: &[B256]) -> Option<OnchainSubscriptionId> {
     use alloy::sol_types::SolEvent;
     let sig = *topics.first()?;
     let acted = sig == SubscriptionManager::SubscriptionCharged::SIGNATURE_HASH
         || sig == SubscriptionManager::PaymentFailed::SIGNATURE_HASH
         || sig == SubscriptionManager::SubscriptionEnded::SIGNATURE_HASH;
     let id = U256::from_be_bytes(topics.get(1)?.0);
-    acted.then(|| u64::try_from(id).ok()).flatten()
+    acted
+        .then(|| OnchainSubscriptionId::try_from(id).ok())
+        .flatten()
 }
 
 fn classify_revert(e: &TransportError) -> Option<Skip> {

@@ -454,7 +454,7 @@ impl Keeper {
             metrics::counter!(names::RENEWAL_CHECKS, "outcome" => outcome).increment(1);
             if !reasons.is_empty() {
                 tracing::info!(
-                    subscription = sub.onchain_id,
+                    subscription = %sub.onchain_id,
                     period = sub.period,
                     ?reasons,
                     block = number,

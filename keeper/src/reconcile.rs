@@ -5,6 +5,7 @@ use super::Keeper;
 use super::chain::Broadcast;
 use super::error::Result;
 use super::telemetry::names;
+use crate::chain::ChargeCall;
 use chainsub_store::keeper::{OpenSend, TxRow};
 
 /// `fee` raised by `percent`, rounded up (nodes compare with >=).
@@ -161,21 +162,21 @@ impl Keeper {
                 for step in &send.steps {
                     let (sub, period, attempt) = (step.subscription_id, step.period, step.attempt);
                     if out.success && acted.contains(&sub) {
-                        tracing::info!(subscription = sub, period, attempt, tx = %tx.tx.hash, block = out.block_number, "charge mined");
+                        tracing::info!(subscription = %sub, period, attempt, tx = %tx.tx.hash, block = out.block_number, "charge mined");
                     } else if out.success {
                         metrics::counter!(names::SKIPPED, "reason" => "skipped_on_chain")
                             .increment(1);
-                        tracing::info!(subscription = sub, period, attempt, tx = %tx.tx.hash, "chargeMany skipped it (no longer due or live when mined); taken up again if still due");
+                        tracing::info!(subscription = %sub, period, attempt, tx = %tx.tx.hash, "chargeMany skipped it (no longer due or live when mined); taken up again if still due");
                     } else if reverts as u32 > self.cfg.max_revert_retries {
                         metrics::counter!(names::ABANDONED).increment(1);
                         tracing::error!(
-                            subscription = sub, period, attempt, tx = %tx.tx.hash, reverts,
+                            subscription = %sub, period, attempt, tx = %tx.tx.hash, reverts,
                             "charge reverted on chain again; retries used up, step ABANDONED: this \
                              subscription is not renewed until an operator acts"
                         );
                     } else {
                         tracing::warn!(
-                            subscription = sub, period, attempt, tx = %tx.tx.hash, reverts,
+                            subscription = %sub, period, attempt, tx = %tx.tx.hash, reverts,
                             retries_left = self.cfg.max_revert_retries - reverts as u32 + 1,
                             "charge reverted on chain; it will be sent again after a backoff"
                         );
@@ -232,16 +233,17 @@ impl Keeper {
         };
         // The same call as the stuck transaction: its steps in its order (those still open),
         // and `chargeMany` if it was one (a lone `charge` would revert where it skips).
-        let (step_ids, subscription_ids): (Vec<i64>, Vec<u64>) = stuck
-            .step_ids
-            .iter()
-            .filter_map(|id| {
-                send.steps
-                    .iter()
-                    .find(|s| s.id == *id)
-                    .map(|s| (s.id, s.subscription_id))
-            })
-            .unzip();
+        let (step_ids, subscription_ids): (Vec<i64>, Vec<chainsub_core::OnchainSubscriptionId>) =
+            stuck
+                .step_ids
+                .iter()
+                .filter_map(|id| {
+                    send.steps
+                        .iter()
+                        .find(|s| s.id == *id)
+                        .map(|s| (s.id, s.subscription_id))
+                })
+                .unzip();
         if step_ids.is_empty() {
             return self.rebroadcast(send, stuck).await;
         }
@@ -249,7 +251,7 @@ impl Keeper {
             .chain
             .sign(
                 &subscription_ids,
-                stuck.step_ids.len() > 1,
+                ChargeCall::for_batch(stuck.step_ids.len()),
                 send.nonce,
                 stuck.tx.gas_limit,
                 fee,

@@ -2,6 +2,8 @@
 //! `--charges-per-tx` steps (`chargeMany`) — nonce, budget, journal and broadcast in order
 //! under the nonce lock.
 
+use crate::chain::ChargeCall;
+use chainsub_core::OnchainSubscriptionId;
 use futures::StreamExt;
 
 use super::chain::Broadcast;
@@ -57,7 +59,7 @@ struct PassState {
 
 impl PassState {
     fn pass_over(&self, sub: &DueSubscription) {
-        let id = sub.onchain_id as i64;
+        let id = sub.onchain_id.db();
         self.passed
             .lock()
             .expect("pass state")
@@ -207,7 +209,7 @@ impl Keeper {
         let step = sub.step();
         metrics::counter!(names::SKIPPED, "reason" => reason).increment(1);
         tracing::debug!(
-            subscription = step.subscription_id,
+            subscription = %step.subscription_id,
             period = step.period,
             attempt = step.attempt,
             reason,
@@ -234,7 +236,7 @@ impl Keeper {
                     return Ok(None);
                 }
                 tracing::info!(
-                    subscription = sub.onchain_id,
+                    subscription = %sub.onchain_id,
                     attempt = step.attempt,
                     "subscriber still cannot pay; sending the attempt so the failure is recorded"
                 );
@@ -248,7 +250,7 @@ impl Keeper {
             Err(skip) => {
                 if let super::chain::Skip::Reverted(why) = &skip {
                     tracing::warn!(
-                        subscription = sub.onchain_id,
+                        subscription = %sub.onchain_id,
                         why,
                         "charge would revert; not sent"
                     );
@@ -288,7 +290,7 @@ impl Keeper {
             let so_far = used.get(&merchant).copied().unwrap_or(0);
             if so_far.saturating_add(r.gas) > self.cfg.merchant_gas_budget {
                 tracing::warn!(
-                    merchant = %merchant, subscription = r.sub.onchain_id, used = so_far,
+                    merchant = %merchant, subscription = %r.sub.onchain_id, used = so_far,
                     budget = self.cfg.merchant_gas_budget,
                     "merchant gas budget exhausted: charge not sent"
                 );
@@ -328,7 +330,7 @@ impl Keeper {
             return Ok(out);
         }
         let (ids, gas_limit, signed, step_ids, tx_id) = loop {
-            let ids: Vec<u64> = group.iter().map(|r| r.sub.onchain_id).collect();
+            let ids: Vec<OnchainSubscriptionId> = group.iter().map(|r| r.sub.onchain_id).collect();
             let gas_limit = match group.as_slice() {
                 [one] => one.gas,
                 _ => gas_limit(
@@ -357,7 +359,14 @@ impl Keeper {
             };
             let signed = self
                 .chain
-                .sign(&ids, ids.len() > 1, nonce, gas_limit, max_fee, prio)
+                .sign(
+                    &ids,
+                    ChargeCall::for_batch(ids.len()),
+                    nonce,
+                    gas_limit,
+                    max_fee,
+                    prio,
+                )
                 .await?;
             let steps: Vec<_> = group.iter().map(|r| r.sub.step()).collect();
             match self.store.insert_send(&steps, &signed).await {
@@ -403,7 +412,7 @@ impl Keeper {
                         metrics::counter!(names::SENDS, "action" => step.action.as_str())
                             .increment(1);
                         tracing::info!(
-                            subscription = r.sub.onchain_id, period = step.period, attempt = step.attempt,
+                            subscription = %r.sub.onchain_id, period = step.period, attempt = step.attempt,
                             action = step.action.as_str(), nonce = current.1.nonce, tx = %current.1.hash,
                             batch = n, "charge sent"
                         );
@@ -418,7 +427,14 @@ impl Keeper {
                     tracing::warn!(old = current.1.nonce, fresh, "nonce too low; re-synced");
                     let resigned = self
                         .chain
-                        .sign(&ids, ids.len() > 1, fresh, gas_limit, max_fee, prio)
+                        .sign(
+                            &ids,
+                            ChargeCall::for_batch(ids.len()),
+                            fresh,
+                            gas_limit,
+                            max_fee,
+                            prio,
+                        )
                         .await?;
                     let id = self.store.renonce(&step_ids, current.0, &resigned).await?;
                     *next = Some(fresh + 1);

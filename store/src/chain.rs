@@ -152,6 +152,11 @@ pub(crate) fn opt_time(r: &Row, idx: usize) -> Result<Option<chrono::DateTime<ch
 }
 
 /// A NUMERIC(78,0) read as text: base units, `None` beyond u128 (no USDC amount is).
+/// A ledger row's `kind` column.
+pub(crate) fn ledger_kind(text: &str) -> crate::Result<chainsub_core::LedgerKind> {
+    chainsub_core::LedgerKind::parse(text).map_err(|e| crate::Error::Inconsistent(e.to_string()))
+}
+
 pub(crate) fn units(text: &str) -> Option<u128> {
     text.parse().ok()
 }

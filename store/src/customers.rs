@@ -6,11 +6,12 @@
 
 use alloy::primitives::{Address, B256};
 use chainsub_core::ChainId;
+use chainsub_core::LedgerKind;
 use chainsub_core::SubscriptionStatus;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 
-use crate::chain::{address, b256, units};
+use crate::chain::{address, b256, ledger_kind, units};
 use crate::{Error, Result};
 
 /// At most this many subscriptions per wallet are listed (newest first).
@@ -43,8 +44,7 @@ pub struct WalletSubscription {
 /// A charge (or failed charge) of a wallet's subscription, with the transaction to check it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalletCharge {
-    /// `charge` or `failed_charge`.
-    pub kind: String,
+    pub kind: LedgerKind,
     pub amount: Option<u128>,
     pub period: i32,
     pub failure_reason: Option<String>,
@@ -131,7 +131,7 @@ pub async fn subscriptions_of(
     for r in client.query(&stmt, &[&chain_id, &ids]).await? {
         let id: i64 = r.try_get("subscription_id")?;
         let charge = WalletCharge {
-            kind: r.try_get("kind")?,
+            kind: ledger_kind(r.try_get("kind")?)?,
             amount: units(r.try_get("amount")?),
             period: r.try_get("period")?,
             failure_reason: r.try_get("failure_reason")?,

@@ -8,7 +8,7 @@ use chainsub_core::{EventId, LedgerKind};
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
-use crate::chain::{ChainRow, address, units};
+use crate::chain::{ChainRow, address, ledger_kind, units};
 use crate::{Error, MerchantScope, Result};
 
 /// Which entries: blocks `from_block..=to_block`, and block times in `[from_time, to_time)`.
@@ -52,7 +52,7 @@ impl ExportRow {
         Ok(ExportRow {
             event_id: EventId::parse(id)
                 .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
-            kind: LedgerKind::parse(kind).map_err(|e| Error::Inconsistent(e.to_string()))?,
+            kind: ledger_kind(kind)?,
             amount: units(amount)
                 .ok_or_else(|| Error::Inconsistent(format!("ledger amount {amount}")))?,
             period: r.try_get("period")?,

@@ -1,6 +1,7 @@
 //! The merchant's plans as the API reads them (with their on-chain provisioning facts).
 
 use chainsub_core::ChainId;
+use chainsub_core::OnchainPlanId;
 use std::sync::LazyLock;
 
 use alloy::primitives::{Address, B256};
@@ -331,13 +332,13 @@ pub enum Provisioned<'a> {
     /// `createPlan` mined; the plan's on-chain facts.
     Created {
         tx_hash: &'a [u8],
-        onchain_id: i64,
+        onchain_id: OnchainPlanId,
         block_number: i64,
         block_hash: &'a [u8],
         log_index: i64,
     },
     /// The reference was already on chain as this very plan.
-    AlreadyExists { onchain_id: i64 },
+    AlreadyExists { onchain_id: OnchainPlanId },
     /// Sent, no receipt within the wait: the transaction as sent (nonce and fees, so a stuck
     /// one can be replaced at the same nonce).
     Submitted {

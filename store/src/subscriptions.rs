@@ -2,6 +2,7 @@
 //! merchant's wallet, with their ledgers.
 
 use chainsub_core::ChainId;
+use chainsub_core::LedgerKind;
 use std::sync::LazyLock;
 
 use alloy::primitives::Address;
@@ -10,7 +11,9 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use crate::chain::{ChainRow, Columns, WithChain, address, opt_time, time, typed_by, units};
+use crate::chain::{
+    ChainRow, Columns, WithChain, address, ledger_kind, opt_time, time, typed_by, units,
+};
 use crate::page::{self, keyset};
 use crate::{Error, MerchantScope, Page, Result};
 
@@ -147,8 +150,7 @@ impl CustomerReference {
 pub struct LedgerRow {
     /// The event that recorded it.
     pub event_id: EventId,
-    /// `charge` or `failed_charge`.
-    pub kind: String,
+    pub kind: LedgerKind,
     pub amount: Option<u128>,
     pub period: i32,
     pub period_start: Option<DateTime<Utc>>,
@@ -165,7 +167,7 @@ impl LedgerRow {
         Ok(LedgerRow {
             event_id: EventId::parse(id)
                 .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
-            kind: r.try_get("kind")?,
+            kind: ledger_kind(r.try_get("kind")?)?,
             amount: units(r.try_get("amount")?),
             period: r.try_get("period")?,
             period_start: r.try_get("period_start")?,

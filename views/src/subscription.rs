@@ -157,7 +157,7 @@ impl<'a> From<&'a LedgerRow> for LedgerEntryView<'a> {
         LedgerEntryView {
             id: &r.event_id,
             object: "ledger_entry",
-            kind: &r.kind,
+            kind: r.kind.as_str(),
             amount: usdc(r.amount),
             currency: CURRENCY,
             period: r.period,

@@ -141,7 +141,7 @@ impl<'a> AccountSubscription<'a> {
 impl<'a> AccountCharge<'a> {
     fn of(c: &'a WalletCharge, confirmations: u64) -> AccountCharge<'a> {
         AccountCharge {
-            kind: &c.kind,
+            kind: c.kind.as_str(),
             amount: c.amount.map(format_units),
             period: c.period,
             failure_reason: c.failure_reason.as_deref(),
@@ -398,7 +398,7 @@ mod tests {
             ended_reason: None,
             created_at: t,
             ledger: vec![WalletCharge {
-                kind: "charge".into(),
+                kind: chainsub_core::LedgerKind::Charge,
                 amount: Some(9_990_000),
                 period: 1,
                 failure_reason: None,

@@ -20,6 +20,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::signers::local::PrivateKeySigner;
 use chainsub_abi::SubscriptionManager;
+use chainsub_core::OnchainPlanId;
 use chainsub_sender::{Broadcast, Sender, bumped};
 use chainsub_store::relayer::{SendKind, SignedSend};
 
@@ -314,13 +315,13 @@ pub enum Outcome {
     /// Our transaction created the plan; everything comes from the receipt's PlanCreated log.
     Created {
         tx_hash: B256,
-        onchain_id: u64,
+        onchain_id: OnchainPlanId,
         block_number: u64,
         block_hash: B256,
         log_index: u64,
     },
     /// The plan already exists on chain (an earlier attempt landed).
-    AlreadyExists { onchain_id: u64 },
+    AlreadyExists { onchain_id: OnchainPlanId },
     /// Sent, but no receipt within the bounded wait: still pending.
     Submitted { sent: Sent },
     /// Not created; safe to retry.

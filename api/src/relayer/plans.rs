@@ -11,6 +11,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::providers::Provider;
 use alloy::sol_types::SolEvent;
 use chainsub_abi::SubscriptionManager;
+use chainsub_core::OnchainPlanId;
 use chainsub_store::plans as store;
 
 use super::{Journal, Outcome, PlanTerms, Relayer, SendFailure, Sent};
@@ -126,13 +127,13 @@ pub async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
             log_index,
         } => store::Provisioned::Created {
             tx_hash: tx_hash.as_slice(),
-            onchain_id: *onchain_id as i64,
+            onchain_id: *onchain_id,
             block_number: *block_number as i64,
             block_hash: block_hash.as_slice(),
             log_index: *log_index as i64,
         },
         Outcome::AlreadyExists { onchain_id } => store::Provisioned::AlreadyExists {
-            onchain_id: *onchain_id as i64,
+            onchain_id: *onchain_id,
         },
         Outcome::Submitted { sent } => store::Provisioned::Submitted {
             tx_hash: sent.hash.as_slice(),
@@ -153,7 +154,7 @@ impl Relayer {
         &self,
         merchant: Address,
         plan_ref: B256,
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<OnchainPlanId>, String> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let id: U256 = c
             .planIdByRef(merchant, plan_ref)
@@ -163,7 +164,7 @@ impl Relayer {
         if id.is_zero() {
             Ok(None)
         } else {
-            Ok(Some(id.try_into().map_err(|_| "plan id overflows u64")?))
+            Ok(Some(OnchainPlanId::try_from(id)?))
         }
     }
 
@@ -303,9 +304,13 @@ impl Relayer {
                 else {
                     break;
                 };
+                let onchain_id = match OnchainPlanId::try_from(ev.planId) {
+                    Ok(id) => id,
+                    Err(error) => return Outcome::Failed { error },
+                };
                 return Outcome::Created {
                     tx_hash,
-                    onchain_id: ev.planId.try_into().unwrap_or(u64::MAX),
+                    onchain_id,
                     block_number,
                     block_hash,
                     log_index,
@@ -321,13 +326,13 @@ impl Relayer {
     /// registered by someone else).
     pub async fn plan_matches(
         &self,
-        onchain_id: u64,
+        onchain_id: OnchainPlanId,
         merchant: Address,
         amount: U256,
     ) -> Result<bool, String> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let plan = c
-            .getPlan(U256::from(onchain_id))
+            .getPlan(onchain_id.into())
             .call()
             .await
             .map_err(|e| format!("getPlan: {e}"))?;

@@ -3,6 +3,7 @@
 //! nonce, `step_ids` naming the steps it carries).
 
 use alloy::primitives::B256;
+use chainsub_core::OnchainSubscriptionId;
 
 use super::{
     Journaled, OpenSend, OpenStep, Outcome, SignedTx, Step, Store, TxRow, parse_u128, to_i64,
@@ -42,7 +43,7 @@ impl Store {
                     &[
                         &self.chain_id,
                         &self.contract.as_slice(),
-                        &to_i64(step.subscription_id, "subscription id")?,
+                        &step.subscription_id,
                         &step.period,
                         &step.attempt,
                         &step.action.as_str(),
@@ -144,7 +145,7 @@ impl Store {
         &self,
         tx_id: i64,
         out: &Outcome,
-        acted: &[u64],
+        acted: &[OnchainSubscriptionId],
         backoff: std::time::Duration,
     ) -> Result<i32> {
         let mut client = self.pool.get().await?;
@@ -176,7 +177,7 @@ impl Store {
             &[&nonce, &step_ids, &tx_id],
         )
         .await?;
-        let acted: Vec<i64> = acted.iter().map(|&id| id as i64).collect();
+        let acted: Vec<i64> = acted.iter().map(|id| id.db()).collect();
         let backoff_ms = i64::try_from(backoff.as_millis()).unwrap_or(i64::MAX);
         let reverts: Option<i32> = db
             .query_one(
@@ -356,7 +357,7 @@ impl Store {
             let nonce = s.get::<_, i64>(4) as u64;
             let step = OpenStep {
                 id: s.get(0),
-                subscription_id: s.get::<_, i64>(1) as u64,
+                subscription_id: s.get(1),
                 period: s.get(2),
                 attempt: s.get(3),
             };

@@ -4,6 +4,7 @@
 
 use alloy::primitives::{Address, U256};
 use chainsub_core::ChainId;
+use chainsub_core::OnchainSubscriptionId;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 
@@ -38,7 +39,7 @@ impl Action {
 /// retry falls due later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step {
-    pub subscription_id: u64,
+    pub subscription_id: OnchainSubscriptionId,
     /// The period being charged: `subscriptions.period + 1`.
     pub period: i32,
     /// `failed_attempts + 1` for a charge, 0 for the end step.
@@ -51,7 +52,7 @@ pub struct Step {
 /// A live subscription of the index whose next step is due by chain time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DueSubscription {
-    pub onchain_id: u64,
+    pub onchain_id: OnchainSubscriptionId,
     pub period: i32,
     pub failed_attempts: i32,
     pub cancel_at_period_end: bool,
@@ -107,7 +108,7 @@ pub struct TxRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenStep {
     pub id: i64,
-    pub subscription_id: u64,
+    pub subscription_id: OnchainSubscriptionId,
     pub period: i32,
     pub attempt: i32,
 }
@@ -129,7 +130,7 @@ impl OpenSend {
     }
 
     /// The on-chain ids its transaction charges, in the order it charges them.
-    pub fn subscription_ids(&self) -> Vec<u64> {
+    pub fn subscription_ids(&self) -> Vec<OnchainSubscriptionId> {
         self.steps.iter().map(|s| s.subscription_id).collect()
     }
 }
@@ -439,11 +440,11 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| {
-                let id: i64 = r.get(0);
+                let id: OnchainSubscriptionId = r.get(0);
                 let subscriber: Vec<u8> = r.get(4);
                 let amount: String = r.get(5);
                 Ok(DueSubscription {
-                    onchain_id: id as u64,
+                    onchain_id: id,
                     period: r.get(1),
                     failed_attempts: r.get(2),
                     cancel_at_period_end: r.get(3),
@@ -470,7 +471,7 @@ mod tests {
 
     fn due(cancel: bool, failed: i32) -> DueSubscription {
         DueSubscription {
-            onchain_id: 7,
+            onchain_id: OnchainSubscriptionId::new(7).unwrap(),
             period: 3,
             failed_attempts: failed,
             cancel_at_period_end: cancel,

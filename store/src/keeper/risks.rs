@@ -3,6 +3,7 @@
 //! `subscription.renewal_at_risk` events (and their webhooks) it finds.
 
 use alloy::primitives::{Address, B256, U256};
+use chainsub_core::OnchainSubscriptionId;
 use chrono::{DateTime, Utc};
 
 use super::{Store, in_scope, parse_u128};
@@ -12,7 +13,7 @@ use crate::{Error, Result};
 /// An active subscription whose renewal falls due within the warning lead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upcoming {
-    pub onchain_id: u64,
+    pub onchain_id: OnchainSubscriptionId,
     /// The period whose charge falls due (`subscriptions.period + 1`).
     pub period: i32,
     pub subscriber: Address,
@@ -72,11 +73,11 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| {
-                let id: i64 = r.get(0);
+                let id: OnchainSubscriptionId = r.get(0);
                 let bad =
                     |what: &str| Error::Inconsistent(format!("subscription {id}: bad {what}"));
                 Ok(Upcoming {
-                    onchain_id: id as u64,
+                    onchain_id: id,
                     period: r.get(1),
                     subscriber: Address::try_from(r.get::<_, &[u8]>(2))
                         .map_err(|_| bad("subscriber"))?,
@@ -165,7 +166,7 @@ impl Store {
                 ),
                 &[
                     &self.chain_id,
-                    &(sub.onchain_id as i64),
+                    &sub.onchain_id,
                     &sub.period,
                     &(seen.block_number as i64),
                     &seen.block_hash.as_slice(),
