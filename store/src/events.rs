@@ -1,4 +1,9 @@
 //! Chain events as the API lists them and webhooks carry them, scoped by merchant wallet.
+//!
+//! Three tables serve events — `chain_events`, `event_retractions` and `renewal_risks` — with
+//! the same columns, so the statements are built from shared pieces (the macros below). What
+//! Postgres runs is written out, one file per statement, in `store/sql/events/*.sql`
+//! ([`statements`]; a test keeps the files equal to the code).
 
 use chainsub_core::ChainId;
 use std::sync::LazyLock;
@@ -409,19 +414,30 @@ impl Columns for EventCols {
     }
 }
 
+/// `by_ids`: the events of these public ids, of any merchant, without delivery state.
+static BY_IDS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{BODY_SELECT} WHERE ce.public_id = ANY($1) \
+         UNION ALL {BODY_RSELECT} WHERE r.public_id = ANY($1) \
+         UNION ALL {BODY_KSELECT} WHERE k.public_id = ANY($1)"
+    )
+});
+
+/// `get`: one of a merchant's events by public id.
+static ONE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{SELECT}{SCOPE} AND ce.public_id = $3::text \
+         UNION ALL {RSELECT}{RSCOPE} AND r.public_id = $3::text \
+         UNION ALL {KSELECT}{KSCOPE} AND k.public_id = $3::text"
+    )
+});
+
 /// Events by public id, for webhook bodies (the outbox rows name them; not merchant-scoped:
 /// the dispatcher acts for the system). Unknown ids are absent.
 pub async fn by_ids(
     client: &impl deadpool_postgres::GenericClient,
     ids: &[&str],
 ) -> Result<Vec<EventRow>> {
-    static BY_IDS: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "{BODY_SELECT} WHERE ce.public_id = ANY($1) \
-             UNION ALL {BODY_RSELECT} WHERE r.public_id = ANY($1) \
-             UNION ALL {BODY_KSELECT} WHERE k.public_id = ANY($1)"
-        )
-    });
     let stmt = client.prepare_cached(&BY_IDS).await?;
     let rows = client.query(&stmt, &[&ids]).await?;
     // A row that does not read as an event is left out (logged): its delivery then fails as
@@ -696,13 +712,6 @@ pub async fn get(
     chain_id: ChainId,
     id: &EventId,
 ) -> Result<Option<EventRow>> {
-    static ONE: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "{SELECT}{SCOPE} AND ce.public_id = $3::text \
-             UNION ALL {RSELECT}{RSCOPE} AND r.public_id = $3::text \
-             UNION ALL {KSELECT}{KSCOPE} AND k.public_id = $3::text"
-        )
-    });
     let stmt = client.prepare_cached(&ONE).await?;
     client
         .query_opt(&stmt, &[&scope.wallet_bytes(), &chain_id, &id.as_str()])
@@ -710,6 +719,83 @@ pub async fn get(
         .as_ref()
         .map(EventRow::from_row)
         .transpose()
+}
+
+/// Every statement this module sends, by the name of its file under `store/sql/events/`,
+/// where each is written out as Postgres runs it (laid out on lines; a test keeps the files
+/// equal to the statements, `CHAINSUB_WRITE_GENERATED=1` rewrites them).
+pub fn statements() -> Vec<(String, &'static str)> {
+    let mut out = vec![
+        ("get".to_string(), ONE.as_str()),
+        ("by_ids".to_string(), BY_IDS.as_str()),
+    ];
+    let leads = ["all", "by_type", "by_subscription"];
+    let dirs = ["older", "newer"];
+    for (kind, set) in [("merged", &LIST.merged), ("chain_only", &LIST.chain_only)] {
+        for (lead, pair) in leads.iter().zip(set) {
+            for (dir, statement) in dirs.iter().zip(pair) {
+                out.push((format!("list_{kind}_{lead}_{dir}"), statement.as_str()));
+            }
+        }
+    }
+    out
+}
+
+/// A statement laid out for reading: each clause on a line indented by its parenthesis
+/// depth, a select list one column per line; only whitespace differs from what is sent.
+pub fn layout(statement: &str) -> String {
+    const CLAUSES: [&str; 7] = [
+        "SELECT ",
+        "FROM ",
+        "LEFT JOIN ",
+        "WHERE ",
+        "UNION ALL ",
+        "ORDER BY ",
+        "LIMIT ",
+    ];
+    let flat = statement.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = String::with_capacity(flat.len() * 2);
+    // Per depth: whether its current clause is a select list.
+    let mut listing: Vec<bool> = vec![false];
+    let mut quoted = false;
+    let mut rest = flat.as_str();
+    while let Some(c) = rest.chars().next() {
+        let depth = listing.len() - 1;
+        let indent = |n: usize| "  ".repeat(n);
+        if !quoted && (out.ends_with(' ') || out.ends_with('(') || out.is_empty()) {
+            if let Some(clause) = CLAUSES.iter().find(|k| rest.starts_with(**k)) {
+                if out.ends_with(' ') {
+                    out.pop();
+                }
+                if !out.is_empty() {
+                    out.push('\n');
+                    out.push_str(&indent(depth));
+                }
+                out.push_str(clause);
+                listing[depth] = *clause == "SELECT ";
+                rest = &rest[clause.len()..];
+                continue;
+            }
+        }
+        match c {
+            '\'' => quoted = !quoted,
+            '(' if !quoted => listing.push(false),
+            ')' if !quoted && listing.len() > 1 => {
+                listing.pop();
+            }
+            ',' if !quoted && listing[depth] && rest.starts_with(", ") => {
+                out.push_str(",\n");
+                out.push_str(&indent(depth + 1));
+                rest = &rest[2..];
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out.push('\n');
+    out
 }
 
 /// The list statements, for tests that check their plans.
@@ -721,4 +807,65 @@ pub fn list_statements() -> Vec<&'static str> {
         .flatten()
         .map(String::as_str)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `store/sql/events/<name>.sql` holds each statement as sent, laid out; no other file is
+    /// there. `CHAINSUB_WRITE_GENERATED=1` rewrites them.
+    #[test]
+    fn the_sql_files_are_the_statements_the_code_sends() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sql/events");
+        let write = std::env::var_os("CHAINSUB_WRITE_GENERATED").is_some();
+        let header = "-- Generated from store/src/events.rs (events::statements): what Postgres \
+                      runs, one clause per line.\n-- A test keeps this file equal to the code; \
+                      CHAINSUB_WRITE_GENERATED=1 cargo test -p chainsub-store rewrites it.\n";
+        let wanted: Vec<(String, String)> = statements()
+            .into_iter()
+            .map(|(name, sql)| (format!("{name}.sql"), format!("{header}{}", layout(sql))))
+            .collect();
+        if write {
+            std::fs::create_dir_all(&dir).unwrap();
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                std::fs::remove_file(entry.unwrap().path()).unwrap();
+            }
+            for (file, text) in &wanted {
+                std::fs::write(dir.join(file), text).unwrap();
+            }
+        }
+        let mut present: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e}; run with CHAINSUB_WRITE_GENERATED=1",
+                    dir.display()
+                )
+            })
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        present.sort();
+        let mut names: Vec<String> = wanted.iter().map(|(f, _)| f.clone()).collect();
+        names.sort();
+        assert_eq!(
+            present, names,
+            "store/sql/events: run with CHAINSUB_WRITE_GENERATED=1"
+        );
+        for (file, text) in &wanted {
+            let on_disk = std::fs::read_to_string(dir.join(file)).unwrap();
+            assert_eq!(
+                &on_disk, text,
+                "store/sql/events/{file} is not the statement the code sends: run with \
+                 CHAINSUB_WRITE_GENERATED=1"
+            );
+        }
+    }
+
+    #[test]
+    fn the_layout_changes_only_whitespace() {
+        for (_, sql) in statements() {
+            let squash = |s: &str| s.split_whitespace().collect::<String>();
+            assert_eq!(squash(&layout(sql)), squash(sql));
+        }
+    }
 }

@@ -1,0 +1,179 @@
+-- Generated from store/src/events.rs (events::statements): what Postgres runs, one clause per line.
+-- A test keeps this file equal to the code; CHAINSUB_WRITE_GENERATED=1 cargo test -p chainsub-store rewrites it.
+SELECT *
+FROM ((
+    SELECT ce.id,
+      ce.public_id,
+      ce.kind,
+      ce.block_time,
+      ce.chain_id,
+      ce.contract,
+      ce.block_number,
+      ce.block_hash,
+      ce.transaction_hash,
+      ce.log_index,
+      ce.subscription_id,
+      ce.log_amount::text AS log_amount,
+      ce.log_subscriber,
+      ce.log_period::text AS log_period,
+      ce.log_attempt::text AS log_attempt,
+      ce.log_reason::text AS log_reason,
+      ce.log_next_retry_at::text AS log_next_retry_at,
+      ce.snap_id,
+      ce.snap_status,
+      ce.snap_cancel_at_period_end,
+      ce.snap_period,
+      ce.snap_period_start,
+      ce.snap_period_end,
+      ce.snap_next_payment_at,
+      ce.snap_failed_attempts,
+      ce.snap_subscriber,
+      ce.snap_customer_external_id,
+      ce.snap_amount::text AS snap_amount,
+      ce.snap_plan_onchain_id,
+      p.public_id AS plan_public_id,
+      (
+      SELECT cur.block_number
+      FROM indexer_cursor cur
+      WHERE cur.chain_id = $2) AS indexed_block,
+      CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' ELSE o.status END AS delivery_status,
+      o.attempts AS delivery_attempts,
+      o.next_attempt_at AS delivery_next_attempt_at,
+      o.delivered_at AS delivery_delivered_at,
+      o.last_error AS delivery_last_error,
+      ce.sequence AS subscription_sequence,
+      NULL::text AS retracted_event_id,
+      NULL::text AS retracted_kind,
+      NULL::bigint AS ancestor_block,
+      NULL::bytea AS ancestor_hash,
+      NULL::text AS risk_reason,
+      NULL::text AS risk_amount,
+      NULL::text AS risk_required,
+      NULL::text AS risk_available,
+      NULL::timestamptz AS risk_due_at,
+      NULL::integer AS risk_period
+    FROM chain_events ce
+    LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id
+    LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $11
+    LEFT JOIN webhook_outbox o ON o.event_id = ce.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
+    WHERE ce.merchant_wallet = $1 AND ce.kind IS NOT NULL AND ce.chain_id = $2::bigint AND ($3::text IS NULL OR ce.kind = $3) AND $4::text IS NOT NULL AND ce.subscription_id = (
+      SELECT s.onchain_id
+      FROM subscriptions s
+      WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2) AND ($5::bigint IS NULL OR ce.block_number >= $5) AND ($6::bigint IS NULL OR ce.block_number <= $6) AND ($7::timestamptz IS NULL OR ce.block_time >= $7) AND ($8::timestamptz IS NULL OR ce.block_time < $8) AND ce.id < COALESCE($9::bigint, 9223372036854775807)
+    ORDER BY ce.id DESC
+    LIMIT $10)
+  UNION ALL (
+    SELECT r.id,
+      r.public_id,
+      'event.retracted'::text AS kind,
+      r.detected_at AS block_time,
+      r.chain_id,
+      r.contract,
+      r.block_number,
+      r.block_hash,
+      r.transaction_hash,
+      r.log_index,
+      r.subscription_id,
+      r.log_amount::text AS log_amount,
+      r.log_subscriber,
+      r.log_period::text AS log_period,
+      r.log_attempt::text AS log_attempt,
+      r.log_reason::text AS log_reason,
+      r.log_next_retry_at::text AS log_next_retry_at,
+      r.snap_id,
+      r.snap_status,
+      r.snap_cancel_at_period_end,
+      r.snap_period,
+      r.snap_period_start,
+      r.snap_period_end,
+      r.snap_next_payment_at,
+      r.snap_failed_attempts,
+      r.snap_subscriber,
+      r.snap_customer_external_id,
+      r.snap_amount::text AS snap_amount,
+      r.snap_plan_onchain_id,
+      p.public_id AS plan_public_id,
+      NULL::bigint AS indexed_block,
+      CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' ELSE o.status END AS delivery_status,
+      o.attempts AS delivery_attempts,
+      o.next_attempt_at AS delivery_next_attempt_at,
+      o.delivered_at AS delivery_delivered_at,
+      o.last_error AS delivery_last_error,
+      NULL::bigint AS subscription_sequence,
+      r.retracted_event_id,
+      r.retracted_kind,
+      r.ancestor_block,
+      r.ancestor_hash,
+      NULL::text AS risk_reason,
+      NULL::text AS risk_amount,
+      NULL::text AS risk_required,
+      NULL::text AS risk_available,
+      NULL::timestamptz AS risk_due_at,
+      NULL::integer AS risk_period
+    FROM event_retractions r
+    LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id
+    LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $11
+    LEFT JOIN webhook_outbox o ON o.event_id = r.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
+    WHERE r.merchant_wallet = $1 AND r.chain_id = $2::bigint AND ($3::text IS NULL OR $3 = 'event.retracted') AND $4::text IS NOT NULL AND r.snap_id = $4 AND ($5::bigint IS NULL OR r.block_number >= $5) AND ($6::bigint IS NULL OR r.block_number <= $6) AND ($7::timestamptz IS NULL OR r.detected_at >= $7) AND ($8::timestamptz IS NULL OR r.detected_at < $8) AND r.id < COALESCE($9::bigint, 9223372036854775807)
+    ORDER BY r.id DESC
+    LIMIT $10)
+  UNION ALL (
+    SELECT k.id,
+      k.public_id,
+      'subscription.renewal_at_risk'::text AS kind,
+      k.block_time,
+      k.chain_id,
+      k.contract,
+      k.block_number,
+      k.block_hash,
+      decode(repeat('00', 32), 'hex') AS transaction_hash,
+      -1 AS log_index,
+      k.subscription_id,
+      k.amount::text AS log_amount,
+      NULL::bytea AS log_subscriber,
+      NULL::text AS log_period,
+      NULL::text AS log_attempt,
+      NULL::text AS log_reason,
+      NULL::text AS log_next_retry_at,
+      k.snap_id,
+      k.snap_status,
+      k.snap_cancel_at_period_end,
+      k.snap_period,
+      k.snap_period_start,
+      k.snap_period_end,
+      k.snap_next_payment_at,
+      k.snap_failed_attempts,
+      k.snap_subscriber,
+      k.snap_customer_external_id,
+      k.snap_amount::text AS snap_amount,
+      k.snap_plan_onchain_id,
+      p.public_id AS plan_public_id,
+      NULL::bigint AS indexed_block,
+      CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' ELSE o.status END AS delivery_status,
+      o.attempts AS delivery_attempts,
+      o.next_attempt_at AS delivery_next_attempt_at,
+      o.delivered_at AS delivery_delivered_at,
+      o.last_error AS delivery_last_error,
+      NULL::bigint AS subscription_sequence,
+      NULL::text AS retracted_event_id,
+      NULL::text AS retracted_kind,
+      NULL::bigint AS ancestor_block,
+      NULL::bytea AS ancestor_hash,
+      k.reason AS risk_reason,
+      k.amount::text AS risk_amount,
+      k.required::text AS risk_required,
+      k.available::text AS risk_available,
+      k.due_at AS risk_due_at,
+      k.period AS risk_period
+    FROM renewal_risks k
+    LEFT JOIN chain_plans cp ON cp.chain_id = k.chain_id AND cp.onchain_id = k.plan_id
+    LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $11
+    LEFT JOIN webhook_outbox o ON o.event_id = k.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
+    WHERE k.merchant_wallet = $1 AND k.chain_id = $2::bigint AND ($3::text IS NULL OR $3 = 'subscription.renewal_at_risk') AND $4::text IS NOT NULL AND k.subscription_id = (
+      SELECT s.onchain_id
+      FROM subscriptions s
+      WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2) AND ($5::bigint IS NULL OR k.block_number >= $5) AND ($6::bigint IS NULL OR k.block_number <= $6) AND ($7::timestamptz IS NULL OR k.block_time >= $7) AND ($8::timestamptz IS NULL OR k.block_time < $8) AND k.id < COALESCE($9::bigint, 9223372036854775807)
+    ORDER BY k.id DESC
+    LIMIT $10)) u
+ORDER BY u.id DESC
+LIMIT $10
