@@ -762,20 +762,21 @@ pub fn layout(statement: &str) -> String {
     while let Some(c) = rest.chars().next() {
         let depth = listing.len() - 1;
         let indent = |n: usize| "  ".repeat(n);
-        if !quoted && (out.ends_with(' ') || out.ends_with('(') || out.is_empty()) {
-            if let Some(clause) = CLAUSES.iter().find(|k| rest.starts_with(**k)) {
-                if out.ends_with(' ') {
-                    out.pop();
-                }
-                if !out.is_empty() {
-                    out.push('\n');
-                    out.push_str(&indent(depth));
-                }
-                out.push_str(clause);
-                listing[depth] = *clause == "SELECT ";
-                rest = &rest[clause.len()..];
-                continue;
+        if !quoted
+            && (out.ends_with(' ') || out.ends_with('(') || out.is_empty())
+            && let Some(clause) = CLAUSES.iter().find(|k| rest.starts_with(**k))
+        {
+            if out.ends_with(' ') {
+                out.pop();
             }
+            if !out.is_empty() {
+                out.push('\n');
+                out.push_str(&indent(depth));
+            }
+            out.push_str(clause);
+            listing[depth] = *clause == "SELECT ";
+            rest = &rest[clause.len()..];
+            continue;
         }
         match c {
             '\'' => quoted = !quoted,
