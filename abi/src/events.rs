@@ -52,30 +52,30 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in lifecycle order.
-    pub const ALL: [EventKind; 6] = [
-        EventKind::Created,
-        EventKind::Charged,
-        EventKind::PaymentFailed,
-        EventKind::CancelAtPeriodEndSet,
-        EventKind::Cancelled,
-        EventKind::Ended,
+    pub const ALL: [Self; 6] = [
+        Self::Created,
+        Self::Charged,
+        Self::PaymentFailed,
+        Self::CancelAtPeriodEndSet,
+        Self::Cancelled,
+        Self::Ended,
     ];
 
     /// The wire name, e.g. `subscription.charged`.
     pub fn as_str(self) -> &'static str {
         match self {
-            EventKind::Created => "subscription.created",
-            EventKind::Charged => "subscription.charged",
-            EventKind::PaymentFailed => "subscription.payment_failed",
-            EventKind::CancelAtPeriodEndSet => "subscription.cancel_at_period_end_set",
-            EventKind::Cancelled => "subscription.cancelled",
-            EventKind::Ended => "subscription.ended",
+            Self::Created => "subscription.created",
+            Self::Charged => "subscription.charged",
+            Self::PaymentFailed => "subscription.payment_failed",
+            Self::CancelAtPeriodEndSet => "subscription.cancel_at_period_end_set",
+            Self::Cancelled => "subscription.cancelled",
+            Self::Ended => "subscription.ended",
         }
     }
 
     /// Parses a wire name.
-    pub fn parse(s: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 
@@ -158,7 +158,7 @@ fn decode<E: SolEvent>(log: &Log) -> Result<E, DecodeError> {
 
 impl ContractEvent {
     /// Decodes one log of the SubscriptionManager contract (the caller filters by address).
-    pub fn decode(log: &Log) -> Result<ContractEvent, DecodeError> {
+    pub fn decode(log: &Log) -> Result<Self, DecodeError> {
         let topic0 = *log.topics().first().ok_or(DecodeError::NoTopics)?;
         Ok(match topic0 {
             SM::OperatorChanged::SIGNATURE_HASH => Self::OperatorChanged(decode(log)?),

@@ -221,8 +221,8 @@ pub fn siwe_domain(base_url: &url::Url) -> String {
 
 impl Secret {
     /// Wraps a secret.
-    pub fn new(s: impl Into<String>) -> Secret {
-        Secret(s.into())
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
     }
     /// The secret itself; call sites are the only places it is used.
     pub fn expose(&self) -> &str {
@@ -236,7 +236,7 @@ impl std::str::FromStr for Secret {
         if s.is_empty() {
             return Err("empty secret".into());
         }
-        Ok(Secret(s.to_string()))
+        Ok(Self(s.to_string()))
     }
 }
 

@@ -91,7 +91,7 @@ pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
 
 /// Applies pending migrations (serialized across processes by the migrations crate),
 /// retrying a database that does not answer yet for up to `deadline`.
-pub async fn migrate(database_url: &str, deadline: std::time::Duration) -> Result<Vec<i32>> {
+pub async fn migrate(database_url: &str, deadline: Duration) -> Result<Vec<i32>> {
     chainsub_store::startup::migrate(&database(database_url)?, deadline)
         .await
         .map_err(|e| ApiError::Internal(format!("migrate: {e}")))

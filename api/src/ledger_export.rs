@@ -29,16 +29,16 @@ pub enum Format {
 impl Format {
     fn content_type(self) -> &'static str {
         match self {
-            Format::Ndjson => "application/x-ndjson",
-            Format::Csv => "text/csv; charset=utf-8",
+            Self::Ndjson => "application/x-ndjson",
+            Self::Csv => "text/csv; charset=utf-8",
         }
     }
 
     /// `format=` wins; otherwise CSV when the client accepts `text/csv` and not NDJSON.
-    pub fn choose(format: Option<&str>, accept: Option<&str>) -> Result<Format> {
+    pub fn choose(format: Option<&str>, accept: Option<&str>) -> Result<Self> {
         match format {
-            Some("ndjson") => Ok(Format::Ndjson),
-            Some("csv") => Ok(Format::Csv),
+            Some("ndjson") => Ok(Self::Ndjson),
+            Some("csv") => Ok(Self::Csv),
             Some(_) => Err(ApiError::invalid(
                 "format",
                 "`format` must be one of ndjson, csv",
@@ -46,9 +46,9 @@ impl Format {
             None => {
                 let accept = accept.unwrap_or("").to_ascii_lowercase();
                 if accept.contains("text/csv") && !accept.contains("ndjson") {
-                    Ok(Format::Csv)
+                    Ok(Self::Csv)
                 } else {
-                    Ok(Format::Ndjson)
+                    Ok(Self::Ndjson)
                 }
             }
         }
@@ -65,7 +65,7 @@ pub struct Slot {
 impl Slot {
     /// The slot, or 429: one export per merchant at a time (a slow reader holds its own slot,
     /// never a second), a few at a time per process.
-    pub fn claim(ctx: &Ctx, merchant: &Merchant) -> Result<Slot> {
+    pub fn claim(ctx: &Ctx, merchant: &Merchant) -> Result<Self> {
         let mine = ExportOf::claim(ctx, merchant.id()).ok_or_else(|| ApiError::Quota {
             code: Code::ExportInProgress,
             message: "one ledger export per merchant runs at a time; retry when it has ended"
@@ -84,7 +84,7 @@ impl Slot {
                 ),
                 retry_after_secs: 5,
             })?;
-        Ok(Slot {
+        Ok(Self {
             _mine: mine,
             _permit: permit,
         })
@@ -172,13 +172,13 @@ struct ExportOf {
 
 impl ExportOf {
     /// The merchant's slot, unless an export of theirs is running in this process.
-    fn claim(ctx: &Ctx, merchant: i64) -> Option<ExportOf> {
+    fn claim(ctx: &Ctx, merchant: i64) -> Option<Self> {
         let running = ctx.exports_running.clone();
         let fresh = running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(merchant);
-        fresh.then_some(ExportOf { running, merchant })
+        fresh.then_some(Self { running, merchant })
     }
 }
 
@@ -230,17 +230,17 @@ enum Cut {
 }
 
 impl Cut {
-    fn failed(e: impl std::fmt::Display) -> Cut {
-        Cut::Failed(e.to_string())
+    fn failed(e: impl std::fmt::Display) -> Self {
+        Self::Failed(e.to_string())
     }
 
     /// The `reason` label of `api_ledger_exports_cut_total`.
     fn reason(&self) -> &'static str {
         match self {
-            Cut::ClientGone => "client_gone",
-            Cut::Stalled => "stalled",
-            Cut::MaxDuration => "max_duration",
-            Cut::Failed(_) => "failed",
+            Self::ClientGone => "client_gone",
+            Self::Stalled => "stalled",
+            Self::MaxDuration => "max_duration",
+            Self::Failed(_) => "failed",
         }
     }
 }

@@ -45,7 +45,7 @@ impl Page {
         limit: Option<Limit>,
         starting_after: Option<String>,
         ending_before: Option<String>,
-    ) -> Result<Page, ApiError> {
+    ) -> Result<Self, ApiError> {
         let cursor = match (starting_after, ending_before) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::invalid(
@@ -57,15 +57,15 @@ impl Page {
             (None, Some(b)) => Some(Cursor::Before(b)),
             (None, None) => None,
         };
-        Ok(Page {
+        Ok(Self {
             limit: limit.map_or(DEFAULT_LIMIT, |l| l.0),
             cursor,
         })
     }
 
     /// [`Page::new`] of a [`PageQuery`].
-    pub fn of(q: PageQuery) -> Result<Page, ApiError> {
-        Page::new(q.limit, q.starting_after, q.ending_before)
+    pub fn of(q: PageQuery) -> Result<Self, ApiError> {
+        Self::new(q.limit, q.starting_after, q.ending_before)
     }
 
     /// The store's page for this request, given the cursor's key (looked up by the route).
@@ -101,7 +101,7 @@ pub async fn cursor_key<T, F, Fut>(
 ) -> Result<Option<i64>, ApiError>
 where
     F: FnOnce(T) -> Fut,
-    Fut: std::future::Future<Output = Result<Option<i64>, ApiError>>,
+    Fut: Future<Output = Result<Option<i64>, ApiError>>,
 {
     let Some((name, id)) = page.cursor_param() else {
         return Ok(None);

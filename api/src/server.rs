@@ -117,7 +117,7 @@ pub async fn start_sharded(
         // socket answers every request 503 `starting` at once instead of holding it
         // unanswered in the backlog.
         let starting = answer_starting(&listener, &cfg.http)?;
-        let deadline = std::time::Duration::from_secs(cfg.startup_deadline_secs);
+        let deadline = Duration::from_secs(cfg.startup_deadline_secs);
         let migrated = crate::db::migrate(&cfg.database_url, deadline).await;
         starting.stop().await;
         let applied = migrated?;

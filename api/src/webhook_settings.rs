@@ -30,7 +30,7 @@ pub struct WebhookUrl(Url);
 
 impl WebhookUrl {
     /// Parses and checks a URL (the SSRF address check happens separately, after DNS).
-    pub fn parse(s: &str, allow_http: bool) -> Result<WebhookUrl> {
+    pub fn parse(s: &str, allow_http: bool) -> Result<Self> {
         let bad = |m: &str| ApiError::invalid("url", m.to_string());
         if s.len() > MAX_URL_LEN {
             return Err(bad("webhook URL is too long (max 2048 characters)"));
@@ -51,7 +51,7 @@ impl WebhookUrl {
         if url.fragment().is_some() {
             return Err(bad("webhook URL must not contain a fragment"));
         }
-        Ok(WebhookUrl(url))
+        Ok(Self(url))
     }
 
     /// The URL.
@@ -191,7 +191,7 @@ pub struct DeliveryIds {
 }
 
 impl DeliveryIds {
-    pub fn new(secret: &str) -> DeliveryIds {
+    pub fn new(secret: &str) -> Self {
         use sha2::{Digest, Sha256};
         let mut rounds = [[0u8; 32]; 8];
         for (i, key) in rounds.iter_mut().enumerate() {
@@ -201,7 +201,7 @@ impl DeliveryIds {
             h.update(secret.as_bytes());
             *key = h.finalize().into();
         }
-        DeliveryIds { rounds }
+        Self { rounds }
     }
 
     fn f(key: &[u8; 32], half: u32) -> u32 {

@@ -30,7 +30,7 @@ pub enum AmountError {
 impl Amount {
     /// Parses `"9.99"`: ASCII digits, an optional `.` followed by 1 to 6 digits; no sign,
     /// exponent, whitespace, leading `+`, leading zeros (`"007"`) or bare dots (`".5"`, `"5."`).
-    pub fn parse(s: &str) -> Result<Amount, AmountError> {
+    pub fn parse(s: &str) -> Result<Self, AmountError> {
         let (int, frac) = match s.split_once('.') {
             Some((i, f)) => (i, Some(f)),
             None => (s, None),
@@ -62,15 +62,15 @@ impl Amount {
                 .parse()
                 .map_err(|_| AmountError::NotDecimal)?
         };
-        Amount::from_base_units(int_units + frac_units)
+        Self::from_base_units(int_units + frac_units)
     }
 
     /// From base units (a stored or on-chain value): positive and at most the maximum.
-    pub fn from_base_units(units: u128) -> Result<Amount, AmountError> {
+    pub fn from_base_units(units: u128) -> Result<Self, AmountError> {
         match units {
             0 => Err(AmountError::Zero),
             u if u > MAX_AMOUNT_BASE_UNITS => Err(AmountError::TooLarge),
-            u => Ok(Amount(u)),
+            u => Ok(Self(u)),
         }
     }
 

@@ -132,13 +132,13 @@ impl EventId {
     /// The id of the log at (`chain_id`, `tx_hash`, `log_index`). Stable for the same log
     /// across reorgs (the same transaction re-mined in another block keeps its id), so a
     /// merchant can deduplicate webhooks by it.
-    pub fn of_log(chain_id: u64, tx_hash: B256, log_index: u64) -> EventId {
+    pub fn of_log(chain_id: u64, tx_hash: B256, log_index: u64) -> Self {
         let mut buf = [0u8; 8 + 32 + 8];
         buf[..8].copy_from_slice(&chain_id.to_be_bytes());
         buf[8..40].copy_from_slice(tx_hash.as_slice());
         buf[40..].copy_from_slice(&log_index.to_be_bytes());
         let h = keccak256(buf);
-        EventId(format!("evt_{}", alloy::hex::encode(&h[..16])))
+        Self(format!("evt_{}", alloy::hex::encode(&h[..16])))
     }
 }
 
@@ -151,14 +151,14 @@ impl SubscriptionId {
     /// integers as 8 big-endian bytes. Deterministic, so a re-index from the chain gives every
     /// subscription the id it had; migration 0007 computes the same in SQL (`sha256`,
     /// `int8send`) for rows indexed before this scheme.
-    pub fn of_creation(chain_id: u64, tx_hash: B256, onchain_id: u64) -> SubscriptionId {
+    pub fn of_creation(chain_id: u64, tx_hash: B256, onchain_id: u64) -> Self {
         let mut h = Sha256::new();
         h.update(Self::DOMAIN);
         h.update(chain_id.to_be_bytes());
         h.update(tx_hash.as_slice());
         h.update(onchain_id.to_be_bytes());
         let digest = h.finalize();
-        SubscriptionId(format!("sub_{}", alloy::hex::encode(&digest[..16])))
+        Self(format!("sub_{}", alloy::hex::encode(&digest[..16])))
     }
 }
 

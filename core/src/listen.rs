@@ -25,9 +25,9 @@ impl Listen {
     /// Errors say which setting failed and why.
     pub fn bind(&self) -> io::Result<TcpListener> {
         let listener = match self {
-            Listen::Addr(addr) => TcpListener::bind(addr)
+            Self::Addr(addr) => TcpListener::bind(addr)
                 .map_err(|e| io::Error::new(e.kind(), format!("bind {addr}: {e}")))?,
-            Listen::Stdin => {
+            Self::Stdin => {
                 let fd = io::stdin().as_fd().try_clone_to_owned()?;
                 let listener = TcpListener::from(fd);
                 listener.local_addr().map_err(|e| {
@@ -47,9 +47,9 @@ impl Listen {
 impl FromStr for Listen {
     type Err = String;
 
-    fn from_str(s: &str) -> Result<Listen, String> {
+    fn from_str(s: &str) -> Result<Self, String> {
         if s == "stdin" {
-            return Ok(Listen::Stdin);
+            return Ok(Self::Stdin);
         }
         s.parse()
             .map(Listen::Addr)
@@ -60,8 +60,8 @@ impl FromStr for Listen {
 impl fmt::Display for Listen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Listen::Addr(a) => a.fmt(f),
-            Listen::Stdin => f.write_str("stdin"),
+            Self::Addr(a) => a.fmt(f),
+            Self::Stdin => f.write_str("stdin"),
         }
     }
 }

@@ -77,7 +77,7 @@ impl RpcUrl {
 impl FromStr for RpcUrl {
     type Err = String;
 
-    fn from_str(s: &str) -> Result<RpcUrl, String> {
+    fn from_str(s: &str) -> Result<Self, String> {
         let url: reqwest::Url = s
             .parse()
             .map_err(|e| format!("not a URL ({e}); e.g. http://127.0.0.1:8545"))?;
@@ -101,7 +101,7 @@ impl FromStr for RpcUrl {
         if hidden {
             shown.push_str("/…");
         }
-        Ok(RpcUrl {
+        Ok(Self {
             url,
             shown: shown.into(),
         })

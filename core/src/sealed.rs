@@ -46,7 +46,7 @@ impl fmt::Debug for SealingKeys {
 impl std::str::FromStr for SealingKeys {
     type Err = SealError;
 
-    fn from_str(s: &str) -> Result<SealingKeys, SealError> {
+    fn from_str(s: &str) -> Result<Self, SealError> {
         let mut keys: Vec<(String, Key)> = Vec::new();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (id, b64) = item
@@ -80,7 +80,7 @@ impl std::str::FromStr for SealingKeys {
         if keys.is_empty() {
             return Err(SealError::Keys("no key given".into()));
         }
-        Ok(SealingKeys { keys })
+        Ok(Self { keys })
     }
 }
 

@@ -13,7 +13,7 @@ impl Slug {
         "must be 1-64 characters of a-z, 0-9 and '-', not starting or ending with '-'";
 
     /// Parses an explicit slug.
-    pub fn parse(s: &str) -> Result<Slug, &'static str> {
+    pub fn parse(s: &str) -> Result<Self, &'static str> {
         let ok = !s.is_empty()
             && s.len() <= 64
             && s.bytes()
@@ -21,14 +21,14 @@ impl Slug {
             && !s.starts_with('-')
             && !s.ends_with('-');
         if ok {
-            Ok(Slug(s.to_string()))
+            Ok(Self(s.to_string()))
         } else {
-            Err(Slug::RULE)
+            Err(Self::RULE)
         }
     }
 
     /// A slug derived from a name ("Pro Monthly!" -> "pro-monthly"); "plan" if nothing is left.
-    pub fn from_name(name: &str) -> Slug {
+    pub fn from_name(name: &str) -> Self {
         let mut out = String::new();
         for c in name.chars().flat_map(char::to_lowercase) {
             if c.is_ascii_alphanumeric() {
@@ -41,7 +41,7 @@ impl Slug {
             }
         }
         let out = out.trim_end_matches('-');
-        Slug(if out.is_empty() {
+        Self(if out.is_empty() {
             "plan".into()
         } else {
             out.into()

@@ -31,8 +31,8 @@ impl SubscriptionSnapshot {
     /// A past-due snapshot for tests (one shape for every crate's tests), with the given
     /// customer reference and next payment time.
     #[doc(hidden)]
-    pub fn example(external: Option<&str>, next: Option<&str>) -> SubscriptionSnapshot {
-        SubscriptionSnapshot {
+    pub fn example(external: Option<&str>, next: Option<&str>) -> Self {
+        Self {
             id: SubscriptionId::of_creation(1, alloy::primitives::B256::repeat_byte(7), 5),
             status: SubscriptionStatus::PastDue,
             cancel_at_period_end: true,

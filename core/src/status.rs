@@ -66,10 +66,7 @@ status_enum!(
 impl SubscriptionStatus {
     /// Cancelled and ended subscriptions never change again.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            SubscriptionStatus::Cancelled | SubscriptionStatus::Ended
-        )
+        matches!(self, Self::Cancelled | Self::Ended)
     }
 }
 

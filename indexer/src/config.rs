@@ -222,7 +222,7 @@ pub struct IndexerConfig {
 impl IndexerConfig {
     /// Defaults for `chain_id` and `contract` (tests and benches adjust the rest).
     pub fn new(chain_id: chainsub_core::ChainId, contract: Address, start_block: u64) -> Self {
-        IndexerConfig {
+        Self {
             chain_id,
             contract,
             start_block,

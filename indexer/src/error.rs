@@ -44,11 +44,11 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<chainsub_store::Error> for Error {
-    fn from(e: chainsub_store::Error) -> Error {
+    fn from(e: chainsub_store::Error) -> Self {
         match e {
-            chainsub_store::Error::Db(e) => Error::Db(e),
-            chainsub_store::Error::Inconsistent(m) => Error::Inconsistent(m),
-            e @ chainsub_store::Error::Pool(_) => Error::Inconsistent(e.to_string()),
+            chainsub_store::Error::Db(e) => Self::Db(e),
+            chainsub_store::Error::Inconsistent(m) => Self::Inconsistent(m),
+            e @ chainsub_store::Error::Pool(_) => Self::Inconsistent(e.to_string()),
         }
     }
 }

@@ -77,7 +77,7 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
             cursor,
             window,
         );
-        Ok(Indexer {
+        Ok(Self {
             stream,
             sink,
             status,
@@ -186,7 +186,7 @@ impl<S: BlockSource + ?Sized> Indexer<S> {
 async fn pinging(
     sink: &Sink,
     last_ping: &mut std::time::Instant,
-    mut next: std::pin::Pin<&mut impl std::future::Future<Output = Result<Item>>>,
+    mut next: std::pin::Pin<&mut impl Future<Output = Result<Item>>>,
 ) -> Result<Result<Item>> {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     loop {

@@ -10,7 +10,7 @@ use crate::block::Block;
 use crate::{Error, Result};
 
 /// One contract log, decoded and placed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MappedEvent {
     pub public_id: String,
     pub block_number: u64,

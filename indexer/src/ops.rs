@@ -51,8 +51,8 @@ fn now_ms() -> u64 {
 
 impl Status {
     /// Fresh status for `chain_id`.
-    pub fn new(chain_id: u64) -> Arc<Status> {
-        let s = Arc::new(Status {
+    pub fn new(chain_id: u64) -> Arc<Self> {
+        let s = Arc::new(Self {
             chain_id,
             ..Default::default()
         });

@@ -56,8 +56,8 @@ struct Laps {
 }
 
 impl Laps {
-    fn start() -> Laps {
-        Laps {
+    fn start() -> Self {
+        Self {
             at: Instant::now(),
             laps: Vec::new(),
         }
@@ -89,7 +89,7 @@ impl Sink {
         epoch: i64,
         confirmations: u64,
     ) -> Self {
-        Sink {
+        Self {
             client,
             ctx: Ctx {
                 chain_id,
@@ -157,7 +157,7 @@ impl Sink {
             .iter()
             .map(|e| e.kind.is_some() && upto.is_some_and(|u| e.block_number <= u))
             .collect();
-        let rows: Vec<NewEvent> = events
+        let rows: Vec<NewEvent<'_>> = events
             .iter()
             .zip(&snapshots.0)
             .zip(&confirmed)
@@ -400,7 +400,7 @@ async fn insert_outbox(
     ids: &[i64],
     enqueued: &[bool],
 ) -> Result<u64> {
-    let rows: Vec<NewDelivery> = events
+    let rows: Vec<NewDelivery<'_>> = events
         .iter()
         .zip(ids)
         .zip(enqueued)

@@ -76,7 +76,7 @@ impl<S: BlockSource + ?Sized> Stream<S> {
         mut window: BTreeMap<u64, B256>,
     ) -> Self {
         window.insert(cursor.number, cursor.hash);
-        Stream {
+        Self {
             fetcher,
             cfg,
             cursor,
@@ -259,8 +259,8 @@ mod tests {
     }
 
     impl Chain {
-        fn new(len: u64) -> Arc<Chain> {
-            let c = Arc::new(Chain {
+        fn new(len: u64) -> Arc<Self> {
+            let c = Arc::new(Self {
                 headers: Mutex::new(vec![]),
                 head_override: Mutex::new(None),
                 stale_head_once: Mutex::new(None),

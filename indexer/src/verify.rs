@@ -147,12 +147,11 @@ pub async fn verify<S: BlockSource + ?Sized>(
     let key_of = |e: &MappedEvent| (e.block_number, e.tx_hash, e.log_index);
 
     // chain_events, column by column.
-    let mut db: BTreeMap<EventKey, StoredEvent> =
-        store::events_in_range(client, chain_id, from, to)
-            .await?
-            .into_iter()
-            .map(|r| ((r.block_number, r.tx_hash, r.log_index), r))
-            .collect();
+    let db: BTreeMap<EventKey, StoredEvent> = store::events_in_range(client, chain_id, from, to)
+        .await?
+        .into_iter()
+        .map(|r| ((r.block_number, r.tx_hash, r.log_index), r))
+        .collect();
     let db_ids: HashMap<EventKey, i64> = db.iter().map(|(k, r)| (*k, r.id)).collect();
     for e in &mapped {
         let k = key_of(e);
@@ -191,7 +190,7 @@ pub async fn verify<S: BlockSource + ?Sized>(
         client,
         target,
         &mapped,
-        &mut db,
+        &db,
         &db_ids,
         contract_reads,
         from,
@@ -546,7 +545,7 @@ async fn subscriptions(
     client: &Client,
     target: Target,
     mapped: &[MappedEvent],
-    db: &mut BTreeMap<EventKey, StoredEvent>,
+    db: &BTreeMap<EventKey, StoredEvent>,
     db_ids: &HashMap<EventKey, i64>,
     contract_reads: Option<&DynProvider>,
     from: u64,

@@ -332,7 +332,7 @@ pub async fn verify_export(
     if let Some((from, to, from_time, to_time)) = range {
         let on_file: HashSet<(B256, u64)> = seen;
         for (block, tx, log_index, kind) in
-            merchant_logs(&mut chain, contract, merchant, from, to).await?
+            merchant_logs(&chain, contract, merchant, from, to).await?
         {
             if on_file.contains(&(tx, log_index)) {
                 continue;
@@ -461,7 +461,7 @@ async fn check_entry(
 /// Every charge and failed charge `contract` emitted for `merchant` in `from..=to` (capped at
 /// the head): (block, tx, log index, kind).
 async fn merchant_logs(
-    chain: &mut Chain,
+    chain: &Chain,
     contract: Address,
     merchant: Address,
     from: u64,

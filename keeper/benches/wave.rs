@@ -344,8 +344,8 @@ struct Charges {
 }
 
 impl Charges {
-    fn new(first_block: u64, merchants: u64, each: u64) -> Charges {
-        Charges {
+    fn new(first_block: u64, merchants: u64, each: u64) -> Self {
+        Self {
             next_block: first_block,
             per_merchant: HashMap::with_capacity(merchants as usize),
             done_at: HashMap::new(),

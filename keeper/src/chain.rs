@@ -35,9 +35,9 @@ impl Skip {
     /// Metric label.
     pub fn label(&self) -> &'static str {
         match self {
-            Skip::NotDue => "not_due",
-            Skip::NotLive => "not_live",
-            Skip::Reverted(_) => "reverted",
+            Self::NotDue => "not_due",
+            Self::NotLive => "not_live",
+            Self::Reverted(_) => "reverted",
         }
     }
 }
@@ -68,12 +68,8 @@ pub enum ChargeCall {
 
 impl ChargeCall {
     /// The call for a batch of `n` subscriptions.
-    pub fn for_batch(n: usize) -> ChargeCall {
-        if n > 1 {
-            ChargeCall::Many
-        } else {
-            ChargeCall::One
-        }
+    pub fn for_batch(n: usize) -> Self {
+        if n > 1 { Self::Many } else { Self::One }
     }
 }
 
@@ -84,7 +80,7 @@ impl Chain {
         chain_id: chainsub_core::ChainId,
         manager: Address,
         key: PrivateKeySigner,
-    ) -> Result<Chain> {
+    ) -> Result<Self> {
         let sender = Sender::connect(rpc_url, chain_id, key).await?;
         let provider = sender.provider().clone();
         let contract = SubscriptionManager::new(manager, provider.clone());
@@ -110,7 +106,7 @@ impl Chain {
                  replace each other's transactions)"
             )));
         }
-        Ok(Chain {
+        Ok(Self {
             sender,
             provider,
             keeper,
@@ -161,7 +157,7 @@ impl Chain {
     /// means the call must not be sent; otherwise returns the node's estimate.
     pub async fn preflight(
         &self,
-        subscription_id: chainsub_core::OnchainSubscriptionId,
+        subscription_id: OnchainSubscriptionId,
     ) -> Result<Result<u64, Skip>> {
         // Against the latest block (the sender's rule). A send of ours still in the pool is
         // kept unique by the journal, not by this check.

@@ -26,11 +26,11 @@ pub enum Error {
 }
 
 impl From<chainsub_sender::Error> for Error {
-    fn from(e: chainsub_sender::Error) -> Error {
+    fn from(e: chainsub_sender::Error) -> Self {
         match e {
-            chainsub_sender::Error::Rpc(e) => Error::Rpc(e),
-            chainsub_sender::Error::Config(m) => Error::Config(m),
-            chainsub_sender::Error::Sign(m) => Error::Sign(m),
+            chainsub_sender::Error::Rpc(e) => Self::Rpc(e),
+            chainsub_sender::Error::Config(m) => Self::Config(m),
+            chainsub_sender::Error::Sign(m) => Self::Sign(m),
         }
     }
 }

@@ -121,7 +121,7 @@ pub struct Keeper {
     store: Store,
     /// The next nonce to hand out; None = read it from the node before the next send.
     nonce: tokio::sync::Mutex<Option<u64>>,
-    lock_client: std::sync::Arc<tokio_postgres::Client>,
+    lock_client: Arc<tokio_postgres::Client>,
     health: SharedHealth,
 }
 
@@ -210,7 +210,7 @@ pub async fn run(
         // in bounded time, or no standby ever takes over: bound the lock session on the
         // server and keep it busy from a heartbeat while this process runs (see
         // `bound_lock_session`).
-        let lock_client = std::sync::Arc::new(lock_client);
+        let lock_client = Arc::new(lock_client);
         bound_lock_session(&lock_client, cfg.lock_idle_timeout()).await?;
         metrics::gauge!(names::LOCK_HELD).set(1.0);
         health.lock().expect("health lock").lock_held = true;
@@ -269,7 +269,7 @@ async fn take_lock(
     health: &SharedHealth,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Option<tokio_postgres::Client>> {
-    let mut once_waited: Option<std::time::Instant> = None;
+    let mut once_waited: Option<Instant> = None;
     loop {
         let client = if session == 1 {
             startup::connect(db, deadline).await?
@@ -301,11 +301,7 @@ async fn take_lock(
             if cfg.once {
                 // The holder may be the previous `--once` run, whose session the server ends
                 // a moment after that process exits: wait that moment out, then give up.
-                if once_waited
-                    .get_or_insert_with(std::time::Instant::now)
-                    .elapsed()
-                    < ONCE_LOCK_GRACE
-                {
+                if once_waited.get_or_insert_with(Instant::now).elapsed() < ONCE_LOCK_GRACE {
                     tokio::select! {
                         _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => continue,
                         _ = stop.wait_for(|s| *s) => return Ok(None),
@@ -342,7 +338,7 @@ impl Keeper {
                     Exit::Done
                 });
             }
-            if let Err(Error::LockLost) = report {
+            if matches!(report, Err(Error::LockLost)) {
                 return Err(Error::LockLost);
             }
             // A renewal wave held back by the in-flight bound goes on as receipts come in.
@@ -366,7 +362,7 @@ impl Keeper {
         metrics::histogram!(names::PASS_SECONDS).record(started.elapsed().as_secs_f64());
         let mut h = self.health.lock().expect("health lock");
         h.last_pass_at = Some(chrono::Utc::now().to_rfc3339());
-        h.last_pass = Some(std::time::Instant::now());
+        h.last_pass = Some(Instant::now());
         match &result {
             Ok(report) => {
                 h.status = if report.budget_stopped {
@@ -498,7 +494,7 @@ impl Keeper {
 /// standby, and the woken keeper finds its lock session closed, stops sending (`LockLost`)
 /// and reconnects: it stands by while the other keeper holds the lock.
 async fn bound_lock_session(
-    client: &std::sync::Arc<tokio_postgres::Client>,
+    client: &Arc<tokio_postgres::Client>,
     idle: std::time::Duration,
 ) -> Result<()> {
     chainsub_store::pg::bound_lock_session(client, idle).await?;

@@ -67,7 +67,7 @@ impl Keeper {
                     if reopened == 0 {
                         // Every step it carried went out again in a later send; its nonce
                         // must still be used, or every later transaction waits behind it.
-                        if let Broadcast::Accepted = self.chain.broadcast(&raw).await? {
+                        if self.chain.broadcast(&raw).await? == Broadcast::Accepted {
                             self.store.mark_orphan_sent(tx_id).await?;
                         }
                     }

@@ -349,7 +349,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         .map(|r| r.get(0))
         .collect();
     let want = format!("9990000 {} 2 1 2 {}", "ab".repeat(20), u64::MAX);
-    assert_eq!(fields, ["".to_string(), want]);
+    assert_eq!(fields, [String::new(), want]);
     // Migration 0022: no foreign key names chain_events any more (the sink's undo deletes
     // derived rows itself): an event whose subscription still names it can be deleted.
     let keys: i64 = client

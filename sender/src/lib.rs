@@ -63,14 +63,10 @@ impl std::fmt::Debug for Sender {
 
 impl Sender {
     /// A sender for `key` on `rpc_url` (no request yet: the node may still be down).
-    pub fn new(
-        rpc_url: &RpcUrl,
-        chain_id: ChainId,
-        key: PrivateKeySigner,
-    ) -> Result<Sender, Error> {
+    pub fn new(rpc_url: &RpcUrl, chain_id: ChainId, key: PrivateKeySigner) -> Result<Self, Error> {
         // No fillers: nonce, gas and fees are the caller's decisions.
         let provider = rpc_url.provider();
-        Ok(Sender {
+        Ok(Self {
             provider,
             address: key.address(),
             wallet: EthereumWallet::from(key),
@@ -83,8 +79,8 @@ impl Sender {
         rpc_url: &RpcUrl,
         chain_id: ChainId,
         key: PrivateKeySigner,
-    ) -> Result<Sender, Error> {
-        let sender = Sender::new(rpc_url, chain_id, key)?;
+    ) -> Result<Self, Error> {
+        let sender = Self::new(rpc_url, chain_id, key)?;
         let actual = sender.provider.get_chain_id().await?;
         if actual != chain_id.get() {
             return Err(Error::Config(format!(

@@ -80,7 +80,7 @@ pub struct HttpLimits {
 
 impl Default for HttpLimits {
     fn default() -> Self {
-        HttpLimits {
+        Self {
             max_connections: 1000,
             max_connections_per_client: 128,
             idle_timeout_secs: 30,
@@ -141,9 +141,9 @@ struct Track {
 struct Busy(Arc<Track>);
 
 impl Busy {
-    fn new(track: Arc<Track>) -> Busy {
+    fn new(track: Arc<Track>) -> Self {
         track.busy.fetch_add(1, Ordering::SeqCst);
-        Busy(track)
+        Self(track)
     }
 }
 
@@ -166,20 +166,20 @@ pub enum Refusal {
 impl Refusal {
     fn label(self) -> &'static str {
         match self {
-            Refusal::Full => "full",
-            Refusal::ClientFull => "client_full",
+            Self::Full => "full",
+            Self::ClientFull => "client_full",
         }
     }
 
     /// The whole answer, written before the connection is closed.
     fn response(self) -> Vec<u8> {
         let (status, ty, message) = match self {
-            Refusal::Full => (
+            Self::Full => (
                 "503 Service Unavailable",
                 "api_error",
                 "the server holds as many connections as it takes; retry later",
             ),
-            Refusal::ClientFull => (
+            Self::ClientFull => (
                 "429 Too Many Requests",
                 "rate_limit_error",
                 "this client holds as many connections as one client may; reuse them",
@@ -233,8 +233,8 @@ impl Drop for Admitted {
 
 impl Gate {
     /// A gate for the listener named `listener` (the metrics' label).
-    pub fn new(listener: &'static str, limits: HttpLimits, exempt: Exempt) -> Gate {
-        Gate {
+    pub fn new(listener: &'static str, limits: HttpLimits, exempt: Exempt) -> Self {
+        Self {
             inner: Arc::new(GateInner {
                 limits,
                 listener,
@@ -245,8 +245,8 @@ impl Gate {
     }
 
     /// A gate exempting no peer.
-    pub fn plain(listener: &'static str, limits: HttpLimits) -> Gate {
-        Gate::new(listener, limits, Arc::new(|_| false))
+    pub fn plain(listener: &'static str, limits: HttpLimits) -> Self {
+        Self::new(listener, limits, Arc::new(|_| false))
     }
 
     /// The connections open now.

@@ -163,6 +163,10 @@ async fn a_client_past_its_share_is_refused_at_once_and_others_are_not() {
     );
 
     // An exempt peer (a trusted proxy) is not capped per client, only in total.
+    #[expect(
+        clippy::collection_is_never_read,
+        reason = "it holds the connections open"
+    )]
     let mut proxied = Vec::new();
     for _ in 0..7 {
         let mut s = connect_from(OTHER, addr).await;
@@ -276,6 +280,10 @@ async fn when_full_the_longest_idle_connection_makes_room_and_busy_ones_never_do
     let mut l = limits(2, 100);
     l.body_timeout_secs = 60;
     let (addr, gate, _stop) = start(l, Arc::new(|_| false)).await;
+    #[expect(
+        clippy::collection_is_never_read,
+        reason = "it holds the connections open"
+    )]
     let mut pending = Vec::new();
     for _ in 0..2 {
         let mut s = connect_from(CLIENT, addr).await;

@@ -35,7 +35,7 @@ pub(crate) struct WithChain<C> {
 
 impl<C: Columns> Columns for WithChain<C> {
     fn of(columns: &[tokio_postgres::Column]) -> Result<Self> {
-        Ok(WithChain {
+        Ok(Self {
             own: C::of(columns)?,
             chain: ChainCols::of(columns)?,
         })
@@ -72,13 +72,13 @@ columns! {
 
 impl ChainRow {
     /// Reads the standard columns of a row.
-    pub(crate) fn from_row(r: &Row) -> Result<ChainRow> {
-        ChainRow::at(r, &ChainCols::of(r.columns())?)
+    pub(crate) fn from_row(r: &Row) -> Result<Self> {
+        Self::at(r, &ChainCols::of(r.columns())?)
     }
 
     /// Reads the standard columns of a row whose positions are known.
-    pub(crate) fn at(r: &Row, c: &ChainCols) -> Result<ChainRow> {
-        Ok(ChainRow {
+    pub(crate) fn at(r: &Row, c: &ChainCols) -> Result<Self> {
+        Ok(Self {
             chain_id: r.try_get(c.chain_id)?,
             contract: address(r.try_get(c.contract)?)?,
             block_number: r.try_get(c.block_number)?,
@@ -127,7 +127,7 @@ impl<'a> tokio_postgres::types::FromSql<'a> for Time {
     fn from_sql(
         _: &tokio_postgres::types::Type,
         raw: &'a [u8],
-    ) -> std::result::Result<Time, Box<dyn std::error::Error + Sync + Send>> {
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
         let micros = i64::from_be_bytes(raw.try_into().map_err(|_| "invalid message length")?);
         micros
             .checked_add(PG_EPOCH_MICROS)
@@ -153,8 +153,8 @@ pub(crate) fn opt_time(r: &Row, idx: usize) -> Result<Option<chrono::DateTime<ch
 
 /// A NUMERIC(78,0) read as text: base units, `None` beyond u128 (no USDC amount is).
 /// A ledger row's `kind` column.
-pub(crate) fn ledger_kind(text: &str) -> crate::Result<chainsub_core::LedgerKind> {
-    chainsub_core::LedgerKind::parse(text).map_err(|e| crate::Error::Inconsistent(e.to_string()))
+pub(crate) fn ledger_kind(text: &str) -> Result<chainsub_core::LedgerKind> {
+    chainsub_core::LedgerKind::parse(text).map_err(|e| Error::Inconsistent(e.to_string()))
 }
 
 pub(crate) fn units(text: &str) -> Option<u128> {

@@ -23,12 +23,12 @@ pub struct BinaryRows {
 
 impl BinaryRows {
     /// An empty stream of rows of these column types (the header written).
-    pub fn new(types: &'static [Type]) -> BinaryRows {
+    pub fn new(types: &'static [Type]) -> Self {
         let mut buf = BytesMut::with_capacity(CHUNK + CHUNK / 4);
         buf.put_slice(b"PGCOPY\n\xff\r\n\0");
         buf.put_i32(0); // flags
         buf.put_i32(0); // header extension length
-        BinaryRows {
+        Self {
             types,
             buf,
             rows: 0,

@@ -294,12 +294,12 @@ pub struct DeliveryRow {
 }
 
 impl EventRow {
-    fn from_row(r: &Row) -> Result<EventRow> {
-        EventRow::at(r, &EventCols::of(r.columns())?)
+    fn from_row(r: &Row) -> Result<Self> {
+        Self::at(r, &EventCols::of(r.columns())?)
     }
 
     /// A row of a result whose column positions are known.
-    fn at(r: &Row, cols: &EventCols) -> Result<EventRow> {
+    fn at(r: &Row, cols: &EventCols) -> Result<Self> {
         let c = &cols.own;
         let id: &str = r.try_get(c.public_id)?;
         let subscriber: Option<&[u8]> = r.try_get(c.log_subscriber)?;
@@ -323,7 +323,7 @@ impl EventRow {
                 last_error: r.try_get(c.delivery_last_error)?,
             }),
         };
-        Ok(EventRow {
+        Ok(Self {
             id: EventId::parse(id)
                 .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
             kind: r.try_get(c.kind)?,
@@ -405,8 +405,8 @@ struct EventCols {
 }
 
 impl Columns for EventCols {
-    fn of(columns: &[tokio_postgres::Column]) -> Result<EventCols> {
-        Ok(EventCols {
+    fn of(columns: &[tokio_postgres::Column]) -> Result<Self> {
+        Ok(Self {
             own: EventOwnCols::of(columns)?,
             chain: ChainCols::of(columns)?,
             snapshot: SnapshotCols::of(columns)?,
@@ -434,10 +434,7 @@ static ONE: LazyLock<String> = LazyLock::new(|| {
 
 /// Events by public id, for webhook bodies (the outbox rows name them; not merchant-scoped:
 /// the dispatcher acts for the system). Unknown ids are absent.
-pub async fn by_ids(
-    client: &impl deadpool_postgres::GenericClient,
-    ids: &[&str],
-) -> Result<Vec<EventRow>> {
+pub async fn by_ids(client: &impl GenericClient, ids: &[&str]) -> Result<Vec<EventRow>> {
     let stmt = client.prepare_cached(&BY_IDS).await?;
     let rows = client.query(&stmt, &[&ids]).await?;
     // A row that does not read as an event is left out (logged): its delivery then fails as
@@ -638,13 +635,14 @@ async fn list_by(
     let dir = page.direction.index();
     // Retractions or observations only: the chain-events branch has nothing to give.
     let merged_now = merged_only || matches!(filter.kind, Some(RETRACTED | RENEWAL_AT_RISK));
-    let mut rows = Vec::new();
-    if !merged_now {
+    let mut rows = if merged_now {
+        Vec::new()
+    } else {
         let stmt = client
             .prepare_cached(&LIST.chain_only[leading][dir])
             .await?;
-        rows = client.query(&stmt, &params).await?;
-    }
+        client.query(&stmt, &params).await?
+    };
     if merged_now || !chain_page_is_merged_page(&rows, page)? {
         let stmt = client.prepare_cached(&LIST.merged[leading][dir]).await?;
         rows = client.query(&stmt, &params).await?;

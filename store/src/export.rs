@@ -44,12 +44,12 @@ pub struct ExportRow {
 }
 
 impl ExportRow {
-    fn from_row(r: &Row) -> Result<ExportRow> {
+    fn from_row(r: &Row) -> Result<Self> {
         let id: &str = r.try_get("public_id")?;
         let kind: &str = r.try_get("kind")?;
         let amount: &str = r.try_get("amount")?;
         let subscriber: Option<&[u8]> = r.try_get("subscriber")?;
-        Ok(ExportRow {
+        Ok(Self {
             event_id: EventId::parse(id)
                 .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
             kind: ledger_kind(kind)?,

@@ -44,8 +44,8 @@ pub struct Timing {
 }
 
 impl Default for Timing {
-    fn default() -> Timing {
-        Timing {
+    fn default() -> Self {
+        Self {
             retry: Duration::from_secs(1),
             probe: Duration::from_secs(5),
         }

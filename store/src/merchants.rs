@@ -322,7 +322,7 @@ pub async fn sign_in(
                 return from_row(&row);
             }
             // A code collision: draw another.
-            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => continue,
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -106,8 +106,8 @@ impl Direction {
     /// Index into a `[older, newer]` pair of statements.
     pub(crate) fn index(self) -> usize {
         match self {
-            Direction::Older => 0,
-            Direction::Newer => 1,
+            Self::Older => 0,
+            Self::Newer => 1,
         }
     }
 }

@@ -39,10 +39,10 @@ impl TlsMode {
     /// The `sslmode` value.
     pub fn as_str(self) -> &'static str {
         match self {
-            TlsMode::Disable => "disable",
-            TlsMode::Prefer => "prefer",
-            TlsMode::Require => "require",
-            TlsMode::VerifyFull => "verify-full",
+            Self::Disable => "disable",
+            Self::Prefer => "prefer",
+            Self::Require => "require",
+            Self::VerifyFull => "verify-full",
         }
     }
 }
@@ -58,10 +58,10 @@ pub enum TlsPolicy {
 
 impl TlsPolicy {
     /// The environment's: `DATABASE_ALLOW_UNVERIFIED_TLS=true` (or `1`) allows it.
-    pub fn from_env() -> TlsPolicy {
+    pub fn from_env() -> Self {
         match std::env::var("DATABASE_ALLOW_UNVERIFIED_TLS").as_deref() {
-            Ok("true" | "1") => TlsPolicy::AllowUnverified,
-            _ => TlsPolicy::VerifyFullOffHost,
+            Ok("true" | "1") => Self::AllowUnverified,
+            _ => Self::VerifyFullOffHost,
         }
     }
 }
@@ -113,12 +113,12 @@ impl Database {
     /// Parses a URL (`postgres://user@host:5432/db?sslmode=verify-full&sslrootcert=/ca.pem`)
     /// or a key=value string (`host=… dbname=… sslmode=…`), under the environment's
     /// [`TlsPolicy`].
-    pub fn from_url(url: &str) -> Result<Database, ConfigError> {
+    pub fn from_url(url: &str) -> Result<Self, ConfigError> {
         Self::from_url_with(url, TlsPolicy::from_env())
     }
 
     /// [`Database::from_url`] under `policy`.
-    pub fn from_url_with(url: &str, policy: TlsPolicy) -> Result<Database, ConfigError> {
+    pub fn from_url_with(url: &str, policy: TlsPolicy) -> Result<Self, ConfigError> {
         let (rest, mode, root) = take_tls_params(url)?;
         let mut config: tokio_postgres::Config =
             rest.parse().map_err(|e| ConfigError(format!("{e}")))?;
@@ -142,7 +142,7 @@ impl Database {
             mode,
             root.as_deref(),
         )?));
-        Ok(Database { config, mode, tls })
+        Ok(Self { config, mode, tls })
     }
 
     /// The TLS mode in force.

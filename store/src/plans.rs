@@ -60,7 +60,7 @@ impl PlanRow {
             || self.provision_status == ProvisionStatus::Active
     }
 
-    fn from_row(r: &Row) -> Result<PlanRow> {
+    fn from_row(r: &Row) -> Result<Self> {
         let id: &str = r.try_get("public_id")?;
         let amount: &str = r.try_get("amount")?;
         let indexed = match r.try_get::<_, Option<i64>>("cp_onchain_id")? {
@@ -93,7 +93,7 @@ impl PlanRow {
             }
             _ => None,
         };
-        Ok(PlanRow {
+        Ok(Self {
             row_id: r.try_get("id")?,
             id: PlanId::parse(id).ok_or_else(|| Error::Inconsistent(format!("plan id {id:?}")))?,
             name: r.try_get("name")?,
@@ -249,8 +249,8 @@ pub async fn replace_plan_ref(
 pub async fn created_since(
     client: &impl GenericClient,
     scope: &MerchantScope,
-    since: chrono::DateTime<chrono::Utc>,
-) -> Result<(i64, Option<chrono::DateTime<chrono::Utc>>)> {
+    since: DateTime<Utc>,
+) -> Result<(i64, Option<DateTime<Utc>>)> {
     let row = client
         .query_one(
             "SELECT count(*), min(created_at) FROM plans WHERE merchant_id = $1 AND created_at > $2",

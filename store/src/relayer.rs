@@ -18,8 +18,8 @@ pub enum SendKind {
 impl SendKind {
     fn as_str(self) -> &'static str {
         match self {
-            SendKind::CreatePlan => "create_plan",
-            SendKind::Cancel => "cancel",
+            Self::CreatePlan => "create_plan",
+            Self::Cancel => "cancel",
         }
     }
 }

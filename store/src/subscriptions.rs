@@ -46,14 +46,14 @@ pub struct SubscriptionRow {
 }
 
 impl SubscriptionRow {
-    fn from_row(r: &Row) -> Result<SubscriptionRow> {
-        SubscriptionRow::at(r, &SubCols::of(r.columns())?)
+    fn from_row(r: &Row) -> Result<Self> {
+        Self::at(r, &SubCols::of(r.columns())?)
     }
 
     /// A row of a result whose column positions are known.
-    fn at(r: &Row, c: &SubCols) -> Result<SubscriptionRow> {
+    fn at(r: &Row, c: &SubCols) -> Result<Self> {
         let (s, chain) = (&c.own, &c.chain);
-        Ok(SubscriptionRow {
+        Ok(Self {
             id: parse_id(r.try_get(s.public_id)?)?,
             onchain_id: r.try_get(s.onchain_id)?,
             status: SubscriptionStatus::parse(r.try_get(s.status)?)
@@ -125,22 +125,22 @@ pub enum CustomerReference {
 
 impl CustomerReference {
     /// From the stored reference and whether a customer was resolved.
-    pub fn of(customer_ref: &[u8], resolved: bool) -> CustomerReference {
+    pub fn of(customer_ref: &[u8], resolved: bool) -> Self {
         if customer_ref.iter().all(|b| *b == 0) {
-            CustomerReference::None
+            Self::None
         } else if resolved {
-            CustomerReference::Matched
+            Self::Matched
         } else {
-            CustomerReference::Unmatched
+            Self::Unmatched
         }
     }
 
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
-            CustomerReference::None => "none",
-            CustomerReference::Matched => "matched",
-            CustomerReference::Unmatched => "unmatched",
+            Self::None => "none",
+            Self::Matched => "matched",
+            Self::Unmatched => "unmatched",
         }
     }
 }
@@ -162,9 +162,9 @@ pub struct LedgerRow {
 }
 
 impl LedgerRow {
-    fn from_row(r: &Row) -> Result<LedgerRow> {
+    fn from_row(r: &Row) -> Result<Self> {
         let id: &str = r.try_get("public_id")?;
-        Ok(LedgerRow {
+        Ok(Self {
             event_id: EventId::parse(id)
                 .ok_or_else(|| Error::Inconsistent(format!("event id {id:?}")))?,
             kind: ledger_kind(r.try_get("kind")?)?,

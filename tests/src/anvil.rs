@@ -56,14 +56,14 @@ impl Anvil {
     }
 
     /// Starts anvil with chain id 31337 and instant mining.
-    pub fn start() -> Anvil {
+    pub fn start() -> Self {
         Self::start_with(&[])
     }
 
     /// Starts anvil with extra arguments (e.g. `["--block-time", "1"]`). Anvil binds port 0
     /// itself and the port is read back from its listening socket (see
     /// [`listening_port`]), so no other process can take it between choosing and binding.
-    pub fn start_with(extra: &[&str]) -> Anvil {
+    pub fn start_with(extra: &[&str]) -> Self {
         let chain_id = 31337;
         let child = Command::new(anvil_bin())
             .args(["--port", "0", "--chain-id", &chain_id.to_string()])
@@ -81,7 +81,7 @@ impl Anvil {
             wait_ready(&url, &mut guard),
             "anvil on {url} did not answer"
         );
-        Anvil {
+        Self {
             port,
             url,
             chain_id,

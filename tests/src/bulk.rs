@@ -15,7 +15,7 @@ pub struct Bulk<'a> {
 }
 
 impl<'a> Bulk<'a> {
-    pub fn new(chain: &'a DevChain) -> Bulk<'a> {
+    pub fn new(chain: &'a DevChain) -> Self {
         Bulk { chain }
     }
 

@@ -65,23 +65,23 @@ pub struct DevChain {
 
 impl DevChain {
     /// Starts anvil and deploys MockUSDC and SubscriptionManager (operator = account 0).
-    pub async fn start() -> DevChain {
+    pub async fn start() -> Self {
         Self::with_anvil(Anvil::start()).await
     }
 
     /// Deploys onto an already running anvil.
-    pub async fn with_anvil(anvil: Anvil) -> DevChain {
+    pub async fn with_anvil(anvil: Anvil) -> Self {
         let provider = signing_provider(&anvil.url);
         let usdc = MockUSDC::deploy(&provider).await.expect("deploy MockUSDC");
         let manager = SubscriptionManager::deploy(
             &provider,
             *usdc.address(),
-            DevChain::address(accounts::OPERATOR),
+            Self::address(accounts::OPERATOR),
         )
         .await
         .expect("deploy SubscriptionManager");
         let deploy_block = provider.get_block_number().await.expect("block number");
-        DevChain {
+        Self {
             usdc: *usdc.address(),
             manager: *manager.address(),
             deploy_block,

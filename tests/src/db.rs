@@ -21,7 +21,7 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 impl TestDb {
     /// Creates and migrates a new database.
-    pub async fn create() -> TestDb {
+    pub async fn create() -> Self {
         let db = Self::create_empty().await;
         let mut client = db.connect().await;
         chainsub_migrations::migrate(&mut client)
@@ -31,7 +31,7 @@ impl TestDb {
     }
 
     /// Creates a new database without applying migrations.
-    pub async fn create_empty() -> TestDb {
+    pub async fn create_empty() -> Self {
         let name = format!(
             "chainsub_test_{}_{}_{}",
             std::process::id(),
@@ -51,7 +51,7 @@ impl TestDb {
             Some(i) => format!("{}/{name}", &base[..i]),
             None => panic!("admin url without a database: {base}"),
         };
-        TestDb { name, url }
+        Self { name, url }
     }
 
     /// A new connection to this database.

@@ -108,8 +108,8 @@ pub fn siwe_text(nonce: &Value, address: Address) -> Result<String> {
 
 impl ApiClient {
     /// A client for `base` (e.g. `http://127.0.0.1:8080`).
-    pub fn new(base: &str) -> ApiClient {
-        ApiClient {
+    pub fn new(base: &str) -> Self {
+        Self {
             base: base.trim_end_matches('/').to_string(),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
@@ -558,7 +558,7 @@ fn rand_suffix() -> String {
 pub async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
+    Fut: Future<Output = Result<Option<T>>>,
 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {

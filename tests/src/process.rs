@@ -31,15 +31,15 @@ pub struct Reserved {
 
 impl Reserved {
     /// A socket on 127.0.0.1 and a port the OS chose.
-    pub fn new() -> Reserved {
-        Reserved::bind("127.0.0.1:0").expect("bind 127.0.0.1:0")
+    pub fn new() -> Self {
+        Self::bind("127.0.0.1:0").expect("bind 127.0.0.1:0")
     }
 
     /// A socket on `addr` (`host:port`; port 0 lets the OS choose).
-    pub fn bind(addr: &str) -> std::io::Result<Reserved> {
+    pub fn bind(addr: &str) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
-        Ok(Reserved {
+        Ok(Self {
             listener,
             addr,
             port: addr.port(),
@@ -59,8 +59,8 @@ impl Reserved {
 }
 
 impl Default for Reserved {
-    fn default() -> Reserved {
-        Reserved::new()
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -182,12 +182,12 @@ impl ChildGuard {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &self.0.id().to_string()])
             .status();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-        while std::time::Instant::now() < deadline {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
             if let Ok(Some(status)) = self.0.try_wait() {
                 return Some(status);
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(20));
         }
         None
     }

@@ -21,14 +21,14 @@ pub struct Proxy {
 
 impl Proxy {
     /// Enabled, in front of `target`.
-    pub async fn start(target: SocketAddr) -> Proxy {
-        let p = Proxy::start_disabled(target).await;
+    pub async fn start(target: SocketAddr) -> Self {
+        let p = Self::start_disabled(target).await;
         p.enable();
         p
     }
 
     /// Disabled (the dependency is down) until [`Proxy::enable`].
-    pub async fn start_disabled(target: SocketAddr) -> Proxy {
+    pub async fn start_disabled(target: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let enabled = Arc::new(AtomicBool::new(false));
@@ -64,7 +64,7 @@ impl Proxy {
                 });
             }
         });
-        Proxy {
+        Self {
             addr,
             enabled,
             epoch,

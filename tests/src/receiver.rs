@@ -68,24 +68,24 @@ pub struct WebhookReceiver {
 
 impl WebhookReceiver {
     /// Listens on `addr` (port 0 picks one); 204 when the signature verifies, else 401.
-    pub async fn start(addr: SocketAddr) -> Result<WebhookReceiver> {
+    pub async fn start(addr: SocketAddr) -> Result<Self> {
         let script: Script = Arc::new(|_, d| (if d.verified { 204 } else { 401 }, vec![]));
         Self::listen(addr, script).await
     }
 
     /// On 127.0.0.1, answering 200 to everything.
-    pub async fn ok() -> WebhookReceiver {
+    pub async fn ok() -> Self {
         Self::scripted(Arc::new(|_, _| (200, vec![]))).await
     }
 
     /// On 127.0.0.1, answering by `script`.
-    pub async fn scripted(script: Script) -> WebhookReceiver {
+    pub async fn scripted(script: Script) -> Self {
         Self::listen(([127, 0, 0, 1], 0).into(), script)
             .await
             .expect("bind a webhook receiver on 127.0.0.1:0")
     }
 
-    async fn listen(addr: SocketAddr, script: Script) -> Result<WebhookReceiver> {
+    async fn listen(addr: SocketAddr, script: Script) -> Result<Self> {
         let state: Arc<Mutex<State>> = Arc::default();
         let arrived = Arc::new(Notify::new());
         let gate: Arc<Mutex<Option<Arc<Notify>>>> = Arc::default();
@@ -140,7 +140,7 @@ impl WebhookReceiver {
                 })
                 .run(),
         );
-        Ok(WebhookReceiver {
+        Ok(Self {
             addr,
             state,
             arrived,

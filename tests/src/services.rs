@@ -84,7 +84,7 @@ pub struct Services {
 impl Services {
     /// Starts the three with `env` plus where each listens; logs go to a fresh temporary
     /// directory.
-    pub fn start(mut env: Vec<(String, String)>) -> Services {
+    pub fn start(mut env: Vec<(String, String)>) -> Self {
         let (api, indexer, keeper) = (Reserved::new(), Reserved::new(), Reserved::new());
         for (k, v) in [
             ("API_LISTEN", "stdin".to_string()),
@@ -95,7 +95,7 @@ impl Services {
             env.retain(|(key, _)| key != k);
             env.push((k.into(), v));
         }
-        let mut s = Services {
+        let mut s = Self {
             env,
             logs: scratch_dir("chainsub-services"),
             children: Vec::new(),

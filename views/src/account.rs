@@ -19,7 +19,7 @@ pub struct MerchantView<'a> {
 }
 
 impl<'a> From<&'a MerchantScope> for MerchantView<'a> {
-    fn from(m: &'a MerchantScope) -> MerchantView<'a> {
+    fn from(m: &'a MerchantScope) -> Self {
         MerchantView {
             id: m.public_id(),
             object: "merchant",
@@ -45,7 +45,7 @@ impl<'a> SessionView<'a> {
         merchant: &'a MerchantScope,
         csrf_token: &'a str,
         expires_at: DateTime<Utc>,
-    ) -> SessionView<'a> {
+    ) -> Self {
         SessionView {
             object: "session",
             merchant: merchant.into(),
@@ -100,7 +100,7 @@ pub struct KeyStatusView<'a> {
 }
 
 impl<'a> From<Option<&'a KeyStatus>> for KeyStatusView<'a> {
-    fn from(k: Option<&'a KeyStatus>) -> KeyStatusView<'a> {
+    fn from(k: Option<&'a KeyStatus>) -> Self {
         KeyStatusView {
             object: "api_key_status",
             active: k.is_some(),

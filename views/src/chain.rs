@@ -26,8 +26,8 @@ pub struct ChainView {
 }
 
 impl From<&ChainRow> for ChainView {
-    fn from(c: &ChainRow) -> ChainView {
-        ChainView {
+    fn from(c: &ChainRow) -> Self {
+        Self {
             chain_id: c.chain_id,
             contract: c.contract,
             block_number: c.block_number,

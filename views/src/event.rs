@@ -169,7 +169,7 @@ pub struct DeliveryView<'a> {
 }
 
 impl<'a> From<&'a DeliveryRow> for DeliveryView<'a> {
-    fn from(d: &'a DeliveryRow) -> DeliveryView<'a> {
+    fn from(d: &'a DeliveryRow) -> Self {
         let waiting = matches!(d.status, OutboxStatus::Pending | OutboxStatus::Delivering);
         DeliveryView {
             status: d.status,
@@ -186,7 +186,7 @@ fn usdc_text(units: Option<&str>) -> Option<String> {
 }
 
 impl<'a> SnapshotView<'a> {
-    fn of(s: Option<&'a SubscriptionSnapshot>, plan_id: Option<&'a PlanId>) -> SnapshotView<'a> {
+    fn of(s: Option<&'a SubscriptionSnapshot>, plan_id: Option<&'a PlanId>) -> Self {
         SnapshotView {
             id: s.map(|s| &s.id),
             object: "subscription",
@@ -208,7 +208,7 @@ impl<'a> SnapshotView<'a> {
 
 impl<'a> EventView<'a> {
     /// The webhook body of an event (no `delivery`).
-    pub fn webhook(r: &'a EventRow) -> EventView<'a> {
+    pub fn webhook(r: &'a EventRow) -> Self {
         let snapshot = r.snapshot.as_ref();
         let log = &r.log;
         let small = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<i64>().ok());
@@ -297,7 +297,7 @@ impl<'a> EventView<'a> {
     }
 
     /// The event as `GET /api/v1/events` lists it: with `delivery` (null until queued).
-    pub fn listed(r: &'a EventRow) -> EventView<'a> {
+    pub fn listed(r: &'a EventRow) -> Self {
         EventView {
             delivery: Some(r.delivery.as_ref().map(DeliveryView::from)),
             ..EventView::webhook(r)

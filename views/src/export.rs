@@ -80,7 +80,7 @@ pub struct ExportEntryView<'a> {
 }
 
 impl<'a> ExportEntryView<'a> {
-    pub fn new(r: &'a ExportRow, merchant: Address) -> ExportEntryView<'a> {
+    pub fn new(r: &'a ExportRow, merchant: Address) -> Self {
         ExportEntryView {
             record: "entry",
             event_id: r.event_id.as_str(),

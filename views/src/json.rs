@@ -35,12 +35,12 @@ pub(crate) fn raw(out: &mut Vec<u8>, piece: &str) {
 
 /// A string, escaped as serde_json escapes it.
 pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
-    if !needs_escape(s.as_bytes()) {
-        plain(out, s);
-    } else {
+    if needs_escape(s.as_bytes()) {
         // Rare (a merchant's free text with quotes or control characters): serde_json's own
         // escaping, so the two writers cannot disagree.
         serde_json::to_writer(&mut *out, s).expect("writing a string into a Vec cannot fail");
+    } else {
+        plain(out, s);
     }
 }
 

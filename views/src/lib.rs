@@ -42,8 +42,8 @@ pub struct ListView<T> {
 }
 
 impl<T> ListView<T> {
-    pub fn new(data: Vec<T>, has_more: bool) -> ListView<T> {
-        ListView {
+    pub fn new(data: Vec<T>, has_more: bool) -> Self {
+        Self {
             object: "list",
             data,
             has_more,

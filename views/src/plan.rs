@@ -42,11 +42,7 @@ pub struct ProvisioningView<'a> {
 impl<'a> PlanView<'a> {
     /// `r` on chain `chain_id`; a plan only the relayer's receipt vouches for was sent to
     /// `contract` (the configured one).
-    pub fn new(
-        r: &'a PlanRow,
-        chain_id: chainsub_core::ChainId,
-        contract: Address,
-    ) -> PlanView<'a> {
+    pub fn new(r: &'a PlanRow, chain_id: chainsub_core::ChainId, contract: Address) -> Self {
         let active = r.is_active();
         let status = if active {
             "active"

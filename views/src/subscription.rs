@@ -43,7 +43,7 @@ pub struct SubscriptionView<'a> {
 }
 
 impl<'a> From<&'a SubscriptionRow> for SubscriptionView<'a> {
-    fn from(r: &'a SubscriptionRow) -> SubscriptionView<'a> {
+    fn from(r: &'a SubscriptionRow) -> Self {
         // When the keeper will next try: the period end unless it ends there, the retry
         // time while past due, nothing once terminal.
         let next_payment_at = match r.status {
@@ -153,7 +153,7 @@ pub struct LedgerEntryView<'a> {
 }
 
 impl<'a> From<&'a LedgerRow> for LedgerEntryView<'a> {
-    fn from(r: &'a LedgerRow) -> LedgerEntryView<'a> {
+    fn from(r: &'a LedgerRow) -> Self {
         LedgerEntryView {
             id: &r.event_id,
             object: "ledger_entry",

@@ -19,7 +19,7 @@ pub struct WebhookEndpointView<'a> {
 }
 
 impl<'a> From<&'a Endpoint> for WebhookEndpointView<'a> {
-    fn from(e: &'a Endpoint) -> WebhookEndpointView<'a> {
+    fn from(e: &'a Endpoint) -> Self {
         WebhookEndpointView {
             object: "webhook_endpoint",
             url: e.url.as_deref(),
@@ -124,7 +124,7 @@ pub struct AttemptView<'a> {
 }
 
 impl<'a> From<&'a AttemptRow> for AttemptView<'a> {
-    fn from(a: &'a AttemptRow) -> AttemptView<'a> {
+    fn from(a: &'a AttemptRow) -> Self {
         AttemptView {
             attempt: a.attempt,
             attempted_at: rfc3339_millis(&a.attempted_at),

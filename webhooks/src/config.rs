@@ -112,7 +112,7 @@ impl WebhookConfig {
 
 impl Default for WebhookConfig {
     fn default() -> Self {
-        WebhookConfig {
+        Self {
             timeout: Duration::from_secs(15),
             retry_schedule: RetrySchedule::default(),
             retry_after_max: Duration::from_secs(3600),

@@ -52,8 +52,8 @@ enum Answer {
 
 impl Deliverer {
     /// A deliverer for these settings.
-    pub fn new(cfg: WebhookConfig) -> Deliverer {
-        Deliverer {
+    pub fn new(cfg: WebhookConfig) -> Self {
+        Self {
             cfg,
             clients: Mutex::new(HashMap::new()),
         }

@@ -52,7 +52,7 @@ struct Endpoint {
 
 impl Endpoint {
     /// `e` with its secrets opened (`cfg`'s sealing keys) and parsed.
-    fn of(cfg: &WebhookConfig, e: store::Endpoint) -> Option<Endpoint> {
+    fn of(cfg: &WebhookConfig, e: store::Endpoint) -> Option<Self> {
         let secrets: Vec<WebhookSecret> = e
             .secrets
             .iter()
@@ -73,7 +73,7 @@ impl Endpoint {
                 }
             })
             .collect();
-        (!secrets.is_empty()).then_some(Endpoint {
+        (!secrets.is_empty()).then_some(Self {
             wallet: e.wallet,
             url: e.url,
             secrets,

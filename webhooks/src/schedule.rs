@@ -31,7 +31,7 @@ impl FromStr for RetrySchedule {
             .collect::<Option<Vec<_>>>()
             .filter(|v| !v.is_empty())
             .ok_or_else(|| InvalidSchedule(s.to_string()))?;
-        Ok(RetrySchedule(delays))
+        Ok(Self(delays))
     }
 }
 

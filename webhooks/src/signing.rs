@@ -30,23 +30,23 @@ pub struct InvalidSecret;
 
 impl WebhookSecret {
     /// A fresh random secret.
-    pub fn generate() -> WebhookSecret {
+    pub fn generate() -> Self {
         let mut key = vec![0u8; SECRET_BYTES];
         rand::rng().fill_bytes(&mut key);
-        WebhookSecret {
+        Self {
             text: format!("{PREFIX}{}", STANDARD.encode(&key)),
             key,
         }
     }
 
     /// Parses `whsec_<base64>`.
-    pub fn parse(s: &str) -> Result<WebhookSecret, InvalidSecret> {
+    pub fn parse(s: &str) -> Result<Self, InvalidSecret> {
         let b64 = s.strip_prefix(PREFIX).ok_or(InvalidSecret)?;
         let key = STANDARD.decode(b64).map_err(|_| InvalidSecret)?;
         if key.len() < 16 {
             return Err(InvalidSecret);
         }
-        Ok(WebhookSecret {
+        Ok(Self {
             text: s.to_string(),
             key,
         })

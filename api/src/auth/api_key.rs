@@ -28,19 +28,19 @@ impl std::fmt::Debug for ApiKey {
 
 impl ApiKey {
     /// A fresh random key.
-    pub fn generate() -> ApiKey {
+    pub fn generate() -> Self {
         let bytes: [u8; 32] = rand::random();
-        ApiKey(format!("{PREFIX}{}", hex::encode(bytes)))
+        Self(format!("{PREFIX}{}", hex::encode(bytes)))
     }
 
     /// Parses a presented key (prefix + 64 lowercase hex); anything else is not a key.
-    pub fn parse(s: &str) -> Option<ApiKey> {
+    pub fn parse(s: &str) -> Option<Self> {
         let rest = s.strip_prefix(PREFIX)?;
         (rest.len() == 64
             && rest
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-        .then(|| ApiKey(s.to_string()))
+        .then(|| Self(s.to_string()))
     }
 
     /// SHA3-256 of the key text.
@@ -82,7 +82,7 @@ impl Scope {
     pub async fn once<F, Fut>(&self, request: &str, f: F) -> Result<Resp>
     where
         F: FnOnce(bool) -> Fut,
-        Fut: std::future::Future<Output = Result<Resp>>,
+        Fut: Future<Output = Result<Resp>>,
     {
         let key = self.idempotency_key.as_deref();
         let merchant = &self.merchant;
@@ -103,9 +103,9 @@ impl Admitted {
     pub fn serve<I, F, Fut>(self, input: I, handler: F) -> Handled
     where
         F: FnOnce(Scope, I) -> Fut,
-        Fut: std::future::Future<Output = Result<Resp>> + Send + 'static,
+        Fut: Future<Output = Result<Resp>> + Send + 'static,
     {
-        let Admitted { scope, rate } = self;
+        let Self { scope, rate } = self;
         let answer = handler(scope, input);
         Box::pin(async move {
             match answer.await {

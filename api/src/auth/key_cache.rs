@@ -65,8 +65,8 @@ pub struct Generation(Option<u64>);
 
 impl<T: Clone> KeyCache<T> {
     /// A cache whose entries live at most `ttl` (zero: no caching at all).
-    pub fn new(ttl: Duration) -> KeyCache<T> {
-        KeyCache {
+    pub fn new(ttl: Duration) -> Self {
+        Self {
             ttl,
             inner: Mutex::new(Inner {
                 listening: false,

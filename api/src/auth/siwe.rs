@@ -53,7 +53,7 @@ fn parse_time(field: &str, v: &str) -> Result<DateTime<Utc>, ApiError> {
 
 impl SiweMessage {
     /// Parses the text a wallet signed.
-    pub fn parse(text: &str) -> Result<SiweMessage, ApiError> {
+    pub fn parse(text: &str) -> Result<Self, ApiError> {
         let mut lines = text.split('\n');
         let header = lines.next().unwrap_or_default();
         let domain = header
@@ -81,7 +81,7 @@ impl SiweMessage {
             .filter(|l| !l.is_empty())
             .collect();
         let statement = (!statement.is_empty()).then(|| statement.join("\n"));
-        let mut m = SiweMessage {
+        let mut m = Self {
             domain,
             address,
             statement,

@@ -21,7 +21,7 @@ pub struct Cidr {
 impl FromStr for Cidr {
     type Err = String;
 
-    fn from_str(s: &str) -> Result<Cidr, String> {
+    fn from_str(s: &str) -> Result<Self, String> {
         let bad = || format!("`{s}` is not an address range such as 10.0.0.0/8 or fd00::/8");
         let (addr, len) = match s.trim().split_once('/') {
             Some((a, l)) => (a, Some(l)),
@@ -33,7 +33,7 @@ impl FromStr for Cidr {
             None => max,
             Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max).ok_or_else(bad)?,
         };
-        Ok(Cidr { net, len })
+        Ok(Self { net, len })
     }
 }
 

@@ -88,8 +88,8 @@ impl warp::reject::Reject for ApiError {}
 
 impl ApiError {
     /// 400 naming a field.
-    pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
-        ApiError::Invalid {
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        Self::Invalid {
             code: Code::ParameterInvalid,
             message: message.into(),
             param: Some(param.to_string()),
@@ -97,8 +97,8 @@ impl ApiError {
     }
 
     /// 400 for a missing field.
-    pub fn missing(param: &str) -> ApiError {
-        ApiError::Invalid {
+    pub fn missing(param: &str) -> Self {
+        Self::Invalid {
             code: Code::ParameterMissing,
             message: format!("`{param}` is required"),
             param: Some(param.to_string()),
@@ -106,16 +106,16 @@ impl ApiError {
     }
 
     /// 404 for an object.
-    pub fn not_found(what: &str, param: Option<&str>) -> ApiError {
-        ApiError::NotFound {
+    pub fn not_found(what: &str, param: Option<&str>) -> Self {
+        Self::NotFound {
             message: format!("no such {what}"),
             param: param.map(str::to_string),
         }
     }
 
     /// 401 for a missing or bad API key.
-    pub fn bad_key() -> ApiError {
-        ApiError::Unauthorized {
+    pub fn bad_key() -> Self {
+        Self::Unauthorized {
             code: Code::InvalidApiKey,
             message: "missing, invalid or revoked API key (send `Authorization: Bearer sk_live_…`)"
                 .into(),
@@ -125,28 +125,26 @@ impl ApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::NotFound { .. } | ApiError::RouteNotFound => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::LengthRequired => StatusCode::LENGTH_REQUIRED,
-            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::RateLimited(_) | ApiError::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) | ApiError::Dependency { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Invalid { .. } => StatusCode::BAD_REQUEST,
+            Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
+            Self::NotFound { .. } | Self::RouteNotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::LengthRequired => StatusCode::LENGTH_REQUIRED,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::RateLimited(_) | Self::Quota { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable(_) | Self::Dependency { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// The error object without `requestId` (added when the response is finished).
     pub fn body(&self) -> serde_json::Value {
         let (ty, code, message, param): (&str, Code, String, Option<&str>) = match self {
-            ApiError::Invalid {
+            Self::Invalid {
                 code,
                 message,
                 param,
@@ -156,31 +154,29 @@ impl ApiError {
                 message.clone(),
                 param.as_deref(),
             ),
-            ApiError::Unauthorized { code, message } => {
+            Self::Unauthorized { code, message } => {
                 ("authentication_error", *code, message.clone(), None)
             }
-            ApiError::Forbidden { code, message } => {
-                ("permission_error", *code, message.clone(), None)
-            }
-            ApiError::NotFound { message, param } => (
+            Self::Forbidden { code, message } => ("permission_error", *code, message.clone(), None),
+            Self::NotFound { message, param } => (
                 "invalid_request_error",
                 Code::ResourceMissing,
                 message.clone(),
                 param.as_deref(),
             ),
-            ApiError::RouteNotFound => (
+            Self::RouteNotFound => (
                 "invalid_request_error",
                 Code::RouteNotFound,
                 "no route serves this path (see /api/v1/openapi.json)".into(),
                 None,
             ),
-            ApiError::MethodNotAllowed { allow } => (
+            Self::MethodNotAllowed { allow } => (
                 "invalid_request_error",
                 Code::MethodNotAllowed,
                 format!("this path allows {allow}"),
                 None,
             ),
-            ApiError::Conflict {
+            Self::Conflict {
                 code,
                 message,
                 param,
@@ -190,47 +186,45 @@ impl ApiError {
                 message.clone(),
                 param.as_deref(),
             ),
-            ApiError::LengthRequired => (
+            Self::LengthRequired => (
                 "invalid_request_error",
                 Code::LengthRequired,
                 "a request body needs Content-Length or chunked encoding".into(),
                 None,
             ),
-            ApiError::RequestTimeout => (
+            Self::RequestTimeout => (
                 "invalid_request_error",
                 Code::RequestTimeout,
                 "the request body did not arrive in time (HTTP_BODY_TIMEOUT_SECS)".into(),
                 None,
             ),
-            ApiError::PayloadTooLarge => (
+            Self::PayloadTooLarge => (
                 "invalid_request_error",
                 Code::PayloadTooLarge,
-                format!("request bodies are limited to {} bytes", BODY_LIMIT),
+                format!("request bodies are limited to {BODY_LIMIT} bytes"),
                 None,
             ),
-            ApiError::UnsupportedMediaType => (
+            Self::UnsupportedMediaType => (
                 "invalid_request_error",
                 Code::UnsupportedMediaType,
                 "request bodies must be JSON (Content-Type: application/json)".into(),
                 None,
             ),
-            ApiError::RateLimited(_) => (
+            Self::RateLimited(_) => (
                 "rate_limit_error",
                 Code::RateLimited,
                 "too many requests; retry after the time in Retry-After".into(),
                 None,
             ),
-            ApiError::Unavailable(_) => (
+            Self::Unavailable(_) => (
                 "api_error",
                 Code::ServiceUnavailable,
                 "the service is temporarily unavailable; retry later".into(),
                 None,
             ),
-            ApiError::Quota { code, message, .. } => {
-                ("rate_limit_error", *code, message.clone(), None)
-            }
-            ApiError::Dependency { code, message } => ("api_error", *code, message.clone(), None),
-            ApiError::Internal(_) => (
+            Self::Quota { code, message, .. } => ("rate_limit_error", *code, message.clone(), None),
+            Self::Dependency { code, message } => ("api_error", *code, message.clone(), None),
+            Self::Internal(_) => (
                 "api_error",
                 Code::InternalError,
                 "an internal error occurred; quote the requestId when reporting it".into(),
@@ -242,13 +236,13 @@ impl ApiError {
 }
 
 impl From<Limited> for ApiError {
-    fn from(l: Limited) -> ApiError {
-        ApiError::RateLimited(l)
+    fn from(l: Limited) -> Self {
+        Self::RateLimited(l)
     }
 }
 
 impl From<tokio_postgres::Error> for ApiError {
-    fn from(e: tokio_postgres::Error) -> ApiError {
+    fn from(e: tokio_postgres::Error) -> Self {
         // A closed or broken connection is an outage (503); anything else (SQL errors,
         // conversions) is a bug (500).
         let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
@@ -256,10 +250,10 @@ impl From<tokio_postgres::Error> for ApiError {
             .code()
             .is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("57P"));
         if e.is_closed() || io || shutting_down {
-            ApiError::Unavailable(e.to_string())
+            Self::Unavailable(e.to_string())
         } else {
             // The server's message and code, for the log (the body never carries it).
-            ApiError::Internal(match e.as_db_error() {
+            Self::Internal(match e.as_db_error() {
                 Some(db) => format!("db error: {db}"),
                 None => e.to_string(),
             })
@@ -268,17 +262,17 @@ impl From<tokio_postgres::Error> for ApiError {
 }
 
 impl From<chainsub_store::Error> for ApiError {
-    fn from(e: chainsub_store::Error) -> ApiError {
+    fn from(e: chainsub_store::Error) -> Self {
         match e {
             chainsub_store::Error::Db(e) => e.into(),
             chainsub_store::Error::Pool(e) => e.into(),
-            e @ chainsub_store::Error::Inconsistent(_) => ApiError::Internal(e.to_string()),
+            e @ chainsub_store::Error::Inconsistent(_) => Self::Internal(e.to_string()),
         }
     }
 }
 
 impl From<chainsub_webhooks::Error> for ApiError {
-    fn from(e: chainsub_webhooks::Error) -> ApiError {
+    fn from(e: chainsub_webhooks::Error) -> Self {
         match e {
             chainsub_webhooks::Error::Db(e) => e.into(),
             chainsub_webhooks::Error::Pool(e) => e.into(),
@@ -288,7 +282,7 @@ impl From<chainsub_webhooks::Error> for ApiError {
 }
 
 impl From<deadpool_postgres::PoolError> for ApiError {
-    fn from(e: deadpool_postgres::PoolError) -> ApiError {
-        ApiError::Unavailable(e.to_string())
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Self::Unavailable(e.to_string())
     }
 }

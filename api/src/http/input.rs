@@ -195,16 +195,16 @@ enum Refusal {
 
 impl Refusal {
     /// Names the field the error came from, unless it names one already.
-    fn at(self, key: &str) -> Refusal {
+    fn at(self, key: &str) -> Self {
         match self {
-            Refusal::Invalid {
+            Self::Invalid {
                 field: None,
                 message,
-            } if message == MISSING => Refusal::Missing(key.to_string()),
-            Refusal::Invalid {
+            } if message == MISSING => Self::Missing(key.to_string()),
+            Self::Invalid {
                 field: None,
                 message,
-            } => Refusal::Invalid {
+            } => Self::Invalid {
                 field: Some(key.to_string()),
                 message,
             },
@@ -214,20 +214,20 @@ impl Refusal {
 
     fn into_api(self) -> ApiError {
         match self {
-            Refusal::Missing(name) => ApiError::missing(&name),
-            Refusal::Unknown(name) => ApiError::Invalid {
+            Self::Missing(name) => ApiError::missing(&name),
+            Self::Unknown(name) => ApiError::Invalid {
                 code: Code::ParameterUnknown,
                 message: format!("unknown field `{name}`"),
                 param: Some(name),
             },
-            Refusal::Repeated(name) => {
+            Self::Repeated(name) => {
                 ApiError::invalid(&name, format!("`{name}` is given more than once"))
             }
-            Refusal::Invalid {
+            Self::Invalid {
                 field: Some(name),
                 message,
             } => ApiError::invalid(&name, format!("`{name}` {message}")),
-            Refusal::Invalid {
+            Self::Invalid {
                 field: None,
                 message,
             } => ApiError::Invalid {
@@ -249,30 +249,30 @@ impl std::error::Error for Refusal {}
 
 impl de::Error for Refusal {
     fn custom<M: fmt::Display>(msg: M) -> Self {
-        Refusal::Invalid {
+        Self::Invalid {
             field: None,
             message: msg.to_string(),
         }
     }
 
     fn invalid_type(_: de::Unexpected<'_>, expected: &dyn de::Expected) -> Self {
-        Refusal::custom(format_args!("must be {expected}"))
+        Self::custom(format_args!("must be {expected}"))
     }
 
     fn invalid_value(_: de::Unexpected<'_>, expected: &dyn de::Expected) -> Self {
-        Refusal::custom(format_args!("must be {expected}"))
+        Self::custom(format_args!("must be {expected}"))
     }
 
     fn missing_field(field: &'static str) -> Self {
-        Refusal::Missing(field.to_string())
+        Self::Missing(field.to_string())
     }
 
     fn unknown_field(field: &str, _: &'static [&'static str]) -> Self {
-        Refusal::Unknown(field.to_string())
+        Self::Unknown(field.to_string())
     }
 
     fn duplicate_field(field: &'static str) -> Self {
-        Refusal::Repeated(field.to_string())
+        Self::Repeated(field.to_string())
     }
 }
 
@@ -418,7 +418,7 @@ impl<const MAX: usize> FromParam for Text<MAX> {
         if s.chars().any(char::is_control) {
             return Err("must not contain control characters".into());
         }
-        Ok(Text(s.to_string()))
+        Ok(Self(s.to_string()))
     }
 
     fn from_json(v: &Value) -> Result<Self, String> {
@@ -464,7 +464,7 @@ pub struct Time(pub chrono::DateTime<chrono::Utc>);
 impl FromParam for Time {
     fn from_text(s: &str) -> Result<Self, String> {
         chrono::DateTime::parse_from_rfc3339(s)
-            .map(|t| Time(t.with_timezone(&chrono::Utc)))
+            .map(|t| Self(t.with_timezone(&chrono::Utc)))
             .map_err(|_| "must be an RFC 3339 time".into())
     }
 }
@@ -476,8 +476,8 @@ pub struct Flag(pub bool);
 impl FromParam for Flag {
     fn from_text(s: &str) -> Result<Self, String> {
         match s {
-            "true" => Ok(Flag(true)),
-            "false" => Ok(Flag(false)),
+            "true" => Ok(Self(true)),
+            "false" => Ok(Self(false)),
             _ => Err("must be true or false".into()),
         }
     }

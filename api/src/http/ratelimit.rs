@@ -100,11 +100,11 @@ impl Allowed {
 
 impl Limiter {
     /// `per_sec` sustained, `burst` at once (both at least 1).
-    pub fn new(name: &'static str, per_sec: u32, burst: u32) -> Limiter {
+    pub fn new(name: &'static str, per_sec: u32, burst: u32) -> Self {
         let per_sec = NonZeroU32::new(per_sec.max(1)).expect("non-zero");
         let burst_nz = NonZeroU32::new(burst.max(1)).expect("non-zero");
         let quota = Quota::per_second(per_sec).allow_burst(burst_nz);
-        Limiter {
+        Self {
             interval: quota.replenish_interval(),
             name,
             inner: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
@@ -218,8 +218,8 @@ impl Limits {
         per_ip: (u32, u32),
         health: (u32, u32),
         proxies: Proxies,
-    ) -> Arc<Limits> {
-        let limits = Arc::new(Limits {
+    ) -> Arc<Self> {
+        let limits = Arc::new(Self {
             per_key: Limiter::new("key", per_key.0, per_key.1),
             per_ip: Limiter::new("ip", per_ip.0, per_ip.1),
             health: Limiter::new("health", health.0, health.1),

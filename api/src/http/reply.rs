@@ -50,11 +50,11 @@ pub type StreamChunk = Result<Bytes, std::io::Error>;
 
 impl StreamBody {
     /// A body and the sender that writes it; at most `depth` chunks wait in between.
-    pub fn channel(depth: usize) -> (futures::channel::mpsc::Sender<StreamChunk>, StreamBody) {
+    pub fn channel(depth: usize) -> (futures::channel::mpsc::Sender<StreamChunk>, Self) {
         let (tx, rx) = futures::channel::mpsc::channel(depth);
         (
             tx,
-            StreamBody(std::sync::Arc::new(std::sync::Mutex::new(Some(rx)))),
+            Self(std::sync::Arc::new(std::sync::Mutex::new(Some(rx)))),
         )
     }
 
@@ -79,46 +79,46 @@ pub struct Resp {
 
 impl Resp {
     /// 200 with a JSON body.
-    pub fn json(value: Value) -> Resp {
-        Resp::with_status(StatusCode::OK, value)
+    pub fn json(value: Value) -> Self {
+        Self::with_status(StatusCode::OK, value)
     }
 
     /// 200 with a typed view, serialized here straight from the rows it borrows (no JSON tree).
-    pub fn view(view: &impl serde::Serialize) -> Resp {
-        Resp::view_sized(view, 16 * 1024)
+    pub fn view(view: &impl serde::Serialize) -> Self {
+        Self::view_sized(view, 16 * 1024)
     }
 
     /// [`Resp::view`] into a buffer of `capacity` bytes: a list page passes its rows times
     /// their usual size, so the page is written without growing (and copying) the buffer.
-    pub fn view_sized(view: &impl serde::Serialize, capacity: usize) -> Resp {
+    pub fn view_sized(view: &impl serde::Serialize, capacity: usize) -> Self {
         let mut bytes = Vec::with_capacity(capacity);
         // sonic-rs writes what serde_json writes for the same `Serialize` calls (the test
         // below), escaping strings with SIMD instead of byte by byte.
         match sonic_rs::to_writer(&mut bytes, view) {
-            Ok(()) => Resp::raw("application/json", bytes),
+            Ok(()) => Self::raw("application/json", bytes),
             Err(e) => ApiError::Internal(format!("serializing a view: {e}")).into_resp(),
         }
     }
 
     /// A view written by its direct JSON writer (the same bytes as [`Resp::view_sized`];
     /// `chainsub_views::WriteJson`), into a buffer of `capacity` bytes.
-    pub fn written(view: &impl chainsub_views::WriteJson, capacity: usize) -> Resp {
+    pub fn written(view: &impl chainsub_views::WriteJson, capacity: usize) -> Self {
         let mut bytes = Vec::with_capacity(capacity);
         view.write_json(&mut bytes);
-        Resp::raw("application/json", bytes)
+        Self::raw("application/json", bytes)
     }
 
     /// A typed view with a status, kept as a JSON value (the idempotency store replays it).
-    pub fn json_view(status: StatusCode, view: &impl serde::Serialize) -> Resp {
+    pub fn json_view(status: StatusCode, view: &impl serde::Serialize) -> Self {
         match serde_json::to_value(view) {
-            Ok(value) => Resp::with_status(status, value),
+            Ok(value) => Self::with_status(status, value),
             Err(e) => ApiError::Internal(format!("serializing a view: {e}")).into_resp(),
         }
     }
 
     /// A JSON body with a status.
-    pub fn with_status(status: StatusCode, value: Value) -> Resp {
-        Resp {
+    pub fn with_status(status: StatusCode, value: Value) -> Self {
+        Self {
             status,
             headers: Vec::new(),
             body: RespBody::Json(value),
@@ -126,8 +126,8 @@ impl Resp {
     }
 
     /// An error response (see [`ApiError::into_resp`]).
-    pub fn error(status: StatusCode, error: Value) -> Resp {
-        Resp {
+    pub fn error(status: StatusCode, error: Value) -> Self {
+        Self {
             status,
             headers: Vec::new(),
             body: RespBody::Error(error),
@@ -135,8 +135,8 @@ impl Resp {
     }
 
     /// A non-JSON body.
-    pub fn raw(content_type: &'static str, bytes: impl Into<Bytes>) -> Resp {
-        Resp {
+    pub fn raw(content_type: &'static str, bytes: impl Into<Bytes>) -> Self {
+        Self {
             status: StatusCode::OK,
             headers: Vec::new(),
             body: RespBody::Raw {
@@ -147,8 +147,8 @@ impl Resp {
     }
 
     /// 200 with a body written while it is sent (see [`RespBody::Stream`]).
-    pub fn stream(content_type: &'static str, body: StreamBody) -> Resp {
-        Resp {
+    pub fn stream(content_type: &'static str, body: StreamBody) -> Self {
+        Self {
             status: StatusCode::OK,
             headers: Vec::new(),
             body: RespBody::Stream { content_type, body },
@@ -156,7 +156,7 @@ impl Resp {
     }
 
     /// Adds a header; invalid values are dropped (they are all built by us).
-    pub fn header(mut self, name: &str, value: &str) -> Resp {
+    pub fn header(mut self, name: &str, value: &str) -> Self {
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
@@ -238,7 +238,7 @@ impl Resp {
 }
 
 impl From<ApiError> for Resp {
-    fn from(e: ApiError) -> Resp {
+    fn from(e: ApiError) -> Self {
         e.into_resp()
     }
 }
@@ -250,7 +250,7 @@ pub fn respond(r: Result<Resp, ApiError>) -> Resp {
 }
 
 /// A handler's future, boxed once where the route calls it.
-pub type Handled = std::pin::Pin<Box<dyn std::future::Future<Output = Resp> + Send>>;
+pub type Handled = std::pin::Pin<Box<dyn Future<Output = Resp> + Send>>;
 
 /// [`respond`] to a handler's result, as a boxed future. Each resource router is a
 /// `BoxedFilter`, and a request passes through several of them (the routers before its own
@@ -259,13 +259,13 @@ pub type Handled = std::pin::Pin<Box<dyn std::future::Future<Output = Resp> + Se
 /// were ~3 % of the API's instructions on a subscriptions page (callgrind).
 pub fn handle<F>(handler: F) -> Handled
 where
-    F: std::future::Future<Output = Result<Resp, ApiError>> + Send + 'static,
+    F: Future<Output = Result<Resp, ApiError>> + Send + 'static,
 {
     Box::pin(async move { respond(handler.await) })
 }
 
 /// The raw request body, capped at [`BODY_LIMIT`] whether or not Content-Length is sent.
-pub fn body_bytes() -> impl Filter<Extract = (Bytes,), Error = warp::Rejection> + Clone {
+pub fn body_bytes() -> impl Filter<Extract = (Bytes,), Error = Rejection> + Clone {
     warp::header::optional::<u64>("content-length")
         .and(warp::body::stream())
         .and_then(|len: Option<u64>, stream| async move {
@@ -346,22 +346,22 @@ impl ApiError {
     /// Turns the error into a response (logging 5xx detail, which the body never carries).
     pub fn into_resp(self) -> Resp {
         match &self {
-            ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
-            ApiError::Unavailable(detail) => tracing::warn!(error = %detail, "unavailable"),
+            Self::Internal(detail) => tracing::error!(error = %detail, "internal error"),
+            Self::Unavailable(detail) => tracing::warn!(error = %detail, "unavailable"),
             _ => {}
         }
         let mut resp = Resp::error(self.status(), self.body());
         match &self {
-            ApiError::MethodNotAllowed { allow } => resp = resp.header("allow", allow),
-            ApiError::RateLimited(l) => {
+            Self::MethodNotAllowed { allow } => resp = resp.header("allow", allow),
+            Self::RateLimited(l) => {
                 for (k, v) in l.headers() {
                     resp = resp.header(k, &v);
                 }
             }
-            ApiError::Quota {
+            Self::Quota {
                 retry_after_secs, ..
             } => resp = resp.header("retry-after", &retry_after_secs.to_string()),
-            ApiError::Dependency { code, message } => {
+            Self::Dependency { code, message } => {
                 tracing::warn!(
                     code = code.as_str(),
                     message,

@@ -91,7 +91,7 @@ impl<'a> AccountList<'a> {
         merchant: Option<&'a str>,
         rows: &'a [WalletSubscription],
         confirmations: u64,
-    ) -> AccountList<'a> {
+    ) -> Self {
         AccountList {
             object: "account_subscriptions",
             wallet,
@@ -105,7 +105,7 @@ impl<'a> AccountList<'a> {
 }
 
 impl<'a> AccountSubscription<'a> {
-    fn of(s: &'a WalletSubscription, confirmations: u64) -> AccountSubscription<'a> {
+    fn of(s: &'a WalletSubscription, confirmations: u64) -> Self {
         let live = !s.status.is_terminal();
         let next_charge_at = match s.status {
             _ if !live || s.cancel_at_period_end => None,
@@ -139,7 +139,7 @@ impl<'a> AccountSubscription<'a> {
 }
 
 impl<'a> AccountCharge<'a> {
-    fn of(c: &'a WalletCharge, confirmations: u64) -> AccountCharge<'a> {
+    fn of(c: &'a WalletCharge, confirmations: u64) -> Self {
         AccountCharge {
             kind: c.kind.as_str(),
             amount: c.amount.map(format_units),
@@ -168,7 +168,7 @@ pub struct ProofTerms<'a> {
 }
 
 impl<'a> ProofTerms<'a> {
-    pub fn of(cfg: &'a crate::config::Config) -> ProofTerms<'a> {
+    pub fn of(cfg: &'a crate::config::Config) -> Self {
         ProofTerms {
             base_url: &cfg.base_url,
             chain_id: cfg.chain_id,
@@ -239,7 +239,7 @@ impl Challenge {
     pub fn new(terms: &ProofTerms<'_>, wallet: Address, now: DateTime<Utc>) -> Self {
         // Whole seconds: the text is rebuilt from the RFC 3339 form the page sends back.
         let issued_at = DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
-        Challenge {
+        Self {
             object: "account_challenge",
             message: proof_message(terms, wallet, issued_at).to_text(),
             issued_at: issued_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -417,7 +417,7 @@ mod tests {
         let base: url::Url = "https://pay.example.com".parse().unwrap();
         let terms = ProofTerms {
             base_url: &base,
-            chain_id: chainsub_core::ChainId::new(1).unwrap(),
+            chain_id: ChainId::new(1).unwrap(),
             secret: "s3cret",
         };
         let key = PrivateKeySigner::random();
@@ -486,7 +486,7 @@ mod tests {
             "wallet_proof_invalid"
         );
         let on_chain_2 = ProofTerms {
-            chain_id: chainsub_core::ChainId::new(2).unwrap(),
+            chain_id: ChainId::new(2).unwrap(),
             ..terms
         };
         assert_eq!(

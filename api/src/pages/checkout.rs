@@ -46,7 +46,7 @@ pub struct LinkQuery {
 
 impl LinkQuery {
     /// The link's parameters of a query; the page's own parameters are for the caller.
-    pub fn from_query(q: &[(String, String)]) -> Result<LinkQuery> {
+    pub fn from_query(q: &[(String, String)]) -> Result<Self> {
         use crate::http::extract::param;
         for name in ["customer", "expires", "sig"] {
             if q.iter().filter(|(k, _)| k == name).count() > 1 {
@@ -77,7 +77,7 @@ impl LinkQuery {
                 param: Some("sig".into()),
             });
         };
-        Ok(LinkQuery {
+        Ok(Self {
             customer,
             expires,
             sig: sig.to_string(),
@@ -337,8 +337,8 @@ pub struct TypedField {
 }
 
 impl TypedField {
-    const fn new(name: &'static str, ty: &'static str) -> TypedField {
-        TypedField { name, ty }
+    const fn new(name: &'static str, ty: &'static str) -> Self {
+        Self { name, ty }
     }
 }
 
@@ -425,7 +425,7 @@ impl SignedPermit {
         value: Option<&str>,
         deadline: Option<&str>,
         signature: Option<&str>,
-    ) -> Result<Option<SignedPermit>> {
+    ) -> Result<Option<Self>> {
         let (value, deadline, signature) = match (value, deadline, signature) {
             (None, None, None) => return Ok(None),
             (Some(v), Some(d), Some(s)) => (v, d, s),
@@ -449,7 +449,7 @@ impl SignedPermit {
                 "`permitSignature` must be a 65-byte signature",
             )
         })?;
-        Ok(Some(SignedPermit {
+        Ok(Some(Self {
             value: number("permitValue", value)?,
             deadline: number("permitDeadline", deadline)?,
             signature,
@@ -571,8 +571,8 @@ pub struct TxRequest {
 
 impl TxRequest {
     /// A call of `to` with calldata `data`, sending no ether.
-    pub fn call(from: Address, to: Address, data: Vec<u8>) -> TxRequest {
-        TxRequest {
+    pub fn call(from: Address, to: Address, data: Vec<u8>) -> Self {
+        Self {
             from,
             to,
             data: format!("0x{}", hex::encode(data)),
@@ -818,7 +818,7 @@ mod tests {
     #[test]
     fn short_allowance_gets_an_approve_for_all_periods_before_subscribe() {
         let v = json(plan_transactions(
-            chainsub_core::ChainId::new(31337).unwrap(),
+            ChainId::new(31337).unwrap(),
             USDC,
             MGR,
             &link(),
@@ -851,7 +851,7 @@ mod tests {
     #[test]
     fn approve_adds_to_an_allowance_other_subscriptions_use() {
         let v = json(plan_transactions(
-            chainsub_core::ChainId::new(1).unwrap(),
+            ChainId::new(1).unwrap(),
             USDC,
             MGR,
             &link(),
@@ -873,7 +873,7 @@ mod tests {
     #[test]
     fn enough_allowance_skips_approve_and_flags_balance_and_live_subscription() {
         let v = json(plan_transactions(
-            chainsub_core::ChainId::new(1).unwrap(),
+            ChainId::new(1).unwrap(),
             USDC,
             MGR,
             &link(),
@@ -895,7 +895,7 @@ mod tests {
         PermitDomain {
             name: "Mock USD Coin".into(),
             version: "2".into(),
-            chain_id: chainsub_core::ChainId::new(31337).unwrap(),
+            chain_id: ChainId::new(31337).unwrap(),
             token: USDC,
             nonce: U256::from(3),
             block_time: U256::from(1_000),
@@ -912,7 +912,7 @@ mod tests {
         let d = domain();
         let call = |allowance| {
             json(plan_transactions(
-                chainsub_core::ChainId::new(31337).unwrap(),
+                ChainId::new(31337).unwrap(),
                 USDC,
                 MGR,
                 &link(),
@@ -966,7 +966,7 @@ mod tests {
         let other = PrivateKeySigner::random();
         let forged = SignedPermit {
             signature: other.sign_hash_sync(&d.digest(&permit)).unwrap(),
-            ..signed.clone()
+            ..signed
         };
         let code = |r: Result<(u8, B256, B256)>| match r {
             Err(ApiError::Invalid { code, .. }) => code.as_str(),
@@ -990,7 +990,7 @@ mod tests {
         );
         let later = PermitDomain {
             block_time: d.deadline - U256::from(PERMIT_MIN_REMAINING_SECS),
-            ..d.clone()
+            ..d
         };
         assert_eq!(
             code(check_permit(&later, from, MGR, &signed)),

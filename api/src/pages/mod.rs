@@ -28,7 +28,7 @@ pub struct PagesConfig {
 
 impl Default for PagesConfig {
     fn default() -> Self {
-        PagesConfig {
+        Self {
             explorer_tx_url: None,
             checkout_allowance_periods: 12,
         }

@@ -154,8 +154,8 @@ impl Journal<'_> {
 }
 
 impl From<&chainsub_store::cancellations::JournaledTx> for Sent {
-    fn from(tx: &chainsub_store::cancellations::JournaledTx) -> Sent {
-        Sent {
+    fn from(tx: &chainsub_store::cancellations::JournaledTx) -> Self {
+        Self {
             hash: tx.hash,
             nonce: tx.nonce,
             max_fee_per_gas: tx.max_fee_per_gas,
@@ -239,11 +239,10 @@ enum SendFailure {
 impl std::fmt::Display for SendFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SendFailure::Estimate(e) => write!(f, "estimate: {e}"),
-            SendFailure::NotSent(e)
-            | SendFailure::Held(e)
-            | SendFailure::NodeRefused(e, _)
-            | SendFailure::MaybeSent(e) => f.write_str(e),
+            Self::Estimate(e) => write!(f, "estimate: {e}"),
+            Self::NotSent(e) | Self::Held(e) | Self::NodeRefused(e, _) | Self::MaybeSent(e) => {
+                f.write_str(e)
+            }
         }
     }
 }
@@ -255,7 +254,7 @@ impl SendFailure {
     fn for_merchant(&self, call: &str) -> String {
         use chainsub_abi::SubscriptionManager::SubscriptionManagerErrors as E;
         match self {
-            SendFailure::Estimate(e) => match e.as_error_resp() {
+            Self::Estimate(e) => match e.as_error_resp() {
                 Some(resp) => match resp.as_decoded_interface_error::<E>() {
                     Some(decoded) => {
                         let debug = format!("{decoded:?}");
@@ -266,24 +265,24 @@ impl SendFailure {
                 },
                 None => "the chain RPC could not be reached".into(),
             },
-            SendFailure::NotSent(_) => {
+            Self::NotSent(_) => {
                 "the transaction could not be prepared (chain RPC or database unavailable);                  nothing was sent"
                     .into()
             }
-            SendFailure::NodeRefused(why, _) => {
+            Self::NodeRefused(why, _) => {
                 format!("the node refused the transaction ({})", why.trim_start_matches("send: "))
             }
-            SendFailure::MaybeSent(_) => {
+            Self::MaybeSent(_) => {
                 "the node did not confirm the transaction; it may still be mined".into()
             }
-            SendFailure::Held(why) => format!("the pending transaction was not replaced: {why}"),
+            Self::Held(why) => format!("the pending transaction was not replaced: {why}"),
         }
     }
 }
 
 impl From<String> for SendFailure {
-    fn from(e: String) -> SendFailure {
-        SendFailure::NotSent(e)
+    fn from(e: String) -> Self {
+        Self::NotSent(e)
     }
 }
 
@@ -330,7 +329,7 @@ pub enum Outcome {
 
 impl Relayer {
     /// The relayer of `cfg`, if a key is configured.
-    pub fn from_config(cfg: &Config) -> Result<Option<Relayer>> {
+    pub fn from_config(cfg: &Config) -> Result<Option<Self>> {
         let Some(key) = &cfg.relayer_private_key else {
             return Ok(None);
         };
@@ -344,7 +343,7 @@ impl Relayer {
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         let address = sender.address();
         let provider = sender.provider().clone();
-        Ok(Some(Relayer {
+        Ok(Some(Self {
             sender,
             provider,
             manager: cfg.contract_address,

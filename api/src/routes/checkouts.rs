@@ -41,7 +41,7 @@ struct NewCheckout {
 
 impl FromParam for PlanId {
     fn from_text(s: &str) -> Result<Self, String> {
-        PlanId::parse(s).ok_or_else(|| "must be a plan id such as \"plan_…\"".into())
+        Self::parse(s).ok_or_else(|| "must be a plan id such as \"plan_…\"".into())
     }
 }
 
@@ -70,7 +70,7 @@ impl FromParam for LinkSecs {
             })
             .filter(|s| (MIN_LINK_SECS..=MAX_LINK_SECS).contains(s))
             .map(LinkSecs)
-            .ok_or_else(|| LinkSecs::from_text("").unwrap_err())
+            .ok_or_else(|| Self::from_text("").unwrap_err())
     }
 }
 

@@ -73,7 +73,7 @@ impl FromParam for Kind {
 
 impl FromParam for SubscriptionId {
     fn from_text(s: &str) -> Result<Self, String> {
-        SubscriptionId::parse(s).ok_or_else(|| "must be a subscription id (sub_…)".into())
+        Self::parse(s).ok_or_else(|| "must be a subscription id (sub_…)".into())
     }
 }
 

@@ -113,12 +113,12 @@ struct NewPlan {
 
 impl FromParam for Amount {
     fn from_text(s: &str) -> Result<Self, String> {
-        Amount::parse(s).map_err(|e| e.to_string())
+        Self::parse(s).map_err(|e| e.to_string())
     }
 
     fn from_json(v: &Value) -> Result<Self, String> {
         match v {
-            Value::String(s) => Amount::from_text(s),
+            Value::String(s) => Self::from_text(s),
             _ => Err("must be a decimal string such as \"9.99\", not a number".into()),
         }
     }
@@ -126,13 +126,13 @@ impl FromParam for Amount {
 
 impl FromParam for Slug {
     fn from_text(s: &str) -> Result<Self, String> {
-        Slug::parse(s).map_err(|e| e.to_string())
+        Self::parse(s).map_err(|e| e.to_string())
     }
 
     fn from_json(v: &Value) -> Result<Self, String> {
         v.as_str()
             .ok_or_else(|| "must be a string".to_string())
-            .and_then(Slug::from_text)
+            .and_then(Self::from_text)
     }
 }
 
@@ -143,7 +143,7 @@ struct Usdc;
 impl FromParam for Usdc {
     fn from_text(s: &str) -> Result<Self, String> {
         (s == "USDC")
-            .then_some(Usdc)
+            .then_some(Self)
             .ok_or_else(|| "must be \"USDC\"".into())
     }
 }
@@ -155,7 +155,7 @@ struct Month;
 impl FromParam for Month {
     fn from_text(s: &str) -> Result<Self, String> {
         (s == "month")
-            .then_some(Month)
+            .then_some(Self)
             .ok_or_else(|| "must be \"month\"".into())
     }
 }

@@ -58,8 +58,7 @@ struct ListSubscriptions {
 
 impl FromParam for SubscriptionStatus {
     fn from_text(s: &str) -> Result<Self, String> {
-        SubscriptionStatus::parse(s)
-            .map_err(|_| format!("must be one of {}", SubscriptionStatus::names()))
+        Self::parse(s).map_err(|_| format!("must be one of {}", Self::names()))
     }
 }
 

@@ -15,8 +15,8 @@ use clap::Parser;
 use serde_json::{Value, json};
 use tokio_postgres::Client;
 
-pub const CHAIN_ID: i64 = 31337;
-pub const SECRET: &str = "test-checkout-secret";
+pub(crate) const CHAIN_ID: i64 = 31337;
+pub(crate) const SECRET: &str = "test-checkout-secret";
 
 #[derive(Parser)]
 struct Wrap {
@@ -26,7 +26,7 @@ struct Wrap {
 
 /// Knobs a test may turn.
 #[derive(Clone)]
-pub struct Opts {
+pub(crate) struct Opts {
     pub chain: bool,
     pub key_per_sec: u32,
     pub key_burst: u32,
@@ -50,8 +50,8 @@ pub struct Opts {
 }
 
 impl Default for Opts {
-    fn default() -> Opts {
-        Opts {
+    fn default() -> Self {
+        Self {
             chain: false,
             key_per_sec: 1000,
             key_burst: 1000,
@@ -70,7 +70,7 @@ impl Default for Opts {
 }
 
 /// A running API with its database (and chain).
-pub struct App {
+pub(crate) struct App {
     pub running: Running,
     pub base: String,
     /// The kit's API client, pointed at this server.
@@ -81,7 +81,7 @@ pub struct App {
     pub db: TestDb,
 }
 
-pub async fn spawn(opts: Opts) -> App {
+pub(crate) async fn spawn(opts: Opts) -> App {
     let db = TestDb::create().await;
     let chain = if opts.chain {
         Some(DevChain::start().await)
@@ -91,7 +91,7 @@ pub async fn spawn(opts: Opts) -> App {
     spawn_with(db, chain, opts).await
 }
 
-pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App {
+pub(crate) async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App {
     let running = start_server(&db.url, chain.as_ref(), &opts).await;
     let base = format!("http://{}", running.addr);
     let api = ApiClient::new(&base);
@@ -107,7 +107,7 @@ pub async fn spawn_with(db: TestDb, chain: Option<DevChain>, opts: Opts) -> App 
 
 /// Another API process (in this test process) over `app`'s database and chain, e.g. a
 /// second replica sharing the relayer key.
-pub async fn spawn_replica(app: &App, opts: Opts) -> (Running, ApiClient) {
+pub(crate) async fn spawn_replica(app: &App, opts: Opts) -> (Running, ApiClient) {
     let running = start_server(&app.db.url, app.chain.as_ref(), &opts).await;
     let client = ApiClient::new(&format!("http://{}", running.addr));
     (running, client)
@@ -188,25 +188,31 @@ async fn start_server(db_url: &str, chain: Option<&DevChain>, opts: &Opts) -> Ru
 }
 
 /// A response read whole (the kit's).
-pub use chainsub_tests::merchant::Res;
+pub(crate) use chainsub_tests::merchant::Res;
 
 /// Reads a whole response (the kit's reader; panics on a broken connection).
-pub async fn read(r: reqwest::Response) -> Res {
+pub(crate) async fn read(r: reqwest::Response) -> Res {
     chainsub_tests::merchant::read(r)
         .await
         .expect("read response")
 }
 
 impl App {
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    pub async fn get(&self, path: &str, key: &str) -> Res {
+    pub(crate) async fn get(&self, path: &str, key: &str) -> Res {
         self.api.get_res(path, key).await.expect("GET")
     }
 
-    pub async fn post(&self, path: &str, key: &str, body: &Value, idem: Option<&str>) -> Res {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        key: &str,
+        body: &Value,
+        idem: Option<&str>,
+    ) -> Res {
         self.api
             .post_res(path, key, body, idem)
             .await
@@ -214,7 +220,7 @@ impl App {
     }
 
     /// The text of `/metrics` (the server was spawned with `Opts { metrics: true, .. }`).
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let addr = self.running.metrics_addr.expect("a metrics listener");
         self.http
             .get(format!("http://{addr}/metrics"))
@@ -228,7 +234,7 @@ impl App {
 
     /// `GET /health` on the metrics listener: the operator's health, with the database and
     /// the relayer's funds.
-    pub async fn operator_health(&self) -> Res {
+    pub(crate) async fn operator_health(&self) -> Res {
         let addr = self.running.metrics_addr.expect("a metrics listener");
         read(
             self.http
@@ -241,7 +247,7 @@ impl App {
     }
 
     /// `POST /api/v1/plans`: a 9.99 USDC monthly plan named `name`.
-    pub async fn monthly_plan(&self, key: &str, name: &str) -> Res {
+    pub(crate) async fn monthly_plan(&self, key: &str, name: &str) -> Res {
         self.post(
             "/api/v1/plans",
             key,
@@ -252,7 +258,7 @@ impl App {
     }
 
     /// `POST /api/v1/plans/{id}/provision` (retry provisioning).
-    pub async fn provision(&self, id: &str, key: &str) -> Res {
+    pub(crate) async fn provision(&self, id: &str, key: &str) -> Res {
         self.post(
             &format!("/api/v1/plans/{id}/provision"),
             key,
@@ -262,13 +268,13 @@ impl App {
         .await
     }
 
-    pub async fn db(&self) -> Client {
+    pub(crate) async fn db(&self) -> Client {
         self.db.connect().await
     }
 
     /// A merchant for dev account `i` with a fresh API key (through the operator command's
     /// library function).
-    pub async fn merchant_key(&self, wallet: Address) -> String {
+    pub(crate) async fn merchant_key(&self, wallet: Address) -> String {
         let mut client = self.db().await;
         let (_, key) = chainsub_api::auth::api_key::admin_create_key(&mut client, wallet)
             .await
@@ -277,7 +283,7 @@ impl App {
     }
 
     /// A SIWE message for this server, with the given nonce.
-    pub fn siwe(&self, address: Address, nonce: &str) -> SiweMessage {
+    pub(crate) fn siwe(&self, address: Address, nonce: &str) -> SiweMessage {
         let now = chrono::Utc::now();
         SiweMessage {
             domain: self.base.trim_start_matches("http://").to_string(),
@@ -295,7 +301,7 @@ impl App {
         }
     }
 
-    pub async fn nonce(&self) -> String {
+    pub(crate) async fn nonce(&self) -> String {
         let r = self
             .api
             .send(
@@ -309,7 +315,7 @@ impl App {
     }
 
     /// Posts a signed SIWE message.
-    pub async fn verify(&self, text: &str, signature: &str) -> Res {
+    pub(crate) async fn verify(&self, text: &str, signature: &str) -> Res {
         self.api
             .send(
                 self.api
@@ -321,7 +327,7 @@ impl App {
     }
 
     /// Full sign-in with a local signer.
-    pub async fn sign_in(&self, signer: &PrivateKeySigner) -> Session {
+    pub(crate) async fn sign_in(&self, signer: &PrivateKeySigner) -> Session {
         let nonce = self.nonce().await;
         let text = self.siwe(signer.address(), &nonce).to_text();
         let sig = sign(signer, &text).await;
@@ -338,7 +344,7 @@ impl App {
     }
 
     /// A session-authenticated request.
-    pub async fn session_req(
+    pub(crate) async fn session_req(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -353,14 +359,14 @@ impl App {
 }
 
 /// Spawns the `indexer` binary for this app's chain and database (CONFIRMATIONS as given).
-pub fn spawn_indexer(app: &App, confirmations: u64) -> chainsub_tests::ChildGuard {
+pub(crate) fn spawn_indexer(app: &App, confirmations: u64) -> chainsub_tests::ChildGuard {
     let chain = app.chain.as_ref().expect("an app with a chain");
     spawn_indexer_on(chain, &app.db, confirmations)
 }
 
 /// The `indexer` binary on `chain` into `db` with `confirmations`; its metrics on a port of
 /// its own (tests run side by side).
-pub fn spawn_indexer_on(
+pub(crate) fn spawn_indexer_on(
     chain: &DevChain,
     db: &TestDb,
     confirmations: u64,
@@ -384,10 +390,10 @@ pub fn spawn_indexer_on(
 }
 
 /// A dashboard session (the kit's, shared with the end-to-end tests).
-pub use chainsub_tests::merchant::Session;
+pub(crate) use chainsub_tests::merchant::Session;
 
 /// EIP-191 personal_sign as a 0x hex string.
-pub async fn sign(signer: &PrivateKeySigner, text: &str) -> String {
+pub(crate) async fn sign(signer: &PrivateKeySigner, text: &str) -> String {
     let sig = signer.sign_message(text.as_bytes()).await.unwrap();
     format!("0x{}", alloy::hex::encode(sig.as_bytes()))
 }
@@ -395,7 +401,7 @@ pub async fn sign(signer: &PrivateKeySigner, text: &str) -> String {
 // ------------------------------------------------------------------ index rows
 
 /// What the indexer writes for one log.
-pub struct SeedEvent<'a> {
+pub(crate) struct SeedEvent<'a> {
     pub name: &'a str,
     pub kind: Option<&'a str>,
     pub merchant: Address,
@@ -410,16 +416,16 @@ pub struct SeedEvent<'a> {
     pub snapshot: Option<Value>,
 }
 
-pub const CONTRACT: [u8; 20] = [0xcc; 20];
+pub(crate) const CONTRACT: [u8; 20] = [0xcc; 20];
 
 /// The snapshot columns of an event row (migration 0025), for seeds that copy them.
-pub const SNAP_COLUMNS: &str = "snap_id, snap_status, snap_cancel_at_period_end, snap_period, \
+pub(crate) const SNAP_COLUMNS: &str = "snap_id, snap_status, snap_cancel_at_period_end, snap_period, \
     snap_period_start, snap_period_end, snap_next_payment_at, snap_failed_attempts, \
     snap_subscriber, snap_customer_external_id, snap_amount, snap_plan_onchain_id";
 
 /// The values of [`SNAP_COLUMNS`] from a snapshot given as JSON (the API's shape) in
 /// parameter `$n`, as the migration that typed them reads them.
-pub fn snap_from_json(n: usize) -> String {
+pub(crate) fn snap_from_json(n: usize) -> String {
     format!(
         "${n}::jsonb->>'id', ${n}::jsonb->>'status', (${n}::jsonb->>'cancelAtPeriodEnd')::boolean, \
          (${n}::jsonb->>'period')::int, (${n}::jsonb->>'currentPeriodStart')::timestamptz, \
@@ -431,7 +437,7 @@ pub fn snap_from_json(n: usize) -> String {
 }
 
 /// Inserts a chain_events row; returns (id, public_id).
-pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
+pub(crate) async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
     let tx = seed_tx_hash(e.block_number, e.log_index);
     let block_hash = alloy::primitives::keccak256(format!("block-{}", e.block_number).as_bytes());
     let public_id = chainsub_abi::ids::event_id(CHAIN_ID as u64, tx, e.log_index as u64);
@@ -480,7 +486,7 @@ pub async fn insert_event(c: &Client, e: SeedEvent<'_>) -> (i64, String) {
 }
 
 /// A PlanCreated log and its chain_plans row.
-pub async fn seed_chain_plan(
+pub(crate) async fn seed_chain_plan(
     c: &Client,
     merchant: Address,
     onchain_id: i64,
@@ -515,7 +521,7 @@ pub async fn seed_chain_plan(
 }
 
 /// The transaction hash [`insert_event`] gives the log at (`block_number`, `log_index`).
-pub fn seed_tx_hash(block_number: i64, log_index: i32) -> B256 {
+pub(crate) fn seed_tx_hash(block_number: i64, log_index: i32) -> B256 {
     B256::from(alloy::primitives::keccak256(
         format!("tx-{block_number}-{log_index}").as_bytes(),
     ))
@@ -523,7 +529,7 @@ pub fn seed_tx_hash(block_number: i64, log_index: i32) -> B256 {
 
 /// The public id of the subscription [`seed_subscription`] seeds as on-chain `onchain_id`
 /// (what the indexer derives from its creating transaction).
-pub fn sub_id(onchain_id: i64) -> String {
+pub(crate) fn sub_id(onchain_id: i64) -> String {
     chainsub_core::SubscriptionId::of_creation(
         CHAIN_ID as u64,
         seed_tx_hash(100 + onchain_id, 0),
@@ -535,7 +541,7 @@ pub fn sub_id(onchain_id: i64) -> String {
 /// A subscription as the indexer leaves it after subscribe(): SubscriptionCreated +
 /// SubscriptionCharged(period 1) events, the subscriptions row and one ledger entry.
 /// Block number = 100 + onchain_id (so ids and blocks order alike).
-pub async fn seed_subscription(
+pub(crate) async fn seed_subscription(
     c: &Client,
     merchant: Address,
     onchain_id: i64,
@@ -632,7 +638,7 @@ pub async fn seed_subscription(
 }
 
 /// The indexer's cursor at `block`.
-pub async fn seed_cursor(c: &Client, block: i64) {
+pub(crate) async fn seed_cursor(c: &Client, block: i64) {
     c.execute(
         "INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, head_number) \
          VALUES ($1, $2, $3, $4, $3) ON CONFLICT (chain_id) DO UPDATE SET block_number = $3, head_number = $3",
@@ -642,10 +648,10 @@ pub async fn seed_cursor(c: &Client, block: i64) {
     .unwrap();
 }
 
-pub use chainsub_tests::proxy::{Proxy, target_of, via};
+pub(crate) use chainsub_tests::proxy::{Proxy, target_of, via};
 
 /// The `api` binary over `db` and `chain` on `socket` (plus `extra` environment).
-pub fn api_process(
+pub(crate) fn api_process(
     db: &TestDb,
     chain: &DevChain,
     socket: &chainsub_tests::Reserved,

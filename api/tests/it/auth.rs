@@ -241,9 +241,10 @@ async fn siwe_rejects_wrong_domain_replayed_nonce_expired_wrong_chain_and_bad_si
 async fn admin_create_key_binary_prints_a_working_key() {
     let app = app().await;
     let bin = chainsub_tests::bin_path("api");
-    if !bin.exists() {
-        panic!("build the api binary first: cargo build -p chainsub-api --bins");
-    }
+    assert!(
+        bin.exists(),
+        "build the api binary first: cargo build -p chainsub-api --bins"
+    );
     let wallet = DevChain::address(MERCHANT);
     let out = std::process::Command::new(bin)
         .args(["admin", "create-key", "--wallet", &wallet.to_string()])

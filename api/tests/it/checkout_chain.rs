@@ -66,7 +66,7 @@ async fn plan_and_checkout(app: &App, key: &str, customer: &str) -> String {
 async fn tx(app: &App, checkout_url: &str, from: Address) -> (u16, Value) {
     let url = format!(
         "{}&permit=off&from={}",
-        checkout_url.replacen("?", "/tx?", 1),
+        checkout_url.replacen('?', "/tx?", 1),
         from.to_checksum(None)
     );
     let r = app.api.send(app.http.get(url)).await.unwrap();

@@ -708,7 +708,7 @@ async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
     let dev = app.chain.as_ref().unwrap();
     let relayer = DevChain::address(chainsub_tests::chain::accounts::OPERATOR);
     let automine = |on: bool| async move {
-        let _: serde_json::Value = dev
+        let _: Value = dev
             .provider
             .raw_request("evm_setAutomine".into(), (on,))
             .await
@@ -728,7 +728,7 @@ async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
         r.body
     );
     let id = r.body["id"].as_str().unwrap().to_string();
-    let first: alloy::primitives::B256 = r.body["provisioning"]["transactionHash"]
+    let first: B256 = r.body["provisioning"]["transactionHash"]
         .as_str()
         .unwrap()
         .parse()
@@ -742,7 +742,7 @@ async fn a_create_plan_still_unmined_is_replaced_at_the_same_nonce_on_retry() {
     assert_ne!(second, json!(first.to_string()));
 
     automine(true).await;
-    let _: serde_json::Value = dev
+    let _: Value = dev
         .provider
         .raw_request("evm_mine".into(), ())
         .await

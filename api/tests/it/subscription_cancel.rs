@@ -119,12 +119,12 @@ struct Cancelling {
 }
 
 impl Cancelling {
-    async fn new(args: Vec<String>) -> Cancelling {
+    async fn new(args: Vec<String>) -> Self {
         let (app, key) = app_and_key_with(args).await;
         let _indexer = spawn_indexer(&app, CONFIRMATIONS);
         let id = api_plan_and_subscription(&app, &key).await;
         let before = relayer_nonce(app.chain.as_ref().unwrap()).await;
-        Cancelling {
+        Self {
             path: format!("/api/v1/subscriptions/{id}/cancel"),
             app,
             key,
@@ -518,7 +518,7 @@ struct Crashed {
 }
 
 impl Crashed {
-    async fn new(at_period_end: bool) -> Crashed {
+    async fn new(at_period_end: bool) -> Self {
         let db = TestDb::create().await;
         let chain = DevChain::start().await;
         let merchant = DevChain::address(MERCHANT);
@@ -573,7 +573,7 @@ impl Crashed {
             .await
             .unwrap()
             .get(0);
-        Crashed {
+        Self {
             db,
             chain,
             client,

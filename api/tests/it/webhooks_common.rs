@@ -10,12 +10,12 @@ use chainsub_webhooks::WebhookConfig;
 use tokio::sync::oneshot;
 use tokio_postgres::Client;
 
-pub use chainsub_tests::receiver::WebhookReceiver;
+pub(crate) use chainsub_tests::receiver::WebhookReceiver;
 
-pub use chainsub_tests::db::pool;
+pub(crate) use chainsub_tests::db::pool;
 
 /// Millisecond-scale settings that allow loopback receivers.
-pub fn fast_config(schedule: &str) -> WebhookConfig {
+pub(crate) fn fast_config(schedule: &str) -> WebhookConfig {
     WebhookConfig {
         timeout: Duration::from_secs(5),
         retry_schedule: schedule.parse().unwrap(),
@@ -29,20 +29,20 @@ pub fn fast_config(schedule: &str) -> WebhookConfig {
 }
 
 /// A 20-byte wallet made of one repeated byte.
-pub fn wallet(b: u8) -> Vec<u8> {
+pub(crate) fn wallet(b: u8) -> Vec<u8> {
     vec![b; 20]
 }
 
 /// The merchant of wallet `wallet_byte` x 20, created as a dashboard sign-in would, and its
 /// scope (what authentication hands the dashboard's code).
-pub async fn merchant(client: &Client, wallet_byte: u8) -> MerchantScope {
+pub(crate) async fn merchant(client: &Client, wallet_byte: u8) -> MerchantScope {
     chainsub_store::merchants::sign_in(client, alloy::primitives::Address::repeat_byte(wallet_byte))
         .await
         .unwrap()
 }
 
 /// Sets the merchant's webhook URL through the dashboard's code path.
-pub async fn set_url(client: &mut Client, merchant: &MerchantScope, url: &str) {
+pub(crate) async fn set_url(client: &mut Client, merchant: &MerchantScope, url: &str) {
     let url = WebhookUrl::parse(url, true).unwrap();
     settings::set_url(
         client,
@@ -56,7 +56,12 @@ pub async fn set_url(client: &mut Client, merchant: &MerchantScope, url: &str) {
 
 /// Queues `n` events for the merchant as outbox rows with a fixed payload (the body the
 /// dispatcher sends as is), ids `evt_<prefix>_<i>`.
-pub async fn enqueue(client: &Client, wallet_byte: u8, prefix: &str, n: usize) -> Vec<String> {
+pub(crate) async fn enqueue(
+    client: &Client,
+    wallet_byte: u8,
+    prefix: &str,
+    n: usize,
+) -> Vec<String> {
     let ids: Vec<String> = (0..n).map(|i| format!("evt_{prefix}_{i}")).collect();
     let payloads: Vec<serde_json::Value> = ids
         .iter()
@@ -74,7 +79,7 @@ pub async fn enqueue(client: &Client, wallet_byte: u8, prefix: &str, n: usize) -
 }
 
 /// Runs an in-process dispatcher until the returned sender is dropped or fired.
-pub fn spawn_dispatcher(
+pub(crate) fn spawn_dispatcher(
     db_url: &str,
     cfg: WebhookConfig,
 ) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
@@ -92,7 +97,7 @@ pub fn spawn_dispatcher(
 }
 
 /// The outbox row of an event: (status, attempts).
-pub async fn outbox_state(client: &Client, event_id: &str) -> (String, i32) {
+pub(crate) async fn outbox_state(client: &Client, event_id: &str) -> (String, i32) {
     let r = client
         .query_one(
             &format!(
@@ -107,7 +112,7 @@ pub async fn outbox_state(client: &Client, event_id: &str) -> (String, i32) {
 }
 
 /// Waits (bounded) until the event's outbox row has `status`.
-pub async fn wait_status(client: &Client, event_id: &str, status: &str) {
+pub(crate) async fn wait_status(client: &Client, event_id: &str, status: &str) {
     let what = format!("{event_id} to reach {status}");
     chainsub_tests::wait_until(&what, || async {
         outbox_state(client, event_id).await.0 == status
@@ -116,7 +121,10 @@ pub async fn wait_status(client: &Client, event_id: &str, status: &str) {
 }
 
 /// Attempts of an event: (attempt, status_code, error).
-pub async fn attempts(client: &Client, event_id: &str) -> Vec<(i32, Option<i32>, Option<String>)> {
+pub(crate) async fn attempts(
+    client: &Client,
+    event_id: &str,
+) -> Vec<(i32, Option<i32>, Option<String>)> {
     client
         .query(
             "SELECT a.attempt, a.status_code, a.error FROM webhook_attempts a
@@ -132,7 +140,7 @@ pub async fn attempts(client: &Client, event_id: &str) -> Vec<(i32, Option<i32>,
 
 /// A connection to `db` and merchant 1 whose endpoint is a receiver that holds every request
 /// (a hung endpoint) until `release()`.
-pub async fn held_endpoint(db: &chainsub_tests::TestDb) -> (Client, WebhookReceiver) {
+pub(crate) async fn held_endpoint(db: &chainsub_tests::TestDb) -> (Client, WebhookReceiver) {
     let mut client = db.connect().await;
     let rx = WebhookReceiver::ok().await;
     rx.hold();
@@ -142,7 +150,7 @@ pub async fn held_endpoint(db: &chainsub_tests::TestDb) -> (Client, WebhookRecei
 }
 
 /// How many outbox rows are in `status`.
-pub async fn count_status(client: &Client, status: &str) -> i64 {
+pub(crate) async fn count_status(client: &Client, status: &str) -> i64 {
     client
         .query_one(
             &format!("SELECT count(*) FROM webhook_outbox o WHERE {LIVE_STATUS} = $1"),

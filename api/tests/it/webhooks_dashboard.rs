@@ -66,7 +66,7 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    fn start(running: &Running) -> Dispatcher {
+    fn start(running: &Running) -> Self {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(chainsub_api::dispatch::run_dispatcher(
             running.ctx.clone(),
@@ -74,7 +74,7 @@ impl Dispatcher {
                 let _ = stopped.await;
             },
         ));
-        Dispatcher { stop, task }
+        Self { stop, task }
     }
 
     async fn stop(self) {
@@ -117,9 +117,9 @@ struct Dash {
 
 impl Dash {
     /// The dashboard of the merchant with wallet `0xbb…bb` (`wallet_byte`), signed in.
-    async fn sign_in(running: &Running, db: &TestDb, wallet_byte: u8) -> Dash {
+    async fn sign_in(running: &Running, db: &TestDb, wallet_byte: u8) -> Self {
         let (_m, cookie, csrf) = sign_in(running, db, wallet_byte).await;
-        Dash {
+        Self {
             base: running.url(),
             cookie,
             csrf,

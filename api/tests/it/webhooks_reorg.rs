@@ -65,7 +65,7 @@ struct Scene {
 }
 
 impl Scene {
-    async fn start(confirmations: u64) -> Scene {
+    async fn start(confirmations: u64) -> Self {
         let chain = DevChain::start().await;
         let db = TestDb::create().await;
         let mut client = db.connect().await;
@@ -87,7 +87,7 @@ impl Scene {
         );
         let plan = U256::from(1u64);
         let terms = chain.plan_terms(plan).await;
-        Scene {
+        Self {
             chain,
             db,
             client,
@@ -339,7 +339,7 @@ async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_co
     assert_eq!(of_sub.len(), 2, "the two retractions of {sub_id}");
     // The same signed transaction is mined again on the new branch: its events come back
     // with the same ids and are delivered a second time.
-    let _: alloy::primitives::B256 = chain
+    let _: B256 = chain
         .provider
         .raw_request("eth_sendRawTransaction".into(), (raw,))
         .await

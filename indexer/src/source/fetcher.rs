@@ -32,7 +32,7 @@ pub struct FetchConfig {
 
 impl Default for FetchConfig {
     fn default() -> Self {
-        FetchConfig {
+        Self {
             initial_range: 100,
             max_range: 2000,
             max_logs_per_response: 10_000,
@@ -107,7 +107,7 @@ impl<S: BlockSource + ?Sized> Fetcher<S> {
     /// A fetcher for `contract`'s logs.
     pub fn new(src: Arc<S>, contract: Address, cfg: FetchConfig) -> Self {
         let range = cfg.initial_range.clamp(1, cfg.max_range.max(1));
-        Fetcher {
+        Self {
             src,
             contract,
             cfg,

@@ -22,7 +22,7 @@ const HEADER_BATCH: u64 = 500;
 /// fetcher's only other way to read it, the block's receipts, is a larger answer). A node without a limit of its own (anvil) answers a
 /// 100-block range of a dense chain with ~100 MB of JSON. 10,000 of our logs (the fetcher's
 /// cap by count, above which an answer is discarded anyway) are ~10 MB of JSON.
-pub const MAX_LOGS_RESPONSE_BYTES: usize = 16 << 20;
+pub(super) const MAX_LOGS_RESPONSE_BYTES: usize = 16 << 20;
 
 /// Reads blocks and the contract's logs from a JSON-RPC node.
 pub struct RpcSource {
@@ -46,8 +46,8 @@ struct RpcHeader {
 }
 
 impl From<RpcHeader> for Header {
-    fn from(h: RpcHeader) -> Header {
-        Header {
+    fn from(h: RpcHeader) -> Self {
+        Self {
             number: h.number.to(),
             hash: h.hash,
             parent_hash: h.parent_hash,
@@ -59,11 +59,11 @@ impl From<RpcHeader> for Header {
 
 impl RpcSource {
     /// Connects (lazily) to `rpc_url`.
-    pub fn new(rpc_url: &RpcUrl, contract: Address) -> crate::Result<RpcSource> {
+    pub fn new(rpc_url: &RpcUrl, contract: Address) -> crate::Result<Self> {
         let http = reqwest::Client::builder()
             .build()
             .map_err(|e| crate::Error::Config(format!("HTTP client: {e}")))?;
-        Ok(RpcSource {
+        Ok(Self {
             provider: rpc_url.provider(),
             contract,
             http,
@@ -73,7 +73,7 @@ impl RpcSource {
     }
 
     /// Caps `eth_getLogs` answers at `bytes` instead of [`MAX_LOGS_RESPONSE_BYTES`].
-    pub fn with_max_logs_response_bytes(mut self, bytes: usize) -> RpcSource {
+    pub fn with_max_logs_response_bytes(mut self, bytes: usize) -> Self {
         self.max_logs_response_bytes = bytes;
         self
     }

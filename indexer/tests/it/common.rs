@@ -2,7 +2,7 @@
 //! process, drive the contract, wait for the index, and dump every chain table for
 //! row-by-row comparison.
 
-pub mod fake;
+pub(crate) mod fake;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 /// Fast settings for tests: millisecond polls and backoffs, outbox at once.
-pub fn test_config(chain_id: u64, contract: Address, start_block: u64) -> IndexerConfig {
+pub(crate) fn test_config(chain_id: u64, contract: Address, start_block: u64) -> IndexerConfig {
     let mut cfg = IndexerConfig::new(
         chainsub_core::ChainId::new(chain_id).unwrap(),
         contract,
@@ -42,12 +42,12 @@ pub fn test_config(chain_id: u64, contract: Address, start_block: u64) -> Indexe
 }
 
 /// The test config for a dev chain.
-pub fn chain_config(chain: &DevChain) -> IndexerConfig {
+pub(crate) fn chain_config(chain: &DevChain) -> IndexerConfig {
     test_config(chain.anvil.chain_id, chain.manager, chain.deploy_block)
 }
 
 /// An indexer running in this process.
-pub struct Running {
+pub(crate) struct Running {
     stop: watch::Sender<bool>,
     handle: JoinHandle<chainsub_indexer::Result<()>>,
     pub status: Arc<Status>,
@@ -55,24 +55,28 @@ pub struct Running {
 
 impl Running {
     /// Signals shutdown and waits for the loop to end.
-    pub async fn stop(self) -> chainsub_indexer::Result<()> {
+    pub(crate) async fn stop(self) -> chainsub_indexer::Result<()> {
         let _ = self.stop.send(true);
         self.handle.await.expect("indexer task")
     }
 
     /// Whether the loop ended (it only does on a fatal error or shutdown).
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.handle.is_finished()
     }
 
     /// Waits for the loop to end by itself (a fatal error).
-    pub async fn join(self) -> chainsub_indexer::Result<()> {
+    pub(crate) async fn join(self) -> chainsub_indexer::Result<()> {
         self.handle.await.expect("indexer task")
     }
 }
 
 /// Starts `run::run` on `source` in a task.
-pub fn start_with<S: BlockSource>(cfg: IndexerConfig, db_url: &str, source: Arc<S>) -> Running {
+pub(crate) fn start_with<S: BlockSource>(
+    cfg: IndexerConfig,
+    db_url: &str,
+    source: Arc<S>,
+) -> Running {
     let (tx, rx) = watch::channel(false);
     let status = Status::new(cfg.chain_id.get());
     let st = status.clone();
@@ -87,14 +91,14 @@ pub fn start_with<S: BlockSource>(cfg: IndexerConfig, db_url: &str, source: Arc<
 }
 
 /// Starts an in-process indexer against the dev chain's RPC.
-pub fn start(cfg: IndexerConfig, db: &TestDb, chain: &DevChain) -> Running {
+pub(crate) fn start(cfg: IndexerConfig, db: &TestDb, chain: &DevChain) -> Running {
     let source =
         Arc::new(RpcSource::new(&chain.anvil.rpc_url(), cfg.contract).expect("rpc source"));
     start_with(cfg, &db.url, source)
 }
 
 /// The cursor row: (block number, block hash).
-pub async fn cursor(client: &Client) -> Option<(i64, B256)> {
+pub(crate) async fn cursor(client: &Client) -> Option<(i64, B256)> {
     client
         .query_opt("SELECT block_number, block_hash FROM indexer_cursor", &[])
         .await
@@ -103,7 +107,7 @@ pub async fn cursor(client: &Client) -> Option<(i64, B256)> {
 }
 
 /// The chain's latest block (number, hash).
-pub async fn chain_head(chain: &DevChain) -> (u64, B256) {
+pub(crate) async fn chain_head(chain: &DevChain) -> (u64, B256) {
     let b = chain
         .provider
         .get_block_by_number(alloy::eips::BlockNumberOrTag::Latest)
@@ -115,7 +119,7 @@ pub async fn chain_head(chain: &DevChain) -> (u64, B256) {
 
 /// Waits until the index's cursor is the chain's current head block (panics after a minute,
 /// which only ever means the indexer is stuck).
-pub async fn wait_for_head(client: &Client, chain: &DevChain) {
+pub(crate) async fn wait_for_head(client: &Client, chain: &DevChain) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (n, h) = chain_head(chain).await;
@@ -130,13 +134,13 @@ pub async fn wait_for_head(client: &Client, chain: &DevChain) {
     }
 }
 
-pub use chainsub_tests::wait_until;
+pub(crate) use chainsub_tests::wait_until;
 
 /// Every chain-owned table as sorted text rows, with surrogate ids replaced by public ids,
 /// so two databases that indexed the same chain compare equal row by row. A row naming an
 /// event that is not stored (no foreign key keeps these links) shows with a null id, so it
 /// differs from a fresh index instead of vanishing from the dump.
-pub async fn dump(client: &Client) -> Vec<String> {
+pub(crate) async fn dump(client: &Client) -> Vec<String> {
     let queries = [
         "SELECT 'cursor ' || block_number || ' ' || encode(block_hash, 'hex') FROM indexer_cursor",
         "SELECT 'checkpoint ' || block_number || ' ' || encode(block_hash, 'hex') || ' ' ||
@@ -170,7 +174,7 @@ fn short(s: &str) -> &str {
 }
 
 /// Asserts two dumps are equal, showing the first differing rows.
-pub fn assert_same_index(a: &[String], b: &[String]) {
+pub(crate) fn assert_same_index(a: &[String], b: &[String]) {
     if a == b {
         return;
     }
@@ -196,7 +200,11 @@ pub fn assert_same_index(a: &[String], b: &[String]) {
 /// Indexes the chain as it is now into a fresh database and returns its dump: the ground
 /// truth for "equals a fresh index of the canonical chain".
 /// `seed_sql` recreates the API rows (merchants, checkouts) the index resolves against.
-pub async fn fresh_index_dump(chain: &DevChain, cfg: IndexerConfig, seed_sql: &str) -> Vec<String> {
+pub(crate) async fn fresh_index_dump(
+    chain: &DevChain,
+    cfg: IndexerConfig,
+    seed_sql: &str,
+) -> Vec<String> {
     let db = TestDb::create().await;
     let client = db.connect().await;
     client.batch_execute(seed_sql).await.expect("seed");
@@ -209,10 +217,15 @@ pub async fn fresh_index_dump(chain: &DevChain, cfg: IndexerConfig, seed_sql: &s
 // ------------------------------------------------------------------ driving the contract
 
 /// 1 USDC in base units.
-pub const USDC: u64 = 1_000_000;
+pub(crate) const USDC: u64 = 1_000_000;
 
 /// Creates a plan for `merchant` (sent by the operator) and returns its on-chain id.
-pub async fn create_plan(chain: &DevChain, merchant: Address, amount: u64, plan_ref: B256) -> u64 {
+pub(crate) async fn create_plan(
+    chain: &DevChain,
+    merchant: Address,
+    amount: u64,
+    plan_ref: B256,
+) -> u64 {
     let op = DevChain::address(chainsub_tests::chain::accounts::OPERATOR);
     chainsub_tests::send_as!(
         op,
@@ -230,13 +243,18 @@ pub async fn create_plan(chain: &DevChain, merchant: Address, amount: u64, plan_
 }
 
 /// Mints `amount` to `who` and approves the manager for everything.
-pub async fn fund(chain: &DevChain, who: Address, amount: u64) {
+pub(crate) async fn fund(chain: &DevChain, who: Address, amount: u64) {
     chain.mint(who, amount).await;
     chainsub_tests::send_as!(who, chain.usdc().approve(chain.manager, U256::MAX));
 }
 
 /// Subscribes `who` to `plan` and returns the subscription id.
-pub async fn subscribe(chain: &DevChain, who: Address, plan: u64, customer_ref: B256) -> u64 {
+pub(crate) async fn subscribe(
+    chain: &DevChain,
+    who: Address,
+    plan: u64,
+    customer_ref: B256,
+) -> u64 {
     let (merchant, amount) = chain.plan_terms(U256::from(plan)).await;
     chainsub_tests::send_as!(
         who,
@@ -254,7 +272,7 @@ pub async fn subscribe(chain: &DevChain, who: Address, plan: u64, customer_ref: 
 }
 
 /// Charges a subscription (as the keeper).
-pub async fn charge(chain: &DevChain, sub: u64) {
+pub(crate) async fn charge(chain: &DevChain, sub: u64) {
     let keeper = DevChain::address(chainsub_tests::chain::accounts::KEEPER);
     chainsub_tests::send_as!(keeper, chain.manager().charge(U256::from(sub)));
 }
@@ -262,7 +280,7 @@ pub async fn charge(chain: &DevChain, sub: u64) {
 // ------------------------------------------------------------------ the indexer as a process
 
 /// Spawns the `indexer` binary for `chain` into `db`, serving health on `metrics_port`.
-pub fn spawn_indexer(
+pub(crate) fn spawn_indexer(
     chain: &DevChain,
     db: &TestDb,
     metrics: &chainsub_tests::Reserved,
@@ -290,12 +308,12 @@ pub fn spawn_indexer(
 }
 
 /// GET `path` on 127.0.0.1:`port`; the body, or `None` when nothing answers.
-pub fn http_get(port: u16, path: &str) -> Option<String> {
+pub(crate) fn http_get(port: u16, path: &str) -> Option<String> {
     chainsub_tests::http_get(port, path).map(|(_, body)| body)
 }
 
 /// The `/health` JSON of an indexer process, once it answers.
-pub async fn health(port: u16) -> serde_json::Value {
+pub(crate) async fn health(port: u16) -> serde_json::Value {
     let mut body = None;
     wait_until("health endpoint", || {
         body = http_get(port, "/health");
@@ -308,7 +326,7 @@ pub async fn health(port: u16) -> serde_json::Value {
 
 /// The usual start of an indexer test: a fresh chain and database, one 1-USDC plan of the
 /// MERCHANT account, and the CUSTOMER account funded with 10 USDC.
-pub struct Scene {
+pub(crate) struct Scene {
     pub chain: DevChain,
     pub db: TestDb,
     pub client: Client,
@@ -316,7 +334,7 @@ pub struct Scene {
 }
 
 impl Scene {
-    pub async fn start() -> Scene {
+    pub(crate) async fn start() -> Self {
         let chain = DevChain::start().await;
         let db = TestDb::create().await;
         let client = db.connect().await;
@@ -324,7 +342,7 @@ impl Scene {
         let plan = create_plan(&chain, merchant, USDC, B256::repeat_byte(1)).await;
         let customer = DevChain::address(chainsub_tests::chain::accounts::CUSTOMER);
         fund(&chain, customer, 10 * USDC).await;
-        Scene {
+        Self {
             chain,
             db,
             client,

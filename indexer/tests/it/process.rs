@@ -224,7 +224,7 @@ async fn a_database_and_a_node_down_at_start_up_are_waited_for() {
     let port = socket.port;
     let mut child = spawn_indexer(&chain, &db, &socket, &env);
     // Issue 46, point 22: not ready while start-up waits (it used to say 200 `standby`).
-    chainsub_tests::wait_until("the health listener", || async move {
+    wait_until("the health listener", || async move {
         http_status(port, "/health").is_some()
     })
     .await;

@@ -14,11 +14,11 @@ use chainsub_tests::chain::{DEV_KEYS, accounts};
 use chainsub_tests::{ChildGuard, DevChain, Reserved, TestDb};
 
 /// 9.99 USDC in base units.
-pub const PRICE: u64 = 9_990_000;
-pub const DAY: u64 = 86_400;
+pub(crate) const PRICE: u64 = 9_990_000;
+pub(crate) const DAY: u64 = 86_400;
 
 /// Chain + database + indexer.
-pub struct Stack {
+pub(crate) struct Stack {
     pub chain: DevChain,
     pub db: TestDb,
     pub pg: tokio_postgres::Client,
@@ -27,7 +27,7 @@ pub struct Stack {
 
 /// One lifecycle log of a subscription, reduced to what the keeper tests assert on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     Charged { period: u32, attempt: u8 },
     Failed { period: u32, attempt: u8 },
     Ended(EndReason),
@@ -35,11 +35,11 @@ pub enum Step {
 
 impl Stack {
     /// A fresh chain and database with the indexer running against them.
-    pub async fn start() -> Stack {
+    pub(crate) async fn start() -> Self {
         let chain = DevChain::start().await;
         let db = TestDb::create().await;
         let pg = db.connect().await;
-        let mut stack = Stack {
+        let mut stack = Self {
             chain,
             db,
             pg,
@@ -73,7 +73,7 @@ impl Stack {
     }
 
     /// Waits until the indexer has committed the chain's latest block.
-    pub async fn sync_index(&self) {
+    pub(crate) async fn sync_index(&self) {
         let head = self.chain.provider.get_block_number().await.unwrap() as i64;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -98,13 +98,13 @@ impl Stack {
 
     /// A plan of `MERCHANT` at [`PRICE`], provisioned as the API does (its plan row names
     /// the on-chain reference), so the keeper charges it; returns its on-chain id.
-    pub async fn create_plan(&self) -> u64 {
+    pub(crate) async fn create_plan(&self) -> u64 {
         self.create_plan_on_chain(accounts::MERCHANT).await.0
     }
 
     /// A plan created on the contract by `merchant` (a dev account) with no API plan row:
     /// the keeper is not responsible for it. Returns (on-chain id, reference).
-    pub async fn create_plan_on_chain(&self, merchant: usize) -> (u64, B256) {
+    pub(crate) async fn create_plan_on_chain(&self, merchant: usize) -> (u64, B256) {
         let wallet = DevChain::address(merchant);
         let plan_ref = unique_ref();
         send_as!(
@@ -128,14 +128,14 @@ impl Stack {
     }
 
     /// The API's rows for `wallet`'s plan with `plan_ref` (what provisioning writes).
-    pub async fn register_plan(&self, wallet: Address, plan_ref: B256) {
+    pub(crate) async fn register_plan(&self, wallet: Address, plan_ref: B256) {
         chainsub_tests::db::register_plan(&self.pg, wallet, plan_ref, PRICE).await;
     }
 
     /// Funds dev account `customer` for `paid_periods` more periods, raises its allowance by
     /// as much and subscribes to `plan`; returns the subscription id. With `paid_periods` = 1
     /// (and no other funds) every renewal fails for lack of allowance.
-    pub async fn subscribe(&self, customer: usize, plan: u64, paid_periods: u64) -> u64 {
+    pub(crate) async fn subscribe(&self, customer: usize, plan: u64, paid_periods: u64) -> u64 {
         let who = DevChain::address(customer);
         self.chain.mint(who, PRICE * paid_periods).await;
         // approve() overwrites: add to what earlier subscriptions of this customer left.
@@ -170,7 +170,7 @@ impl Stack {
 
     /// One plan and a subscription of each of `customers` (three periods paid), a month
     /// later, indexed: every renewal is due. Returns the subscription ids.
-    pub async fn due_renewals(&self, customers: &[usize]) -> Vec<u64> {
+    pub(crate) async fn due_renewals(&self, customers: &[usize]) -> Vec<u64> {
         let plan = self.create_plan().await;
         let mut subs = Vec::new();
         for &c in customers {
@@ -183,14 +183,14 @@ impl Stack {
 
     /// The keeper binary with this stack's configuration and a fast poll interval (its
     /// health/metrics endpoint on a port nobody asks for).
-    pub fn keeper(&self) -> Command {
+    pub(crate) fn keeper(&self) -> Command {
         let mut cmd = self.keeper_command();
         cmd.env("KEEPER_METRICS_LISTEN", "127.0.0.1:0");
         cmd
     }
 
     /// The keeper binary with its health/metrics endpoint on `socket`.
-    pub fn keeper_on(&self, socket: &Reserved) -> Command {
+    pub(crate) fn keeper_on(&self, socket: &Reserved) -> Command {
         let mut cmd = self.keeper_command();
         cmd.env("KEEPER_METRICS_LISTEN", "stdin")
             .stdin(socket.stdin());
@@ -219,7 +219,7 @@ impl Stack {
     }
 
     /// Runs `keeper --once` (plus `extra` flags) to completion.
-    pub fn keeper_once(&self, extra: &[&str]) -> ExitStatus {
+    pub(crate) fn keeper_once(&self, extra: &[&str]) -> ExitStatus {
         let mut child = self
             .keeper()
             .arg("--once")
@@ -240,13 +240,13 @@ impl Stack {
     }
 
     /// Runs `keeper --once` and expects success.
-    pub fn keeper_pass(&self) {
+    pub(crate) fn keeper_pass(&self) {
         let status = self.keeper_once(&[]);
         assert!(status.success(), "keeper --once failed: {status}");
     }
 
     /// Every lifecycle step the chain recorded for `sub` after its creation, in log order.
-    pub async fn steps(&self, sub: u64) -> Vec<Step> {
+    pub(crate) async fn steps(&self, sub: u64) -> Vec<Step> {
         let logs = self
             .chain
             .provider
@@ -280,7 +280,7 @@ impl Stack {
     }
 
     /// Transactions the keeper account has had mined (its nonce).
-    pub async fn keeper_tx_count(&self) -> u64 {
+    pub(crate) async fn keeper_tx_count(&self) -> u64 {
         self.chain
             .provider
             .get_transaction_count(keeper_address())
@@ -290,7 +290,7 @@ impl Stack {
     }
 
     /// Transactions the keeper journaled (signed), replacements included.
-    pub async fn journaled_tx_count(&self) -> i64 {
+    pub(crate) async fn journaled_tx_count(&self) -> i64 {
         self.pg
             .query_one("SELECT count(*) FROM keeper_txs", &[])
             .await
@@ -299,7 +299,7 @@ impl Stack {
     }
 
     /// The index's status of `sub`.
-    pub async fn indexed_status(&self, sub: u64) -> String {
+    pub(crate) async fn indexed_status(&self, sub: u64) -> String {
         self.pg
             .query_one(
                 "SELECT status FROM subscriptions WHERE chain_id = $1 AND onchain_id = $2",
@@ -311,7 +311,7 @@ impl Stack {
     }
 
     /// Journal rows of `sub`: (period, attempt, status).
-    pub async fn journal(&self, sub: u64) -> Vec<(i32, i32, String)> {
+    pub(crate) async fn journal(&self, sub: u64) -> Vec<(i32, i32, String)> {
         self.pg
             .query(
                 "SELECT period, attempt, status FROM keeper_steps WHERE subscription_id = $1
@@ -326,7 +326,7 @@ impl Stack {
     }
 
     /// Turns anvil's automine on or off (off: transactions wait in the pool).
-    pub async fn automine(&self, on: bool) {
+    pub(crate) async fn automine(&self, on: bool) {
         let _: serde_json::Value = self
             .chain
             .provider
@@ -336,7 +336,7 @@ impl Stack {
     }
 
     /// Every subscription in `subs` was charged period 2 exactly once, at the first attempt.
-    pub async fn assert_each_charged_once(&self, subs: &[u64]) {
+    pub(crate) async fn assert_each_charged_once(&self, subs: &[u64]) {
         for sub in subs {
             assert_eq!(
                 self.steps(*sub).await,
@@ -351,7 +351,7 @@ impl Stack {
 
     /// Sessions of this test's database holding the advisory lock `key`; with `terminate`,
     /// ends them (and counts them).
-    pub async fn lock_sessions(&self, key: i64, terminate: bool) -> i64 {
+    pub(crate) async fn lock_sessions(&self, key: i64, terminate: bool) -> i64 {
         let select = if terminate {
             "count(pg_terminate_backend(l.pid))"
         } else {
@@ -375,7 +375,7 @@ impl Stack {
     }
 
     /// Polls `sql` (one BIGINT column) until it returns at least `want`.
-    pub async fn wait_count(&self, sql: &str, want: i64) {
+    pub(crate) async fn wait_count(&self, sql: &str, want: i64) {
         let what = format!("{sql} >= {want}");
         chainsub_tests::wait_until(&what, || async {
             let n: i64 = self.pg.query_one(sql, &[]).await.unwrap().get(0);
@@ -387,7 +387,7 @@ impl Stack {
 
 /// A fresh stack with one subscription of `CUSTOMER` to a new plan (`paid_periods` paid for),
 /// a month later and indexed: its renewal is due. Returns the stack and the subscription.
-pub async fn due_subscription(paid_periods: u64) -> (Stack, u64) {
+pub(crate) async fn due_subscription(paid_periods: u64) -> (Stack, u64) {
     let stack = Stack::start().await;
     let plan = stack.create_plan().await;
     let sub = stack
@@ -399,12 +399,12 @@ pub async fn due_subscription(paid_periods: u64) -> (Stack, u64) {
 }
 
 /// Starts a long-running keeper (plus `extra` flags); killed (SIGKILL) when dropped.
-pub fn spawn(mut cmd: Command, extra: &[&str]) -> ChildGuard {
+pub(crate) fn spawn(mut cmd: Command, extra: &[&str]) -> ChildGuard {
     ChildGuard(cmd.args(extra).spawn().expect("spawn keeper"))
 }
 
 /// Waits for a child to exit on its own.
-pub fn wait_exit(child: &mut ChildGuard) -> ExitStatus {
+pub(crate) fn wait_exit(child: &mut ChildGuard) -> ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = child.0.try_wait().unwrap() {
@@ -416,7 +416,7 @@ pub fn wait_exit(child: &mut ChildGuard) -> ExitStatus {
 }
 
 /// `GET http://127.0.0.1:{port}{path}`: (status code, body). Retries while the port is closed.
-pub fn http_get(port: u16, path: &str) -> (u16, String) {
+pub(crate) fn http_get(port: u16, path: &str) -> (u16, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(answer) = chainsub_tests::http_get(port, path) {
@@ -431,7 +431,10 @@ pub fn http_get(port: u16, path: &str) -> (u16, String) {
 }
 
 /// Polls `/health` until `pred` holds for its JSON body.
-pub fn wait_health(port: u16, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+pub(crate) fn wait_health(
+    port: u16,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, body) = http_get(port, "/health");
@@ -449,7 +452,7 @@ pub fn wait_health(port: u16, pred: impl Fn(&serde_json::Value) -> bool) -> serd
 }
 
 /// A bytes32 reference never used before in this process.
-pub fn unique_ref() -> B256 {
+pub(crate) fn unique_ref() -> B256 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
@@ -457,6 +460,6 @@ pub fn unique_ref() -> B256 {
 }
 
 /// The keeper's address (dev account 1).
-pub fn keeper_address() -> Address {
+pub(crate) fn keeper_address() -> Address {
     DevChain::address(accounts::KEEPER)
 }

@@ -28,8 +28,8 @@ impl Action {
     /// The journal's name for the action.
     pub fn as_str(self) -> &'static str {
         match self {
-            Action::Charge => "charge",
-            Action::End => "end",
+            Self::Charge => "charge",
+            Self::End => "end",
         }
     }
 }
@@ -268,8 +268,8 @@ fn parse_u128(s: &str) -> Result<u128> {
 
 impl Store {
     /// A store over `pool` for this keeper.
-    pub fn new(pool: Pool, chain_id: ChainId, contract: Address, keeper: Address) -> Result<Store> {
-        Ok(Store {
+    pub fn new(pool: Pool, chain_id: ChainId, contract: Address, keeper: Address) -> Result<Self> {
+        Ok(Self {
             pool,
             chain_id,
             contract,
@@ -289,7 +289,7 @@ impl Store {
     }
 
     /// Charges `scope` (default: only plans this service provisioned).
-    pub fn with_scope(mut self, scope: ChargeScope) -> Store {
+    pub fn with_scope(mut self, scope: ChargeScope) -> Self {
         self.scope = scope;
         self
     }
@@ -330,7 +330,7 @@ impl Store {
     }
 
     /// Takes up a step that reverted on chain again, after its backoff, up to `n` times.
-    pub fn with_revert_retries(mut self, n: u32) -> Store {
+    pub fn with_revert_retries(mut self, n: u32) -> Self {
         self.max_revert_retries = i32::try_from(n).unwrap_or(i32::MAX);
         self
     }

@@ -207,7 +207,7 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
     let events: Vec<(String, Vec<u8>)> = (1..=3)
         .map(|i| (format!("evt_{i}"), wallet.clone()))
         .collect();
-    let refs: Vec<outbox::NewDelivery> = events
+    let refs: Vec<outbox::NewDelivery<'_>> = events
         .iter()
         .zip([7, 7, 8])
         .zip(1..)
@@ -569,7 +569,7 @@ async fn a_snapshot_is_read_back_as_the_state_it_was_written_from() {
     let hash = B256::repeat_byte(9);
     let fields = LogFields::default();
     let public_ids: Vec<String> = (0..3).map(|i| format!("evt_{i:032x}")).collect();
-    let events: Vec<NewEvent> = states
+    let events: Vec<NewEvent<'_>> = states
         .iter()
         .zip(&public_ids)
         .enumerate()
@@ -645,7 +645,7 @@ async fn a_batchs_outbox_rows_are_copied_as_enqueue_writes_them() {
         subscription_id: Some(7 + (i as i64 + 1) % 2),
     };
     // Three rows the sink's way, in reverse chain order on purpose, then three the other way.
-    let copied: Vec<NewDelivery> = [2, 1, 0].map(delivery).to_vec();
+    let copied: Vec<NewDelivery<'_>> = [2, 1, 0].map(delivery).to_vec();
     let tx = c.transaction().await.unwrap();
     tx.batch_execute("SET LOCAL track_functions = 'pl'")
         .await
@@ -667,7 +667,7 @@ async fn a_batchs_outbox_rows_are_copied_as_enqueue_writes_them() {
         .get(0);
     assert_eq!(notified, 1, "one wake-up per statement");
     tx.commit().await.unwrap();
-    let inserted: Vec<NewDelivery> = [3, 4, 5].map(delivery).to_vec();
+    let inserted: Vec<NewDelivery<'_>> = [3, 4, 5].map(delivery).to_vec();
     assert_eq!(
         outbox::enqueue(&c, chainsub_core::ChainId::new(1).unwrap(), &inserted)
             .await
@@ -807,7 +807,7 @@ async fn listed_event(c: &tokio_postgres::Client, block: i32, wallet: &[u8]) -> 
 /// How many times this connection executed the events list statements: `(merged, chain-only)`
 /// (`pg_prepared_statements` counts a plan per execution).
 async fn events_list_runs(c: &tokio_postgres::Client) -> (i64, i64) {
-    let statements = chainsub_store::events::list_statements();
+    let statements = events::list_statements();
     let (merged, chain_only) = statements.split_at(statements.len() / 2);
     let rows = c
         .query(

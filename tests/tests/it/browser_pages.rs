@@ -50,7 +50,7 @@ async fn checkout_link_errors_are_html_pages_with_honest_status() {
         ),
         (url.replace("cust_7", "cust_8"), 403, "not valid"),
         (url.replace("customer=cust_7&", ""), 403, "not valid"),
-        (format!("{}0", url), 403, "not valid"),
+        (format!("{url}0"), 403, "not valid"),
     ];
     for (bad, status, words) in cases {
         let res = s.http.get(&bad).send().await.unwrap();
@@ -88,7 +88,7 @@ async fn tx_endpoint_encodes_approve_and_subscribe_with_the_wallets_recorded_cus
     let (_, plan, checkout) = plan_and_checkout(&s, "cust_tx").await;
     let url = checkout["url"].as_str().unwrap().to_string();
     // The two-transaction way (`permit=off`); the permit way is checked at the end.
-    let permit_way = url.replacen("?", "/tx?", 1);
+    let permit_way = url.replacen('?', "/tx?", 1);
     let path_and_query = format!("{permit_way}&permit=off");
     let get = |from: Option<String>| {
         let u = match from {
@@ -253,7 +253,7 @@ async fn plan_not_on_chain_is_shown_unavailable_and_tx_endpoint_answers_409() {
     );
     let tx = format!(
         "{}&from={}",
-        url.replacen("?", "/tx?", 1),
+        url.replacen('?', "/tx?", 1),
         DevChain::address(accounts::CUSTOMER)
     );
     let res = s.http.get(tx).send().await.unwrap();

@@ -9,11 +9,11 @@ use chainsub_tests::chain::{DEV_KEYS, accounts};
 use chainsub_tests::{ChildGuard, DevChain, Reserved, TestDb, bin_path, workspace_root};
 use serde_json::Value;
 
-pub const SECRET: &str = "browser-test-checkout-secret";
-pub const EXPLORER: &str = "https://explorer.example/tx/";
+pub(crate) const SECRET: &str = "browser-test-checkout-secret";
+pub(crate) const EXPLORER: &str = "https://explorer.example/tx/";
 
 /// The running stack of one test.
-pub struct Stack {
+pub(crate) struct Stack {
     pub chain: DevChain,
     pub db: TestDb,
     pub base: String,
@@ -28,7 +28,7 @@ fn log_file(name: &str) -> Stdio {
     Stdio::from(std::fs::File::create(dir.join(name)).expect("log file"))
 }
 
-pub async fn start(test: &str, with_indexer: bool) -> Stack {
+pub(crate) async fn start(test: &str, with_indexer: bool) -> Stack {
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
     let socket = Reserved::new();
@@ -98,14 +98,14 @@ pub async fn start(test: &str, with_indexer: bool) -> Stack {
     }
 }
 
-pub use chainsub_tests::wait_for_some as poll;
+pub(crate) use chainsub_tests::wait_for_some as poll;
 
-pub fn screenshot_dir() -> PathBuf {
+pub(crate) fn screenshot_dir() -> PathBuf {
     workspace_root().join("target/browser-screenshots")
 }
 
 /// Runs a scenario script with `env`; fails the test (with its output) on a non-zero exit.
-pub fn node(script: &str, env: &[(&str, String)]) {
+pub(crate) fn node(script: &str, env: &[(&str, String)]) {
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
         std::path::Path::new(&chromium).exists(),
@@ -131,7 +131,7 @@ pub fn node(script: &str, env: &[(&str, String)]) {
     );
 }
 
-pub fn admin_create_key(db: &TestDb, wallet: alloy::primitives::Address) -> String {
+pub(crate) fn admin_create_key(db: &TestDb, wallet: Address) -> String {
     let out = Command::new(bin_path("api"))
         .args(["admin", "create-key", "--wallet", &wallet.to_string()])
         .env("DATABASE_URL", &db.url)
@@ -148,7 +148,7 @@ pub fn admin_create_key(db: &TestDb, wallet: alloy::primitives::Address) -> Stri
         .to_string()
 }
 
-pub async fn post(s: &Stack, key: &str, path: &str, body: Value) -> Value {
+pub(crate) async fn post(s: &Stack, key: &str, path: &str, body: Value) -> Value {
     let res = s
         .http
         .post(format!("{}{path}", s.base))
@@ -165,7 +165,7 @@ pub async fn post(s: &Stack, key: &str, path: &str, body: Value) -> Value {
 
 /// A merchant key, an active plan "Pro Monthly" at 9.99 USDC, and a checkout link for
 /// `customer`: (key, plan, checkout).
-pub async fn plan_and_checkout(s: &Stack, customer: &str) -> (String, Value, Value) {
+pub(crate) async fn plan_and_checkout(s: &Stack, customer: &str) -> (String, Value, Value) {
     let key = admin_create_key(&s.db, DevChain::address(accounts::MERCHANT));
     let plan = post(
         s,
@@ -191,11 +191,15 @@ pub async fn plan_and_checkout(s: &Stack, customer: &str) -> (String, Value, Val
 /// Subscribes `customer` through a checkout link as the page would: funds the wallet, asks
 /// the link's transaction endpoint (once the indexer has the plan) and sends what it hands
 /// out. Returns the on-chain subscription id.
-pub async fn subscribe_through_checkout(s: &Stack, checkout_url: &str, customer: Address) -> u64 {
+pub(crate) async fn subscribe_through_checkout(
+    s: &Stack,
+    checkout_url: &str,
+    customer: Address,
+) -> u64 {
     s.chain.mint(customer, 100_000_000).await;
     let tx_url = format!(
         "{}&permit=off&from={customer}",
-        checkout_url.replacen("?", "/tx?", 1)
+        checkout_url.replacen('?', "/tx?", 1)
     );
     let v = poll("the checkout's transactions", || async {
         let res = s.http.get(&tx_url).send().await.ok()?;

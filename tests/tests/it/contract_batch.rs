@@ -23,7 +23,7 @@ struct Crowd {
 }
 
 impl Crowd {
-    async fn new(n: usize) -> Crowd {
+    async fn new(n: usize) -> Self {
         let anvil = Anvil::start_with(&["--accounts", &(10 + n).to_string()]);
         let unsigned = ProviderBuilder::new()
             .connect_http(anvil.url.parse().expect("rpc url"))
@@ -38,7 +38,7 @@ impl Crowd {
                 .createPlan(merchant, U256::from(PRICE), B256::repeat_byte(0x11))
         );
         let customers = all[10..10 + n].to_vec();
-        let crowd = Crowd {
+        let crowd = Self {
             chain,
             unsigned,
             merchant,

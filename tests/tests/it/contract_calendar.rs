@@ -52,7 +52,7 @@ fn contract_add_months_matches_chrono_for_random_start_dates() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     // One anvil for every case.
     let chain = rt.block_on(DevChain::start());
-    let manager = SubscriptionManager::new(chain.manager, chain.provider.clone());
+    let manager = SubscriptionManager::new(chain.manager, chain.provider);
 
     let mut runner = TestRunner::new(Config {
         cases: 256,
@@ -85,7 +85,7 @@ fn contract_add_months_matches_chrono_for_random_start_dates() {
 fn contract_add_months_matches_chrono_on_known_edges() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let chain = rt.block_on(DevChain::start());
-    let manager = SubscriptionManager::new(chain.manager, chain.provider.clone());
+    let manager = SubscriptionManager::new(chain.manager, chain.provider);
     let call = |anchor: u64, months: u32| {
         rt.block_on(async { manager.addMonths(anchor, U256::from(months)).call().await })
             .unwrap()

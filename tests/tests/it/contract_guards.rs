@@ -26,9 +26,7 @@ struct Setup {
     customer: Address,
 }
 
-async fn mined(
-    call: impl std::future::IntoFuture<Output = TransactionReceipt>,
-) -> TransactionReceipt {
+async fn mined(call: impl IntoFuture<Output = TransactionReceipt>) -> TransactionReceipt {
     let receipt = call.await;
     assert!(receipt.status(), "transaction reverted: {receipt:?}");
     receipt

@@ -11,16 +11,16 @@ use chainsub_tests::DevChain;
 use chainsub_tests::chain::accounts;
 
 /// `SubscriptionManager.Status` as the ABI encodes it.
-pub mod status {
-    pub const ACTIVE: u8 = 1;
-    pub const PAST_DUE: u8 = 2;
-    pub const CANCELLED: u8 = 3;
-    pub const ENDED: u8 = 4;
+pub(crate) mod status {
+    pub(crate) const ACTIVE: u8 = 1;
+    pub(crate) const PAST_DUE: u8 = 2;
+    pub(crate) const CANCELLED: u8 = 3;
+    pub(crate) const ENDED: u8 = 4;
 }
 
 /// 9.99 USDC in base units.
-pub const PRICE: u64 = 9_990_000;
-pub const DAY: u64 = 86_400;
+pub(crate) const PRICE: u64 = 9_990_000;
+pub(crate) const DAY: u64 = 86_400;
 
 /// Sends a contract call as `$from`, expects it to revert, and returns the decoded custom
 /// error of SubscriptionManager.
@@ -34,14 +34,14 @@ macro_rules! revert_as {
 }
 
 /// The custom error inside a reverted call.
-pub fn decode_revert(e: &alloy::contract::Error) -> SubscriptionManagerErrors {
+pub(crate) fn decode_revert(e: &alloy::contract::Error) -> SubscriptionManagerErrors {
     e.as_decoded_interface_error::<SubscriptionManagerErrors>()
         .unwrap_or_else(|| panic!("not a SubscriptionManager custom error: {e}"))
 }
 
 /// Every SubscriptionManager log of the receipt, decoded; a log that fails to decode fails
 /// the test.
-pub fn manager_events(chain: &DevChain, receipt: &TransactionReceipt) -> Vec<ContractEvent> {
+pub(crate) fn manager_events(chain: &DevChain, receipt: &TransactionReceipt) -> Vec<ContractEvent> {
     receipt
         .inner
         .logs()
@@ -52,7 +52,7 @@ pub fn manager_events(chain: &DevChain, receipt: &TransactionReceipt) -> Vec<Con
 }
 
 /// Timestamp of the block that included the receipt.
-pub async fn block_time(chain: &DevChain, receipt: &TransactionReceipt) -> u64 {
+pub(crate) async fn block_time(chain: &DevChain, receipt: &TransactionReceipt) -> u64 {
     let n = receipt.block_number.expect("mined receipt");
     chain
         .provider
@@ -65,13 +65,13 @@ pub async fn block_time(chain: &DevChain, receipt: &TransactionReceipt) -> u64 {
 }
 
 /// Calendar month arithmetic from chrono, the reference the contract must agree with.
-pub fn months_after(anchor: u64, months: u32) -> u64 {
+pub(crate) fn months_after(anchor: u64, months: u32) -> u64 {
     chainsub_abi::add_months(anchor, months).expect("in chrono's range")
 }
 
 /// A chain with a plan of `PRICE` for MERCHANT, created by the operator, and CUSTOMER
 /// funded with `funds` and an unlimited approval.
-pub struct Fixture {
+pub(crate) struct Fixture {
     pub chain: DevChain,
     pub plan_id: U256,
     pub amount: U256,
@@ -83,7 +83,7 @@ pub struct Fixture {
 
 /// A live subscription as created by [`Fixture::subscribe`].
 #[derive(Debug, Clone, Copy)]
-pub struct Sub {
+pub(crate) struct Sub {
     pub id: U256,
     /// The subscription's anchor (block time of the subscribe transaction).
     pub anchor: u64,
@@ -91,12 +91,12 @@ pub struct Sub {
 
 impl Fixture {
     /// A plan and a customer holding ten periods' worth of USDC.
-    pub async fn new() -> Fixture {
+    pub(crate) async fn new() -> Self {
         Self::with_funds(10 * PRICE).await
     }
 
     /// A plan and a customer holding `funds` base units, approved without limit.
-    pub async fn with_funds(funds: u64) -> Fixture {
+    pub(crate) async fn with_funds(funds: u64) -> Self {
         let chain = DevChain::start().await;
         let operator = DevChain::address(accounts::OPERATOR);
         let merchant = DevChain::address(accounts::MERCHANT);
@@ -108,7 +108,7 @@ impl Fixture {
         );
         chain.mint(customer, funds).await;
         send_as!(customer, chain.usdc().approve(chain.manager, U256::MAX));
-        Fixture {
+        Self {
             chain,
             plan_id: U256::from(1),
             amount: U256::from(PRICE),
@@ -120,12 +120,12 @@ impl Fixture {
     }
 
     /// CUSTOMER subscribes to the plan (first period charged at once).
-    pub async fn subscribe(&self) -> Sub {
+    pub(crate) async fn subscribe(&self) -> Sub {
         self.subscribe_with_gas().await.0
     }
 
     /// [`Fixture::subscribe`], with the gas the transaction used.
-    pub async fn subscribe_with_gas(&self) -> (Sub, u64) {
+    pub(crate) async fn subscribe_with_gas(&self) -> (Sub, u64) {
         let receipt = send_as!(
             self.customer,
             self.chain.manager().subscribe(
@@ -144,17 +144,17 @@ impl Fixture {
     }
 
     /// The keeper calls `charge`; returns the receipt (the call must not revert).
-    pub async fn charge(&self, sub: U256) -> TransactionReceipt {
+    pub(crate) async fn charge(&self, sub: U256) -> TransactionReceipt {
         send_as!(self.keeper, self.chain.manager().charge(sub))
     }
 
     /// The keeper's `charge` reverts; returns the error.
-    pub async fn charge_reverts(&self, sub: U256) -> SubscriptionManagerErrors {
+    pub(crate) async fn charge_reverts(&self, sub: U256) -> SubscriptionManagerErrors {
         revert_as!(self.keeper, self.chain.manager().charge(sub))
     }
 
     /// The on-chain subscription record.
-    pub async fn record(&self, sub: U256) -> SM::Subscription {
+    pub(crate) async fn record(&self, sub: U256) -> SM::Subscription {
         self.chain
             .manager()
             .getSubscription(sub)
@@ -164,7 +164,7 @@ impl Fixture {
     }
 
     /// USDC balance of `who`.
-    pub async fn balance(&self, who: Address) -> U256 {
+    pub(crate) async fn balance(&self, who: Address) -> U256 {
         self.chain
             .usdc()
             .balanceOf(who)
@@ -174,7 +174,7 @@ impl Fixture {
     }
 
     /// Moves the chain clock to `ts` (or a little past it) and mines a block.
-    pub async fn advance_to(&self, ts: u64) {
+    pub(crate) async fn advance_to(&self, ts: u64) {
         let now = self.chain.now().await;
         if ts > now {
             self.chain.increase_time(ts - now).await;

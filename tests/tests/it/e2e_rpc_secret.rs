@@ -66,7 +66,7 @@ async fn an_rpc_url_with_a_key_in_it_reaches_no_response_and_no_log() {
 
     // The indexer and the keeper give up on the node after the start-up deadline and exit,
     // logging why.
-    for (name, child) in services.children.iter_mut() {
+    for (name, child) in &mut services.children {
         if *name == "api" {
             continue;
         }

@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 
 /// Fault probabilities per call.
 #[derive(Debug, Clone, Copy)]
-pub struct Faults {
+pub(crate) struct Faults {
     pub error: f64,
     pub too_large: f64,
     pub truncate: f64,
@@ -30,8 +30,8 @@ pub struct Faults {
 
 impl Faults {
     /// A node that always answers right.
-    pub fn none() -> Faults {
-        Faults {
+    pub(crate) fn none() -> Self {
+        Self {
             error: 0.0,
             too_large: 0.0,
             truncate: 0.0,
@@ -43,8 +43,8 @@ impl Faults {
     }
 
     /// A hostile node.
-    pub fn hostile() -> Faults {
-        Faults {
+    pub(crate) fn hostile() -> Self {
+        Self {
             error: 0.08,
             too_large: 0.05,
             truncate: 0.08,
@@ -98,7 +98,7 @@ struct Inner {
 }
 
 /// The fake chain.
-pub struct FakeChain {
+pub(crate) struct FakeChain {
     inner: Mutex<Inner>,
     contract: Address,
     faults: Faults,
@@ -118,7 +118,7 @@ fn u(v: u64) -> U256 {
 
 impl FakeChain {
     /// A chain of `blocks` blocks (genesis included) generated from `seed`.
-    pub fn new(seed: u64, contract: Address, blocks: u64, faults: Faults) -> FakeChain {
+    pub(crate) fn new(seed: u64, contract: Address, blocks: u64, faults: Faults) -> Self {
         let genesis = FakeBlock {
             header: Header {
                 number: 0,
@@ -130,7 +130,7 @@ impl FakeChain {
             logs: vec![],
             model: Model::default(),
         };
-        let chain = FakeChain {
+        let chain = Self {
             inner: Mutex::new(Inner {
                 blocks: vec![genesis],
                 gen_rng: StdRng::seed_from_u64(seed),
@@ -146,19 +146,19 @@ impl FakeChain {
     }
 
     /// Turns the node's misbehaviour on or off (off: a perfect node, for the ground truth).
-    pub fn set_faulty(&self, on: bool) {
+    pub(crate) fn set_faulty(&self, on: bool) {
         self.faulty.store(on, Ordering::SeqCst);
     }
 
     /// The tip (number, hash).
-    pub fn tip(&self) -> (u64, B256) {
+    pub(crate) fn tip(&self) -> (u64, B256) {
         let inner = self.inner.lock().unwrap();
         let b = inner.blocks.last().unwrap();
         (b.header.number, b.header.hash)
     }
 
     /// Every log of the canonical chain: (block number, block hash, tx hash, log index).
-    pub fn canonical_logs(&self) -> Vec<(u64, B256, B256, u64)> {
+    pub(crate) fn canonical_logs(&self) -> Vec<(u64, B256, B256, u64)> {
         let inner = self.inner.lock().unwrap();
         inner
             .blocks
@@ -172,7 +172,7 @@ impl FakeChain {
     }
 
     /// Mines `n` new blocks.
-    pub fn grow(&self, n: u64) {
+    pub(crate) fn grow(&self, n: u64) {
         let mut inner = self.inner.lock().unwrap();
         for _ in 0..n {
             let block = self.next_block(&mut inner);
@@ -181,7 +181,7 @@ impl FakeChain {
     }
 
     /// Replaces the last `depth` blocks with `depth + extra` new ones.
-    pub fn reorg(&self, depth: u64, extra: u64) {
+    pub(crate) fn reorg(&self, depth: u64, extra: u64) {
         let mut inner = self.inner.lock().unwrap();
         let keep = inner.blocks.len().saturating_sub(depth as usize).max(1);
         inner.blocks.truncate(keep);

@@ -16,7 +16,7 @@ use crate::stack::Stack;
 
 /// What `deploy` put on chain.
 #[derive(Debug, Clone)]
-pub struct Deployed {
+pub(crate) struct Deployed {
     pub chain_id: u64,
     pub manager: Address,
     pub usdc: Address,
@@ -26,7 +26,7 @@ pub struct Deployed {
 
 /// Starts anvil on 127.0.0.1:`port` as a child of the stack (port 0: a port anvil binds
 /// itself, read back from its socket); returns its URL.
-pub fn start_anvil(stack: &mut Stack, port: u16) -> Result<String> {
+pub(crate) fn start_anvil(stack: &mut Stack, port: u16) -> Result<String> {
     // Fail with a useful message rather than letting anvil exit on a taken port.
     TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
         anyhow!(
@@ -49,7 +49,7 @@ pub fn start_anvil(stack: &mut Stack, port: u16) -> Result<String> {
 }
 
 /// Waits until the RPC answers, failing early if a child of the stack died.
-pub async fn wait_for_rpc(url: &str, stack: &mut Stack) -> Result<()> {
+pub(crate) async fn wait_for_rpc(url: &str, stack: &mut Stack) -> Result<()> {
     let provider = signing_provider(url);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -71,7 +71,7 @@ pub async fn wait_for_rpc(url: &str, stack: &mut Stack) -> Result<()> {
 
 /// Deploys MockUSDC and SubscriptionManager (operator = dev account 0) and mints
 /// `mint_usdc` whole USDC to dev accounts 2..=9.
-pub async fn deploy(url: &str, mint_usdc: u64) -> Result<Deployed> {
+pub(crate) async fn deploy(url: &str, mint_usdc: u64) -> Result<Deployed> {
     let provider = signing_provider(url);
     let chain_id = provider.get_chain_id().await.context("eth_chainId")?;
     let operator = DevChain::address(accounts::OPERATOR);

@@ -7,7 +7,7 @@ use tokio_postgres::{Config, NoTls};
 
 /// Creates the database if it is missing (dropping it first when `reset`) and applies every
 /// migration.
-pub async fn prepare(url: &str, reset: bool) -> Result<()> {
+pub(crate) async fn prepare(url: &str, reset: bool) -> Result<()> {
     let config = Config::from_str(url).with_context(|| format!("parse DATABASE_URL {url}"))?;
     let name = config
         .get_dbname()

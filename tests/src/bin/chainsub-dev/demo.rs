@@ -13,7 +13,7 @@ use chainsub_tests::receiver::WebhookReceiver;
 use serde_json::Value;
 
 /// What the demo leaves running and worth printing at the end.
-pub struct DemoOutcome {
+pub(crate) struct DemoOutcome {
     pub checkout_url: String,
     pub receiver: WebhookReceiver,
 }
@@ -44,7 +44,11 @@ fn short(v: &Value) -> String {
 
 /// Runs the demo against the API at `api_base` and the chain at `rpc_url`; the merchant's API
 /// key is written whole to `key_file` (owner-only), so it can be used afterwards.
-pub async fn run(api_base: &str, rpc_url: &str, key_file: &std::path::Path) -> Result<DemoOutcome> {
+pub(crate) async fn run(
+    api_base: &str,
+    rpc_url: &str,
+    key_file: &std::path::Path,
+) -> Result<DemoOutcome> {
     let api = ApiClient::new(api_base);
     let wallet = signing_provider(rpc_url);
     let merchant = dev_key(accounts::MERCHANT);

@@ -14,7 +14,7 @@ use crate::stack::{Stack, StackEnv};
 
 /// Dev-only settings written to `stack.env` after the shared ones: quick polling so the demo
 /// moves in seconds, and webhooks allowed to a local plain-http receiver.
-pub const DEV_EXTRAS: [(&str, &str); 6] = [
+pub(crate) const DEV_EXTRAS: [(&str, &str); 6] = [
     ("INDEXER_POLL_INTERVAL_MS", "250"),
     ("KEEPER_POLL_INTERVAL_MS", "1000"),
     ("WEBHOOK_ALLOW_LOOPBACK", "true"),
@@ -42,7 +42,7 @@ fn bin(name: &str) -> Result<PathBuf> {
 }
 
 /// The services' listening sockets, bound before they start.
-pub struct Sockets {
+pub(crate) struct Sockets {
     pub api: Reserved,
     pub indexer: Reserved,
     pub keeper: Reserved,
@@ -50,7 +50,7 @@ pub struct Sockets {
 
 /// Starts indexer, api and keeper with `env` (stack.env's settings), each serving on its
 /// socket from `sockets` (handed over as stdin), and waits until the API answers.
-pub async fn start(stack: &mut Stack, env: &StackEnv, sockets: &Sockets) -> Result<()> {
+pub(crate) async fn start(stack: &mut Stack, env: &StackEnv, sockets: &Sockets) -> Result<()> {
     let api_base = sockets.api.url();
     for (name, socket, listen_var) in [
         ("indexer", &sockets.indexer, "INDEXER_METRICS_LISTEN"),

@@ -24,32 +24,32 @@ const DEV_CHECKOUT_SECRET: &str = "dev-checkout-signing-secret-not-for-productio
 const DEV_WEBHOOK_SECRETS_KEYS: &str = "dev:ZWZnaGlqa2xtbm9wcXJzdHV2d3h5ent8fX5/gIGCg4Q=";
 
 /// Child processes started by `up`, stopped in reverse order.
-pub struct Stack {
+pub(crate) struct Stack {
     dir: PathBuf,
     children: Vec<(&'static str, ChildGuard)>,
 }
 
 impl Stack {
-    pub fn new(dir: PathBuf) -> Stack {
-        Stack {
+    pub(crate) fn new(dir: PathBuf) -> Self {
+        Self {
             dir,
             children: Vec::new(),
         }
     }
 
     /// The dev directory (logs, stack.env, pid file).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// A fresh `<dir>/<name>.log` for a child's output.
-    pub fn log_file(&self, name: &str) -> Result<File> {
+    pub(crate) fn log_file(&self, name: &str) -> Result<File> {
         let path = self.dir.join(format!("{name}.log"));
         File::create(&path).with_context(|| format!("create {}", path.display()))
     }
 
     /// Starts `cmd` as a child of the stack.
-    pub fn spawn(&mut self, name: &'static str, mut cmd: Command) -> Result<()> {
+    pub(crate) fn spawn(&mut self, name: &'static str, mut cmd: Command) -> Result<()> {
         // Its own process group: Ctrl-C reaches only this command, which then stops the
         // children in order instead of all of them dying at once.
         cmd.process_group(0);
@@ -60,7 +60,7 @@ impl Stack {
     }
 
     /// The TCP port the child `name` listens on (one started on port 0).
-    pub fn listening_port(&mut self, name: &str) -> Result<u16> {
+    pub(crate) fn listening_port(&mut self, name: &str) -> Result<u16> {
         let (_, child) = self
             .children
             .iter_mut()
@@ -71,20 +71,20 @@ impl Stack {
     }
 
     /// The name of a child that has exited, if any.
-    pub fn exited(&mut self) -> Option<&'static str> {
+    pub(crate) fn exited(&mut self) -> Option<&'static str> {
         self.children
             .iter_mut()
             .find_map(|(name, c)| matches!(c.0.try_wait(), Ok(Some(_))).then_some(*name))
     }
 
     /// Records this process so `down` and `status` can find it.
-    pub fn write_pid(&self) -> Result<()> {
+    pub(crate) fn write_pid(&self) -> Result<()> {
         std::fs::write(self.dir.join(PID_FILE), std::process::id().to_string())?;
         Ok(())
     }
 
     /// Waits for Ctrl-C or SIGTERM (Ok) or for a child to die (Err).
-    pub async fn hold(&mut self) -> Result<()> {
+    pub(crate) async fn hold(&mut self) -> Result<()> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -102,7 +102,7 @@ impl Stack {
     }
 
     /// Stops every child (SIGTERM, then SIGKILL after 10 s), newest first.
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         while let Some((name, mut child)) = self.children.pop() {
             match child.terminate(10) {
                 Some(status) => println!("stopped {name} ({status})"),
@@ -114,18 +114,18 @@ impl Stack {
 }
 
 /// The docs/design.md §9 settings of a running stack, in `stack.env` order.
-pub struct StackEnv(Vec<(&'static str, String)>);
+pub(crate) struct StackEnv(Vec<(&'static str, String)>);
 
 impl StackEnv {
     /// The settings of a dev stack on `rpc_url` with `deployed` contracts.
-    pub fn dev(
+    pub(crate) fn dev(
         database_url: &str,
         rpc_url: &str,
         deployed: &Deployed,
         confirmations: u64,
         api_listen: &str,
-    ) -> StackEnv {
-        StackEnv(vec![
+    ) -> Self {
+        Self(vec![
             ("DATABASE_URL", database_url.to_string()),
             ("RPC_URL", rpc_url.to_string()),
             ("CHAIN_ID", deployed.chain_id.to_string()),
@@ -149,17 +149,17 @@ impl StackEnv {
     }
 
     /// Adds a setting (written to stack.env like the others).
-    pub fn push(&mut self, key: &'static str, value: String) {
+    pub(crate) fn push(&mut self, key: &'static str, value: String) {
         self.0.push((key, value));
     }
 
     /// The variables, for `Command::envs` when the stack starts its services.
-    pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (*k, v.as_str()))
     }
 
     /// Writes `<dir>/stack.env` (`KEY=value` lines, sourceable by sh) atomically.
-    pub fn write(&self, dir: &Path) -> Result<PathBuf> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<PathBuf> {
         let mut text = String::from(
             "# Written by `scripts/dev up`; load with: set -a; . .dev/stack.env; set +a\n",
         );
@@ -175,7 +175,7 @@ impl StackEnv {
 }
 
 /// The pid of a live `up` for this dev directory.
-pub fn running_pid(dir: &Path) -> Option<u32> {
+pub(crate) fn running_pid(dir: &Path) -> Option<u32> {
     let pid: u32 = std::fs::read_to_string(dir.join(PID_FILE))
         .ok()?
         .trim()
@@ -189,7 +189,7 @@ pub fn running_pid(dir: &Path) -> Option<u32> {
 }
 
 /// `down`: SIGTERM to the running `up`, then wait for it to finish stopping its children.
-pub fn down(dir: &Path) -> Result<()> {
+pub(crate) fn down(dir: &Path) -> Result<()> {
     let Some(pid) = running_pid(dir) else {
         println!("no stack is up");
         return Ok(());
@@ -212,7 +212,7 @@ pub fn down(dir: &Path) -> Result<()> {
 }
 
 /// `status`: up or down, the settings, and whether chain and database answer.
-pub async fn status(dir: &Path) -> Result<()> {
+pub(crate) async fn status(dir: &Path) -> Result<()> {
     let env_path = dir.join(ENV_FILE);
     let Some(pid) = running_pid(dir) else {
         println!("down");
