@@ -13,16 +13,22 @@ pub const MAX_AMOUNT_BASE_UNITS: u128 = 1_000_000_000_000 * 1_000_000;
 /// Why a decimal string is not an [`Amount`]; `Display` completes "`amount` …".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AmountError {
+    /// Not ASCII digits with an optional `.` and fractional digits.
     #[error("must be a decimal string such as \"9.99\"")]
     NotDecimal,
+    /// The integer part starts with a zero (`"007"`).
     #[error("must not have leading zeros")]
     LeadingZeros,
+    /// A `.` with no digits after it (`"5."`).
     #[error("must have digits after the decimal point")]
     BareDot,
+    /// More than 6 digits after the decimal point.
     #[error("USDC has at most 6 decimals")]
     TooPrecise,
+    /// Above [`MAX_AMOUNT_BASE_UNITS`].
     #[error("is too large")]
     TooLarge,
+    /// Zero base units.
     #[error("must be greater than 0")]
     Zero,
 }

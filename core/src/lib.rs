@@ -5,6 +5,8 @@
 //! Values are parsed once at the boundary (a request, a row) and cannot be invalid after
 //! that; every type here renders to exactly the text the API and the database use.
 
+#![warn(missing_docs)]
+
 pub mod address;
 pub mod amount;
 pub mod chain_id;

@@ -16,7 +16,9 @@ use std::str::FromStr;
 /// A listen setting: `host:port` (port 0 picks a free port) or `stdin`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listen {
+    /// Bind this `host:port`.
     Addr(SocketAddr),
+    /// Use the listening socket handed over as standard input.
     Stdin,
 }
 

@@ -28,10 +28,13 @@ pub struct SealingKeys {
 /// Why a key list or a stored secret could not be used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SealError {
+    /// `WEBHOOK_SECRETS_KEYS` is malformed; the text says how.
     #[error("WEBHOOK_SECRETS_KEYS: {0}")]
     Keys(String),
+    /// A stored secret is sealed with a key id (given) that the list does not hold.
     #[error("a stored secret is sealed with key `{0}`, which WEBHOOK_SECRETS_KEYS does not hold")]
     UnknownKey(String),
+    /// A stored secret does not decode or decrypt (altered, or moved from another row).
     #[error("a stored secret does not open (altered, or not this row's)")]
     Corrupt,
 }

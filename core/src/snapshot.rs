@@ -13,17 +13,29 @@ use crate::{SubscriptionId, SubscriptionStatus};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SubscriptionSnapshot {
+    /// The opaque public id ([`SubscriptionId::of_creation`]).
     pub id: SubscriptionId,
+    /// The status after the event.
     pub status: SubscriptionStatus,
+    /// Whether the subscription ends when the current period is over.
     pub cancel_at_period_end: bool,
+    /// The number of the current billing period (1 for the first).
     pub period: u32,
+    /// When the current period started.
     pub current_period_start: String,
+    /// When the current period ends.
     pub current_period_end: String,
+    /// When the keeper will next try to charge; `None` once terminal.
     pub next_payment_at: Option<String>,
+    /// Counted failed payments of the period due (0 after a successful charge).
     pub failed_attempts: u8,
+    /// The subscriber's wallet (the payer).
     pub subscriber: Address,
+    /// The merchant's customer id from the checkout that produced it, if resolved.
     pub customer_external_id: Option<String>,
+    /// The amount charged per period, in base units.
     pub amount: String,
+    /// The plan's on-chain id.
     pub plan_onchain_id: i64,
 }
 

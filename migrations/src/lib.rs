@@ -2,6 +2,8 @@
 //! safe when several processes start at once (they serialize on an advisory lock, and the
 //! ones that come second find nothing left to do).
 
+#![warn(missing_docs)]
+
 pub mod locks;
 
 use sha2::{Digest, Sha256};
@@ -10,8 +12,11 @@ use tokio_postgres::Client;
 /// One migration: a version, a name and its SQL, embedded at compile time.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
+    /// The version number (its file's numeric prefix), as recorded in `schema_migrations`.
     pub version: i32,
+    /// A short name (the file name without its number).
     pub name: &'static str,
+    /// The SQL to run, checksummed once applied.
     pub sql: &'static str,
 }
 
@@ -158,14 +163,28 @@ pub const MIGRATIONS: &[Migration] = &[
 /// Migration failures.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A database query failed.
     #[error("database error: {0}")]
     Db(#[from] tokio_postgres::Error),
+    /// An applied migration's SQL no longer matches its stored checksum.
     #[error("migration {version} ({name}) was changed after it was applied (checksum mismatch)")]
-    Changed { version: i32, name: String },
+    Changed {
+        /// The changed migration's version.
+        version: i32,
+        /// The changed migration's name.
+        name: String,
+    },
+    /// The database has a migration (this version) that this binary does not know.
     #[error("database has migration {0}, which this binary does not know: deploy the newer binary")]
     Unknown(i32),
+    /// The database lacks migrations this binary needs.
     #[error("database is at migration {have}; this binary needs {want}: run `migrate` first")]
-    Behind { have: i32, want: i32 },
+    Behind {
+        /// The database's newest applied version (0 when none).
+        have: i32,
+        /// The newest version this binary knows.
+        want: i32,
+    },
 }
 
 /// Result alias for this crate.

@@ -8,6 +8,8 @@
 //! sees the transaction — then [`Sender::broadcast`]s the raw bytes, getting the node's
 //! refusals as a [`Broadcast`] it can act on (re-sync a nonce, bump a replacement).
 
+#![warn(missing_docs)]
+
 use alloy::consensus::TxEnvelope;
 use alloy::eips::Encodable2718;
 use alloy::network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder};
@@ -23,10 +25,13 @@ pub use chainsub_core::{Outcome, SignedTx};
 /// What can go wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The node could not be reached or answered with an error.
     #[error("rpc: {0}")]
     Rpc(#[from] TransportError),
+    /// A configuration mismatch, such as the node serving another chain than `CHAIN_ID`.
     #[error("{0}")]
     Config(String),
+    /// The transaction could not be built or signed.
     #[error("signing: {0}")]
     Sign(String),
 }

@@ -24,6 +24,8 @@
 //! `http_connections_refused_total{listener,reason}`, `http_connections_evicted_total{listener}`
 //! and `http_connections_timed_out_total{listener}` show the caps and timers at work.
 
+#![warn(missing_docs)]
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;

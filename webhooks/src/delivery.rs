@@ -30,12 +30,19 @@ pub struct Deliverer {
 
 /// The request to send for one claimed row.
 pub struct Attempt<'a> {
+    /// The outbox row's id.
     pub outbox_id: i64,
+    /// This attempt's number (1-based).
     pub attempt: i32,
+    /// The event's public id, sent (and signed) as `webhook-id`.
     pub msg_id: &'a str,
+    /// The merchant's endpoint URL.
     pub url: &'a str,
+    /// The endpoint's live signing secrets, newest first.
     pub secrets: &'a [WebhookSecret],
+    /// The JSON body to POST.
     pub body: &'a [u8],
+    /// The merchant's wallet (whose endpoint a 410 disables).
     pub wallet: &'a [u8],
 }
 

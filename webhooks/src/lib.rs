@@ -13,6 +13,8 @@
 //! - events of a merchant without a webhook URL are held (`pending`) too, and are delivered
 //!   once a URL is set (they are always readable through `GET /api/v1/events`).
 
+#![warn(missing_docs)]
+
 pub mod config;
 pub mod delivery;
 pub mod dispatcher;

@@ -20,17 +20,24 @@ pub struct AddressPolicy {
 /// What kind of address an IP is, for the guard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddressClass {
+    /// A public internet address: always allowed.
     Public,
+    /// Loopback (127/8, ::1).
     Loopback,
+    /// RFC 1918, CGNAT, unique-local and other private ranges.
     Private,
+    /// Link-local (169.254/16, fe80::/10).
     LinkLocal,
+    /// A cloud metadata service address: never allowed.
     Metadata,
+    /// Unspecified, multicast, broadcast, documentation or reserved: never allowed.
     Forbidden,
 }
 
 /// Why a URL may not be delivered to.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Blocked {
+    /// The URL has no host to resolve.
     #[error("webhook URL has no host")]
     NoHost,
     /// The same words as [`Blocked::Address`]: whoever sets a URL must not learn whether a
@@ -41,8 +48,11 @@ pub enum Blocked {
     /// merchants see in the dashboard.
     #[error("{host} does not resolve to a public address")]
     Address {
+        /// The URL's host.
         host: String,
+        /// The first address it resolved to that the policy refuses.
         addr: IpAddr,
+        /// What kind of address that is.
         class: AddressClass,
     },
 }
