@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use crate::http::error::ApiError;
-use crate::http::input::{self, Limit};
+use crate::http::input;
 
 /// Default page size.
 pub const DEFAULT_LIMIT: i64 = 20;
@@ -112,4 +112,19 @@ where
     };
     let id = parse(id).ok_or_else(no_such)?;
     lookup(id).await?.ok_or_else(no_such).map(Some)
+}
+
+/// A page size: 1 to [`MAX_LIMIT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit(pub i64);
+
+impl input::FromParam for Limit {
+    fn from_text(s: &str) -> Result<Self, String> {
+        let max = MAX_LIMIT;
+        s.parse::<i64>()
+            .ok()
+            .filter(|n| (1..=max).contains(n) && !s.starts_with('+'))
+            .map(Limit)
+            .ok_or_else(|| format!("must be an integer from 1 to {max}"))
+    }
 }

@@ -109,7 +109,7 @@ impl Admitted {
         let answer = handler(scope, input);
         Box::pin(async move {
             match answer.await {
-                Ok(resp) => rate.apply(resp),
+                Ok(resp) => resp.with_rate(&rate),
                 Err(e) => e.into_resp(),
             }
         })

@@ -428,21 +428,6 @@ impl<const MAX: usize> FromParam for Text<MAX> {
     }
 }
 
-/// A page size: 1 to [`crate::pagination::MAX_LIMIT`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limit(pub i64);
-
-impl FromParam for Limit {
-    fn from_text(s: &str) -> Result<Self, String> {
-        let max = crate::pagination::MAX_LIMIT;
-        s.parse::<i64>()
-            .ok()
-            .filter(|n| (1..=max).contains(n) && !s.starts_with('+'))
-            .map(Limit)
-            .ok_or_else(|| format!("must be an integer from 1 to {max}"))
-    }
-}
-
 /// A block number: a non-negative integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Block(pub i64);
@@ -497,7 +482,7 @@ mod tests {
     #[serde(rename_all = "camelCase")]
     struct Sample {
         #[serde(default, deserialize_with = "param")]
-        limit: Option<Limit>,
+        to_block: Option<Block>,
         #[serde(deserialize_with = "required")]
         name: Text<5>,
         #[serde(default, deserialize_with = "param")]
@@ -532,7 +517,7 @@ mod tests {
 
     #[test]
     fn a_derived_struct_announces_its_camel_case_fields() {
-        assert_eq!(fields_of::<Sample>(), ["limit", "name", "fromBlock"]);
+        assert_eq!(fields_of::<Sample>(), ["toBlock", "name", "fromBlock"]);
     }
 
     #[test]
@@ -540,18 +525,18 @@ mod tests {
         let s: Sample = query(&pairs(&[("name", "ab"), ("fromBlock", "7")])).unwrap();
         assert_eq!(s.name, Text("ab".into()));
         assert_eq!(s.from_block, Some(Block(7)));
-        assert_eq!(s.limit, None);
+        assert_eq!(s.to_block, None);
     }
 
     #[test]
     fn every_refusal_names_the_field_with_its_code() {
         let (code, message, param) =
-            refused(query::<Sample>(&pairs(&[("name", "a"), ("limit", "0")])).unwrap_err());
+            refused(query::<Sample>(&pairs(&[("name", "a"), ("toBlock", "-1")])).unwrap_err());
         assert_eq!(code, Code::ParameterInvalid);
-        assert_eq!(message, "`limit` must be an integer from 1 to 100");
-        assert_eq!(param.as_deref(), Some("limit"));
+        assert_eq!(message, "`toBlock` must be a block number");
+        assert_eq!(param.as_deref(), Some("toBlock"));
 
-        let (code, _, param) = refused(query::<Sample>(&pairs(&[("limit", "3")])).unwrap_err());
+        let (code, _, param) = refused(query::<Sample>(&pairs(&[("toBlock", "3")])).unwrap_err());
         assert_eq!(
             (code, param.as_deref()),
             (Code::ParameterMissing, Some("name"))
@@ -559,7 +544,7 @@ mod tests {
 
         // An unknown name is refused before a bad value of a known one.
         let (code, message, param) =
-            refused(query::<Sample>(&pairs(&[("limit", "x"), ("nope", "1")])).unwrap_err());
+            refused(query::<Sample>(&pairs(&[("toBlock", "x"), ("nope", "1")])).unwrap_err());
         assert_eq!(code, Code::ParameterUnknown);
         assert_eq!(message, "unknown query parameter `nope`");
         assert_eq!(param.as_deref(), Some("nope"));

@@ -67,14 +67,6 @@ pub struct Allowed {
 }
 
 impl Allowed {
-    /// Adds the `RateLimit-Policy` and `RateLimit` headers to an answer.
-    pub fn apply(&self, mut resp: super::reply::Resp) -> super::reply::Resp {
-        for (k, v) in self.headers() {
-            resp = resp.header(k, &v);
-        }
-        resp
-    }
-
     /// `RateLimit-Policy` and `RateLimit` headers.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
         vec![

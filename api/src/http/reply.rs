@@ -78,6 +78,14 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// This answer with the key's `RateLimit-Policy` and `RateLimit` headers.
+    pub fn with_rate(mut self, rate: &super::ratelimit::Allowed) -> Self {
+        for (k, v) in rate.headers() {
+            self = self.header(k, &v);
+        }
+        self
+    }
+
     /// 200 with a JSON body.
     pub fn json(value: Value) -> Self {
         Self::with_status(StatusCode::OK, value)

@@ -12,9 +12,9 @@ use warp::filters::BoxedFilter;
 use crate::auth::api_key::{Admitted, Scope, authed};
 use crate::ctx::Ctx;
 use crate::http::error::{ApiError, Result};
-use crate::http::input::{self, Block, FromParam, Limit, Time, query_of};
+use crate::http::input::{self, Block, FromParam, Time, query_of};
 use crate::http::reply::Resp;
-use crate::pagination::{Page, cursor_key};
+use crate::pagination::{Limit, Page, cursor_key};
 use crate::routes::any_of;
 
 /// The events router.

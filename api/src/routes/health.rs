@@ -34,7 +34,7 @@ async fn health(ctx: &Ctx, client: &ClientAddr) -> Result<Resp, ApiError> {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    Ok(rate.apply(Resp::json_view(status, &probe.public)))
+    Ok(Resp::json_view(status, &probe.public).with_rate(&rate))
 }
 
 /// `GET /health` on the metrics listener: the public health, the database and the

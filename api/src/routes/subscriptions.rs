@@ -15,7 +15,7 @@ use crate::auth::api_key::{Admitted, Scope, authed, authed_json};
 use crate::http::error::{ApiError, Result};
 use crate::http::input::{self, Flag, FromParam, Text, query_of};
 use crate::http::reply::Resp;
-use crate::pagination::{Page, cursor_key};
+use crate::pagination::{Limit, Page, cursor_key};
 use crate::routes::any_of;
 
 /// The subscriptions router.
@@ -41,7 +41,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 #[serde(rename_all = "camelCase")]
 struct ListSubscriptions {
     #[serde(default, deserialize_with = "input::param")]
-    limit: Option<input::Limit>,
+    limit: Option<Limit>,
     #[serde(default)]
     starting_after: Option<String>,
     #[serde(default)]

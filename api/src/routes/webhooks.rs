@@ -28,8 +28,9 @@ use warp::http::StatusCode;
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::{ApiError, Result};
-use crate::http::input::{self, Limit, query_of};
+use crate::http::input::{self, query_of};
 use crate::http::reply::{Handled, Resp, body_bytes, handle, parse_json_object};
+use crate::pagination::Limit;
 use crate::routes::any_of;
 use crate::webhook_settings::{self as settings, WebhookUrl};
 
