@@ -69,15 +69,7 @@ pub fn required<'de, D: Deserializer<'de>, T: FromParam>(d: D) -> Result<T, D::E
 /// The query string as `T`, refusing unknown and repeated parameters.
 pub fn query<T: DeserializeOwned>(pairs: &[(String, String)]) -> Result<T, ApiError> {
     check_params(pairs, fields_of::<T>())?;
-    let values = pairs.iter().map(|(k, v)| {
-        (
-            k.as_str(),
-            QueryValue {
-                key: k.as_str(),
-                value: v.as_str(),
-            },
-        )
-    });
+    let values = pairs.iter().map(|(k, v)| (k.as_str(), QueryValue(v)));
     T::deserialize(Object::new(values)).map_err(Refusal::into_api)
 }
 
@@ -93,15 +85,7 @@ pub fn query_of<T: DeserializeOwned + Send + 'static>() -> BoxedFilter<(T,)> {
 /// A JSON object body as `T`, refusing fields `T` does not have.
 pub fn body<T: DeserializeOwned>(object: &Map<String, Value>) -> Result<T, ApiError> {
     check_fields(object, fields_of::<T>())?;
-    let values = object.iter().map(|(k, v)| {
-        (
-            k.as_str(),
-            JsonValue {
-                key: k.as_str(),
-                value: v,
-            },
-        )
-    });
+    let values = object.iter().map(|(k, v)| (k.as_str(), JsonValue(v)));
     T::deserialize(Object::new(values)).map_err(Refusal::into_api)
 }
 
@@ -276,11 +260,8 @@ impl de::Error for Refusal {
     }
 }
 
-/// One query value, read as a JSON string so that field types see one shape.
-struct QueryValue<'a> {
-    key: &'a str,
-    value: &'a str,
-}
+/// One query value: text. ([`Object`] names the field in its errors.)
+struct QueryValue<'a>(&'a str);
 
 impl<'de> IntoDeserializer<'de, Refusal> for QueryValue<'_> {
     type Deserializer = Self;
@@ -293,14 +274,11 @@ impl<'de> Deserializer<'de> for QueryValue<'_> {
     type Error = Refusal;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refusal> {
-        visitor
-            .visit_str::<Refusal>(self.value)
-            .map_err(|e| e.at(self.key))
+        visitor.visit_str(self.0)
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refusal> {
-        let key = self.key;
-        visitor.visit_some(self).map_err(|e| e.at(key))
+        visitor.visit_some(self)
     }
 
     serde::forward_to_deserialize_any! {
@@ -310,11 +288,8 @@ impl<'de> Deserializer<'de> for QueryValue<'_> {
     }
 }
 
-/// One JSON body value, with the field it is the value of.
-struct JsonValue<'a> {
-    key: &'a str,
-    value: &'a Value,
-}
+/// One JSON body value. ([`Object`] names the field in its errors.)
+struct JsonValue<'a>(&'a Value);
 
 impl<'de> IntoDeserializer<'de, Refusal> for JsonValue<'_> {
     type Deserializer = Self;
@@ -327,8 +302,7 @@ impl<'de> Deserializer<'de> for JsonValue<'_> {
     type Error = Refusal;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refusal> {
-        let key = self.key;
-        let seen = match self.value {
+        match self.0 {
             Value::Null => visitor.visit_unit(),
             Value::Bool(b) => visitor.visit_bool(*b),
             Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
@@ -339,26 +313,20 @@ impl<'de> Deserializer<'de> for JsonValue<'_> {
             },
             Value::String(s) => visitor.visit_str(s),
             Value::Array(items) => {
-                let items = items.iter().map(|value| JsonValue { key, value });
-                visitor.visit_seq(de::value::SeqDeserializer::new(items))
+                visitor.visit_seq(de::value::SeqDeserializer::new(items.iter().map(JsonValue)))
             }
             Value::Object(fields) => {
-                let fields = fields
-                    .iter()
-                    .map(|(k, value)| (k.as_str(), JsonValue { key, value }));
+                let fields = fields.iter().map(|(k, v)| (k.as_str(), JsonValue(v)));
                 visitor.visit_map(de::value::MapDeserializer::new(fields))
             }
-        };
-        seen.map_err(|e| e.at(key))
+        }
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refusal> {
-        let key = self.key;
-        match self.value {
+        match self.0 {
             Value::Null => visitor.visit_none(),
             _ => visitor.visit_some(self),
         }
-        .map_err(|e| e.at(key))
     }
 
     serde::forward_to_deserialize_any! {

@@ -16,6 +16,12 @@ use chainsub_tests::merchant::ApiClient;
 use chainsub_tests::send_as;
 use serde_json::{Value, json};
 
+/// The dev chain's id (anvil's default).
+const DEV_CHAIN: chainsub_core::ChainId = match chainsub_core::ChainId::new(31337) {
+    Some(id) => id,
+    None => panic!("31337 is a chain id"),
+};
+
 const CONFIRMATIONS: u64 = 2;
 const PRICE: u64 = 9_990_000;
 
@@ -636,46 +642,25 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
         priority_fee_per_gas: 1,
         raw: vec![b; 3],
     };
-    let slow = store::insert(
-        &client,
-        &scope,
-        chainsub_core::ChainId::new(31337).unwrap(),
-        7,
-        "sub_x",
-        false,
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    // A concurrent request for the same cancellation gets nothing to send.
-    assert!(
-        store::insert(
-            &client,
-            &scope,
-            chainsub_core::ChainId::new(31337).unwrap(),
-            7,
-            "sub_x",
-            false
-        )
+    let slow = store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", false)
         .await
         .unwrap()
-        .is_none()
+        .unwrap();
+    // A concurrent request for the same cancellation gets nothing to send.
+    assert!(
+        store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", false)
+            .await
+            .unwrap()
+            .is_none()
     );
     // The next request closes the abandoned row and starts its own.
     store::fail(&client, &scope, slow.row_id, "abandoned before signing")
         .await
         .unwrap();
-    let next = store::insert(
-        &client,
-        &scope,
-        chainsub_core::ChainId::new(31337).unwrap(),
-        7,
-        "sub_x",
-        false,
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let next = store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", false)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         store::journal_send(&client, &scope, next.row_id, &tx(1, 5), None)
             .await
@@ -720,16 +705,10 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
     )
     .await
     .unwrap();
-    let live = store::live(
-        &client,
-        &scope,
-        chainsub_core::ChainId::new(31337).unwrap(),
-        7,
-        false,
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let live = store::live(&client, &scope, DEV_CHAIN, 7, false)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(live.row_id, next.row_id);
     assert_eq!(live.tx, Some(tx(1, 5)));
     assert_eq!(live.sends, 2);
@@ -754,16 +733,10 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
         .unwrap()
     );
     assert!(
-        store::live(
-            &client,
-            &scope,
-            chainsub_core::ChainId::new(31337).unwrap(),
-            7,
-            false
-        )
-        .await
-        .unwrap()
-        .is_none()
+        store::live(&client, &scope, DEV_CHAIN, 7, false)
+            .await
+            .unwrap()
+            .is_none()
     );
 }
 
