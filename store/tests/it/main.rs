@@ -3,6 +3,12 @@
 use chainsub_store::{events, plans, subscriptions};
 use chainsub_tests::TestDb;
 
+/// The chain these tests write rows of.
+const CHAIN: chainsub_core::ChainId = match chainsub_core::ChainId::new(1) {
+    Some(id) => id,
+    None => panic!("1 is a chain id"),
+};
+
 /// Every list statement pages by an index condition on its key even under a generic plan
 /// (Postgres switches a prepared statement to one after five executions): otherwise each
 /// `startingAfter` page reads every newer row of the merchant, and walking a list is
@@ -218,12 +224,7 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
             subscription_id: Some(sub),
         })
         .collect();
-    assert_eq!(
-        outbox::enqueue(&**c, chainsub_core::ChainId::new(1).unwrap(), &refs)
-            .await
-            .unwrap(),
-        3
-    );
+    assert_eq!(outbox::enqueue(&**c, CHAIN, &refs).await.unwrap(), 3);
 
     let lease = Duration::from_secs(30);
     let claimed = |rows: Vec<(Vec<u8>, outbox::Claimed)>| {
@@ -287,12 +288,7 @@ async fn a_claim_leases_rows_in_place_and_readers_still_call_them_delivering() {
         merchant_wallet: &wallet,
         subscription_id: Some(sub),
     });
-    assert_eq!(
-        outbox::enqueue(&**c, chainsub_core::ChainId::new(1).unwrap(), &refs)
-            .await
-            .unwrap(),
-        2
-    );
+    assert_eq!(outbox::enqueue(&**c, CHAIN, &refs).await.unwrap(), 2);
     let tx = c.transaction().await.unwrap();
     let claimed = outbox::claim(
         &tx,
@@ -445,12 +441,7 @@ async fn attempts_only_ever_name_outbox_rows_that_exist() {
         merchant_wallet: &wallet,
         subscription_id: Some(7),
     };
-    assert_eq!(
-        outbox::enqueue(&**c, chainsub_core::ChainId::new(1).unwrap(), &[delivery])
-            .await
-            .unwrap(),
-        1
-    );
+    assert_eq!(outbox::enqueue(&**c, CHAIN, &[delivery]).await.unwrap(), 1);
     let row: i64 = c
         .query_one("SELECT id FROM webhook_outbox", &[])
         .await
@@ -473,10 +464,9 @@ async fn attempts_only_ever_name_outbox_rows_that_exist() {
     ))
     .await
     .unwrap();
-    let (dropped, retracted) =
-        outbox::retract_above(&**c, chainsub_core::ChainId::new(1).unwrap(), 5, &[0u8; 32])
-            .await
-            .unwrap();
+    let (dropped, retracted) = outbox::retract_above(&**c, CHAIN, 5, &[0u8; 32])
+        .await
+        .unwrap();
     assert_eq!((dropped, retracted), (1, 0));
     assert_eq!(attempt_rows(&c).await, Vec::<i64>::new());
 }
@@ -595,21 +585,14 @@ async fn a_snapshot_is_read_back_as_the_state_it_was_written_from() {
         })
         .collect();
     let tx = c.transaction().await.unwrap();
-    index::insert_events(
-        &tx,
-        chainsub_core::ChainId::new(1).unwrap(),
-        &Address::ZERO,
-        &events,
-    )
-    .await
-    .unwrap();
+    index::insert_events(&tx, CHAIN, &Address::ZERO, &events)
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     let want: Vec<_> = states.iter().map(|s| Some(s.snapshot())).collect();
     assert_eq!(want[1].as_ref().unwrap().next_payment_at, None);
 
-    let mut stored = index::events_in_range(&c, chainsub_core::ChainId::new(1).unwrap(), 5, 5)
-        .await
-        .unwrap();
+    let mut stored = index::events_in_range(&c, CHAIN, 5, 5).await.unwrap();
     stored.sort_by_key(|e| e.log_index);
     let read: Vec<_> = stored.into_iter().map(|e| e.snapshot.unwrap()).collect();
     assert_eq!(read, want, "verify's reader");
@@ -650,12 +633,7 @@ async fn a_batchs_outbox_rows_are_copied_as_enqueue_writes_them() {
     tx.batch_execute("SET LOCAL track_functions = 'pl'")
         .await
         .unwrap();
-    assert_eq!(
-        outbox::enqueue_new(&tx, chainsub_core::ChainId::new(1).unwrap(), &copied)
-            .await
-            .unwrap(),
-        3
-    );
+    assert_eq!(outbox::enqueue_new(&tx, CHAIN, &copied).await.unwrap(), 3);
     let notified: i64 = tx
         .query_one(
             "SELECT calls FROM pg_stat_xact_user_functions
@@ -668,12 +646,7 @@ async fn a_batchs_outbox_rows_are_copied_as_enqueue_writes_them() {
     assert_eq!(notified, 1, "one wake-up per statement");
     tx.commit().await.unwrap();
     let inserted: Vec<NewDelivery<'_>> = [3, 4, 5].map(delivery).to_vec();
-    assert_eq!(
-        outbox::enqueue(&c, chainsub_core::ChainId::new(1).unwrap(), &inserted)
-            .await
-            .unwrap(),
-        3
-    );
+    assert_eq!(outbox::enqueue(&c, CHAIN, &inserted).await.unwrap(), 3);
 
     let rows: Vec<String> = first_column(
         &c,
@@ -701,7 +674,7 @@ async fn a_batchs_outbox_rows_are_copied_as_enqueue_writes_them() {
 
     // An event that has its row already: the COPY fails rather than skip it.
     let tx = c.transaction().await.unwrap();
-    let again = outbox::enqueue_new(&tx, chainsub_core::ChainId::new(1).unwrap(), &[delivery(0)])
+    let again = outbox::enqueue_new(&tx, CHAIN, &[delivery(0)])
         .await
         .unwrap_err();
     let chainsub_store::Error::Db(db) = &again else {
@@ -858,15 +831,7 @@ async fn an_events_page_merges_other_tables_only_when_they_could_be_on_it() {
     let list = |filter: Filter<'static>, p: Page| {
         let (c, scope) = (&c, &scope);
         async move {
-            let (rows, more) = events::list(
-                c,
-                scope,
-                chainsub_core::ChainId::new(1).unwrap(),
-                &filter,
-                p,
-            )
-            .await
-            .unwrap();
+            let (rows, more) = events::list(c, scope, CHAIN, &filter, p).await.unwrap();
             let blocks: Vec<i64> = rows.iter().map(|e| e.chain.block_number).collect();
             (blocks, more)
         }
@@ -948,18 +913,12 @@ async fn an_events_page_merges_other_tables_only_when_they_could_be_on_it() {
         merchant_wallet: &wallet,
         subscription_id: Some(7),
     };
-    chainsub_store::outbox::enqueue(&**c, chainsub_core::ChainId::new(1).unwrap(), &[queued])
+    chainsub_store::outbox::enqueue(&**c, CHAIN, &[queued])
         .await
         .unwrap();
-    let (rows, _) = events::list(
-        &c,
-        &scope,
-        chainsub_core::ChainId::new(1).unwrap(),
-        &Filter::default(),
-        page(None, older),
-    )
-    .await
-    .unwrap();
+    let (rows, _) = events::list(&c, &scope, CHAIN, &Filter::default(), page(None, older))
+        .await
+        .unwrap();
     let on_page = rows.iter().find(|e| e.id.as_str() == id).unwrap();
     assert!(on_page.delivery.is_some(), "{on_page:?}");
     let bodies = events::by_ids(&c, &[id.as_str()]).await.unwrap();
@@ -1121,24 +1080,10 @@ async fn an_events_page_is_the_merged_page_for_every_filter_direction_and_cursor
                 }
             }
             for page in pages {
-                let (rows, more) = events::list(
-                    &c,
-                    &scope,
-                    chainsub_core::ChainId::new(1).unwrap(),
-                    filter,
-                    page,
-                )
-                .await
-                .unwrap();
-                let (want, want_more) = events::list_merged(
-                    &c,
-                    &scope,
-                    chainsub_core::ChainId::new(1).unwrap(),
-                    filter,
-                    page,
-                )
-                .await
-                .unwrap();
+                let (rows, more) = events::list(&c, &scope, CHAIN, filter, page).await.unwrap();
+                let (want, want_more) = events::list_merged(&c, &scope, CHAIN, filter, page)
+                    .await
+                    .unwrap();
                 assert_eq!(
                     listed(rows, more),
                     listed(want, want_more),
