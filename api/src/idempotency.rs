@@ -35,7 +35,17 @@ fn parse_key(k: &str) -> Result<String> {
     Ok(k.to_string())
 }
 
-/// Runs `f` at most once per (`merchant`, key) — or again, with `true`, when the stored answer
+/// Whether a request runs for the first time under its key, or again because its stored
+/// answer says the action is pending ([`is_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// The first time (or without an `Idempotency-Key`).
+    First,
+    /// Again: the stored answer was pending.
+    Again,
+}
+
+/// Runs `f` at most once per (`merchant`, key) — or again, with [`Run::Again`], when the stored answer
 /// says the action is pending ([`is_pending`]). `request` identifies the request (method, path and canonical body).
 /// `redact` maps the stored body (e.g. to drop a plaintext secret).
 pub async fn run<F, Fut>(
@@ -47,11 +57,11 @@ pub async fn run<F, Fut>(
     f: F,
 ) -> Result<Resp>
 where
-    F: FnOnce(bool) -> Fut,
+    F: FnOnce(Run) -> Fut,
     Fut: Future<Output = Result<Resp>>,
 {
     let Some(key) = key else {
-        return f(false).await;
+        return f(Run::First).await;
     };
     let key = parse_key(key)?;
     let hash = Sha256::digest(request.as_bytes()).to_vec();
@@ -76,7 +86,7 @@ where
         }
     };
     drop(conn);
-    let outcome = f(rerun).await;
+    let outcome = f(if rerun { Run::Again } else { Run::First }).await;
     // The request found the key already bound to another request (the plan-resume path),
     // or found the work in progress elsewhere ("retry shortly"): that answer must not bind
     // the key to this request, or a retry with the key would replay it for a day.

@@ -9,6 +9,7 @@
 
 pub mod address;
 pub mod amount;
+pub mod cancel;
 pub mod chain_id;
 pub mod ids;
 pub mod listen;
@@ -24,6 +25,7 @@ pub mod tx;
 
 pub use address::{checksum, hex0x};
 pub use amount::{Amount, AmountError, MAX_AMOUNT_BASE_UNITS, format_units};
+pub use cancel::CancelAt;
 pub use chain_id::{ChainId, OnchainPlanId, OnchainSubscriptionId};
 pub use ids::{CheckoutId, EventId, MerchantId, PlanId, SubscriptionId};
 pub use listen::Listen;

@@ -6,6 +6,7 @@
 //! a transaction of its own.
 
 use alloy::primitives::B256;
+use chainsub_core::CancelAt;
 use chainsub_core::ChainId;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
@@ -92,7 +93,7 @@ pub async fn live(
     scope: &MerchantScope,
     chain_id: ChainId,
     onchain_id: i64,
-    at_period_end: bool,
+    when: CancelAt,
 ) -> Result<Option<Cancellation>> {
     let sql = concat!(
         "SELECT ",
@@ -101,7 +102,7 @@ pub async fn live(
          AND onchain_id = $3 AND at_period_end = $4 AND status <> 'failed'"
     );
     client
-        .query_opt(sql, &[&scope.id(), &chain_id, &onchain_id, &at_period_end])
+        .query_opt(sql, &[&scope.id(), &chain_id, &onchain_id, &when])
         .await?
         .as_ref()
         .map(from_row)
@@ -116,7 +117,7 @@ pub async fn insert(
     chain_id: ChainId,
     onchain_id: i64,
     subscription_public_id: &str,
-    at_period_end: bool,
+    when: CancelAt,
 ) -> Result<Option<Cancellation>> {
     let sql = concat!(
         "INSERT INTO subscription_cancellations (merchant_id, chain_id, onchain_id, \
@@ -133,7 +134,7 @@ pub async fn insert(
                 &chain_id,
                 &onchain_id,
                 &subscription_public_id,
-                &at_period_end,
+                &when,
             ],
         )
         .await?
@@ -276,7 +277,7 @@ pub async fn last_sent(
     scope: &MerchantScope,
     chain_id: ChainId,
     onchain_id: i64,
-    at_period_end: bool,
+    when: CancelAt,
 ) -> Result<Option<(B256, chrono::DateTime<chrono::Utc>)>> {
     let row = client
         .query_opt(
@@ -285,7 +286,7 @@ pub async fn last_sent(
                AND at_period_end = $4 AND status IN ('mined', 'submitted') \
                AND tx_hash IS NOT NULL \
              ORDER BY id DESC LIMIT 1",
-            &[&scope.id(), &chain_id, &onchain_id, &at_period_end],
+            &[&scope.id(), &chain_id, &onchain_id, &when],
         )
         .await?;
     row.map(|r| {

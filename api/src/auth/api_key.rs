@@ -81,7 +81,7 @@ impl Scope {
     /// is refused.
     pub async fn once<F, Fut>(&self, request: &str, f: F) -> Result<Resp>
     where
-        F: FnOnce(bool) -> Fut,
+        F: FnOnce(crate::idempotency::Run) -> Fut,
         Fut: Future<Output = Result<Resp>>,
     {
         let key = self.idempotency_key.as_deref();

@@ -3,7 +3,9 @@
 //! operator act on plans it created — journaled per request in `subscription_cancellations`,
 //! so a retry reports, re-sends or replaces the one transaction instead of sending a second.
 
+use crate::idempotency::Run;
 use alloy::primitives::B256;
+use chainsub_core::CancelAt;
 use chainsub_core::{SubscriptionId, SubscriptionStatus};
 use chainsub_store::subscriptions as store;
 use chainsub_views::{CancellationView, SubscriptionView};
@@ -58,20 +60,21 @@ fn in_progress(message: &str) -> ApiError {
     }
 }
 
-/// One cancellation request. `rerun`: the request runs again under its `Idempotency-Key`
-/// because its stored answer was pending; once the cancellation it sent is on chain and
-/// indexed, it answers 200 `completed` instead of the 409 a new request gets.
+/// One cancellation request. [`Run::Again`]: the request runs again under its
+/// `Idempotency-Key` because its stored answer was pending; once the cancellation it sent is
+/// on chain and indexed, it answers 200 `completed` instead of the 409 a new request gets.
 pub async fn cancel(
     ctx: &Ctx,
     merchant: &chainsub_store::MerchantScope,
     id: &str,
-    at_period_end: bool,
-    rerun: bool,
+    when: CancelAt,
+    run: Run,
 ) -> Result<Resp> {
     use super::{CancelError, Journal, Refusal, Sent, TxState};
     use chainsub_sender::Broadcast;
     use chainsub_store::cancellations;
 
+    let at_period_end = when.at_period_end();
     let not_found = || ApiError::not_found("subscription", Some("id"));
     let sub_id = SubscriptionId::parse(id).ok_or_else(not_found)?;
     let chain_id = ctx.cfg.chain_id;
@@ -112,11 +115,10 @@ pub async fn cancel(
     } else {
         row.status == SubscriptionStatus::Cancelled
     };
-    if rerun
+    if run == Run::Again
         && done
         && let Some((tx, requested_at)) =
-            cancellations::last_sent(&conn, merchant, chain_id, row.onchain_id, at_period_end)
-                .await?
+            cancellations::last_sent(&conn, merchant, chain_id, row.onchain_id, when).await?
     {
         return Ok(Resp::json_view(
             StatusCode::OK,
@@ -144,13 +146,13 @@ pub async fn cancel(
     }
     if at_period_end
         && let Some(now) =
-            cancellations::live(&conn, merchant, chain_id, row.onchain_id, false).await?
+            cancellations::live(&conn, merchant, chain_id, row.onchain_id, CancelAt::Now).await?
     {
         // A cancellation at once is on its way: cancelling at period end would revert.
         let pending = match &now.tx {
             Some(tx) => {
                 relayer
-                    .tx_state(&Sent::from(tx), onchain_id, false)
+                    .tx_state(&Sent::from(tx), onchain_id, CancelAt::Now)
                     .await
                     .map_err(unreachable)?
                     != TxState::Dead
@@ -166,12 +168,11 @@ pub async fn cancel(
     // A request already under way for this subscription and kind: report it, send its bytes
     // again, or replace its transaction at its nonce — never a second transaction beside it.
     let mut replace = None;
-    let existing =
-        cancellations::live(&conn, merchant, chain_id, row.onchain_id, at_period_end).await?;
+    let existing = cancellations::live(&conn, merchant, chain_id, row.onchain_id, when).await?;
     if let Some(found) = existing {
         match &found.tx {
             Some(tx) => match relayer
-                .tx_state(&Sent::from(tx), onchain_id, at_period_end)
+                .tx_state(&Sent::from(tx), onchain_id, when)
                 .await
                 .map_err(unreachable)?
             {
@@ -235,7 +236,7 @@ pub async fn cancel(
                 chain_id,
                 row.onchain_id,
                 row.id.as_str(),
-                at_period_end,
+                when,
             )
             .await?;
             let Some(new) = inserted else {
@@ -261,14 +262,7 @@ pub async fn cancel(
                 row_id,
             };
             relayer
-                .cancel(
-                    &ctx.pool,
-                    onchain_id,
-                    expected,
-                    at_period_end,
-                    replace,
-                    journal,
-                )
+                .cancel(&ctx.pool, onchain_id, expected, when, replace, journal)
                 .await
         })
     };

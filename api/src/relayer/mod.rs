@@ -20,7 +20,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::signers::local::PrivateKeySigner;
 use chainsub_abi::SubscriptionManager;
-use chainsub_core::OnchainPlanId;
+use chainsub_core::{CancelAt, OnchainPlanId};
 use chainsub_sender::{Broadcast, Sender, bumped};
 use chainsub_store::relayer::{SendKind, SignedSend};
 
@@ -643,7 +643,7 @@ impl Relayer {
         pool: &crate::db::Pool,
         onchain_id: u64,
         expected: (Address, Address, u64),
-        at_period_end: bool,
+        when: CancelAt,
         replace: Option<Sent>,
         journal: Journal<'_>,
     ) -> Result<Sent, CancelError> {
@@ -658,10 +658,9 @@ impl Relayer {
         if (on_chain.merchant, on_chain.subscriber, plan) != expected {
             return Err(CancelError::Refused(Refusal::Changed));
         }
-        let request = if at_period_end {
-            c.cancelAtPeriodEnd(id).into_transaction_request()
-        } else {
-            c.cancel(id).into_transaction_request()
+        let request = match when {
+            CancelAt::PeriodEnd => c.cancelAtPeriodEnd(id).into_transaction_request(),
+            CancelAt::Now => c.cancel(id).into_transaction_request(),
         };
         match self.send(pool, request, replace.as_ref(), journal).await {
             Ok(sent) => Ok(sent),
@@ -718,7 +717,7 @@ impl Relayer {
         &self,
         tx: &Sent,
         onchain_id: u64,
-        at_period_end: bool,
+        when: CancelAt,
     ) -> Result<TxState, String> {
         let receipt = |hash| async move {
             self.provider
@@ -748,19 +747,15 @@ impl Relayer {
         {
             return Ok(TxState::Succeeded);
         }
-        if self.cancelled_on_chain(onchain_id, at_period_end).await? {
+        if self.cancelled_on_chain(onchain_id, when).await? {
             return Ok(TxState::Succeeded);
         }
         Ok(TxState::Dead)
     }
 
     /// Whether the chain shows the cancellation in effect: cancelled (or ended), or — for
-    /// `at_period_end` — set to cancel at period end.
-    async fn cancelled_on_chain(
-        &self,
-        onchain_id: u64,
-        at_period_end: bool,
-    ) -> Result<bool, String> {
+    /// `when` is [`CancelAt::PeriodEnd`] — set to cancel at period end.
+    async fn cancelled_on_chain(&self, onchain_id: u64, when: CancelAt) -> Result<bool, String> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let s = c
             .getSubscription(U256::from(onchain_id))
@@ -768,7 +763,7 @@ impl Relayer {
             .await
             .map_err(|e| format!("getSubscription: {e}"))?;
         let ended = chainsub_abi::subscription_status(s.status).is_some_and(|s| s.is_terminal());
-        Ok(ended || (at_period_end && s.cancelAtPeriodEnd))
+        Ok(ended || (when == CancelAt::PeriodEnd && s.cancelAtPeriodEnd))
     }
 }
 

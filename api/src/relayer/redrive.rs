@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use chainsub_core::CancelAt;
 use chainsub_store::cancellations;
 
 use super::{Sent, TxState};
@@ -55,7 +56,11 @@ pub async fn pass(ctx: &Ctx) -> Result<usize, String> {
         let sent = Sent::from(&row.tx);
         let onchain_id = u64::try_from(row.onchain_id).unwrap_or_default();
         let settled = match relayer
-            .tx_state(&sent, onchain_id, row.at_period_end)
+            .tx_state(
+                &sent,
+                onchain_id,
+                CancelAt::from_at_period_end(row.at_period_end),
+            )
             .await?
         {
             TxState::Succeeded => Some((true, None)),

@@ -122,14 +122,15 @@ async fn cancel(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Re
         Value::Object(body.clone())
     );
     let (ctx, merchant) = (&s.ctx, &s.merchant);
-    s.once(&request, |rerun| {
+    s.once(&request, |run| {
         let (body, id) = (&body, &id);
         async move {
             let Cancel { at_period_end } = input::body(body)?;
             let Flag(at_period_end) = at_period_end.ok_or_else(|| {
                 ApiError::invalid("atPeriodEnd", "`atPeriodEnd` is required: true or false")
             })?;
-            crate::relayer::cancel::cancel(ctx, merchant, id, at_period_end, rerun).await
+            let when = chainsub_core::CancelAt::from_at_period_end(at_period_end);
+            crate::relayer::cancel::cancel(ctx, merchant, id, when, run).await
         }
     })
     .await

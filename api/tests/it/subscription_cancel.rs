@@ -9,6 +9,7 @@ use crate::api_common::{App, Opts, api_process, spawn, spawn_indexer, spawn_inde
 use crate::webhooks_common::{WebhookReceiver, fast_config, set_url, spawn_dispatcher};
 use alloy::primitives::{Address, B256, U256};
 use alloy::providers::Provider;
+use chainsub_core::CancelAt;
 use chainsub_tests::DevChain;
 use chainsub_tests::TestDb;
 use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT, MERCHANT_B, OPERATOR};
@@ -642,13 +643,13 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
         priority_fee_per_gas: 1,
         raw: vec![b; 3],
     };
-    let slow = store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", false)
+    let slow = store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", CancelAt::Now)
         .await
         .unwrap()
         .unwrap();
     // A concurrent request for the same cancellation gets nothing to send.
     assert!(
-        store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", false)
+        store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", CancelAt::Now)
             .await
             .unwrap()
             .is_none()
@@ -657,7 +658,7 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
     store::fail(&client, &scope, slow.row_id, "abandoned before signing")
         .await
         .unwrap();
-    let next = store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", false)
+    let next = store::insert(&client, &scope, DEV_CHAIN, 7, "sub_x", CancelAt::Now)
         .await
         .unwrap()
         .unwrap();
@@ -705,7 +706,7 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
     )
     .await
     .unwrap();
-    let live = store::live(&client, &scope, DEV_CHAIN, 7, false)
+    let live = store::live(&client, &scope, DEV_CHAIN, 7, CancelAt::Now)
         .await
         .unwrap()
         .unwrap();
@@ -733,7 +734,7 @@ async fn a_taken_over_request_cannot_journal_and_a_refused_replacement_is_undone
         .unwrap()
     );
     assert!(
-        store::live(&client, &scope, DEV_CHAIN, 7, false)
+        store::live(&client, &scope, DEV_CHAIN, 7, CancelAt::Now)
             .await
             .unwrap()
             .is_none()
