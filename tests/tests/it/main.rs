@@ -33,3 +33,4 @@ mod e2e_lifecycle;
 mod e2e_renewal_risk;
 mod e2e_rpc_secret;
 mod harness;
+mod operators_kit;
