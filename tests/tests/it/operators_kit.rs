@@ -1,6 +1,7 @@
 //! The operators' kit in `deploy/`: the systemd units pass `systemd-analyze verify` and a
 //! security bound, the Prometheus alert rules pass `promtool check rules` and their unit tests
-//! (`promtool test rules`), and every metric an alert names is one the binaries export.
+//! (`promtool test rules`), and every metric an alert or a Grafana dashboard panel names is
+//! one the binaries export (a string literal of the name in their sources).
 //! The tools come from Debian's `systemd` and `prometheus` packages (`scripts/apt-packages`).
 
 use std::path::{Path, PathBuf};
@@ -166,20 +167,17 @@ fn metric_names(expr: &str) -> Vec<String> {
     out
 }
 
-#[test]
-fn every_metric_an_alert_names_is_exported_by_a_binary() {
-    let rules = std::fs::read_to_string(deploy("prometheus").join("alerts.yml")).unwrap();
-    // Every source file of the binaries and the crates they run.
+/// The text of every source file of the binaries and the crates they run.
+fn binary_sources() -> String {
     let mut sources = String::new();
     let mut stack = vec![workspace_root()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let skipped = ["target", "node_modules", ".git", "tests", "benches", ".dev"];
             if path.is_dir() {
-                if !["target", "node_modules", ".git", "tests", "benches", ".dev"]
-                    .contains(&name.as_str())
-                {
+                if !skipped.contains(&name.as_str()) {
                     stack.push(path);
                 }
             } else if name.ends_with(".rs") {
@@ -187,26 +185,63 @@ fn every_metric_an_alert_names_is_exported_by_a_binary() {
             }
         }
     }
+    sources
+}
+
+/// Fails on a metric in `text` that no binary exports (a string literal of its name).
+fn all_exported(what: &str, text: &str, sources: &str) -> usize {
     let mut named = 0;
-    for line in rules.lines() {
-        let line = line.trim();
-        let Some(expr) = line
-            .strip_prefix("expr:")
-            .or(line.strip_prefix("sum(").map(|_| line))
-        else {
-            continue;
-        };
-        for metric in metric_names(expr) {
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        for metric in metric_names(line) {
             named += 1;
             assert!(
                 sources.contains(&format!("\"{metric}\"")),
-                "alerts.yml names {metric}, which no binary exports"
+                "{what} names {metric}, which no binary exports"
             );
         }
     }
-    assert!(named >= 30, "only {named} metric names found in alerts.yml");
+    named
+}
+
+#[test]
+fn every_metric_an_alert_or_a_dashboard_names_is_exported_by_a_binary() {
     assert_eq!(
         metric_names("rate(api_requests_total{status=~\"5..\"}[5m]) / max(keeper_due)"),
         ["api_requests_total", "keeper_due"]
     );
+    let sources = binary_sources();
+    // The alerts: expressions, and the annotations that tell the operator where to look.
+    let rules = std::fs::read_to_string(deploy("prometheus").join("alerts.yml")).unwrap();
+    let named = all_exported("alerts.yml", &rules, &sources);
+    assert!(named >= 30, "only {named} metric names found in alerts.yml");
+    // The dashboards: one per service, every panel with at least one query.
+    let boards = files(&deploy("grafana"), "json");
+    let titles: Vec<String> = boards
+        .iter()
+        .map(|b| b.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        titles,
+        ["api.json", "indexer.json", "keeper.json", "webhooks.json"]
+    );
+    for board in &boards {
+        let text = std::fs::read_to_string(board).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let panels = doc["panels"].as_array().expect("panels");
+        assert!(panels.len() >= 4, "{}", board.display());
+        for panel in panels {
+            let targets = panel["targets"].as_array().expect("targets");
+            assert!(
+                !targets.is_empty(),
+                "{}: {}",
+                board.display(),
+                panel["title"]
+            );
+            for t in targets {
+                let expr = t["expr"].as_str().expect("expr");
+                let what = format!("{} panel {}", board.display(), panel["title"]);
+                assert!(all_exported(&what, expr, &sources) > 0, "{what}: {expr}");
+            }
+        }
+    }
 }
