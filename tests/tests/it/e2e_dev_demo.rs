@@ -140,6 +140,20 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
     let api = ApiClient::new(&base);
     let (status, health) = api.health().await.unwrap();
     assert_eq!(status, 200, "{health}");
+    // `status` reports each service's health from its endpoint.
+    let status = Command::new(DEV)
+        .arg("--dev-dir")
+        .arg(&dir)
+        .arg("status")
+        .output()
+        .unwrap();
+    let status_out = String::from_utf8_lossy(&status.stdout);
+    for service in ["indexer", "keeper", "api"] {
+        assert!(
+            status_out.contains(&format!("{service}: healthy")),
+            "{status_out}"
+        );
+    }
     // The demo merchant's key is printed short and written whole, owner-only, and works.
     let key_file = dir.join("api-key");
     assert!(

@@ -211,7 +211,8 @@ pub(crate) fn down(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `status`: up or down, the settings, and whether chain and database answer.
+/// `status`: up or down, the settings, whether chain and database answer, and each
+/// service's health endpoint.
 pub(crate) async fn status(dir: &Path) -> Result<()> {
     let env_path = dir.join(ENV_FILE);
     let Some(pid) = running_pid(dir) else {
@@ -237,6 +238,32 @@ pub(crate) async fn status(dir: &Path) -> Result<()> {
         match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
             Ok(_) => println!("database: answering"),
             Err(e) => println!("database: NOT answering ({e})"),
+        }
+    }
+    let services = [
+        ("indexer", "INDEXER_METRICS_LISTEN", "/health"),
+        ("keeper", "KEEPER_METRICS_LISTEN", "/health"),
+        ("api", "API_LISTEN", "/api/v1/health"),
+    ];
+    for (name, listen, path) in services {
+        let Some(addr) = get(listen).and_then(|a| a.parse::<std::net::SocketAddr>().ok()) else {
+            println!("{name}: no {listen} in the settings");
+            continue;
+        };
+        let answer =
+            tokio::task::spawn_blocking(move || chainsub_tests::http_get(addr.port(), path))
+                .await
+                .ok()
+                .flatten();
+        match answer {
+            Some((200, _)) => println!("{name}: healthy (GET {path} on {addr}: 200)"),
+            Some((code, body)) => {
+                println!(
+                    "{name}: NOT healthy (GET {path} on {addr}: {code} {})",
+                    body.trim()
+                );
+            }
+            None => println!("{name}: NOT answering on {addr}"),
         }
     }
     Ok(())
