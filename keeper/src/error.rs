@@ -3,7 +3,7 @@
 /// Everything that can stop a keeper pass.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("database error: {}", pg_detail(.0))]
+    #[error("database error: {}", chainsub_migrations::describe(.0))]
     Db(#[from] tokio_postgres::Error),
     #[error("store: {0}")]
     Store(#[from] chainsub_store::Error),
@@ -36,12 +36,5 @@ impl From<chainsub_sender::Error> for Error {
 }
 
 /// tokio-postgres displays server errors as just "db error"; show the code and message.
-fn pg_detail(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
-    }
-}
-
 /// Result alias for the keeper.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -35,6 +35,8 @@ async fn main() -> std::process::ExitCode {
         Ok(keeper::Exit::Stranded) => std::process::ExitCode::from(4),
         Err(e) => {
             tracing::error!(error = %e, "keeper stopped");
+            // The one line an operator reads when the process will not start.
+            eprintln!("keeper: {e}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -160,11 +160,24 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
+/// A Postgres error as an operator reads it: the server's message and SQLSTATE
+/// (`database "x" does not exist (3D000)`), else the client's error with its cause
+/// (`tokio_postgres::Error`'s own text is only "db error" for every server error).
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    }
+}
+
 /// Migration failures.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A database query failed.
-    #[error("database error: {0}")]
+    #[error("database error: {}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
     /// An applied migration's SQL no longer matches its stored checksum.
     #[error("migration {version} ({name}) was changed after it was applied (checksum mismatch)")]

@@ -34,3 +34,4 @@ mod e2e_renewal_risk;
 mod e2e_rpc_secret;
 mod harness;
 mod operators_kit;
+mod startup_errors;
