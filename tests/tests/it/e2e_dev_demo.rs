@@ -186,3 +186,41 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
     assert!(std::net::TcpStream::connect(&api_addr).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn the_demo_receiver_listens_where_the_flag_says() {
+    let db = TestDb::create_empty().await;
+    let dir = scratch_dir();
+    // A port held here: `up` must try that one (and say so), not pick another.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap();
+    let out = Command::new(DEV)
+        .env_remove("RPC_URL")
+        .env_remove("DATABASE_URL")
+        .env_remove("API_LISTEN")
+        .arg("--dev-dir")
+        .arg(&dir)
+        .args(["up", "--anvil-port", "0"])
+        .args(["--api-listen", "127.0.0.1:0"])
+        .args(["--indexer-metrics-listen", "127.0.0.1:0"])
+        .args(["--keeper-metrics-listen", "127.0.0.1:0"])
+        .args(["--webhook-receiver-listen", &taken.to_string()])
+        .args(["--database-url", &db.url])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("the demo's webhook receiver on {taken}")),
+        "{text}"
+    );
+    // Every process `up` started is gone with it.
+    for (name, pid) in started_pids(&text) {
+        assert!(!alive(pid), "{name} (pid {pid}) outlived `up`");
+    }
+    drop(held);
+}

@@ -42,11 +42,13 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// Runs the demo against the API at `api_base` and the chain at `rpc_url`; the merchant's API
-/// key is written whole to `key_file` (owner-only), so it can be used afterwards.
+/// Runs the demo against the API at `api_base` and the chain at `rpc_url`, its webhook
+/// receiver listening on `receiver_listen`; the merchant's API key is written whole to
+/// `key_file` (owner-only), so it can be used afterwards.
 pub(crate) async fn run(
     api_base: &str,
     rpc_url: &str,
+    receiver_listen: std::net::SocketAddr,
     key_file: &std::path::Path,
 ) -> Result<DemoOutcome> {
     let api = ApiClient::new(api_base);
@@ -55,7 +57,9 @@ pub(crate) async fn run(
     let customer = DevChain::address(accounts::CUSTOMER);
 
     println!("\n== demo ==");
-    let receiver = WebhookReceiver::start("127.0.0.1:0".parse()?).await?;
+    let receiver = WebhookReceiver::start(receiver_listen)
+        .await
+        .with_context(|| format!("the demo's webhook receiver on {receiver_listen}"))?;
     let session = api.sign_in(&merchant).await.context("SIWE sign-in")?;
     println!(
         "1. merchant {} signed in with SIWE (merchant {})",

@@ -82,6 +82,9 @@ struct UpArgs {
     /// The keeper's /health and /metrics listen address.
     #[arg(long, env = "KEEPER_METRICS_LISTEN", default_value = "127.0.0.1:9102")]
     keeper_metrics_listen: String,
+    /// The demo's webhook receiver's listen address (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    webhook_receiver_listen: std::net::SocketAddr,
 }
 
 #[tokio::main]
@@ -196,7 +199,15 @@ async fn boot(args: &UpArgs, dev_dir: &Path, stack: &mut Stack) -> Result<Summar
     if let Some(sockets) = &sockets {
         services::start(stack, &env, sockets).await?;
         if !args.no_demo {
-            demo = Some(demo::run(&api_base, &rpc_url, &dev_dir.join("api-key")).await?);
+            demo = Some(
+                demo::run(
+                    &api_base,
+                    &rpc_url,
+                    args.webhook_receiver_listen,
+                    &dev_dir.join("api-key"),
+                )
+                .await?,
+            );
         }
     }
 
