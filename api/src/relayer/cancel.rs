@@ -5,7 +5,7 @@
 
 use crate::idempotency::Run;
 use alloy::primitives::B256;
-use chainsub_core::CancelAt;
+use chainsub_core::{CancelAt, OnchainPlanId, OnchainSubscriptionId};
 use chainsub_core::{SubscriptionId, SubscriptionStatus};
 use chainsub_store::subscriptions as store;
 use chainsub_views::{CancellationView, SubscriptionView};
@@ -108,8 +108,11 @@ pub async fn cancel(
         tracing::warn!(error = %e, "cancellation: chain unreachable");
         chain_unreachable()
     };
-    let onchain_id = u64::try_from(row.onchain_id)
-        .map_err(|_| ApiError::Internal(format!("subscription {} has a negative id", row.id)))?;
+    let bad_row = |what| ApiError::Internal(format!("subscription {} has no {what} id", row.id));
+    let onchain_id =
+        OnchainSubscriptionId::from_db(row.onchain_id).ok_or_else(|| bad_row("on-chain"))?;
+    let plan_onchain_id =
+        OnchainPlanId::from_db(row.plan_onchain_id).ok_or_else(|| bad_row("plan"))?;
     let done = if at_period_end {
         row.cancel_at_period_end || row.status == SubscriptionStatus::Ended
     } else {
@@ -246,7 +249,6 @@ pub async fn cancel(
         }
     };
     drop(conn);
-    let plan_onchain_id = u64::try_from(row.plan_onchain_id).unwrap_or(u64::MAX);
     // The send runs as a task of its own: a slow chain ends this request's wait, never the
     // send midway (the relayer's nonce lock is held until the node acknowledged it).
     let send = {

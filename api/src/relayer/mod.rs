@@ -20,7 +20,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{DynProvider, Provider};
 use alloy::signers::local::PrivateKeySigner;
 use chainsub_abi::SubscriptionManager;
-use chainsub_core::{CancelAt, OnchainPlanId};
+use chainsub_core::{CancelAt, OnchainPlanId, OnchainSubscriptionId};
 use chainsub_sender::{Broadcast, Sender, bumped};
 use chainsub_store::relayer::{SendKind, SignedSend};
 
@@ -641,21 +641,24 @@ impl Relayer {
     pub async fn cancel(
         &self,
         pool: &crate::db::Pool,
-        onchain_id: u64,
-        expected: (Address, Address, u64),
+        onchain_id: OnchainSubscriptionId,
+        expected: (Address, Address, OnchainPlanId),
         when: CancelAt,
         replace: Option<Sent>,
         journal: Journal<'_>,
     ) -> Result<Sent, CancelError> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
-        let id = U256::from(onchain_id);
+        let id: U256 = onchain_id.into();
         let on_chain = c
             .getSubscription(id)
             .call()
             .await
             .map_err(|e| CancelError::NotSent(format!("getSubscription: {e}")))?;
-        let plan = u64::try_from(on_chain.planId).unwrap_or(u64::MAX);
-        if (on_chain.merchant, on_chain.subscriber, plan) != expected {
+        let plan = OnchainPlanId::try_from(on_chain.planId).ok();
+        let (merchant, subscriber, expected_plan) = expected;
+        if (on_chain.merchant, on_chain.subscriber, plan)
+            != (merchant, subscriber, Some(expected_plan))
+        {
             return Err(CancelError::Refused(Refusal::Changed));
         }
         let request = match when {
@@ -716,7 +719,7 @@ impl Relayer {
     pub async fn tx_state(
         &self,
         tx: &Sent,
-        onchain_id: u64,
+        onchain_id: OnchainSubscriptionId,
         when: CancelAt,
     ) -> Result<TxState, String> {
         let receipt = |hash| async move {
@@ -755,10 +758,14 @@ impl Relayer {
 
     /// Whether the chain shows the cancellation in effect: cancelled (or ended), or — for
     /// `when` is [`CancelAt::PeriodEnd`] — set to cancel at period end.
-    async fn cancelled_on_chain(&self, onchain_id: u64, when: CancelAt) -> Result<bool, String> {
+    async fn cancelled_on_chain(
+        &self,
+        onchain_id: OnchainSubscriptionId,
+        when: CancelAt,
+    ) -> Result<bool, String> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let s = c
-            .getSubscription(U256::from(onchain_id))
+            .getSubscription(onchain_id.into())
             .call()
             .await
             .map_err(|e| format!("getSubscription: {e}"))?;

@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use chainsub_core::CancelAt;
+use chainsub_core::{CancelAt, OnchainSubscriptionId};
 use chainsub_store::cancellations;
 
 use super::{Sent, TxState};
@@ -54,7 +54,10 @@ pub async fn pass(ctx: &Ctx) -> Result<usize, String> {
         .map_err(|e| e.to_string())?;
     for row in &rows {
         let sent = Sent::from(&row.tx);
-        let onchain_id = u64::try_from(row.onchain_id).unwrap_or_default();
+        let Some(onchain_id) = OnchainSubscriptionId::from_db(row.onchain_id) else {
+            tracing::error!(row = row.row_id, "cancellation row without an on-chain id");
+            continue;
+        };
         let settled = match relayer
             .tx_state(
                 &sent,
