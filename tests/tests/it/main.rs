@@ -34,4 +34,5 @@ mod e2e_renewal_risk;
 mod e2e_rpc_secret;
 mod harness;
 mod operators_kit;
+mod settings_documented;
 mod startup_errors;
