@@ -12,7 +12,8 @@
 //! Field types parse themselves ([`FromParam`]); a struct names how each field is read:
 //! `#[serde(default, deserialize_with = "input::param")]` for a query parameter,
 //! `#[serde(default, deserialize_with = "input::field")]` for an optional body field and
-//! `#[serde(deserialize_with = "input::required")]` for a required one.
+//! `#[serde(deserialize_with = "input::required")]` for a required one
+//! (`input::required_null_is_missing` where `null` counts as missing).
 
 use std::fmt;
 
@@ -58,8 +59,16 @@ pub fn field<'de, D: Deserializer<'de>, T: FromParam>(d: D) -> Result<Option<T>,
     }
 }
 
-/// `deserialize_with` for a required body field; `null` counts as missing.
+/// `deserialize_with` for a required body field; `null` is a value its type refuses (the
+/// field's own "must be …").
 pub fn required<'de, D: Deserializer<'de>, T: FromParam>(d: D) -> Result<T, D::Error> {
+    T::from_json(&Value::deserialize(d)?).map_err(de::Error::custom)
+}
+
+/// `deserialize_with` for a required body field where `null` counts as leaving it out.
+pub fn required_null_is_missing<'de, D: Deserializer<'de>, T: FromParam>(
+    d: D,
+) -> Result<T, D::Error> {
     match Value::deserialize(d)? {
         Value::Null => Err(de::Error::custom(MISSING)),
         v => T::from_json(&v).map_err(de::Error::custom),
@@ -460,7 +469,7 @@ mod tests {
     #[derive(Debug, Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct BodySample {
-        #[serde(deserialize_with = "required")]
+        #[serde(deserialize_with = "required_null_is_missing")]
         name: Text<5>,
         #[serde(default, deserialize_with = "field")]
         at_period_end: Option<Flag>,
@@ -547,6 +556,19 @@ mod tests {
 
         let e = body::<BodySample>(&object(serde_json::json!({"name": null}))).unwrap_err();
         assert_eq!(refused(e).0, Code::ParameterMissing);
+        // With `required`, null is a value the field's type refuses.
+        #[derive(Debug, Deserialize)]
+        struct Strict {
+            #[serde(deserialize_with = "required")]
+            #[expect(dead_code, reason = "only its refusal is looked at")]
+            name: Text<5>,
+        }
+        let (code, message, _) =
+            refused(body::<Strict>(&object(serde_json::json!({"name": null}))).unwrap_err());
+        assert_eq!(
+            (code, message.as_str()),
+            (Code::ParameterInvalid, "`name` must be a string")
+        );
         let (code, message, param) =
             refused(body::<BodySample>(&object(serde_json::json!({"name": 5}))).unwrap_err());
         assert_eq!(code, Code::ParameterInvalid);

@@ -29,7 +29,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct NewCheckout {
-    #[serde(deserialize_with = "input::required")]
+    #[serde(deserialize_with = "input::required_null_is_missing")]
     plan_id: PlanId,
     #[serde(default, deserialize_with = "input::field")]
     customer_external_id: Option<Text<128>>,

@@ -357,7 +357,7 @@ impl Store {
             let nonce = s.get::<_, i64>(4) as u64;
             let step = OpenStep {
                 id: s.get(0),
-                subscription_id: s.get(1),
+                subscription_id: s.try_get(1)?,
                 period: s.get(2),
                 attempt: s.get(3),
             };

@@ -440,7 +440,7 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| {
-                let id: OnchainSubscriptionId = r.get(0);
+                let id: OnchainSubscriptionId = r.try_get(0)?;
                 let subscriber: Vec<u8> = r.get(4);
                 let amount: String = r.get(5);
                 Ok(DueSubscription {

@@ -73,7 +73,7 @@ impl Store {
             .await?;
         rows.iter()
             .map(|r| {
-                let id: OnchainSubscriptionId = r.get(0);
+                let id: OnchainSubscriptionId = r.try_get(0)?;
                 let bad =
                     |what: &str| Error::Inconsistent(format!("subscription {id}: bad {what}"));
                 Ok(Upcoming {
