@@ -13,7 +13,7 @@ use alloy::primitives::{Address, B256, U256};
 use alloy::providers::DynProvider;
 use alloy::sol_types::SolCall;
 use chainsub_abi::SubscriptionManager;
-use chainsub_core::ChainId;
+use chainsub_core::{CancelAt, ChainId, OnchainSubscriptionId};
 use chainsub_core::{SubscriptionStatus, format_units};
 use chainsub_store::customers::{WalletCharge, WalletSubscription};
 use chrono::{DateTime, Utc};
@@ -301,7 +301,7 @@ pub struct CancelTransaction {
     pub object: &'static str,
     pub chain_id: ChainId,
     pub chain_id_hex: String,
-    pub onchain_id: u64,
+    pub onchain_id: OnchainSubscriptionId,
     pub at_period_end: bool,
     pub label: String,
     pub tx: TxRequest,
@@ -317,10 +317,11 @@ pub async fn cancel_transaction(
     chain_id: ChainId,
     manager: Address,
     from: Address,
-    onchain_id: u64,
-    at_period_end: bool,
+    onchain_id: OnchainSubscriptionId,
+    when: CancelAt,
 ) -> Result<CancelTransaction> {
-    let id = U256::from(onchain_id);
+    let id: U256 = onchain_id.into();
+    let at_period_end = when.at_period_end();
     let s = SubscriptionManager::new(manager, provider.clone())
         .getSubscription(id)
         .call()

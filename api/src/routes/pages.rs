@@ -16,6 +16,7 @@ use std::str::FromStr;
 
 use alloy::primitives::Address;
 use alloy::providers::DynProvider;
+use chainsub_core::{CancelAt, OnchainSubscriptionId};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 use warp::http::Method;
@@ -339,12 +340,12 @@ async fn account_cancel_tx(
     check_ip(ctx, remote)?;
     let from = wallet_param(q, "from")?;
     let id = param(q, "subscription").ok_or_else(|| ApiError::missing("subscription"))?;
-    let id: u64 = id.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+    let id: OnchainSubscriptionId = id.parse().map_err(|_| {
         ApiError::invalid("subscription", "`subscription` must be a positive integer")
     })?;
-    let at_period_end = match param(q, "atPeriodEnd") {
-        Some("true") => true,
-        Some("false") => false,
+    let when = match param(q, "atPeriodEnd") {
+        Some("true") => CancelAt::PeriodEnd,
+        Some("false") => CancelAt::Now,
         Some(_) => {
             return Err(ApiError::invalid(
                 "atPeriodEnd",
@@ -356,15 +357,9 @@ async fn account_cancel_tx(
     let provider = provider
         .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
     let cfg = &ctx.cfg;
-    let tx = account::cancel_transaction(
-        provider,
-        cfg.chain_id,
-        cfg.contract_address,
-        from,
-        id,
-        at_period_end,
-    )
-    .await?;
+    let tx =
+        account::cancel_transaction(provider, cfg.chain_id, cfg.contract_address, from, id, when)
+            .await?;
     Ok(Resp::view(&tx))
 }
 

@@ -449,6 +449,13 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
             format!("/account/cancel-tx?from={customer}&subscription=x&atPeriodEnd=true"),
             "subscription",
         ),
+        // Beyond what the index could hold: refused, not sent to the node.
+        (
+            format!(
+                "/account/cancel-tx?from={customer}&subscription=9223372036854775808&atPeriodEnd=true"
+            ),
+            "subscription",
+        ),
         (
             format!("/account/cancel-tx?from={customer}&subscription={id}&atPeriodEnd=yes"),
             "atPeriodEnd",
