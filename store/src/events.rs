@@ -719,6 +719,7 @@ pub async fn get(
         .transpose()
 }
 
+#[cfg(test)]
 /// Every statement this module sends, by the name of its file under `store/sql/events/`,
 /// where each is written out as Postgres runs it (laid out on lines; a test keeps the files
 /// equal to the statements, `CHAINSUB_WRITE_GENERATED=1` rewrites them).
@@ -739,6 +740,7 @@ pub fn statements() -> Vec<(String, &'static str)> {
     out
 }
 
+#[cfg(test)]
 /// A statement laid out for reading: each clause on a line indented by its parenthesis
 /// depth, a select list one column per line; only whitespace differs from what is sent.
 pub fn layout(statement: &str) -> String {

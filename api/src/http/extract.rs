@@ -1,6 +1,6 @@
 //! Extractors and request checks every route shares: query pairs, the caller (client
-//! address, credentials), the unknown-name checks typed input ([`super::input`]) starts with,
-//! and the guard that refuses control characters anywhere in a request's text.
+//! address, credentials), and the guard that refuses control characters anywhere in a
+//! request's text.
 
 use warp::Filter;
 use warp::filters::BoxedFilter;
@@ -119,41 +119,6 @@ pub fn caller() -> BoxedFilter<(Caller,)> {
         .boxed()
 }
 
-/// Rejects a JSON body field not in `known`, naming it in `param`.
-pub fn check_fields(
-    body: &serde_json::Map<String, serde_json::Value>,
-    known: &[&str],
-) -> Result<(), ApiError> {
-    match body.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(ApiError::Invalid {
-            code: Code::ParameterUnknown,
-            message: format!("unknown field `{k}`"),
-            param: Some(k.clone()),
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Rejects unknown query parameters and duplicates, naming them in `param`.
-pub fn check_params(pairs: &[(String, String)], known: &[&str]) -> Result<(), ApiError> {
-    for (i, (k, _)) in pairs.iter().enumerate() {
-        if !known.contains(&k.as_str()) {
-            return Err(ApiError::Invalid {
-                code: Code::ParameterUnknown,
-                message: format!("unknown query parameter `{k}`"),
-                param: Some(k.clone()),
-            });
-        }
-        if pairs[..i].iter().any(|(p, _)| p == k) {
-            return Err(ApiError::invalid(
-                k,
-                format!("`{k}` is given more than once"),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The value of query parameter `name`.
 pub fn param<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
     pairs
@@ -210,20 +175,5 @@ mod tests {
         )
         .unwrap();
         check_request_text("/checkout/abc/pro", "").unwrap();
-    }
-
-    #[test]
-    fn unknown_and_repeated_query_parameters_name_the_parameter() {
-        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        let e = check_params(&q(&[("limit", "1"), ("x", "2")]), &["limit"]).unwrap_err();
-        assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "x"));
-        let e = check_params(&q(&[("limit", "1"), ("limit", "2")]), &["limit"]).unwrap_err();
-        assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "limit"));
-        assert!(check_params(&q(&[("limit", "1")]), &["limit"]).is_ok());
     }
 }

@@ -25,7 +25,7 @@ use warp::filters::BoxedFilter;
 
 use super::codes::Code;
 use super::error::ApiError;
-use super::extract::{check_fields, check_params, query_pairs};
+use super::extract::query_pairs;
 
 /// A value a request carries: parsed from a query string's text or from JSON.
 pub trait FromParam: Sized {
@@ -96,6 +96,38 @@ pub fn body<T: DeserializeOwned>(object: &Map<String, Value>) -> Result<T, ApiEr
     check_fields(object, fields_of::<T>())?;
     let values = object.iter().map(|(k, v)| (k.as_str(), JsonValue(v)));
     T::deserialize(Object::new(values)).map_err(Refusal::into_api)
+}
+
+/// Rejects a JSON body field not in `known`, naming it in `param`.
+fn check_fields(body: &Map<String, Value>, known: &[&str]) -> Result<(), ApiError> {
+    match body.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(ApiError::Invalid {
+            code: Code::ParameterUnknown,
+            message: format!("unknown field `{k}`"),
+            param: Some(k.clone()),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Rejects unknown query parameters and duplicates, naming them in `param`.
+fn check_params(pairs: &[(String, String)], known: &[&str]) -> Result<(), ApiError> {
+    for (i, (k, _)) in pairs.iter().enumerate() {
+        if !known.contains(&k.as_str()) {
+            return Err(ApiError::Invalid {
+                code: Code::ParameterUnknown,
+                message: format!("unknown query parameter `{k}`"),
+                param: Some(k.clone()),
+            });
+        }
+        if pairs[..i].iter().any(|(p, _)| p == k) {
+            return Err(ApiError::invalid(
+                k,
+                format!("`{k}` is given more than once"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A request's fields as a serde map whose value errors name their field.
@@ -490,6 +522,21 @@ mod tests {
             } => (code, message, param),
             other => panic!("not a 400: {other:?}"),
         }
+    }
+
+    #[test]
+    fn unknown_and_repeated_query_parameters_name_the_parameter() {
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let e = check_params(&q(&[("limit", "1"), ("x", "2")]), &["limit"]).unwrap_err();
+        assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "x"));
+        let e = check_params(&q(&[("limit", "1"), ("limit", "2")]), &["limit"]).unwrap_err();
+        assert!(matches!(e, ApiError::Invalid { param: Some(ref p), .. } if p == "limit"));
+        assert!(check_params(&q(&[("limit", "1")]), &["limit"]).is_ok());
     }
 
     #[test]

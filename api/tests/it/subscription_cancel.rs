@@ -18,10 +18,7 @@ use chainsub_tests::send_as;
 use serde_json::{Value, json};
 
 /// The dev chain's id (anvil's default).
-const DEV_CHAIN: chainsub_core::ChainId = match chainsub_core::ChainId::new(31337) {
-    Some(id) => id,
-    None => panic!("31337 is a chain id"),
-};
+const DEV_CHAIN: chainsub_core::ChainId = chainsub_core::ChainId::new(31337).expect("a chain id");
 
 const CONFIRMATIONS: u64 = 2;
 const PRICE: u64 = 9_990_000;

@@ -4,10 +4,7 @@ use chainsub_store::{events, plans, subscriptions};
 use chainsub_tests::TestDb;
 
 /// The chain these tests write rows of.
-const CHAIN: chainsub_core::ChainId = match chainsub_core::ChainId::new(1) {
-    Some(id) => id,
-    None => panic!("1 is a chain id"),
-};
+const CHAIN: chainsub_core::ChainId = chainsub_core::ChainId::new(1).expect("a chain id");
 
 /// Every list statement pages by an index condition on its key even under a generic plan
 /// (Postgres switches a prepared statement to one after five executions): otherwise each
