@@ -19,7 +19,8 @@ pub use anvil::Anvil;
 pub use chain::{DevChain, dev_key};
 pub use db::TestDb;
 pub use process::{
-    ChildGuard, Reserved, bin_path, http_get, listening_port, scratch_dir, workspace_root,
+    BINARY_CRATES, ChildGuard, Reserved, bin_path, binary_sources, http_get, listening_port,
+    scratch_dir, workspace_root,
 };
 pub use wait::{wait_for_some, wait_until};
 

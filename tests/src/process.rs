@@ -15,6 +15,42 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The crates the binaries (`indexer`, `keeper`, `api`) are built from.
+pub const BINARY_CRATES: [&str; 11] = [
+    "api",
+    "indexer",
+    "keeper",
+    "webhooks",
+    "serve",
+    "store",
+    "views",
+    "sender",
+    "core",
+    "abi",
+    "migrations",
+];
+
+/// The text of every `.rs` file under the `src/` of [`BINARY_CRATES`] (no tests, benches or
+/// dev tools): what checks of "does a binary say X" read.
+pub fn binary_sources() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = BINARY_CRATES
+        .iter()
+        .map(|c| workspace_root().join(c).join("src"))
+        .collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(std::fs::read_to_string(&path).expect("a source file"));
+            }
+        }
+    }
+    out
+}
+
 /// A listening socket on 127.0.0.1, on a port the OS chose, held open from the moment it is
 /// bound: a service started with [`Reserved::stdin`] as its standard input and
 /// `…_LISTEN=stdin` serves on it (see `chainsub_core::listen`), so the port is known before

@@ -167,27 +167,6 @@ fn metric_names(expr: &str) -> Vec<String> {
     out
 }
 
-/// The text of every source file of the binaries and the crates they run.
-fn binary_sources() -> String {
-    let mut sources = String::new();
-    let mut stack = vec![workspace_root()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            let skipped = ["target", "node_modules", ".git", "tests", "benches", ".dev"];
-            if path.is_dir() {
-                if !skipped.contains(&name.as_str()) {
-                    stack.push(path);
-                }
-            } else if name.ends_with(".rs") {
-                sources.push_str(&std::fs::read_to_string(&path).unwrap());
-            }
-        }
-    }
-    sources
-}
-
 /// Fails on a metric in `text` that no binary exports (a string literal of its name).
 fn all_exported(what: &str, text: &str, sources: &str) -> usize {
     let mut named = 0;
@@ -209,7 +188,7 @@ fn every_metric_an_alert_or_a_dashboard_names_is_exported_by_a_binary() {
         metric_names("rate(api_requests_total{status=~\"5..\"}[5m]) / max(keeper_due)"),
         ["api_requests_total", "keeper_due"]
     );
-    let sources = binary_sources();
+    let sources = chainsub_tests::binary_sources().concat();
     // The alerts: expressions, and the annotations that tell the operator where to look.
     let rules = std::fs::read_to_string(deploy("prometheus").join("alerts.yml")).unwrap();
     let named = all_exported("alerts.yml", &rules, &sources);

@@ -10,11 +10,6 @@ const TEST_ONLY: [&str; 2] = ["API_FAIL_POINT", "KEEPER_FAIL_POINT"];
 /// Read by a library rather than by our code: `tracing`'s filter.
 const READ_BY_LIBRARIES: [&str; 1] = ["RUST_LOG"];
 
-/// The crates the binaries are built from (tests, benches and the dev command excluded).
-const CRATES: [&str; 8] = [
-    "api", "indexer", "keeper", "webhooks", "serve", "store", "core", "sender",
-];
-
 fn upper_names_after(text: &str, marker: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for (i, _) in text.match_indices(marker) {
@@ -32,23 +27,11 @@ fn upper_names_after(text: &str, marker: &str) -> BTreeSet<String> {
 
 fn read_by_binaries() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    let mut stack: Vec<_> = CRATES
-        .iter()
-        .map(|c| workspace_root().join(c).join("src"))
-        .collect();
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                // clap's `env = "NAME"`, and the few read directly.
-                names.extend(upper_names_after(&text, "env = \""));
-                names.extend(upper_names_after(&text, "env::var(\""));
-                names.extend(upper_names_after(&text, "env::var_os(\""));
-            }
-        }
+    for text in chainsub_tests::binary_sources() {
+        // clap's `env = "NAME"`, and the few read directly.
+        names.extend(upper_names_after(&text, "env = \""));
+        names.extend(upper_names_after(&text, "env::var(\""));
+        names.extend(upper_names_after(&text, "env::var_os(\""));
     }
     // A test's own switch, read by a unit test in a library's src.
     names.remove("CHAINSUB_WRITE_GENERATED");
