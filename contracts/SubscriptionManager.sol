@@ -14,7 +14,7 @@ interface IERC20Permit {
         external;
 }
 
-/// @title SubscriptionManager (v2.1)
+/// @title SubscriptionManager (v3)
 /// @notice Recurring USDC subscriptions paid from the subscriber's own allowance.
 ///
 /// v2 (issue 11): `subscribe` carries the terms the customer was shown (merchant and amount
@@ -34,8 +34,13 @@ interface IERC20Permit {
 /// collected afterwards (catch-up rule below); a subscription stays past due at most until
 /// the period it owes is over (past-due rule below).
 ///
+/// v3 (issue 40): free trials, plan changes with proration, and refunds (rules below).
+///
 /// Lifecycle (DESIGN §3):
 ///   subscribe            -> Active (first period charged at once)
+///   subscribe, trial plan, first trial of this wallet on this plan -> Trialing (no charge)
+///   charge on Trialing once the trial is over, pulled -> Active (period 1)
+///   charge on Trialing once the trial is over, pull failed -> PastDue (owes period 1)
 ///   charge, pulled       -> Active (next period)
 ///   charge, pull failed  -> PastDue
 ///   charge on PastDue, pulled           -> Active
@@ -72,6 +77,36 @@ interface IERC20Permit {
 /// the subscriber causes end it sooner (three counted failures, about two days); failures on
 /// the token's side (never counted) end it there, at the latest one period after it fell due.
 ///
+/// Trial rule: a plan may carry `trialDays` (1..MAX_TRIAL_DAYS). A wallet's first subscription
+/// to such a plan starts a trial: no money moves (the allowance must already cover one period,
+/// so the first charge needs no further signature), `periodEnd` is the trial's end and the
+/// anchor of the monthly periods that follow, `period` is 0. The keeper's `charge` at the
+/// trial's end collects period 1. A cancellation during the trial (at once or at its end)
+/// means no charge ever. One trial per wallet per plan, for ever: a later subscription of the
+/// same wallet to the same plan is charged at once, as on a plan without a trial.
+///
+/// Plan-change rule: the subscriber moves an Active subscription to another active plan of
+/// the same merchant, the call carrying the terms they were shown (plan, merchant, amount).
+/// Upgrade (a higher amount): effective at once; the difference for the rest of the current
+/// period is charged now, prorated by the seconds left:
+///   proration = (newAmount - oldAmount) * (periodEnd - now) / (periodEnd - periodStart),
+/// rounded down (never in the subscriber's disfavour); the next renewals charge the new
+/// amount. A downgrade (an equal or lower amount) is scheduled: it takes effect at the next
+/// renewal (the first charge attempt of the next period, whatever its outcome: that attempt
+/// and its retries charge the new amount) and moves no money now. Scheduling again replaces
+/// it; `cancelPlanChange` undoes it; a cancellation (at once or at period end) drops it; if
+/// the wallet has meanwhile subscribed to the target plan, the change is dropped at renewal
+/// (PlanChangeCancelled). The subscription keeps its id.
+///
+/// Refund rule: the merchant's wallet (the payee, nobody else) refunds all or part of the
+/// subscription's latest charged period (its charge plus any proration in it) to the
+/// subscriber, from its own balance and allowance to this contract (approve, or the permit
+/// of `refundWithPermit`). The refunds of a period never exceed what was paid for it. The
+/// call names the period it refunds and reverts when that is no longer the latest (a renewal
+/// came first), so a refund is never applied to a period the merchant did not mean. An
+/// optional flag also cancels a live subscription at once. Earlier periods are refunded off
+/// the contract: keeping every period's charge on chain would cost a renewal ~20,000 gas.
+///
 /// Billing periods are calendar months anchored on the start time, with the day clamped to
 /// the month's end (Jan 31 -> Feb 28/29 -> Mar 31), as Stripe does: period k ends at
 /// addMonths(anchor, k).
@@ -81,7 +116,8 @@ contract SubscriptionManager {
         Active,
         PastDue,
         Cancelled,
-        Ended
+        Ended,
+        Trialing
     }
 
     /// Why a payment attempt failed.
@@ -104,6 +140,8 @@ contract SubscriptionManager {
         /// False once deactivated: no new subscriptions; existing ones continue. (Next to
         /// `merchant`, in the same storage slot: `subscribe` reads both with one SLOAD.)
         bool active;
+        /// Free days before the first charge (0: none). Same slot as `merchant`.
+        uint16 trialDays;
         uint256 amount;
         bytes32 planRef;
     }
@@ -111,7 +149,11 @@ contract SubscriptionManager {
     struct Subscription {
         uint256 planId;
         address subscriber;
+        /// Paid for the current period: its charge plus any proration (refund limit).
+        uint96 paid;
         address merchant;
+        /// Refunded of `paid`.
+        uint96 refunded;
         uint256 amount;
         bytes32 customerRef;
         uint64 anchor;
@@ -122,10 +164,13 @@ contract SubscriptionManager {
         uint64 lastFailureAt;
         Status status;
         bool cancelAtPeriodEnd;
+        /// A scheduled downgrade's plan (0: none), applied at the next renewal.
+        uint64 pendingPlanId;
     }
 
     uint8 public constant MAX_PAYMENT_ATTEMPTS = 3;
     uint64 public constant RETRY_INTERVAL = 1 days;
+    uint16 public constant MAX_TRIAL_DAYS = 90;
 
     IERC20 public immutable token;
     address public operator;
@@ -145,6 +190,8 @@ contract SubscriptionManager {
     /// Plans the operator created on a merchant's behalf: the operator may cancel their
     /// subscriptions for the merchant. A plan the merchant created itself is never marked.
     mapping(uint256 => bool) public createdByOperator;
+    /// planId => wallet => true once the wallet has had the plan's trial.
+    mapping(uint256 => mapping(address => bool)) public trialUsed;
 
     uint256 private _lock = 1;
 
@@ -156,6 +203,63 @@ contract SubscriptionManager {
     );
 
     event PlanDeactivated(uint256 indexed planId, address indexed merchant, address by);
+
+    /// Right after PlanCreated, for a plan with a trial.
+    event PlanTrial(uint256 indexed planId, address indexed merchant, uint16 trialDays);
+
+    /// Right after SubscriptionCreated, for a subscription that starts with a trial.
+    event TrialStarted(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        uint64 trialEnd
+    );
+
+    /// The subscription moved to `planId` (from `previousPlanId`) at `amount` per period:
+    /// an upgrade, with `proration` charged for the rest of `period`, or a scheduled change
+    /// applied at the start of `period` (proration 0).
+    event PlanChanged(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        uint256 previousPlanId,
+        uint256 amount,
+        uint256 proration,
+        uint32 period
+    );
+
+    /// A downgrade to `newPlanId` at `newAmount`, effective at `effectiveAt` (the period end).
+    event PlanChangeScheduled(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        uint256 newPlanId,
+        uint256 newAmount,
+        uint64 effectiveAt
+    );
+
+    /// A scheduled change to `newPlanId` was undone (or dropped at renewal).
+    event PlanChangeCancelled(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        uint256 newPlanId
+    );
+
+    /// The merchant refunded `amount` of `period`; `totalRefunded` of that period so far.
+    event SubscriptionRefunded(
+        uint256 indexed subscriptionId,
+        address indexed merchant,
+        address indexed subscriber,
+        uint256 planId,
+        uint32 period,
+        uint256 amount,
+        uint256 totalRefunded
+    );
 
     event SubscriptionCreated(
         uint256 indexed subscriptionId,
@@ -228,6 +332,14 @@ contract SubscriptionManager {
     error AlreadyCancelling(uint256 subscriptionId);
     error FirstPaymentFailed(FailureReason reason);
     error Reentrancy();
+    error InvalidTrial(uint16 maxTrialDays);
+    error NotActive(uint256 subscriptionId);
+    error SamePlan(uint256 planId);
+    error NoPlanChange(uint256 subscriptionId);
+    error ProrationFailed(FailureReason reason);
+    error NotRefundable(uint32 latestPeriod);
+    error RefundTooLarge(uint256 refundable);
+    error RefundFailed(FailureReason reason);
 
     modifier nonReentrant() {
         if (_lock != 1) revert Reentrancy();
@@ -265,19 +377,39 @@ contract SubscriptionManager {
     /// merchant's behalf, or by the merchant itself. `planRef` ties the plan to the API's plan
     /// row and is unique per merchant, so a retried provisioning can never create a second
     /// plan, and nobody but the merchant or the operator can occupy a merchant's reference.
+    /// `amount` is at most 2^96 - 1 base units.
     function createPlan(address merchant, uint256 amount, bytes32 planRef) external returns (uint256 planId) {
+        return _createPlan(merchant, amount, planRef, 0);
+    }
+
+    /// `createPlan` for a plan whose subscriptions start with `trialDays` free days
+    /// (1..MAX_TRIAL_DAYS; trial rule above). Emits PlanTrial after PlanCreated.
+    function createPlanWithTrial(address merchant, uint256 amount, bytes32 planRef, uint16 trialDays)
+        external
+        returns (uint256 planId)
+    {
+        if (trialDays == 0 || trialDays > MAX_TRIAL_DAYS) revert InvalidTrial(MAX_TRIAL_DAYS);
+        return _createPlan(merchant, amount, planRef, trialDays);
+    }
+
+    function _createPlan(address merchant, uint256 amount, bytes32 planRef, uint16 trialDays)
+        private
+        returns (uint256 planId)
+    {
         if (msg.sender != operator && msg.sender != merchant) revert NotAuthorized();
         if (merchant == address(0)) revert NotAuthorized();
-        if (amount == 0) revert InvalidAmount();
+        if (amount == 0 || amount > type(uint96).max) revert InvalidAmount();
         if (planRef == bytes32(0)) revert InvalidReference();
         uint256 existing = planIdByRef[merchant][planRef];
         if (existing != 0) revert DuplicatePlanRef(existing);
 
         planId = ++planCount;
-        _plans[planId] = Plan({merchant: merchant, active: true, amount: amount, planRef: planRef});
+        _plans[planId] =
+            Plan({merchant: merchant, active: true, trialDays: trialDays, amount: amount, planRef: planRef});
         planIdByRef[merchant][planRef] = planId;
         if (msg.sender == operator) createdByOperator[planId] = true;
         emit PlanCreated(planId, merchant, planRef, amount, msg.sender);
+        if (trialDays != 0) emit PlanTrial(planId, merchant, trialDays);
     }
 
     function getPlan(uint256 planId) external view returns (Plan memory) {
@@ -346,14 +478,21 @@ contract SubscriptionManager {
         uint256 live = liveSubscriptionOf[planId][msg.sender];
         if (live != 0) revert AlreadySubscribed(live);
 
-        // Effects first; a failed first pull reverts them all.
+        liveSubscriptionOf[planId][msg.sender] = subscriptionId = ++subscriptionCount;
         uint64 start = uint64(block.timestamp);
+        if (plan.trialDays != 0 && !trialUsed[planId][msg.sender]) {
+            _startTrial(subscriptionId, planId, plan, customerRef, start);
+            return subscriptionId;
+        }
+
+        // Effects first; a failed first pull reverts them all.
         uint64 end = addMonths(start, 1);
-        subscriptionId = ++subscriptionCount;
         _subscriptions[subscriptionId] = Subscription({
             planId: planId,
             subscriber: msg.sender,
+            paid: uint96(plan.amount),
             merchant: plan.merchant,
+            refunded: 0,
             amount: plan.amount,
             customerRef: customerRef,
             anchor: start,
@@ -363,9 +502,9 @@ contract SubscriptionManager {
             failedAttempts: 0,
             lastFailureAt: 0,
             status: Status.Active,
-            cancelAtPeriodEnd: false
+            cancelAtPeriodEnd: false,
+            pendingPlanId: 0
         });
-        liveSubscriptionOf[planId][msg.sender] = subscriptionId;
 
         FailureReason reason = _pull(msg.sender, plan.merchant, plan.amount);
         if (reason != FailureReason.None) revert FirstPaymentFailed(reason);
@@ -374,6 +513,40 @@ contract SubscriptionManager {
             subscriptionId, plan.merchant, msg.sender, planId, customerRef, plan.amount, start, end
         );
         emit SubscriptionCharged(subscriptionId, plan.merchant, msg.sender, planId, plan.amount, 1, start, end, 1);
+    }
+
+    /// A trial subscription (trial rule): no pull, but the allowance must already cover the
+    /// first charge.
+    function _startTrial(uint256 subscriptionId, uint256 planId, Plan memory plan, bytes32 customerRef, uint64 start)
+        private
+    {
+        if (token.allowance(msg.sender, address(this)) < plan.amount) {
+            revert FirstPaymentFailed(FailureReason.InsufficientAllowance);
+        }
+        trialUsed[planId][msg.sender] = true;
+        uint64 trialEnd = start + uint64(plan.trialDays) * 1 days;
+        _subscriptions[subscriptionId] = Subscription({
+            planId: planId,
+            subscriber: msg.sender,
+            paid: 0,
+            merchant: plan.merchant,
+            refunded: 0,
+            amount: plan.amount,
+            customerRef: customerRef,
+            anchor: trialEnd,
+            periodStart: start,
+            periodEnd: trialEnd,
+            period: 0,
+            failedAttempts: 0,
+            lastFailureAt: 0,
+            status: Status.Trialing,
+            cancelAtPeriodEnd: false,
+            pendingPlanId: 0
+        });
+        emit SubscriptionCreated(
+            subscriptionId, plan.merchant, msg.sender, planId, customerRef, plan.amount, start, trialEnd
+        );
+        emit TrialStarted(subscriptionId, plan.merchant, msg.sender, planId, trialEnd);
     }
 
     /// Processes a due period. Callable by anyone (the keeper) once the current period has
@@ -408,6 +581,7 @@ contract SubscriptionManager {
         _mayCancel(s);
         if (s.cancelAtPeriodEnd) revert AlreadyCancelling(subscriptionId);
         s.cancelAtPeriodEnd = true;
+        s.pendingPlanId = 0;
         emit CancelAtPeriodEndSet(subscriptionId, s.merchant, s.subscriber, s.planId, msg.sender, s.periodEnd);
     }
 
@@ -415,9 +589,108 @@ contract SubscriptionManager {
     function cancel(uint256 subscriptionId) external nonReentrant {
         Subscription storage s = _live(subscriptionId);
         _mayCancel(s);
-        s.status = Status.Cancelled;
-        liveSubscriptionOf[s.planId][s.subscriber] = 0;
-        emit SubscriptionCancelled(subscriptionId, s.merchant, s.subscriber, s.planId, msg.sender);
+        _cancel(subscriptionId, s);
+    }
+
+    // ---------------------------------------------------------- plan changes
+
+    /// Moves the caller's Active subscription to `newPlanId` (plan-change rule above).
+    /// `merchant` and `amount` are the terms the subscriber was shown, as in `subscribe`. An
+    /// upgrade takes effect now and pulls the proration (reverting ProrationFailed when it
+    /// cannot); a downgrade is scheduled for the next renewal.
+    function changePlan(uint256 subscriptionId, uint256 newPlanId, address merchant, uint256 amount)
+        external
+        nonReentrant
+    {
+        Subscription storage s = _live(subscriptionId);
+        if (msg.sender != s.subscriber) revert NotAuthorized();
+        if (s.status != Status.Active) revert NotActive(subscriptionId);
+        if (s.cancelAtPeriodEnd) revert AlreadyCancelling(subscriptionId);
+        Plan memory plan = _plans[newPlanId];
+        if (plan.merchant == address(0)) revert UnknownPlan(newPlanId);
+        if (plan.merchant != merchant || plan.amount != amount || merchant != s.merchant) {
+            revert TermsMismatch(newPlanId, merchant, amount);
+        }
+        if (!plan.active) revert PlanInactive(newPlanId);
+        if (newPlanId == s.planId) revert SamePlan(newPlanId);
+        uint256 live = liveSubscriptionOf[newPlanId][msg.sender];
+        if (live != 0) revert AlreadySubscribed(live);
+
+        if (amount <= s.amount) {
+            s.pendingPlanId = uint64(newPlanId);
+            emit PlanChangeScheduled(
+                subscriptionId, s.merchant, s.subscriber, s.planId, newPlanId, amount, s.periodEnd
+            );
+            return;
+        }
+        uint256 left = block.timestamp < s.periodEnd ? s.periodEnd - block.timestamp : 0;
+        uint256 proration = (amount - s.amount) * left / (s.periodEnd - s.periodStart);
+        uint256 previousPlanId = s.planId;
+        _movePlan(subscriptionId, s, newPlanId, amount);
+        s.paid += uint96(proration);
+        if (proration != 0) {
+            FailureReason reason = _pull(s.subscriber, s.merchant, proration);
+            if (reason != FailureReason.None) revert ProrationFailed(reason);
+        }
+        emit PlanChanged(
+            subscriptionId, s.merchant, s.subscriber, newPlanId, previousPlanId, amount, proration, s.period
+        );
+    }
+
+    /// Undoes the caller's scheduled plan change.
+    function cancelPlanChange(uint256 subscriptionId) external nonReentrant {
+        Subscription storage s = _live(subscriptionId);
+        if (msg.sender != s.subscriber) revert NotAuthorized();
+        uint256 pending = s.pendingPlanId;
+        if (pending == 0) revert NoPlanChange(subscriptionId);
+        s.pendingPlanId = 0;
+        emit PlanChangeCancelled(subscriptionId, s.merchant, s.subscriber, s.planId, pending);
+    }
+
+    // -------------------------------------------------------------- refunds
+
+    /// The merchant refunds `amount` of `period`, the subscription's latest charged period
+    /// (refund rule above), pulling it from the merchant's wallet; `cancelSubscription` also
+    /// cancels a live subscription at once.
+    function refund(uint256 subscriptionId, uint32 period, uint256 amount, bool cancelSubscription)
+        external
+        nonReentrant
+    {
+        _refund(subscriptionId, period, amount, cancelSubscription);
+    }
+
+    /// `refund` with an EIP-2612 permit from the merchant's wallet for this contract (a
+    /// permit that fails is ignored, as in `subscribeWithPermit`).
+    function refundWithPermit(
+        uint256 subscriptionId,
+        uint32 period,
+        uint256 amount,
+        bool cancelSubscription,
+        uint256 permitValue,
+        uint256 deadline,
+        uint8 v,
+        bytes32 r,
+        bytes32 s
+    ) external nonReentrant {
+        try IERC20Permit(address(token)).permit(msg.sender, address(this), permitValue, deadline, v, r, s) {} catch {}
+        _refund(subscriptionId, period, amount, cancelSubscription);
+    }
+
+    function _refund(uint256 subscriptionId, uint32 period, uint256 amount, bool cancelSubscription) private {
+        Subscription storage s = _subscriptions[subscriptionId];
+        if (s.status == Status.None) revert UnknownSubscription(subscriptionId);
+        if (msg.sender != s.merchant) revert NotAuthorized();
+        if (period == 0 || period != s.period) revert NotRefundable(s.period);
+        if (amount == 0) revert InvalidAmount();
+        uint256 refundable = s.paid - s.refunded;
+        if (amount > refundable) revert RefundTooLarge(refundable);
+        uint96 total = s.refunded + uint96(amount);
+        s.refunded = total;
+        bool cancelling = cancelSubscription && (s.status == Status.Active || s.status == Status.PastDue);
+        FailureReason reason = _pull(msg.sender, s.subscriber, amount);
+        if (reason != FailureReason.None) revert RefundFailed(reason);
+        emit SubscriptionRefunded(subscriptionId, s.merchant, s.subscriber, s.planId, period, amount, total);
+        if (cancelling) _cancel(subscriptionId, s);
     }
 
     function getSubscription(uint256 subscriptionId) external view returns (Subscription memory) {
@@ -463,7 +736,27 @@ contract SubscriptionManager {
     function _live(uint256 subscriptionId) private view returns (Subscription storage s) {
         s = _subscriptions[subscriptionId];
         if (s.status == Status.None) revert UnknownSubscription(subscriptionId);
-        if (s.status != Status.Active && s.status != Status.PastDue) revert NotLive(subscriptionId);
+        if (!_isLive(s.status)) revert NotLive(subscriptionId);
+    }
+
+    function _isLive(Status status) private pure returns (bool) {
+        return status == Status.Active || status == Status.PastDue || status == Status.Trialing;
+    }
+
+    function _cancel(uint256 subscriptionId, Subscription storage s) private {
+        s.status = Status.Cancelled;
+        s.pendingPlanId = 0;
+        liveSubscriptionOf[s.planId][s.subscriber] = 0;
+        emit SubscriptionCancelled(subscriptionId, s.merchant, s.subscriber, s.planId, msg.sender);
+    }
+
+    /// Moves the subscription (and its wallet's live slot) to `planId` at `amount`.
+    function _movePlan(uint256 subscriptionId, Subscription storage s, uint256 planId, uint256 amount) private {
+        liveSubscriptionOf[s.planId][s.subscriber] = 0;
+        liveSubscriptionOf[planId][s.subscriber] = subscriptionId;
+        s.planId = planId;
+        s.amount = amount;
+        s.pendingPlanId = 0;
     }
 
     /// `charge` of one id. `strict`: revert when the id cannot be charged now (`charge`);
@@ -471,7 +764,7 @@ contract SubscriptionManager {
     function _charge(uint256 subscriptionId, bool strict) private returns (bool) {
         Subscription storage s = _subscriptions[subscriptionId];
         Status status = s.status;
-        if (status != Status.Active && status != Status.PastDue) {
+        if (!_isLive(status)) {
             if (!strict) return false;
             if (status == Status.None) revert UnknownSubscription(subscriptionId);
             revert NotLive(subscriptionId);
@@ -493,6 +786,7 @@ contract SubscriptionManager {
             _end(subscriptionId, s, EndReason.PaymentFailed);
             return true;
         }
+        if (s.pendingPlanId != 0) _applyScheduledChange(subscriptionId, s, period);
         FailureReason reason = _shortfall(s.subscriber, s.amount);
         if (reason == FailureReason.None) {
             if (_renew(subscriptionId, s, period, start, end)) return true;
@@ -515,6 +809,21 @@ contract SubscriptionManager {
             start = end;
             end = addMonths(s.anchor, ++period);
         } while (end <= block.timestamp);
+    }
+
+    /// The scheduled downgrade, applied at the first charge attempt of `period` (or dropped
+    /// when the wallet meanwhile holds a live subscription to the target plan).
+    function _applyScheduledChange(uint256 subscriptionId, Subscription storage s, uint32 period) private {
+        uint256 newPlanId = s.pendingPlanId;
+        if (liveSubscriptionOf[newPlanId][s.subscriber] != 0) {
+            s.pendingPlanId = 0;
+            emit PlanChangeCancelled(subscriptionId, s.merchant, s.subscriber, s.planId, newPlanId);
+            return;
+        }
+        uint256 previousPlanId = s.planId;
+        uint256 amount = _plans[newPlanId].amount;
+        _movePlan(subscriptionId, s, newPlanId, amount);
+        emit PlanChanged(subscriptionId, s.merchant, s.subscriber, newPlanId, previousPlanId, amount, 0, period);
     }
 
     /// Records a failed pull of the next period and emits PaymentFailed; ends the subscription
@@ -550,6 +859,10 @@ contract SubscriptionManager {
         s.lastFailureAt = 0;
         s.status = Status.Active;
         if (_transfer(s.subscriber, s.merchant, s.amount)) {
+            // The refund limit of the new period (written after the pull: nothing reentrant
+            // can reach `refund` while this call holds the lock).
+            s.paid = uint96(s.amount);
+            if (s.refunded != 0) s.refunded = 0;
             emit SubscriptionCharged(
                 subscriptionId, s.merchant, s.subscriber, s.planId, s.amount, period, start, end, failed + 1
             );
@@ -566,6 +879,7 @@ contract SubscriptionManager {
 
     function _end(uint256 subscriptionId, Subscription storage s, EndReason reason) private {
         s.status = Status.Ended;
+        s.pendingPlanId = 0;
         liveSubscriptionOf[s.planId][s.subscriber] = 0;
         emit SubscriptionEnded(subscriptionId, s.merchant, s.subscriber, s.planId, reason);
     }

@@ -20,6 +20,12 @@ pub enum ContractEvent {
     CancelAtPeriodEndSet(SM::CancelAtPeriodEndSet),
     SubscriptionCancelled(SM::SubscriptionCancelled),
     SubscriptionEnded(SM::SubscriptionEnded),
+    PlanTrial(SM::PlanTrial),
+    TrialStarted(SM::TrialStarted),
+    PlanChanged(SM::PlanChanged),
+    PlanChangeScheduled(SM::PlanChangeScheduled),
+    PlanChangeCancelled(SM::PlanChangeCancelled),
+    SubscriptionRefunded(SM::SubscriptionRefunded),
 }
 
 /// Why a log could not be decoded.
@@ -80,7 +86,8 @@ impl EventKind {
 }
 
 /// `SubscriptionManager.Status` (`getSubscription(id).status`) as the API names it: `None`
-/// for 0, an id the contract never assigned (1 active, 2 past due, 3 cancelled, 4 ended).
+/// for 0, an id the contract never assigned (1 active, 2 past due, 3 cancelled, 4 ended,
+/// 5 trialing).
 pub fn subscription_status(v: u8) -> Option<chainsub_core::SubscriptionStatus> {
     use chainsub_core::SubscriptionStatus as S;
     match v {
@@ -173,6 +180,12 @@ impl ContractEvent {
             SM::CancelAtPeriodEndSet::SIGNATURE_HASH => Self::CancelAtPeriodEndSet(decode(log)?),
             SM::SubscriptionCancelled::SIGNATURE_HASH => Self::SubscriptionCancelled(decode(log)?),
             SM::SubscriptionEnded::SIGNATURE_HASH => Self::SubscriptionEnded(decode(log)?),
+            SM::PlanTrial::SIGNATURE_HASH => Self::PlanTrial(decode(log)?),
+            SM::TrialStarted::SIGNATURE_HASH => Self::TrialStarted(decode(log)?),
+            SM::PlanChanged::SIGNATURE_HASH => Self::PlanChanged(decode(log)?),
+            SM::PlanChangeScheduled::SIGNATURE_HASH => Self::PlanChangeScheduled(decode(log)?),
+            SM::PlanChangeCancelled::SIGNATURE_HASH => Self::PlanChangeCancelled(decode(log)?),
+            SM::SubscriptionRefunded::SIGNATURE_HASH => Self::SubscriptionRefunded(decode(log)?),
             other => return Err(DecodeError::UnknownSignature(other)),
         })
     }
@@ -183,7 +196,13 @@ impl ContractEvent {
             Self::OperatorChanged(_)
             | Self::OperatorTransferStarted(_)
             | Self::PlanCreated(_)
-            | Self::PlanDeactivated(_) => None,
+            | Self::PlanDeactivated(_)
+            | Self::PlanTrial(_)
+            | Self::TrialStarted(_)
+            | Self::PlanChanged(_)
+            | Self::PlanChangeScheduled(_)
+            | Self::PlanChangeCancelled(_)
+            | Self::SubscriptionRefunded(_) => None,
             Self::SubscriptionCreated(_) => Some(EventKind::Created),
             Self::SubscriptionCharged(_) => Some(EventKind::Charged),
             Self::PaymentFailed(_) => Some(EventKind::PaymentFailed),
@@ -199,13 +218,19 @@ impl ContractEvent {
             Self::OperatorChanged(_)
             | Self::OperatorTransferStarted(_)
             | Self::PlanCreated(_)
-            | Self::PlanDeactivated(_) => return None,
+            | Self::PlanDeactivated(_)
+            | Self::PlanTrial(_) => return None,
             Self::SubscriptionCreated(e) => e.subscriptionId,
             Self::SubscriptionCharged(e) => e.subscriptionId,
             Self::PaymentFailed(e) => e.subscriptionId,
             Self::CancelAtPeriodEndSet(e) => e.subscriptionId,
             Self::SubscriptionCancelled(e) => e.subscriptionId,
             Self::SubscriptionEnded(e) => e.subscriptionId,
+            Self::TrialStarted(e) => e.subscriptionId,
+            Self::PlanChanged(e) => e.subscriptionId,
+            Self::PlanChangeScheduled(e) => e.subscriptionId,
+            Self::PlanChangeCancelled(e) => e.subscriptionId,
+            Self::SubscriptionRefunded(e) => e.subscriptionId,
         })
     }
 
@@ -221,6 +246,12 @@ impl ContractEvent {
             Self::CancelAtPeriodEndSet(e) => e.merchant,
             Self::SubscriptionCancelled(e) => e.merchant,
             Self::SubscriptionEnded(e) => e.merchant,
+            Self::PlanTrial(e) => e.merchant,
+            Self::TrialStarted(e) => e.merchant,
+            Self::PlanChanged(e) => e.merchant,
+            Self::PlanChangeScheduled(e) => e.merchant,
+            Self::PlanChangeCancelled(e) => e.merchant,
+            Self::SubscriptionRefunded(e) => e.merchant,
         })
     }
 
@@ -237,6 +268,12 @@ impl ContractEvent {
             Self::CancelAtPeriodEndSet(_) => "CancelAtPeriodEndSet",
             Self::SubscriptionCancelled(_) => "SubscriptionCancelled",
             Self::SubscriptionEnded(_) => "SubscriptionEnded",
+            Self::PlanTrial(_) => "PlanTrial",
+            Self::TrialStarted(_) => "TrialStarted",
+            Self::PlanChanged(_) => "PlanChanged",
+            Self::PlanChangeScheduled(_) => "PlanChangeScheduled",
+            Self::PlanChangeCancelled(_) => "PlanChangeCancelled",
+            Self::SubscriptionRefunded(_) => "SubscriptionRefunded",
         }
     }
 }

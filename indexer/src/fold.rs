@@ -91,7 +91,13 @@ pub fn apply(
         | ContractEvent::PlanCreated(_)
         | ContractEvent::PlanDeactivated(_)
         | ContractEvent::OperatorChanged(_)
-        | ContractEvent::OperatorTransferStarted(_) => return Ok(Some(s)),
+        | ContractEvent::OperatorTransferStarted(_)
+        | ContractEvent::PlanTrial(_)
+        | ContractEvent::TrialStarted(_)
+        | ContractEvent::PlanChanged(_)
+        | ContractEvent::PlanChangeScheduled(_)
+        | ContractEvent::PlanChangeCancelled(_)
+        | ContractEvent::SubscriptionRefunded(_) => return Ok(Some(s)),
     }
     s.last_event = ctx.event_ref;
     s.updated_at = ctx.block_time;

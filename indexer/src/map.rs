@@ -114,6 +114,12 @@ pub fn plan_id(ev: &ContractEvent) -> Option<U256> {
         ContractEvent::CancelAtPeriodEndSet(e) => e.planId,
         ContractEvent::SubscriptionCancelled(e) => e.planId,
         ContractEvent::SubscriptionEnded(e) => e.planId,
+        ContractEvent::PlanTrial(e) => e.planId,
+        ContractEvent::TrialStarted(e) => e.planId,
+        ContractEvent::PlanChanged(e) => e.planId,
+        ContractEvent::PlanChangeScheduled(e) => e.planId,
+        ContractEvent::PlanChangeCancelled(e) => e.planId,
+        ContractEvent::SubscriptionRefunded(e) => e.planId,
     })
 }
 
@@ -162,6 +168,32 @@ pub fn log_fields(ev: &ContractEvent) -> LogFields {
         ContractEvent::SubscriptionEnded(e) => LogFields {
             subscriber: Some(e.subscriber),
             reason: Some(e.reason),
+            ..none
+        },
+        ContractEvent::PlanTrial(_) => none,
+        ContractEvent::TrialStarted(e) => LogFields {
+            subscriber: Some(e.subscriber),
+            ..none
+        },
+        ContractEvent::PlanChanged(e) => LogFields {
+            amount: Some(e.amount),
+            subscriber: Some(e.subscriber),
+            period: Some(e.period),
+            ..none
+        },
+        ContractEvent::PlanChangeScheduled(e) => LogFields {
+            amount: Some(e.newAmount),
+            subscriber: Some(e.subscriber),
+            ..none
+        },
+        ContractEvent::PlanChangeCancelled(e) => LogFields {
+            subscriber: Some(e.subscriber),
+            ..none
+        },
+        ContractEvent::SubscriptionRefunded(e) => LogFields {
+            amount: Some(e.amount),
+            subscriber: Some(e.subscriber),
+            period: Some(e.period),
             ..none
         },
     }

@@ -17,6 +17,7 @@ mod artifacts;
 mod browser;
 mod browser_pages;
 mod contract_batch;
+mod contract_billing;
 mod contract_calendar;
 mod contract_cancel;
 mod contract_charges;
