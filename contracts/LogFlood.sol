@@ -20,7 +20,8 @@ contract LogFlood {
         bytes32 customerRef,
         uint256 amount,
         uint64 periodStart,
-        uint64 periodEnd
+        uint64 periodEnd,
+        uint64 trialEnd
     );
 
     event SubscriptionCharged(
@@ -69,7 +70,7 @@ contract LogFlood {
         uint64 end = start + 30 days;
         for (uint256 id = firstId; id < firstId + count; ++id) {
             address subscriber = _subscriber(id);
-            emit SubscriptionCreated(id, merchant, subscriber, planId, bytes32(id), amount, start, end);
+            emit SubscriptionCreated(id, merchant, subscriber, planId, bytes32(id), amount, start, end, 0);
             emit SubscriptionCharged(id, merchant, subscriber, planId, amount, 1, start, end, 1);
         }
     }

@@ -80,8 +80,9 @@ interface IERC20Permit {
 /// Trial rule: a plan may carry `trialDays` (1..MAX_TRIAL_DAYS). A wallet's first subscription
 /// to such a plan starts a trial: no money moves (the allowance must already cover one period,
 /// so the first charge needs no further signature), `periodEnd` is the trial's end and the
-/// anchor of the monthly periods that follow, `period` is 0. The keeper's `charge` at the
-/// trial's end collects period 1. A cancellation during the trial (at once or at its end)
+/// anchor of the monthly periods that follow, `period` is 0; SubscriptionCreated carries the
+/// trial as its period and a non-zero `trialEnd` (0 without a trial). The keeper's `charge`
+/// at the trial's end collects period 1. A cancellation during the trial (at once or at its end)
 /// means no charge ever. One trial per wallet per plan, for ever: a later subscription of the
 /// same wallet to the same plan is charged at once, as on a plan without a trial.
 ///
@@ -207,15 +208,6 @@ contract SubscriptionManager {
     /// Right after PlanCreated, for a plan with a trial.
     event PlanTrial(uint256 indexed planId, address indexed merchant, uint16 trialDays);
 
-    /// Right after SubscriptionCreated, for a subscription that starts with a trial.
-    event TrialStarted(
-        uint256 indexed subscriptionId,
-        address indexed merchant,
-        address indexed subscriber,
-        uint256 planId,
-        uint64 trialEnd
-    );
-
     /// The subscription moved to `planId` (from `previousPlanId`) at `amount` per period:
     /// an upgrade, with `proration` charged for the rest of `period`, or a scheduled change
     /// applied at the start of `period` (proration 0).
@@ -269,7 +261,8 @@ contract SubscriptionManager {
         bytes32 customerRef,
         uint256 amount,
         uint64 periodStart,
-        uint64 periodEnd
+        uint64 periodEnd,
+        uint64 trialEnd
     );
 
     event SubscriptionCharged(
@@ -510,7 +503,7 @@ contract SubscriptionManager {
         if (reason != FailureReason.None) revert FirstPaymentFailed(reason);
 
         emit SubscriptionCreated(
-            subscriptionId, plan.merchant, msg.sender, planId, customerRef, plan.amount, start, end
+            subscriptionId, plan.merchant, msg.sender, planId, customerRef, plan.amount, start, end, 0
         );
         emit SubscriptionCharged(subscriptionId, plan.merchant, msg.sender, planId, plan.amount, 1, start, end, 1);
     }
@@ -544,9 +537,8 @@ contract SubscriptionManager {
             pendingPlanId: 0
         });
         emit SubscriptionCreated(
-            subscriptionId, plan.merchant, msg.sender, planId, customerRef, plan.amount, start, trialEnd
+            subscriptionId, plan.merchant, msg.sender, planId, customerRef, plan.amount, start, trialEnd, trialEnd
         );
-        emit TrialStarted(subscriptionId, plan.merchant, msg.sender, planId, trialEnd);
     }
 
     /// Processes a due period. Callable by anyone (the keeper) once the current period has

@@ -21,7 +21,6 @@ pub enum ContractEvent {
     SubscriptionCancelled(SM::SubscriptionCancelled),
     SubscriptionEnded(SM::SubscriptionEnded),
     PlanTrial(SM::PlanTrial),
-    TrialStarted(SM::TrialStarted),
     PlanChanged(SM::PlanChanged),
     PlanChangeScheduled(SM::PlanChangeScheduled),
     PlanChangeCancelled(SM::PlanChangeCancelled),
@@ -54,17 +53,29 @@ pub enum EventKind {
     Cancelled,
     #[serde(rename = "subscription.ended")]
     Ended,
+    #[serde(rename = "subscription.plan_changed")]
+    PlanChanged,
+    #[serde(rename = "subscription.plan_change_scheduled")]
+    PlanChangeScheduled,
+    #[serde(rename = "subscription.plan_change_cancelled")]
+    PlanChangeCancelled,
+    #[serde(rename = "subscription.refunded")]
+    Refunded,
 }
 
 impl EventKind {
     /// Every kind, in lifecycle order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 10] = [
         Self::Created,
         Self::Charged,
         Self::PaymentFailed,
         Self::CancelAtPeriodEndSet,
         Self::Cancelled,
         Self::Ended,
+        Self::PlanChanged,
+        Self::PlanChangeScheduled,
+        Self::PlanChangeCancelled,
+        Self::Refunded,
     ];
 
     /// The wire name, e.g. `subscription.charged`.
@@ -76,6 +87,10 @@ impl EventKind {
             Self::CancelAtPeriodEndSet => "subscription.cancel_at_period_end_set",
             Self::Cancelled => "subscription.cancelled",
             Self::Ended => "subscription.ended",
+            Self::PlanChanged => "subscription.plan_changed",
+            Self::PlanChangeScheduled => "subscription.plan_change_scheduled",
+            Self::PlanChangeCancelled => "subscription.plan_change_cancelled",
+            Self::Refunded => "subscription.refunded",
         }
     }
 
@@ -95,6 +110,7 @@ pub fn subscription_status(v: u8) -> Option<chainsub_core::SubscriptionStatus> {
         2 => Some(S::PastDue),
         3 => Some(S::Cancelled),
         4 => Some(S::Ended),
+        5 => Some(S::Trialing),
         _ => None,
     }
 }
@@ -181,7 +197,6 @@ impl ContractEvent {
             SM::SubscriptionCancelled::SIGNATURE_HASH => Self::SubscriptionCancelled(decode(log)?),
             SM::SubscriptionEnded::SIGNATURE_HASH => Self::SubscriptionEnded(decode(log)?),
             SM::PlanTrial::SIGNATURE_HASH => Self::PlanTrial(decode(log)?),
-            SM::TrialStarted::SIGNATURE_HASH => Self::TrialStarted(decode(log)?),
             SM::PlanChanged::SIGNATURE_HASH => Self::PlanChanged(decode(log)?),
             SM::PlanChangeScheduled::SIGNATURE_HASH => Self::PlanChangeScheduled(decode(log)?),
             SM::PlanChangeCancelled::SIGNATURE_HASH => Self::PlanChangeCancelled(decode(log)?),
@@ -190,25 +205,24 @@ impl ContractEvent {
         })
     }
 
-    /// The API event kind, for the six subscription lifecycle events.
+    /// The API event kind, for the subscription lifecycle events.
     pub fn kind(&self) -> Option<EventKind> {
         match self {
             Self::OperatorChanged(_)
             | Self::OperatorTransferStarted(_)
             | Self::PlanCreated(_)
             | Self::PlanDeactivated(_)
-            | Self::PlanTrial(_)
-            | Self::TrialStarted(_)
-            | Self::PlanChanged(_)
-            | Self::PlanChangeScheduled(_)
-            | Self::PlanChangeCancelled(_)
-            | Self::SubscriptionRefunded(_) => None,
+            | Self::PlanTrial(_) => None,
             Self::SubscriptionCreated(_) => Some(EventKind::Created),
             Self::SubscriptionCharged(_) => Some(EventKind::Charged),
             Self::PaymentFailed(_) => Some(EventKind::PaymentFailed),
             Self::CancelAtPeriodEndSet(_) => Some(EventKind::CancelAtPeriodEndSet),
             Self::SubscriptionCancelled(_) => Some(EventKind::Cancelled),
             Self::SubscriptionEnded(_) => Some(EventKind::Ended),
+            Self::PlanChanged(_) => Some(EventKind::PlanChanged),
+            Self::PlanChangeScheduled(_) => Some(EventKind::PlanChangeScheduled),
+            Self::PlanChangeCancelled(_) => Some(EventKind::PlanChangeCancelled),
+            Self::SubscriptionRefunded(_) => Some(EventKind::Refunded),
         }
     }
 
@@ -226,7 +240,6 @@ impl ContractEvent {
             Self::CancelAtPeriodEndSet(e) => e.subscriptionId,
             Self::SubscriptionCancelled(e) => e.subscriptionId,
             Self::SubscriptionEnded(e) => e.subscriptionId,
-            Self::TrialStarted(e) => e.subscriptionId,
             Self::PlanChanged(e) => e.subscriptionId,
             Self::PlanChangeScheduled(e) => e.subscriptionId,
             Self::PlanChangeCancelled(e) => e.subscriptionId,
@@ -247,7 +260,6 @@ impl ContractEvent {
             Self::SubscriptionCancelled(e) => e.merchant,
             Self::SubscriptionEnded(e) => e.merchant,
             Self::PlanTrial(e) => e.merchant,
-            Self::TrialStarted(e) => e.merchant,
             Self::PlanChanged(e) => e.merchant,
             Self::PlanChangeScheduled(e) => e.merchant,
             Self::PlanChangeCancelled(e) => e.merchant,
@@ -269,7 +281,6 @@ impl ContractEvent {
             Self::SubscriptionCancelled(_) => "SubscriptionCancelled",
             Self::SubscriptionEnded(_) => "SubscriptionEnded",
             Self::PlanTrial(_) => "PlanTrial",
-            Self::TrialStarted(_) => "TrialStarted",
             Self::PlanChanged(_) => "PlanChanged",
             Self::PlanChangeScheduled(_) => "PlanChangeScheduled",
             Self::PlanChangeCancelled(_) => "PlanChangeCancelled",

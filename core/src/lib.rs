@@ -32,7 +32,7 @@ pub use listen::Listen;
 pub use rpc::RpcUrl;
 pub use slug::Slug;
 pub use snapshot::SubscriptionSnapshot;
-pub use state::SubscriptionState;
+pub use state::{PendingPlanChange, SubscriptionState};
 pub use status::{LedgerKind, OutboxStatus, ProvisionStatus, SubscriptionStatus, UnknownStatus};
 pub use time::{rfc3339, ts};
 pub use tx::{Outcome, SignedTx};

@@ -37,6 +37,12 @@ pub struct SubscriptionSnapshot {
     pub amount: String,
     /// The plan's on-chain id.
     pub plan_onchain_id: i64,
+    /// When the free trial ends (or ended); `None` without a trial.
+    pub trial_end: Option<String>,
+    /// The on-chain plan of a change scheduled for the next renewal, if any.
+    pub pending_plan_onchain_id: Option<i64>,
+    /// That plan's amount per period, in base units.
+    pub pending_amount: Option<String>,
 }
 
 impl SubscriptionSnapshot {
@@ -57,6 +63,9 @@ impl SubscriptionSnapshot {
             customer_external_id: external.map(Into::into),
             amount: "9990000".into(),
             plan_onchain_id: 3,
+            trial_end: None,
+            pending_plan_onchain_id: None,
+            pending_amount: None,
         }
     }
 }
@@ -81,6 +90,9 @@ mod tests {
             customer_external_id: Some("cus_\"1\"".into()),
             amount: "9990000".into(),
             plan_onchain_id: 2,
+            trial_end: Some("2026-01-15T00:00:00Z".into()),
+            pending_plan_onchain_id: Some(4),
+            pending_amount: Some("4990000".into()),
         };
         let text = serde_json::to_string(&s).unwrap();
         assert!(text.contains("\"status\":\"past_due\""), "{text}");

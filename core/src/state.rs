@@ -30,7 +30,7 @@ pub struct SubscriptionState {
     pub status: SubscriptionStatus,
     /// Whether the subscription ends when the current period is over.
     pub cancel_at_period_end: bool,
-    /// The number of the current billing period (1 for the first).
+    /// The number of the current billing period (1 for the first paid one; 0 in a trial).
     pub period: u32,
     /// When the current period started, in Unix seconds.
     pub current_period_start: u64,
@@ -42,6 +42,10 @@ pub struct SubscriptionState {
     pub next_retry_at: Option<u64>,
     /// Why the subscription ended (e.g. `payment_failed`), once ended.
     pub ended_reason: Option<String>,
+    /// When its free trial ends (or ended), in Unix seconds; `None` without a trial.
+    pub trial_end: Option<u64>,
+    /// A downgrade scheduled for the next renewal, if any.
+    pub pending_plan_change: Option<PendingPlanChange>,
     /// `chain_events.id` of the creating and of the latest event. While a batch is being
     /// applied, events not yet inserted are referred to by a negative placeholder
     /// (`-(index in batch) - 1`) that the sink swaps for the real id after the insert.
@@ -65,7 +69,9 @@ impl SubscriptionState {
         match self.status {
             SubscriptionStatus::Cancelled | SubscriptionStatus::Ended => None,
             SubscriptionStatus::PastDue => self.next_retry_at,
-            SubscriptionStatus::Active => Some(self.current_period_end),
+            SubscriptionStatus::Active | SubscriptionStatus::Trialing => {
+                Some(self.current_period_end)
+            }
         }
     }
 
@@ -84,6 +90,19 @@ impl SubscriptionState {
             customer_external_id: self.customer_external_id.clone(),
             amount: self.amount.to_string(),
             plan_onchain_id: self.plan_onchain_id,
+            trial_end: self.trial_end.map(rfc3339),
+            pending_plan_onchain_id: self.pending_plan_change.map(|p| p.plan_onchain_id),
+            pending_amount: self.pending_plan_change.map(|p| p.amount.to_string()),
         }
     }
+}
+
+/// A plan change scheduled for the next renewal (`PlanChangeScheduled`): it takes effect at
+/// the current period's end, at the target plan's amount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingPlanChange {
+    /// The target plan's on-chain id.
+    pub plan_onchain_id: i64,
+    /// The target plan's amount per period, in base units.
+    pub amount: U256,
 }

@@ -60,6 +60,8 @@ status_enum!(
         Cancelled => "cancelled",
         /// Ended by the contract (grace exhausted, or cancel at period end).
         Ended => "ended",
+        /// In its free trial: nothing charged yet; the first charge falls due at the trial's end.
+        Trialing => "trialing",
     }
 );
 
@@ -105,6 +107,10 @@ status_enum!(
         Charge => "charge",
         /// A pull that failed (reason in `failure_reason`).
         FailedCharge => "failed_charge",
+        /// The prorated difference pulled by an upgrade (`PlanChanged.proration`).
+        Proration => "proration",
+        /// Money the merchant paid back (`SubscriptionRefunded`); its amount is negative.
+        Refund => "refund",
     }
 );
 
@@ -123,7 +129,7 @@ mod tests {
         assert!(SubscriptionStatus::parse("Active").is_err());
         assert_eq!(
             SubscriptionStatus::names(),
-            "active, past_due, cancelled, ended"
+            "active, past_due, cancelled, ended, trialing"
         );
         assert_eq!(
             serde_json::to_string(&ProvisionStatus::Submitted).unwrap(),

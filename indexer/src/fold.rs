@@ -5,7 +5,7 @@
 use alloy::primitives::B256;
 use chainsub_abi::ContractEvent;
 use chainsub_core::SubscriptionId;
-use chainsub_core::SubscriptionState;
+use chainsub_core::{PendingPlanChange, SubscriptionState};
 
 use crate::map::{end_reason_name, onchain_plan, onchain_subscription};
 use crate::{Error, Result};
@@ -40,6 +40,8 @@ pub fn apply(
             )));
         }
         let onchain_id = onchain_subscription(e.subscriptionId)?;
+        // A trial is the subscription's period 0, with nothing paid (contract v3).
+        let trial = e.trialEnd != 0;
         return Ok(Some(SubscriptionState {
             onchain_id: onchain_id.db(),
             public_id: SubscriptionId::of_creation(ctx.chain_id, ctx.tx_hash, onchain_id.get()),
@@ -49,14 +51,20 @@ pub fn apply(
             amount: e.amount,
             customer_ref: e.customerRef,
             customer_external_id: ctx.customer_external_id.clone(),
-            status: Status::Active,
+            status: if trial {
+                Status::Trialing
+            } else {
+                Status::Active
+            },
             cancel_at_period_end: false,
-            period: 1,
+            period: if trial { 0 } else { 1 },
             current_period_start: e.periodStart,
             current_period_end: e.periodEnd,
             failed_attempts: 0,
             next_retry_at: None,
             ended_reason: None,
+            trial_end: trial.then_some(e.trialEnd),
+            pending_plan_change: None,
             created_event: ctx.event_ref,
             last_event: ctx.event_ref,
             created_at: ctx.block_time,
@@ -81,23 +89,40 @@ pub fn apply(
             s.failed_attempts = e.attempt;
             s.next_retry_at = (e.nextRetryAt != 0).then_some(e.nextRetryAt);
         }
-        ContractEvent::CancelAtPeriodEndSet(_) => s.cancel_at_period_end = true,
-        ContractEvent::SubscriptionCancelled(_) => s.status = Status::Cancelled,
+        // A cancellation, at once or at period end, drops a scheduled plan change.
+        ContractEvent::CancelAtPeriodEndSet(_) => {
+            s.cancel_at_period_end = true;
+            s.pending_plan_change = None;
+        }
+        ContractEvent::SubscriptionCancelled(_) => {
+            s.status = Status::Cancelled;
+            s.pending_plan_change = None;
+        }
         ContractEvent::SubscriptionEnded(e) => {
             s.status = Status::Ended;
             s.ended_reason = Some(end_reason_name(e.reason));
+            s.pending_plan_change = None;
         }
+        ContractEvent::PlanChanged(e) => {
+            s.plan_onchain_id = onchain_plan(e.planId)?.db();
+            s.amount = e.amount;
+            s.pending_plan_change = None;
+        }
+        ContractEvent::PlanChangeScheduled(e) => {
+            s.pending_plan_change = Some(PendingPlanChange {
+                plan_onchain_id: onchain_plan(e.newPlanId)?.db(),
+                amount: e.newAmount,
+            });
+        }
+        ContractEvent::PlanChangeCancelled(_) => s.pending_plan_change = None,
+        // Money back moves no state of the subscription (its ledger has the entry).
+        ContractEvent::SubscriptionRefunded(_) => {}
         ContractEvent::SubscriptionCreated(_)
         | ContractEvent::PlanCreated(_)
         | ContractEvent::PlanDeactivated(_)
         | ContractEvent::OperatorChanged(_)
         | ContractEvent::OperatorTransferStarted(_)
-        | ContractEvent::PlanTrial(_)
-        | ContractEvent::TrialStarted(_)
-        | ContractEvent::PlanChanged(_)
-        | ContractEvent::PlanChangeScheduled(_)
-        | ContractEvent::PlanChangeCancelled(_)
-        | ContractEvent::SubscriptionRefunded(_) => return Ok(Some(s)),
+        | ContractEvent::PlanTrial(_) => return Ok(Some(s)),
     }
     s.last_event = ctx.event_ref;
     s.updated_at = ctx.block_time;
@@ -134,6 +159,7 @@ mod tests {
             amount: U256::from(9_990_000u64),
             periodStart: T0,
             periodEnd: T0 + MONTH,
+            trialEnd: 0,
         })
     }
 
@@ -196,6 +222,93 @@ mod tests {
         assert_eq!(s.status, Status::Ended);
         assert_eq!(s.ended_reason.as_deref(), Some("payment_failed"));
         assert_eq!(s.snapshot().next_payment_at, None);
+    }
+
+    #[test]
+    fn a_trial_is_period_zero_until_the_first_charge_and_plan_changes_fold_in_order() {
+        let trial_end = T0 + 14 * 86_400;
+        let ContractEvent::SubscriptionCreated(mut c) = created() else {
+            unreachable!()
+        };
+        c.periodEnd = trial_end;
+        c.trialEnd = trial_end;
+        let s = fold(&[ContractEvent::SubscriptionCreated(c.clone())]);
+        assert_eq!((s.status, s.period), (Status::Trialing, 0));
+        assert_eq!(s.trial_end, Some(trial_end));
+        assert_eq!(s.next_payment_at(), Some(trial_end));
+        let snap = s.snapshot();
+        assert_eq!(snap.trial_end.as_deref(), Some("2026-01-15T00:00:00Z"));
+
+        let who = (c.merchant, c.subscriber);
+        let charged = ContractEvent::SubscriptionCharged(SM::SubscriptionCharged {
+            subscriptionId: U256::from(5),
+            merchant: who.0,
+            subscriber: who.1,
+            planId: U256::from(2),
+            amount: U256::from(9_990_000u64),
+            period: 1,
+            periodStart: trial_end,
+            periodEnd: trial_end + MONTH,
+            attempt: 1,
+        });
+        let scheduled = ContractEvent::PlanChangeScheduled(SM::PlanChangeScheduled {
+            subscriptionId: U256::from(5),
+            merchant: who.0,
+            subscriber: who.1,
+            planId: U256::from(2),
+            newPlanId: U256::from(4),
+            newAmount: U256::from(4_990_000u64),
+            effectiveAt: trial_end + MONTH,
+        });
+        let created = ContractEvent::SubscriptionCreated(c);
+        let s = fold(&[created.clone(), charged.clone(), scheduled.clone()]);
+        assert_eq!(
+            (s.status, s.period, s.trial_end),
+            (Status::Active, 1, Some(trial_end))
+        );
+        let pending = s.pending_plan_change.expect("scheduled");
+        assert_eq!(
+            (pending.plan_onchain_id, pending.amount),
+            (4, U256::from(4_990_000u64))
+        );
+        assert_eq!(s.snapshot().pending_amount.as_deref(), Some("4990000"));
+
+        let applied = ContractEvent::PlanChanged(SM::PlanChanged {
+            subscriptionId: U256::from(5),
+            merchant: who.0,
+            subscriber: who.1,
+            planId: U256::from(4),
+            previousPlanId: U256::from(2),
+            amount: U256::from(4_990_000u64),
+            proration: U256::ZERO,
+            period: 2,
+        });
+        let s = fold(&[created.clone(), charged.clone(), scheduled.clone(), applied]);
+        assert_eq!((s.plan_onchain_id, s.amount), (4, U256::from(4_990_000u64)));
+        assert_eq!(s.pending_plan_change, None, "applied");
+
+        // A cancellation drops a scheduled change; a refund moves no state but is counted.
+        let refunded = ContractEvent::SubscriptionRefunded(SM::SubscriptionRefunded {
+            subscriptionId: U256::from(5),
+            merchant: who.0,
+            subscriber: who.1,
+            planId: U256::from(2),
+            period: 1,
+            amount: U256::from(1_000_000u64),
+            totalRefunded: U256::from(1_000_000u64),
+        });
+        let cancelled = ContractEvent::SubscriptionCancelled(SM::SubscriptionCancelled {
+            subscriptionId: U256::from(5),
+            merchant: who.0,
+            subscriber: who.1,
+            planId: U256::from(2),
+            by: who.0,
+        });
+        let s = fold(&[created, charged, scheduled, refunded, cancelled]);
+        assert_eq!(
+            (s.status, s.pending_plan_change, s.events),
+            (Status::Cancelled, None, 5)
+        );
     }
 
     #[test]

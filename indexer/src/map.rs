@@ -115,7 +115,6 @@ pub fn plan_id(ev: &ContractEvent) -> Option<U256> {
         ContractEvent::SubscriptionCancelled(e) => e.planId,
         ContractEvent::SubscriptionEnded(e) => e.planId,
         ContractEvent::PlanTrial(e) => e.planId,
-        ContractEvent::TrialStarted(e) => e.planId,
         ContractEvent::PlanChanged(e) => e.planId,
         ContractEvent::PlanChangeScheduled(e) => e.planId,
         ContractEvent::PlanChangeCancelled(e) => e.planId,
@@ -171,12 +170,10 @@ pub fn log_fields(ev: &ContractEvent) -> LogFields {
             ..none
         },
         ContractEvent::PlanTrial(_) => none,
-        ContractEvent::TrialStarted(e) => LogFields {
-            subscriber: Some(e.subscriber),
-            ..none
-        },
+        // The money the event moved: the proration (0 for a change applied at renewal); the
+        // new amount per period is in the snapshot.
         ContractEvent::PlanChanged(e) => LogFields {
-            amount: Some(e.amount),
+            amount: Some(e.proration),
             subscriber: Some(e.subscriber),
             period: Some(e.period),
             ..none

@@ -415,8 +415,8 @@ async fn insert_outbox(
     Ok(chainsub_store::outbox::enqueue_new(tx, chain_id, &rows).await?)
 }
 
-/// Ledger rows (charges and failed charges), plans and plan deactivations for the events
-/// just inserted (`ids`, in the same order).
+/// Ledger rows (charges, failed charges, prorations, refunds), plans, their trials and plan
+/// deactivations for the events just inserted (`ids`, in the same order).
 async fn insert_projections(
     tx: &Transaction<'_>,
     chain_id: ChainId,
@@ -424,6 +424,7 @@ async fn insert_projections(
     ids: &[i64],
 ) -> Result<()> {
     let (mut ledger, mut plans, mut deactivated) = (Vec::new(), Vec::new(), Vec::new());
+    let mut trials = Vec::new();
     for (e, &event_id) in events.iter().zip(ids) {
         if let Some(entry) = ledger_entry(e, event_id)? {
             ledger.push(entry);
@@ -440,11 +441,15 @@ async fn insert_projections(
             Some(ContractEvent::PlanDeactivated(d)) => {
                 deactivated.push((onchain_plan(d.planId)?.db(), event_id))
             }
+            Some(ContractEvent::PlanTrial(t)) => {
+                trials.push((onchain_plan(t.planId)?.db(), t.trialDays))
+            }
             _ => {}
         }
     }
     store::insert_ledger(tx, chain_id, &ledger).await?;
     store::insert_plans(tx, chain_id, &plans).await?;
+    store::set_plan_trials(tx, chain_id, &trials).await?;
     store::mark_plans_deactivated(tx, chain_id, &deactivated).await?;
     Ok(())
 }
@@ -520,8 +525,9 @@ async fn write_checkpoints(
     Ok(store::write_checkpoints(tx, chain_id, &keep, finalized.min(last)).await?)
 }
 
-/// The ledger row a mapped log makes (`SubscriptionCharged`, `PaymentFailed`), if any: the
-/// sink writes it and `verify` expects it.
+/// The ledger row a mapped log makes (`SubscriptionCharged`, `PaymentFailed`, a
+/// `PlanChanged` with a proration, `SubscriptionRefunded`), if any: the sink writes it and
+/// `verify` expects it. A refund's amount is stored negative (its kind says so).
 pub fn ledger_entry(e: &MappedEvent, event_id: i64) -> Result<Option<NewLedgerEntry>> {
     Ok(match &e.event {
         Some(ContractEvent::SubscriptionCharged(c)) => Some(NewLedgerEntry {
@@ -546,6 +552,30 @@ pub fn ledger_entry(e: &MappedEvent, event_id: i64) -> Result<Option<NewLedgerEn
             period_end: None,
             attempt: f.attempt.into(),
             failure_reason: Some(failure_reason_name(f.reason)),
+            block_time: e.block_time,
+        }),
+        Some(ContractEvent::PlanChanged(c)) if !c.proration.is_zero() => Some(NewLedgerEntry {
+            event_id,
+            subscription_id: onchain_subscription(c.subscriptionId)?.db(),
+            kind: LedgerKind::Proration,
+            amount: c.proration,
+            period: c.period,
+            period_start: None,
+            period_end: None,
+            attempt: 1,
+            failure_reason: None,
+            block_time: e.block_time,
+        }),
+        Some(ContractEvent::SubscriptionRefunded(r)) => Some(NewLedgerEntry {
+            event_id,
+            subscription_id: onchain_subscription(r.subscriptionId)?.db(),
+            kind: LedgerKind::Refund,
+            amount: r.amount,
+            period: r.period,
+            period_start: None,
+            period_end: None,
+            attempt: 1,
+            failure_reason: None,
             block_time: e.block_time,
         }),
         _ => None,

@@ -732,6 +732,32 @@ async fn subscriptions(
                 ("contract", c.cancelAtPeriodEnd),
                 ("events", state.cancel_at_period_end),
             );
+            differ(
+                &mut cols,
+                "planId",
+                ("contract", c.planId),
+                ("events", U256::from(state.plan_onchain_id as u64)),
+            );
+            differ(
+                &mut cols,
+                "pendingPlanId",
+                ("contract", c.pendingPlanId),
+                (
+                    "events",
+                    state
+                        .pending_plan_change
+                        .map_or(0, |p| p.plan_onchain_id as u64),
+                ),
+            );
+            // A trial's end is the anchor of the monthly periods that follow it.
+            if let Some(trial_end) = state.trial_end {
+                differ(
+                    &mut cols,
+                    "anchor",
+                    ("contract", c.anchor),
+                    ("events (trial end)", trial_end),
+                );
+            }
             if c.amount != state.amount
                 || c.merchant != state.merchant
                 || c.subscriber != state.subscriber
@@ -775,6 +801,8 @@ fn diff_state(have: &SubscriptionState, want: &SubscriptionState) -> Vec<String>
         failed_attempts,
         next_retry_at,
         ended_reason,
+        trial_end,
+        pending_plan_change,
         created_event,
         last_event,
         created_at,

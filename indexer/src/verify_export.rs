@@ -263,9 +263,9 @@ pub async fn verify_export(
     for r in &entries {
         let s = sums.entry(r.get("kind").to_string()).or_default();
         s.0 += 1;
-        match r.get("amount").parse::<u128>() {
-            Ok(a) => s.1 += a,
-            Err(_) => note(
+        match magnitude(r.get("kind"), r.get("amount")) {
+            Some(a) => s.1 += a,
+            None => note(
                 r.line,
                 format!("amount {:?} is not base units", r.get("amount")),
             ),
@@ -302,12 +302,13 @@ pub async fn verify_export(
                 ),
             );
         }
-        if t.get("amount") != sum.to_string() {
+        if t.get("amount") != signed(kind, sum) {
             note(
                 t.line,
                 format!(
-                    "total {kind}: amount {} in the total, {sum} in the file",
-                    t.get("amount")
+                    "total {kind}: amount {} in the total, {} in the file",
+                    t.get("amount"),
+                    signed(kind, sum)
                 ),
             );
         }
@@ -452,14 +453,51 @@ async fn check_entry(
             expect("attempt", f.attempt.to_string());
             expect("failureReason", failure_reason_name(f.reason));
         }
-        Ok(other) => out.push(format!("the log is {}, not a charge", other.name())),
+        Ok(ContractEvent::PlanChanged(c)) if !c.proration.is_zero() => {
+            expect("kind", "proration".into());
+            expect("onchainSubscriptionId", c.subscriptionId.to_string());
+            expect("merchant", c.merchant.to_checksum(None));
+            expect("subscriber", c.subscriber.to_checksum(None));
+            expect("amount", c.proration.to_string());
+            expect("period", c.period.to_string());
+            expect("failureReason", String::new());
+        }
+        Ok(ContractEvent::SubscriptionRefunded(f)) => {
+            expect("kind", "refund".into());
+            expect("onchainSubscriptionId", f.subscriptionId.to_string());
+            expect("merchant", f.merchant.to_checksum(None));
+            expect("subscriber", f.subscriber.to_checksum(None));
+            expect("amount", format!("-{}", f.amount));
+            expect("period", f.period.to_string());
+            expect("failureReason", String::new());
+        }
+        Ok(other) => out.push(format!("the log is {}, not a ledger entry", other.name())),
         Err(e) => out.push(format!("the log does not decode: {e}")),
     }
     Ok(out)
 }
 
-/// Every charge and failed charge `contract` emitted for `merchant` in `from..=to` (capped at
-/// the head): (block, tx, log index, kind).
+/// An entry's amount as a magnitude: base units, written negative for a refund (money back)
+/// and only for a refund.
+fn magnitude(kind: &str, amount: &str) -> Option<u128> {
+    match (kind, amount.strip_prefix('-')) {
+        ("refund", Some(units)) => units.parse().ok().filter(|a| *a != 0),
+        (_, None) => amount.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A sum of `kind`'s magnitudes as the export writes it (negative for refunds).
+fn signed(kind: &str, sum: u128) -> String {
+    if kind == "refund" && sum != 0 {
+        format!("-{sum}")
+    } else {
+        sum.to_string()
+    }
+}
+
+/// Every ledger log `contract` emitted for `merchant` in `from..=to` (capped at the head) —
+/// charges, failed charges, upgrades with a proration, refunds: (block, tx, log index, kind).
 async fn merchant_logs(
     chain: &Chain,
     contract: Address,
@@ -478,6 +516,8 @@ async fn merchant_logs(
             .event_signature(vec![
                 SM::SubscriptionCharged::SIGNATURE_HASH,
                 SM::PaymentFailed::SIGNATURE_HASH,
+                SM::PlanChanged::SIGNATURE_HASH,
+                SM::SubscriptionRefunded::SIGNATURE_HASH,
             ])
             .topic2(merchant.into_word())
             .from_block(start)
@@ -488,10 +528,12 @@ async fn merchant_logs(
             else {
                 continue;
             };
-            let kind = if l.topic0() == Some(&SM::SubscriptionCharged::SIGNATURE_HASH) {
-                "charge"
-            } else {
-                "failed_charge"
+            let kind = match ContractEvent::decode(&l.inner) {
+                Ok(ContractEvent::SubscriptionCharged(_)) => "charge",
+                Ok(ContractEvent::PaymentFailed(_)) => "failed_charge",
+                Ok(ContractEvent::PlanChanged(c)) if !c.proration.is_zero() => "proration",
+                Ok(ContractEvent::SubscriptionRefunded(_)) => "refund",
+                _ => continue,
             };
             out.push((block, tx, li, kind));
         }

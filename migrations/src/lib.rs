@@ -158,6 +158,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "relayer_sends",
         sql: include_str!("../sql/0029_relayer_sends.sql"),
     },
+    Migration {
+        version: 30,
+        name: "billing_v3",
+        sql: include_str!("../sql/0030_billing_v3.sql"),
+    },
 ];
 
 /// A Postgres error as an operator reads it: the server's message and SQLSTATE

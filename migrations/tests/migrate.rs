@@ -320,7 +320,7 @@ async fn opaque_subscription_ids_are_rewritten_to_the_ids_a_reindex_would_give()
         )
         .await
         .unwrap();
-    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 9));
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 10));
     // A subscription written as the previous release writes it (without the count) fails,
     // new or updated through ON CONFLICT alike.
     assert_refused(
@@ -459,8 +459,8 @@ async fn outbox_rows_name_their_event_by_row_id_from_migration_23() {
         .unwrap()
         .get(0);
     assert_eq!(
-        epoch, 7,
-        "an indexer of the previous release is fenced (and 0025 moves it on again)"
+        epoch, 8,
+        "an indexer of the previous release is fenced (and 0025 and 0030 move it on again)"
     );
 
     // The previous release's insert (no row id, its conflict target the public id) fails.
@@ -697,7 +697,10 @@ async fn snapshots_become_typed_columns_with_the_same_values_in_migration_25() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(epoch, 6, "an indexer of the previous release is fenced");
+    assert_eq!(
+        epoch, 7,
+        "an indexer of the previous release is fenced (and 0030 moves it on again)"
+    );
     // Part of a snapshot is not one.
     assert_refused(
         &client,

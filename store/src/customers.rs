@@ -77,7 +77,7 @@ pub async fn subscriptions_of(
              LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = m.id \
              WHERE s.subscriber = $1 AND s.chain_id = $2 \
                AND ($3::text IS NULL OR m.code = $3) \
-             ORDER BY s.status IN ('active', 'past_due') DESC, s.onchain_id DESC LIMIT $4",
+             ORDER BY s.status IN ('active', 'past_due', 'trialing') DESC, s.onchain_id DESC LIMIT $4",
         )
         .await?;
     let rows = client
@@ -119,7 +119,7 @@ pub async fn subscriptions_of(
     let ids: Vec<i64> = subs.iter().map(|s| s.onchain_id).collect();
     let stmt = client
         .prepare_cached(
-            "SELECT le.subscription_id, le.kind, le.amount::TEXT AS amount, le.period, \
+            "SELECT le.subscription_id, le.kind, abs(le.amount)::TEXT AS amount, le.period, \
              le.failure_reason, le.block_time, ce.block_number, ce.transaction_hash, \
              cur.block_number AS indexed_block \
              FROM ledger_entries le JOIN chain_events ce ON ce.id = le.event_id \

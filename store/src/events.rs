@@ -26,7 +26,7 @@ use crate::{Direction, Error, MerchantScope, Page, Result};
 macro_rules! joined_columns {
     (delivery, $indexed:literal) => {
         concat!(
-            "p.public_id AS plan_public_id, ",
+            "p.public_id AS plan_public_id, pp.public_id AS pending_plan_public_id, ",
             $indexed,
             " AS indexed_block, ",
             live_status!(),
@@ -37,7 +37,7 @@ macro_rules! joined_columns {
     };
     (no_delivery, $indexed:literal) => {
         concat!(
-            "p.public_id AS plan_public_id, ",
+            "p.public_id AS plan_public_id, pp.public_id AS pending_plan_public_id, ",
             $indexed,
             " AS indexed_block, NULL::text AS delivery_status, NULL::integer AS delivery_attempts, \
             NULL::timestamptz AS delivery_next_attempt_at, \
@@ -75,6 +75,13 @@ macro_rules! joins {
             ".plan_id",
             $joins,
             " LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = ",
+            $merchant,
+            " LEFT JOIN chain_plans pcp ON pcp.chain_id = ",
+            $t,
+            ".chain_id AND pcp.onchain_id = ",
+            $t,
+            ".snap_pending_plan_onchain_id",
+            " LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = ",
             $merchant,
             outbox_join!($d, $t)
         )
@@ -231,6 +238,8 @@ pub struct EventRow {
     pub snapshot: Option<SubscriptionSnapshot>,
     /// The merchant's plan the event's on-chain plan belongs to.
     pub plan_id: Option<PlanId>,
+    /// The merchant's plan of the snapshot's scheduled plan change, if any.
+    pub pending_plan_id: Option<PlanId>,
     pub chain: ChainRow,
     /// The webhook for this event; `None` until it is confirmed and queued.
     pub delivery: Option<DeliveryRow>,
@@ -334,6 +343,9 @@ impl EventRow {
             plan_id: r
                 .try_get::<_, Option<&str>>(c.plan_public_id)?
                 .and_then(PlanId::parse),
+            pending_plan_id: r
+                .try_get::<_, Option<&str>>(c.pending_plan_public_id)?
+                .and_then(PlanId::parse),
             chain: ChainRow::at(r, &cols.chain)?,
             delivery,
             sequence: r
@@ -382,6 +394,7 @@ columns! {
         log_period,
         log_reason,
         log_subscriber,
+        pending_plan_public_id,
         plan_public_id,
         public_id,
         retracted_event_id,

@@ -73,7 +73,7 @@ impl ExportRow {
 /// `$1` merchant wallet, `$2` merchant id, `$3` chain id, `$4..$5` blocks, `$6..$7` times,
 /// `$8` the last row id of the previous page (0 at first), `$9` rows per page. Walks
 /// `chain_events_merchant` (wallet, id) in chain order.
-const LEDGER_PAGE: &str = "SELECT ce.id AS row_id, ce.public_id, le.kind, le.amount::TEXT AS amount, le.period, \
+const LEDGER_PAGE: &str = "SELECT ce.id AS row_id, ce.public_id, le.kind, abs(le.amount)::TEXT AS amount, le.period, \
     le.attempt, le.failure_reason, le.block_time, ce.chain_id, ce.contract, ce.block_number, \
     ce.block_hash, ce.transaction_hash, ce.log_index, NULL::BIGINT AS indexed_block, \
     COALESCE(s.subscriber, substring(ce.topics[4] from 13)) AS subscriber, le.subscription_id AS onchain_subscription_id, \

@@ -37,7 +37,13 @@ macro_rules! snapshot_columns {
             $t,
             ".snap_amount::text AS snap_amount, ",
             $t,
-            ".snap_plan_onchain_id"
+            ".snap_plan_onchain_id, ",
+            $t,
+            ".snap_trial_end, ",
+            $t,
+            ".snap_pending_plan_onchain_id, ",
+            $t,
+            ".snap_pending_amount::text AS snap_pending_amount"
         )
     };
 }
@@ -71,7 +77,13 @@ macro_rules! stored_snapshot {
             $p,
             "snap_amount, ",
             $p,
-            "snap_plan_onchain_id"
+            "snap_plan_onchain_id, ",
+            $p,
+            "snap_trial_end, ",
+            $p,
+            "snap_pending_plan_onchain_id, ",
+            $p,
+            "snap_pending_amount"
         )
     };
 }
@@ -92,6 +104,9 @@ columns! {
         snap_customer_external_id,
         snap_amount,
         snap_plan_onchain_id,
+        snap_trial_end,
+        snap_pending_plan_onchain_id,
+        snap_pending_amount,
     }
 }
 
@@ -120,6 +135,9 @@ impl SnapshotCols {
             customer_external_id: r.try_get(self.snap_customer_external_id)?,
             amount: r.try_get(self.snap_amount)?,
             plan_onchain_id: r.try_get(self.snap_plan_onchain_id)?,
+            trial_end: opt_time(r, self.snap_trial_end)?.map(rfc3339),
+            pending_plan_onchain_id: r.try_get(self.snap_pending_plan_onchain_id)?,
+            pending_amount: r.try_get(self.snap_pending_amount)?,
         }))
     }
 }

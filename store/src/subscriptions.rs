@@ -39,6 +39,10 @@ pub struct SubscriptionRow {
     pub failed_attempts: i32,
     pub next_retry_at: Option<DateTime<Utc>>,
     pub ended_reason: Option<String>,
+    /// When the free trial ends (or ended); `None` without a trial.
+    pub trial_end: Option<DateTime<Utc>>,
+    /// A downgrade scheduled for the next renewal (at the current period's end), if any.
+    pub pending_plan_change: Option<PendingPlanRow>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// The creating event.
@@ -77,6 +81,19 @@ impl SubscriptionRow {
             failed_attempts: r.try_get(s.failed_attempts)?,
             next_retry_at: opt_time(r, s.next_retry_at)?,
             ended_reason: r.try_get(s.ended_reason)?,
+            trial_end: opt_time(r, s.trial_end)?,
+            pending_plan_change: match r.try_get::<_, Option<i64>>(s.pending_plan_onchain_id)? {
+                None => None,
+                Some(plan_onchain_id) => Some(PendingPlanRow {
+                    plan_id: r
+                        .try_get::<_, Option<&str>>(s.pending_plan_public_id)?
+                        .and_then(PlanId::parse),
+                    plan_onchain_id,
+                    amount: r
+                        .try_get::<_, Option<&str>>(s.pending_amount)?
+                        .and_then(units),
+                }),
+            },
             created_at: time(r, s.created_at)?,
             updated_at: time(r, s.updated_at)?,
             chain: ChainRow::at(r, chain)?,
@@ -103,9 +120,23 @@ columns! {
         failed_attempts,
         next_retry_at,
         ended_reason,
+        trial_end,
+        pending_plan_onchain_id,
+        pending_plan_public_id,
+        pending_amount,
         created_at,
         updated_at,
     }
+}
+
+/// A plan change scheduled for a subscription's next renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingPlanRow {
+    /// The merchant's plan it moves to (`None` when not one of theirs through us).
+    pub plan_id: Option<PlanId>,
+    pub plan_onchain_id: i64,
+    /// That plan's amount per period, base units (`None` beyond u128).
+    pub amount: Option<u128>,
 }
 
 /// Where all of [`SubscriptionRow`]'s columns are in a result.
@@ -145,12 +176,14 @@ impl CustomerReference {
     }
 }
 
-/// One charge or failed charge of a subscription.
+/// One entry of a subscription's ledger: a charge, a failed charge, a proration or a refund.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerRow {
     /// The event that recorded it.
     pub event_id: EventId,
     pub kind: LedgerKind,
+    /// Base units, a magnitude (`None` beyond u128): a refund is money back (stored negative;
+    /// its kind says so).
     pub amount: Option<u128>,
     pub period: i32,
     pub period_start: Option<DateTime<Utc>>,
@@ -191,13 +224,17 @@ const SELECT: &str = "SELECT s.onchain_id, s.public_id, s.status, s.cancel_at_pe
     s.subscriber, s.amount::TEXT AS amount, s.customer_external_id, s.customer_ref, s.period, \
     s.current_period_start, s.current_period_end, s.failed_attempts, s.next_retry_at, \
     s.ended_reason, s.created_at, s.updated_at, s.plan_onchain_id, p.public_id AS plan_public_id, \
-    ce.chain_id, ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, \
+    s.trial_end, s.pending_plan_onchain_id, s.pending_amount::TEXT AS pending_amount, \
+    pp.public_id AS pending_plan_public_id, ce.chain_id, ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, \
     ce.log_index, \
     (SELECT cur.block_number FROM indexer_cursor cur WHERE cur.chain_id = $3) AS indexed_block \
     FROM subscriptions s \
     JOIN chain_events ce ON ce.id = s.created_event_id \
     LEFT JOIN chain_plans cp ON cp.chain_id = s.chain_id AND cp.onchain_id = s.plan_onchain_id \
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $1 \
+    LEFT JOIN chain_plans pcp ON pcp.chain_id = s.chain_id \
+         AND pcp.onchain_id = s.pending_plan_onchain_id \
+    LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = $1 \
     WHERE s.merchant_wallet = $2 AND s.chain_id = $3::bigint";
 
 /// The plan filter: the subscriptions of the merchant's plan with public id `$5`. An
@@ -358,7 +395,7 @@ pub async fn ledger(
 ) -> Result<Vec<LedgerRow>> {
     let stmt = client
         .prepare_cached(
-            "SELECT le.kind, le.amount::TEXT AS amount, le.period, le.period_start, \
+            "SELECT le.kind, abs(le.amount)::TEXT AS amount, le.period, le.period_start, \
              le.period_end, le.attempt, le.failure_reason, le.block_time, ce.public_id, \
              ce.chain_id, ce.contract, ce.block_number, ce.block_hash, ce.transaction_hash, \
              ce.log_index, cur.block_number AS indexed_block \

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::{ChainView, rfc3339, rfc3339_millis};
 use crate::json::{self, WriteJson};
+use crate::subscription::PendingPlanChangeView;
 
 /// One lifecycle event. `delivery` is the webhook's state, listed by the API only: a webhook
 /// body is the event alone.
@@ -155,6 +156,8 @@ pub struct SnapshotView<'a> {
     pub current_period_end: Option<&'a str>,
     pub next_payment_at: Option<&'a str>,
     pub failed_attempts: Option<u8>,
+    pub trial_end: Option<&'a str>,
+    pub pending_plan_change: Option<PendingPlanChangeView<'a>>,
 }
 
 /// The webhook of an event, as `GET /api/v1/events` shows it.
@@ -186,7 +189,11 @@ fn usdc_text(units: Option<&str>) -> Option<String> {
 }
 
 impl<'a> SnapshotView<'a> {
-    fn of(s: Option<&'a SubscriptionSnapshot>, plan_id: Option<&'a PlanId>) -> Self {
+    fn of(
+        s: Option<&'a SubscriptionSnapshot>,
+        plan_id: Option<&'a PlanId>,
+        pending_plan_id: Option<&'a PlanId>,
+    ) -> Self {
         SnapshotView {
             id: s.map(|s| &s.id),
             object: "subscription",
@@ -202,6 +209,17 @@ impl<'a> SnapshotView<'a> {
             current_period_end: s.map(|s| s.current_period_end.as_str()),
             next_payment_at: s.and_then(|s| s.next_payment_at.as_deref()),
             failed_attempts: s.map(|s| s.failed_attempts),
+            trial_end: s.and_then(|s| s.trial_end.as_deref()),
+            pending_plan_change: s.and_then(|s| {
+                s.pending_amount
+                    .as_deref()
+                    .map(|amount| PendingPlanChangeView {
+                        plan_id: pending_plan_id,
+                        amount: usdc_text(Some(amount)),
+                        currency: CURRENCY,
+                        effective_at: s.current_period_end.clone(),
+                    })
+            }),
         }
     }
 }
@@ -245,7 +263,11 @@ impl<'a> EventView<'a> {
                 tx_hash: r.risk.is_none().then_some(r.chain.transaction_hash),
                 status: snapshot.map(|s| s.status),
                 next_payment_at: snapshot.and_then(|s| s.next_payment_at.as_deref()),
-                subscription: SnapshotView::of(snapshot, r.plan_id.as_ref()),
+                subscription: SnapshotView::of(
+                    snapshot,
+                    r.plan_id.as_ref(),
+                    r.pending_plan_id.as_ref(),
+                ),
                 period: small(&log.period),
                 attempt: small(&log.attempt),
                 failure_reason,
@@ -454,6 +476,10 @@ impl WriteJson for SnapshotView<'_> {
         json::opt_string(out, self.next_payment_at);
         json::raw(out, ",\"failedAttempts\":");
         json::opt_int(out, self.failed_attempts);
+        json::raw(out, ",\"trialEnd\":");
+        json::opt_string(out, self.trial_end);
+        json::raw(out, ",\"pendingPlanChange\":");
+        PendingPlanChangeView::write_opt(self.pending_plan_change.as_ref(), out);
         json::raw(out, "}");
     }
 }

@@ -104,7 +104,7 @@ impl<'a> ExportEntryView<'a> {
             failure_reason: r.failure_reason.as_deref(),
             currency: CURRENCY,
             decimals: USDC_DECIMALS,
-            amount: r.amount.to_string(),
+            amount: signed(r.kind, r.amount),
         }
     }
 
@@ -144,27 +144,37 @@ impl<'a> ExportEntryView<'a> {
     }
 }
 
-/// Running totals of an export, per kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ExportTotals {
-    pub charges: u64,
-    pub charged: u128,
-    pub failed_charges: u64,
-    pub failed_amount: u128,
+/// An amount of `kind` as the export writes it: base units, negative for a refund (money
+/// back to the subscriber).
+pub fn signed(kind: LedgerKind, amount: u128) -> String {
+    match kind {
+        LedgerKind::Refund if amount != 0 => format!("-{amount}"),
+        _ => amount.to_string(),
+    }
 }
 
+/// Running totals of an export, per kind: (entries, sum of their amounts' magnitudes), in
+/// [`LedgerKind::ALL`] order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExportTotals([(u64, u128); LedgerKind::ALL.len()]);
+
 impl ExportTotals {
+    fn slot(kind: LedgerKind) -> usize {
+        LedgerKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .expect("every kind is in ALL")
+    }
+
     pub fn add(&mut self, r: &ExportRow) {
-        match r.kind {
-            LedgerKind::Charge => {
-                self.charges += 1;
-                self.charged += r.amount;
-            }
-            LedgerKind::FailedCharge => {
-                self.failed_charges += 1;
-                self.failed_amount += r.amount;
-            }
-        }
+        let (entries, amount) = &mut self.0[Self::slot(r.kind)];
+        *entries += 1;
+        *amount += r.amount;
+    }
+
+    /// Entries and the sum of their amounts (magnitudes) of one kind.
+    pub fn of(&self, kind: LedgerKind) -> (u64, u128) {
+        self.0[Self::slot(kind)]
     }
 
     /// The `total` records: one per kind, in [`LedgerKind::ALL`] order.
@@ -178,10 +188,7 @@ impl ExportTotals {
         LedgerKind::ALL
             .iter()
             .map(|kind| {
-                let (entries, amount) = match kind {
-                    LedgerKind::Charge => (self.charges, self.charged),
-                    LedgerKind::FailedCharge => (self.failed_charges, self.failed_amount),
-                };
+                let (entries, amount) = self.of(*kind);
                 ExportTotalView {
                     record: "total",
                     kind: kind.as_str(),
@@ -190,7 +197,7 @@ impl ExportTotals {
                     merchant,
                     currency: CURRENCY,
                     decimals: USDC_DECIMALS,
-                    amount: amount.to_string(),
+                    amount: signed(*kind, amount),
                     from_block: range.from_block,
                     to_block: range.to_block,
                     from_time: range.from_time,

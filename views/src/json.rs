@@ -258,7 +258,7 @@ mod tests {
                     onchain_id,
                     status,
                     cancel_at_period_end: cancel,
-                    plan_id: plan.and_then(|p| PlanId::parse(&format!("plan_{p}"))),
+                    plan_id: plan.as_ref().and_then(|p| PlanId::parse(&format!("plan_{p}"))),
                     plan_onchain_id: onchain_id / 3,
                     customer_external_id: external,
                     customer_reference: reference,
@@ -270,6 +270,14 @@ mod tests {
                     failed_attempts: failed,
                     next_retry_at: retry.map(at),
                     ended_reason: ended,
+                    trial_end: retry.map(|t| at(t / 2)),
+                    pending_plan_change: plan.as_ref().map(|p| {
+                        chainsub_store::subscriptions::PendingPlanRow {
+                            plan_id: PlanId::parse(&format!("plan_{p}x")),
+                            plan_onchain_id: onchain_id / 5,
+                            amount,
+                        }
+                    }),
                     created_at: at(created),
                     updated_at: at(updated),
                     chain,
@@ -337,10 +345,13 @@ mod tests {
                     period,
                     current_period_start: start,
                     current_period_end: end,
-                    next_payment_at: next,
+                    next_payment_at: next.clone(),
                     failed_attempts: failed,
                     subscriber: Address::from(subscriber),
                     customer_external_id: external,
+                    trial_end: next,
+                    pending_plan_onchain_id: (period % 2 == 0).then_some(plan / 2),
+                    pending_amount: (period % 2 == 0).then(|| amount.clone()),
                     amount,
                     plan_onchain_id: plan,
                 }
@@ -464,7 +475,10 @@ mod tests {
                     onchain_subscription_id: onchain,
                     log,
                     snapshot,
-                    plan_id: plan.and_then(|p| PlanId::parse(&format!("plan_{p}"))),
+                    plan_id: plan
+                        .as_ref()
+                        .and_then(|p| PlanId::parse(&format!("plan_{p}"))),
+                    pending_plan_id: plan.and_then(|p| PlanId::parse(&format!("plan_{p}y"))),
                     chain,
                     delivery,
                     sequence,

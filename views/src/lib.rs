@@ -18,7 +18,10 @@ pub use account::{
 };
 pub use chain::ChainView;
 pub use event::{DeliveryView, EventView};
-pub use export::{EXPORT_COLUMNS, ExportEntryView, ExportTotalView, ExportTotals, csv_header};
+pub use export::{
+    EXPORT_COLUMNS, ExportEntryView, ExportTotalView, ExportTotals, csv_header,
+    signed as signed_amount,
+};
 pub use json::WriteJson;
 pub use plan::{PlanView, ProvisioningView};
 pub use subscription::{

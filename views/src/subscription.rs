@@ -1,7 +1,7 @@
 //! Subscriptions and their ledgers (`GET /api/v1/subscriptions[/{id}]`).
 
 use alloy::primitives::Address;
-use chainsub_core::{CURRENCY, EventId, PlanId, SubscriptionId, SubscriptionStatus};
+use chainsub_core::{CURRENCY, EventId, LedgerKind, PlanId, SubscriptionId, SubscriptionStatus};
 use chainsub_store::subscriptions::{LedgerRow, SubscriptionRow};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -35,6 +35,11 @@ pub struct SubscriptionView<'a> {
     pub next_payment_at: Option<DateTime<Utc>>,
     pub failed_attempts: i32,
     pub ended_reason: Option<&'a str>,
+    /// When the free trial ends (or ended); null without a trial.
+    #[serde(serialize_with = "super::opt_time")]
+    pub trial_end: Option<DateTime<Utc>>,
+    /// A downgrade scheduled for the next renewal, if any.
+    pub pending_plan_change: Option<PendingPlanChangeView<'a>>,
     #[serde(serialize_with = "super::time")]
     pub created_at: DateTime<Utc>,
     #[serde(serialize_with = "super::time")]
@@ -47,7 +52,11 @@ impl<'a> From<&'a SubscriptionRow> for SubscriptionView<'a> {
         // When the keeper will next try: the period end unless it ends there, the retry
         // time while past due, nothing once terminal.
         let next_payment_at = match r.status {
-            SubscriptionStatus::Active if !r.cancel_at_period_end => Some(r.current_period_end),
+            SubscriptionStatus::Active | SubscriptionStatus::Trialing
+                if !r.cancel_at_period_end =>
+            {
+                Some(r.current_period_end)
+            }
             SubscriptionStatus::PastDue => r.next_retry_at,
             _ => None,
         };
@@ -71,6 +80,16 @@ impl<'a> From<&'a SubscriptionRow> for SubscriptionView<'a> {
             next_payment_at,
             failed_attempts: r.failed_attempts,
             ended_reason: r.ended_reason.as_deref(),
+            trial_end: r.trial_end,
+            pending_plan_change: r
+                .pending_plan_change
+                .as_ref()
+                .map(|p| PendingPlanChangeView {
+                    plan_id: p.plan_id.as_ref(),
+                    amount: usdc(p.amount),
+                    currency: CURRENCY,
+                    effective_at: super::rfc3339(&r.current_period_end),
+                }),
             created_at: r.created_at,
             updated_at: r.updated_at,
             chain,
@@ -112,12 +131,52 @@ impl WriteJson for SubscriptionView<'_> {
         json::int(out, self.failed_attempts);
         json::raw(out, ",\"endedReason\":");
         json::opt_string(out, self.ended_reason);
+        json::raw(out, ",\"trialEnd\":");
+        json::opt_time(out, self.trial_end.as_ref());
+        json::raw(out, ",\"pendingPlanChange\":");
+        PendingPlanChangeView::write_opt(self.pending_plan_change.as_ref(), out);
         json::raw(out, ",\"createdAt\":");
         json::time(out, &self.created_at);
         json::raw(out, ",\"updatedAt\":");
         json::time(out, &self.updated_at);
         json::raw(out, ",\"chain\":");
         self.chain.write_json(out);
+        json::raw(out, "}");
+    }
+}
+
+/// A plan change scheduled for the next renewal: the plan it moves to (null when not one of
+/// the merchant's plans through us), its amount per period, and when it takes effect (the
+/// current period's end).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPlanChangeView<'a> {
+    pub plan_id: Option<&'a PlanId>,
+    pub amount: Option<String>,
+    pub currency: &'static str,
+    pub effective_at: String,
+}
+
+impl PendingPlanChangeView<'_> {
+    /// The view, or `null`.
+    pub(crate) fn write_opt(v: Option<&Self>, out: &mut Vec<u8>) {
+        match v {
+            Some(v) => v.write_json(out),
+            None => json::raw(out, "null"),
+        }
+    }
+}
+
+impl WriteJson for PendingPlanChangeView<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        json::raw(out, "{\"planId\":");
+        json::opt_plain(out, self.plan_id.map(|p| p.as_str()));
+        json::raw(out, ",\"amount\":");
+        json::opt_plain(out, self.amount.as_deref());
+        json::raw(out, ",\"currency\":");
+        json::plain(out, self.currency);
+        json::raw(out, ",\"effectiveAt\":");
+        json::string(out, &self.effective_at);
         json::raw(out, "}");
     }
 }
@@ -130,7 +189,8 @@ pub struct SubscriptionWithLedger<'a> {
     pub ledger: Vec<LedgerEntryView<'a>>,
 }
 
-/// One charge or failed charge.
+/// One ledger entry: a charge, a failed charge, a proration (an upgrade's prorated charge) or
+/// a refund (money the merchant paid back: a negative amount).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerEntryView<'a> {
@@ -158,7 +218,10 @@ impl<'a> From<&'a LedgerRow> for LedgerEntryView<'a> {
             id: &r.event_id,
             object: "ledger_entry",
             kind: r.kind.as_str(),
-            amount: usdc(r.amount),
+            amount: match r.kind {
+                LedgerKind::Refund => usdc(r.amount).map(|a| format!("-{a}")),
+                _ => usdc(r.amount),
+            },
             currency: CURRENCY,
             period: r.period,
             period_start: r.period_start,

@@ -79,7 +79,7 @@ async fn the_export_streams_one_merchants_entries_with_totals_as_ndjson_or_csv()
         "{body}"
     );
     let recs = lines(&body);
-    assert_eq!(recs.len(), 5, "{body}");
+    assert_eq!(recs.len(), 7, "{body}");
     for (i, r) in recs[..3].iter().enumerate() {
         assert_eq!(r["record"], "entry");
         assert_eq!(r["kind"], "charge");
@@ -109,11 +109,17 @@ async fn the_export_streams_one_merchants_entries_with_totals_as_ndjson_or_csv()
         (recs[4]["fromBlock"].as_i64(), recs[4]["toBlock"].as_i64()),
         (Some(0), Some(1000))
     );
+    for (i, kind) in [(5, "proration"), (6, "refund")] {
+        assert_eq!(
+            (&recs[i]["kind"], &recs[i]["amount"], &recs[i]["entries"]),
+            (&kind.into(), &"0".into(), &0.into())
+        );
+    }
 
     // The other merchant sees only its own.
     let (_, _, body) = export(&app, &b, "", None).await;
     let recs = lines(&body);
-    assert_eq!(recs.len(), 3, "{body}");
+    assert_eq!(recs.len(), 5, "{body}");
     assert_eq!(recs[0]["onchainSubscriptionId"], 4);
 
     // CSV by parameter or by Accept: a header, the same records, quoted where needed.
@@ -121,7 +127,7 @@ async fn the_export_streams_one_merchants_entries_with_totals_as_ndjson_or_csv()
         let (status, ct, body) = export(&app, &a, query, accept).await;
         assert_eq!((status, ct.as_str()), (200, "text/csv; charset=utf-8"));
         let rows: Vec<&str> = body.split_terminator("\r\n").collect();
-        assert_eq!(rows.len(), 6, "{body}");
+        assert_eq!(rows.len(), 8, "{body}");
         assert!(rows[0].starts_with("record,eventId,kind,chainId,contract,blockNumber"));
         assert!(rows[1].starts_with("entry,evt_"), "{}", rows[1]);
         assert!(rows[1].contains(",\"cus,\"\"7\"\"\","), "{}", rows[1]);
@@ -136,17 +142,17 @@ async fn the_export_streams_one_merchants_entries_with_totals_as_ndjson_or_csv()
     // Ranges: by block (inclusive) and by block time ([from, to)).
     let (_, _, body) = export(&app, &a, "?fromBlock=102&toBlock=102", None).await;
     let recs = lines(&body);
-    assert_eq!(recs.len(), 3, "{body}");
+    assert_eq!(recs.len(), 5, "{body}");
     assert_eq!(recs[0]["blockNumber"], 102);
     assert_eq!(recs[1]["fromBlock"], 102);
     let t2 = recs[0]["blockTime"].as_str().unwrap().to_string();
     let (_, _, body) = export(&app, &a, &format!("?from={t2}"), None).await;
     let recs = lines(&body);
-    assert_eq!(recs.len(), 4, "{body}");
+    assert_eq!(recs.len(), 6, "{body}");
     assert_eq!(recs[0]["blockNumber"], 102);
     assert_eq!(recs[2]["fromTime"], t2.as_str());
     let (_, _, body) = export(&app, &a, &format!("?to={t2}"), None).await;
-    assert_eq!(lines(&body).len(), 3, "{body}");
+    assert_eq!(lines(&body).len(), 5, "{body}");
 
     // Bad input is a clear 400; no key is a 401.
     for (query, param) in [
@@ -171,7 +177,7 @@ async fn the_export_streams_one_merchants_entries_with_totals_as_ndjson_or_csv()
     ] {
         let (status, _, body) = export(&app, &a, &query, None).await;
         let recs = lines(&body);
-        assert_eq!((status, recs.len()), (200, 2), "{query}: {body}");
+        assert_eq!((status, recs.len()), (200, 4), "{query}: {body}");
         assert_eq!(recs[0]["entries"], 0);
     }
     let (status, _, _) = export(&app, "sk_live_nope", "", None).await;
@@ -195,11 +201,11 @@ async fn by_default_the_export_stops_at_the_confirmed_height() {
     seed_cursor(&db, 104).await;
     let (_, _, body) = export(&app, &a, "", None).await;
     let recs = lines(&body);
-    assert_eq!(recs.len(), 4, "{body}");
+    assert_eq!(recs.len(), 6, "{body}");
     assert_eq!(recs[3]["toBlock"], 102);
     // Asked for explicitly, the unconfirmed block is served too.
     let (_, _, body) = export(&app, &a, "?toBlock=103", None).await;
-    assert_eq!(lines(&body).len(), 5, "{body}");
+    assert_eq!(lines(&body).len(), 7, "{body}");
 }
 
 /// `n` charges of `wallet` in blocks 1..=n, as bulk rows shaped like the indexer's.
@@ -285,7 +291,7 @@ async fn exports_run_a_few_at_a_time_and_a_reader_that_stops_reading_is_let_go()
     })
     .await;
     let recs = lines(&body);
-    assert_eq!(recs.len(), 2, "B has no entries: its two totals only");
+    assert_eq!(recs.len(), 4, "B has no entries: its four totals only");
     drop(stuck);
 }
 

@@ -29,7 +29,11 @@ SELECT ce.id,
   ce.snap_customer_external_id,
   ce.snap_amount::text AS snap_amount,
   ce.snap_plan_onchain_id,
+  ce.snap_trial_end,
+  ce.snap_pending_plan_onchain_id,
+  ce.snap_pending_amount::text AS snap_pending_amount,
   p.public_id AS plan_public_id,
+  pp.public_id AS pending_plan_public_id,
   cur.block_number AS indexed_block,
   NULL::text AS delivery_status,
   NULL::integer AS delivery_attempts,
@@ -52,6 +56,8 @@ LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.pla
 LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet
 LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id
 LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id
+LEFT JOIN chain_plans pcp ON pcp.chain_id = ce.chain_id AND pcp.onchain_id = ce.snap_pending_plan_onchain_id
+LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = pm.id
 WHERE ce.public_id = ANY($1)
 UNION ALL
 SELECT r.id,
@@ -83,7 +89,11 @@ SELECT r.id,
   r.snap_customer_external_id,
   r.snap_amount::text AS snap_amount,
   r.snap_plan_onchain_id,
+  r.snap_trial_end,
+  r.snap_pending_plan_onchain_id,
+  r.snap_pending_amount::text AS snap_pending_amount,
   p.public_id AS plan_public_id,
+  pp.public_id AS pending_plan_public_id,
   NULL::bigint AS indexed_block,
   NULL::text AS delivery_status,
   NULL::integer AS delivery_attempts,
@@ -105,6 +115,8 @@ FROM event_retractions r
 LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id
 LEFT JOIN merchants pm ON pm.wallet = r.merchant_wallet
 LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id
+LEFT JOIN chain_plans pcp ON pcp.chain_id = r.chain_id AND pcp.onchain_id = r.snap_pending_plan_onchain_id
+LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = pm.id
 WHERE r.public_id = ANY($1)
 UNION ALL
 SELECT k.id,
@@ -136,7 +148,11 @@ SELECT k.id,
   k.snap_customer_external_id,
   k.snap_amount::text AS snap_amount,
   k.snap_plan_onchain_id,
+  k.snap_trial_end,
+  k.snap_pending_plan_onchain_id,
+  k.snap_pending_amount::text AS snap_pending_amount,
   p.public_id AS plan_public_id,
+  pp.public_id AS pending_plan_public_id,
   NULL::bigint AS indexed_block,
   NULL::text AS delivery_status,
   NULL::integer AS delivery_attempts,
@@ -158,4 +174,6 @@ FROM renewal_risks k
 LEFT JOIN chain_plans cp ON cp.chain_id = k.chain_id AND cp.onchain_id = k.plan_id
 LEFT JOIN merchants pm ON pm.wallet = k.merchant_wallet
 LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id
+LEFT JOIN chain_plans pcp ON pcp.chain_id = k.chain_id AND pcp.onchain_id = k.snap_pending_plan_onchain_id
+LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = pm.id
 WHERE k.public_id = ANY($1)

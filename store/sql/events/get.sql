@@ -29,7 +29,11 @@ SELECT ce.id,
   ce.snap_customer_external_id,
   ce.snap_amount::text AS snap_amount,
   ce.snap_plan_onchain_id,
+  ce.snap_trial_end,
+  ce.snap_pending_plan_onchain_id,
+  ce.snap_pending_amount::text AS snap_pending_amount,
   p.public_id AS plan_public_id,
+  pp.public_id AS pending_plan_public_id,
   cur.block_number AS indexed_block,
   CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' ELSE o.status END AS delivery_status,
   o.attempts AS delivery_attempts,
@@ -52,6 +56,8 @@ LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.pla
 LEFT JOIN merchants pm ON pm.wallet = ce.merchant_wallet
 LEFT JOIN indexer_cursor cur ON cur.chain_id = ce.chain_id
 LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id
+LEFT JOIN chain_plans pcp ON pcp.chain_id = ce.chain_id AND pcp.onchain_id = ce.snap_pending_plan_onchain_id
+LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = pm.id
 LEFT JOIN webhook_outbox o ON o.event_id = ce.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
 WHERE ce.merchant_wallet = $1 AND ce.kind IS NOT NULL AND ce.chain_id = $2::bigint AND ce.public_id = $3::text
 UNION ALL
@@ -84,7 +90,11 @@ SELECT r.id,
   r.snap_customer_external_id,
   r.snap_amount::text AS snap_amount,
   r.snap_plan_onchain_id,
+  r.snap_trial_end,
+  r.snap_pending_plan_onchain_id,
+  r.snap_pending_amount::text AS snap_pending_amount,
   p.public_id AS plan_public_id,
+  pp.public_id AS pending_plan_public_id,
   NULL::bigint AS indexed_block,
   CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' ELSE o.status END AS delivery_status,
   o.attempts AS delivery_attempts,
@@ -106,6 +116,8 @@ FROM event_retractions r
 LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id
 LEFT JOIN merchants pm ON pm.wallet = r.merchant_wallet
 LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id
+LEFT JOIN chain_plans pcp ON pcp.chain_id = r.chain_id AND pcp.onchain_id = r.snap_pending_plan_onchain_id
+LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = pm.id
 LEFT JOIN webhook_outbox o ON o.event_id = r.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
 WHERE r.merchant_wallet = $1 AND r.chain_id = $2::bigint AND r.public_id = $3::text
 UNION ALL
@@ -138,7 +150,11 @@ SELECT k.id,
   k.snap_customer_external_id,
   k.snap_amount::text AS snap_amount,
   k.snap_plan_onchain_id,
+  k.snap_trial_end,
+  k.snap_pending_plan_onchain_id,
+  k.snap_pending_amount::text AS snap_pending_amount,
   p.public_id AS plan_public_id,
+  pp.public_id AS pending_plan_public_id,
   NULL::bigint AS indexed_block,
   CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' ELSE o.status END AS delivery_status,
   o.attempts AS delivery_attempts,
@@ -160,5 +176,7 @@ FROM renewal_risks k
 LEFT JOIN chain_plans cp ON cp.chain_id = k.chain_id AND cp.onchain_id = k.plan_id
 LEFT JOIN merchants pm ON pm.wallet = k.merchant_wallet
 LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = pm.id
+LEFT JOIN chain_plans pcp ON pcp.chain_id = k.chain_id AND pcp.onchain_id = k.snap_pending_plan_onchain_id
+LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = pm.id
 LEFT JOIN webhook_outbox o ON o.event_id = k.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
 WHERE k.merchant_wallet = $1 AND k.chain_id = $2::bigint AND k.public_id = $3::text

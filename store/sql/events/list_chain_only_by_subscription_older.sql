@@ -39,7 +39,11 @@ SELECT GREATEST((
   ce.snap_customer_external_id,
   ce.snap_amount::text AS snap_amount,
   ce.snap_plan_onchain_id,
+  ce.snap_trial_end,
+  ce.snap_pending_plan_onchain_id,
+  ce.snap_pending_amount::text AS snap_pending_amount,
   p.public_id AS plan_public_id,
+  pp.public_id AS pending_plan_public_id,
   (
   SELECT cur.block_number
   FROM indexer_cursor cur
@@ -63,6 +67,8 @@ SELECT GREATEST((
 FROM chain_events ce
 LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id
 LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $11
+LEFT JOIN chain_plans pcp ON pcp.chain_id = ce.chain_id AND pcp.onchain_id = ce.snap_pending_plan_onchain_id
+LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = $11
 LEFT JOIN webhook_outbox o ON o.event_id = ce.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
 WHERE ce.merchant_wallet = $1 AND ce.kind IS NOT NULL AND ce.chain_id = $2::bigint AND ($3::text IS NULL OR ce.kind = $3) AND $4::text IS NOT NULL AND ce.subscription_id = (
   SELECT s.onchain_id

@@ -31,7 +31,11 @@ FROM ((
       ce.snap_customer_external_id,
       ce.snap_amount::text AS snap_amount,
       ce.snap_plan_onchain_id,
+      ce.snap_trial_end,
+      ce.snap_pending_plan_onchain_id,
+      ce.snap_pending_amount::text AS snap_pending_amount,
       p.public_id AS plan_public_id,
+      pp.public_id AS pending_plan_public_id,
       (
       SELECT cur.block_number
       FROM indexer_cursor cur
@@ -55,6 +59,8 @@ FROM ((
     FROM chain_events ce
     LEFT JOIN chain_plans cp ON cp.chain_id = ce.chain_id AND cp.onchain_id = ce.plan_id
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $11
+    LEFT JOIN chain_plans pcp ON pcp.chain_id = ce.chain_id AND pcp.onchain_id = ce.snap_pending_plan_onchain_id
+    LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = $11
     LEFT JOIN webhook_outbox o ON o.event_id = ce.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
     WHERE ce.merchant_wallet = $1 AND ce.kind IS NOT NULL AND ce.chain_id = $2::bigint AND ($3::text IS NULL OR ce.kind = $3) AND $4::text IS NOT NULL AND ce.subscription_id = (
       SELECT s.onchain_id
@@ -92,7 +98,11 @@ FROM ((
       r.snap_customer_external_id,
       r.snap_amount::text AS snap_amount,
       r.snap_plan_onchain_id,
+      r.snap_trial_end,
+      r.snap_pending_plan_onchain_id,
+      r.snap_pending_amount::text AS snap_pending_amount,
       p.public_id AS plan_public_id,
+      pp.public_id AS pending_plan_public_id,
       NULL::bigint AS indexed_block,
       CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' ELSE o.status END AS delivery_status,
       o.attempts AS delivery_attempts,
@@ -113,6 +123,8 @@ FROM ((
     FROM event_retractions r
     LEFT JOIN chain_plans cp ON cp.chain_id = r.chain_id AND cp.onchain_id = r.plan_id
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $11
+    LEFT JOIN chain_plans pcp ON pcp.chain_id = r.chain_id AND pcp.onchain_id = r.snap_pending_plan_onchain_id
+    LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = $11
     LEFT JOIN webhook_outbox o ON o.event_id = r.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
     WHERE r.merchant_wallet = $1 AND r.chain_id = $2::bigint AND ($3::text IS NULL OR $3 = 'event.retracted') AND $4::text IS NOT NULL AND r.snap_id = $4 AND ($5::bigint IS NULL OR r.block_number >= $5) AND ($6::bigint IS NULL OR r.block_number <= $6) AND ($7::timestamptz IS NULL OR r.detected_at >= $7) AND ($8::timestamptz IS NULL OR r.detected_at < $8) AND r.id > $9::bigint
     ORDER BY r.id ASC
@@ -147,7 +159,11 @@ FROM ((
       k.snap_customer_external_id,
       k.snap_amount::text AS snap_amount,
       k.snap_plan_onchain_id,
+      k.snap_trial_end,
+      k.snap_pending_plan_onchain_id,
+      k.snap_pending_amount::text AS snap_pending_amount,
       p.public_id AS plan_public_id,
+      pp.public_id AS pending_plan_public_id,
       NULL::bigint AS indexed_block,
       CASE WHEN o.status = 'pending' AND o.locked_until > now() THEN 'delivering' ELSE o.status END AS delivery_status,
       o.attempts AS delivery_attempts,
@@ -168,6 +184,8 @@ FROM ((
     FROM renewal_risks k
     LEFT JOIN chain_plans cp ON cp.chain_id = k.chain_id AND cp.onchain_id = k.plan_id
     LEFT JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = $11
+    LEFT JOIN chain_plans pcp ON pcp.chain_id = k.chain_id AND pcp.onchain_id = k.snap_pending_plan_onchain_id
+    LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = $11
     LEFT JOIN webhook_outbox o ON o.event_id = k.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
     WHERE k.merchant_wallet = $1 AND k.chain_id = $2::bigint AND ($3::text IS NULL OR $3 = 'subscription.renewal_at_risk') AND $4::text IS NOT NULL AND k.subscription_id = (
       SELECT s.onchain_id

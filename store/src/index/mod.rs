@@ -26,7 +26,7 @@ pub use verify::{
 pub use write::{
     LogFields, NewEvent, NewLedgerEntry, NewPlan, StoredLog, insert_events, insert_ledger,
     insert_plans, insert_subscriptions, load_subscriptions, mark_plans_deactivated,
-    resolve_customers, subscription_logs, upsert_subscriptions,
+    resolve_customers, set_plan_trials, subscription_logs, upsert_subscriptions,
 };
 
 /// Where the index stands: the last block whose effects are committed.

@@ -151,7 +151,7 @@ pub async fn ledger_in_range(
     let rows = client
         .query(
             "SELECT ce.block_number, ce.transaction_hash, ce.log_index, le.event_id, le.kind,
-                 le.subscription_id, le.amount::text, le.period, le.period_start, le.period_end,
+                 le.subscription_id, abs(le.amount)::text, le.period, le.period_start, le.period_end,
                  le.attempt, le.failure_reason, le.block_time
              FROM ledger_entries le JOIN chain_events ce ON ce.id = le.event_id
              WHERE le.chain_id = $1 AND ce.block_number BETWEEN $2 AND $3",

@@ -7,7 +7,9 @@ use chainsub_core::ChainId;
 use std::collections::HashMap;
 
 use alloy::primitives::{Address, B256, U256};
-use chainsub_core::{LedgerKind, SubscriptionId, SubscriptionState, SubscriptionStatus, ts};
+use chainsub_core::{
+    LedgerKind, PendingPlanChange, SubscriptionId, SubscriptionState, SubscriptionStatus, ts,
+};
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 
@@ -63,7 +65,9 @@ pub struct NewEvent<'a> {
     pub sequence: Option<u64>,
 }
 
-/// A ledger row for an event of the batch (`SubscriptionCharged`, `PaymentFailed`).
+/// A ledger row for an event of the batch (`SubscriptionCharged`, `PaymentFailed`, a
+/// prorated `PlanChanged`, `SubscriptionRefunded`). `amount` is the event's (a magnitude):
+/// a refund's is stored negative.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewLedgerEntry {
     pub event_id: i64,
@@ -107,7 +111,8 @@ const COPY_EVENTS: &str = "COPY chain_events (id, public_id, chain_id, contract,
     log_period, log_attempt, log_reason, log_next_retry_at, snap_id, snap_status, \
     snap_cancel_at_period_end, snap_period, snap_period_start, snap_period_end, \
     snap_next_payment_at, snap_failed_attempts, snap_subscriber, snap_customer_external_id, \
-    snap_amount, snap_plan_onchain_id, enqueued, sequence) \
+    snap_amount, snap_plan_onchain_id, snap_trial_end, snap_pending_plan_onchain_id, \
+    snap_pending_amount, enqueued, sequence) \
     FROM STDIN (FORMAT binary)";
 const EVENT_TYPES: &[Type] = &[
     Type::INT8,
@@ -145,6 +150,9 @@ const EVENT_TYPES: &[Type] = &[
     Type::TEXT,
     Type::NUMERIC,
     Type::INT8,
+    Type::TIMESTAMPTZ,
+    Type::INT8,
+    Type::NUMERIC,
     Type::BOOL,
     Type::INT8,
 ];
@@ -226,6 +234,9 @@ pub async fn insert_events(
             &s.and_then(|s| s.customer_external_id.as_deref()),
             &s.map(|s| Numeric(s.amount)),
             &s.map(|s| s.plan_onchain_id),
+            &s.and_then(|s| s.trial_end.map(ts)),
+            &s.and_then(|s| s.pending_plan_change.map(|p| p.plan_onchain_id)),
+            &s.and_then(|s| s.pending_plan_change.map(|p| Numeric(p.amount))),
             &e.enqueued,
             seq,
         ])
@@ -288,7 +299,7 @@ async fn number_events(
         .collect())
 }
 
-/// Inserts ledger rows (charges and failed charges).
+/// Inserts ledger rows; a refund's amount negative.
 pub async fn insert_ledger(
     tx: &Transaction<'_>,
     chain_id: ChainId,
@@ -313,8 +324,9 @@ pub async fn insert_ledger(
     tx.execute(
         "INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
              period_start, period_end, attempt, failure_reason, block_time)
-         SELECT u.eid, $1, u.sid, u.kind, u.amount::numeric, u.period, u.ps, u.pe, u.attempt,
-             u.reason, u.bt
+         SELECT u.eid, $1, u.sid, u.kind,
+             CASE WHEN u.kind = 'refund' THEN -u.amount::numeric ELSE u.amount::numeric END,
+             u.period, u.ps, u.pe, u.attempt, u.reason, u.bt
          FROM unnest($2::int8[], $3::int8[], $4::text[], $5::text[], $6::int4[],
              $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[], $11::timestamptz[])
            AS u(eid, sid, kind, amount, period, ps, pe, attempt, reason, bt)",
@@ -348,6 +360,28 @@ pub async fn insert_plans(
          FROM unnest($2::int8[], $3::bytea[], $4::bytea[], $5::text[], $6::bytea[], $7::int8[])
            AS u(id, m, r, a, c, e)",
         &[&chain_id, &id, &m, &r, &a, &c, &e],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records plans' trials: `(on-chain plan id, trial days)` from `PlanTrial`. Call after
+/// [`insert_plans`] (the plan's `PlanCreated` comes first, in the same transaction).
+pub async fn set_plan_trials(
+    tx: &Transaction<'_>,
+    chain_id: ChainId,
+    trials: &[(i64, u16)],
+) -> Result<()> {
+    if trials.is_empty() {
+        return Ok(());
+    }
+    let id: Vec<i64> = trials.iter().map(|t| t.0).collect();
+    let days: Vec<i32> = trials.iter().map(|t| i32::from(t.1)).collect();
+    tx.execute(
+        "UPDATE chain_plans cp SET trial_days = u.days
+         FROM unnest($2::int8[], $3::int4[]) AS u(id, days)
+         WHERE cp.chain_id = $1 AND cp.onchain_id = u.id",
+        &[&chain_id, &id, &days],
     )
     .await?;
     Ok(())
@@ -408,6 +442,18 @@ fn state_of_row(r: &tokio_postgres::Row) -> Result<SubscriptionState> {
         created_at: secs(18),
         updated_at: secs(19),
         events: r.get::<_, i64>(20) as u64,
+        trial_end: r
+            .get::<_, Option<chrono::DateTime<chrono::Utc>>>(21)
+            .map(|t| t.timestamp() as u64),
+        pending_plan_change: match (r.get::<_, Option<i64>>(22), r.get::<_, Option<&str>>(23)) {
+            (Some(plan_onchain_id), Some(amount)) => Some(PendingPlanChange {
+                plan_onchain_id,
+                amount: amount
+                    .parse::<U256>()
+                    .map_err(|e| Error::Inconsistent(format!("pending amount {amount}: {e}")))?,
+            }),
+            _ => None,
+        },
     })
 }
 
@@ -426,7 +472,8 @@ pub async fn load_subscriptions(
                  amount::text, customer_ref, customer_external_id, status, cancel_at_period_end,
                  period, current_period_start, current_period_end, failed_attempts,
                  next_retry_at, ended_reason, created_event_id, last_event_id, created_at,
-                 updated_at, event_count
+                 updated_at, event_count, trial_end, pending_plan_onchain_id,
+                 pending_amount::text
              FROM subscriptions WHERE chain_id = $1 AND onchain_id = ANY($2)",
             &[&chain_id, &ids],
         )
@@ -440,7 +487,8 @@ const COPY_SUBSCRIPTIONS: &str = "COPY subscriptions (chain_id, onchain_id, publ
     merchant_wallet, subscriber, plan_onchain_id, amount, customer_ref, customer_external_id, \
     status, cancel_at_period_end, period, current_period_start, current_period_end, \
     failed_attempts, next_retry_at, ended_reason, created_event_id, last_event_id, created_at, \
-    updated_at, event_count) FROM STDIN (FORMAT binary)";
+    updated_at, event_count, trial_end, pending_plan_onchain_id, pending_amount) \
+    FROM STDIN (FORMAT binary)";
 const SUBSCRIPTION_TYPES: &[Type] = &[
     Type::INT8,
     Type::INT8,
@@ -464,6 +512,9 @@ const SUBSCRIPTION_TYPES: &[Type] = &[
     Type::TIMESTAMPTZ,
     Type::TIMESTAMPTZ,
     Type::INT8,
+    Type::TIMESTAMPTZ,
+    Type::INT8,
+    Type::NUMERIC,
 ];
 
 /// Inserts the rows of subscriptions created in this batch with one binary COPY (the writer
@@ -506,6 +557,9 @@ pub async fn insert_subscriptions(
                 &ts(s.created_at),
                 &ts(s.updated_at),
                 &(s.events as i64),
+                &s.trial_end.map(ts),
+                &s.pending_plan_change.map(|p| p.plan_onchain_id),
+                &s.pending_plan_change.map(|p| Numeric(p.amount)),
             ])
         },
     )
@@ -547,21 +601,37 @@ pub async fn upsert_subscriptions(
     let er: Vec<Option<&str>> = subs.iter().map(|s| s.ended_reason.as_deref()).collect();
     let ca: Vec<_> = subs.iter().map(|s| ts(s.created_at)).collect();
     let ua: Vec<_> = subs.iter().map(|s| ts(s.updated_at)).collect();
+    let te: Vec<_> = subs.iter().map(|s| s.trial_end.map(ts)).collect();
+    let pp: Vec<Option<i64>> = subs
+        .iter()
+        .map(|s| s.pending_plan_change.map(|p| p.plan_onchain_id))
+        .collect();
+    let pa: Vec<Option<String>> = subs
+        .iter()
+        .map(|s| s.pending_plan_change.map(|p| p.amount.to_string()))
+        .collect();
     tx.execute(
         "INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, subscriber,
              plan_onchain_id, amount, customer_ref, customer_external_id, status,
              cancel_at_period_end, period, current_period_start, current_period_end,
              failed_attempts, next_retry_at, ended_reason, created_event_id, last_event_id,
-             created_at, updated_at, event_count)
+             created_at, updated_at, event_count, trial_end, pending_plan_onchain_id,
+             pending_amount)
          SELECT $1, u.id, u.pubid, u.m, u.sub, u.plan, u.amount::numeric, u.cref, u.ext, u.status,
-             u.cape, u.period, u.ps, u.pe, u.fa, u.nra, u.er, u.ce, u.le, u.ca, u.ua, u.evc
+             u.cape, u.period, u.ps, u.pe, u.fa, u.nra, u.er, u.ce, u.le, u.ca, u.ua, u.evc, u.te,
+             u.pp, u.pa::numeric
          FROM unnest($2::int8[], $3::text[], $4::bytea[], $5::bytea[], $6::int8[], $7::text[],
              $8::bytea[], $9::text[], $10::text[], $11::bool[], $12::int4[], $13::timestamptz[],
              $14::timestamptz[], $15::int4[], $16::timestamptz[], $17::text[], $18::int8[],
-             $19::int8[], $20::timestamptz[], $21::timestamptz[], $22::int8[])
+             $19::int8[], $20::timestamptz[], $21::timestamptz[], $22::int8[],
+             $23::timestamptz[], $24::int8[], $25::text[])
            AS u(id, pubid, m, sub, plan, amount, cref, ext, status, cape, period, ps, pe, fa, nra,
-                er, ce, le, ca, ua, evc)
+                er, ce, le, ca, ua, evc, te, pp, pa)
          ON CONFLICT (chain_id, onchain_id) DO UPDATE SET
+             plan_onchain_id = EXCLUDED.plan_onchain_id, amount = EXCLUDED.amount,
+             trial_end = EXCLUDED.trial_end,
+             pending_plan_onchain_id = EXCLUDED.pending_plan_onchain_id,
+             pending_amount = EXCLUDED.pending_amount,
              status = EXCLUDED.status, cancel_at_period_end = EXCLUDED.cancel_at_period_end,
              period = EXCLUDED.period, current_period_start = EXCLUDED.current_period_start,
              current_period_end = EXCLUDED.current_period_end,
@@ -570,7 +640,7 @@ pub async fn upsert_subscriptions(
              updated_at = EXCLUDED.updated_at, event_count = EXCLUDED.event_count",
         &[
             &chain_id, &id, &pubid, &m, &sub, &plan, &amount, &cref, &ext, &status, &cape, &period,
-            &ps, &pe, &fa, &nra, &er, &ce, &le, &ca, &ua, &evc,
+            &ps, &pe, &fa, &nra, &er, &ce, &le, &ca, &ua, &evc, &te, &pp, &pa,
         ],
     )
     .await?;

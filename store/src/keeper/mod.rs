@@ -198,7 +198,7 @@ macro_rules! due_steps {
                                                s.current_period_end)
                                  ELSE s.current_period_end END AS due_at
                      FROM subscriptions s
-                     WHERE s.chain_id = $1 AND s.status IN ('active', 'past_due')
+                     WHERE s.chain_id = $1 AND s.status IN ('active', 'past_due', 'trialing')
                        AND s.current_period_end <= $2)"#
     };
 }

@@ -32,7 +32,7 @@ pub struct FundsObservation {
 }
 
 impl Store {
-    /// Active subscriptions (not ending at the period end) of this keeper's scope whose
+    /// Active and trialing subscriptions (not ending at the period end) of this keeper's scope whose
     /// renewal falls due in `(chain_now, chain_now + lead]` and that have not been checked
     /// for that period yet, soonest first.
     pub async fn renewals_to_check(
@@ -48,7 +48,7 @@ impl Store {
                     "SELECT s.onchain_id, s.period + 1, s.subscriber, s.amount::TEXT,
                         s.current_period_end
                  FROM subscriptions s
-                 WHERE s.chain_id = $1 AND s.status = 'active' AND NOT s.cancel_at_period_end
+                 WHERE s.chain_id = $1 AND s.status IN ('active', 'trialing') AND NOT s.cancel_at_period_end
                    AND s.current_period_end > $2
                    AND s.current_period_end <= $2 + make_interval(secs => $3)
                    AND NOT EXISTS (
@@ -118,7 +118,7 @@ impl Store {
                      SELECT $1, $2, $3, $4, $5, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC
                      FROM subscriptions s
                      WHERE s.chain_id = $1 AND s.onchain_id = $2 AND s.period + 1 = $3
-                       AND s.status = 'active' AND NOT s.cancel_at_period_end
+                       AND s.status IN ('active', 'trialing') AND NOT s.cancel_at_period_end
                      ON CONFLICT DO NOTHING
                      RETURNING chain_id, subscription_id, period),
                  risks AS (
@@ -150,7 +150,7 @@ impl Store {
                      CROSS JOIN LATERAL (
                          SELECT sum(o.amount) AS total FROM subscriptions o
                          WHERE o.subscriber = s.subscriber AND o.chain_id = s.chain_id
-                           AND o.status IN ('active', 'past_due') AND NOT o.cancel_at_period_end
+                           AND o.status IN ('active', 'past_due', 'trialing') AND NOT o.cancel_at_period_end
                            AND (o.current_period_end, o.onchain_id)
                                <= (s.current_period_end, s.onchain_id)) AS need
                      CROSS JOIN LATERAL (VALUES ('allowance', $7::TEXT::NUMERIC),

@@ -542,6 +542,11 @@ async fn a_snapshot_is_read_back_as_the_state_it_was_written_from() {
         failed_attempts: n,
         next_retry_at: Some(1_770_000_000),
         ended_reason: None,
+        trial_end: (n == 3).then_some(1_767_225_600),
+        pending_plan_change: (n == 1).then_some(chainsub_core::PendingPlanChange {
+            plan_onchain_id: 9,
+            amount: U256::from(u128::MAX),
+        }),
         created_event: 0,
         last_event: 0,
         created_at: 0,
@@ -551,7 +556,7 @@ async fn a_snapshot_is_read_back_as_the_state_it_was_written_from() {
     let states = [
         state(1, SubscriptionStatus::PastDue, Some("cus \"7\" é\\\n")),
         state(2, SubscriptionStatus::Cancelled, None),
-        state(3, SubscriptionStatus::Active, Some("")),
+        state(3, SubscriptionStatus::Trialing, Some("")),
     ];
     let hash = B256::repeat_byte(9);
     let fields = LogFields::default();

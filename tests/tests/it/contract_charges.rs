@@ -36,6 +36,7 @@ async fn subscribe_moves_usdc_to_merchant_and_emits_created_then_charged_period_
                 amount: fx.amount,
                 periodStart: start,
                 periodEnd: end,
+                trialEnd: 0,
             }),
             ContractEvent::SubscriptionCharged(SM::SubscriptionCharged {
                 subscriptionId: U256::from(1),

@@ -305,6 +305,7 @@ fn act(rng: &mut StdRng, m: &mut Model, now: u64, out: &mut Vec<alloy::primitive
                 amount: u(1_000_000 * plan),
                 periodStart: now,
                 periodEnd: now + MONTH,
+                trialEnd: 0,
             }
             .encode_log_data(),
         );
