@@ -8,7 +8,8 @@
 --   optional in a snapshot).
 -- * Ledger entries gain the kinds `proration` (an upgrade's prorated charge) and `refund` (money
 --   the merchant paid back; its amount is negative).
--- * A plan carries its trial length (`PlanTrial`), 0 for none.
+-- * A plan carries its trial length (`PlanTrial` on chain; the API's plan row asks for it),
+--   0 for none.
 -- * The keeper's due scan covers trialing subscriptions (their first charge).
 SET LOCAL lock_timeout = '5s';
 -- The writer epoch moves on: an indexer of the previous release (which knows none of the new
@@ -55,3 +56,4 @@ ALTER TABLE ledger_entries
         CHECK ((kind = 'refund') = (amount < 0));
 
 ALTER TABLE chain_plans ADD COLUMN trial_days INTEGER NOT NULL DEFAULT 0 CHECK (trial_days BETWEEN 0 AND 90);
+ALTER TABLE plans ADD COLUMN trial_days INTEGER NOT NULL DEFAULT 0 CHECK (trial_days BETWEEN 0 AND 90);

@@ -23,6 +23,8 @@ pub struct PlanRow {
     pub name: String,
     /// Base units per period.
     pub amount: u128,
+    /// Free days before a new subscriber's first charge (0: none).
+    pub trial_days: u16,
     pub currency: String,
     pub interval: String,
     pub slug: String,
@@ -99,6 +101,8 @@ impl PlanRow {
             name: r.try_get("name")?,
             amount: units(amount)
                 .ok_or_else(|| Error::Inconsistent(format!("plan amount {amount:?}")))?,
+            trial_days: u16::try_from(r.try_get::<_, i32>("trial_days")?)
+                .map_err(|_| Error::Inconsistent("plan trial days".into()))?,
             currency: r.try_get("currency")?,
             interval: r.try_get("interval")?,
             slug: r.try_get("slug")?,
@@ -119,7 +123,7 @@ impl PlanRow {
 }
 
 /// Columns and joins; `$1` merchant id, `$2` chain id.
-const SELECT: &str = "SELECT p.id, p.public_id, p.name, p.amount::TEXT AS amount, p.currency, \
+const SELECT: &str = "SELECT p.id, p.public_id, p.name, p.amount::TEXT AS amount, p.trial_days, p.currency, \
     p.interval, p.slug, p.plan_ref, p.provision_status, p.provision_error, p.provision_tx_hash, \
     p.onchain_plan_id, p.provision_block_number, p.provision_block_hash, \
     p.provision_log_index, p.created_at, cp.onchain_id AS cp_onchain_id, \
@@ -202,19 +206,24 @@ pub async fn cursor_key(
         .await?
         .map(|r| r.get(0)))
 }
-/// The plan key and amount (base units, as text) provisioning sends on chain.
+/// The plan key, amount (base units, as text) and trial days provisioning sends on chain.
 pub async fn provisioning_input(
     client: &impl GenericClient,
     scope: &MerchantScope,
     row_id: i64,
-) -> Result<Option<(Vec<u8>, String)>> {
-    Ok(client
+) -> Result<Option<(Vec<u8>, String, u16)>> {
+    client
         .query_opt(
-            "SELECT plan_ref, amount::TEXT FROM plans WHERE id = $1 AND merchant_id = $2",
+            "SELECT plan_ref, amount::TEXT, trial_days FROM plans WHERE id = $1 AND merchant_id = $2",
             &[&row_id, &scope.id()],
         )
         .await?
-        .map(|r| (r.get(0), r.get(1))))
+        .map(|r| {
+            let days = u16::try_from(r.get::<_, i32>(2))
+                .map_err(|_| Error::Inconsistent("plan trial days".into()))?;
+            Ok((r.get(0), r.get(1), days))
+        })
+        .transpose()
 }
 
 /// Gives `scope`'s plan `row_id` a new on-chain reference, if it still has `old` and is not
@@ -462,6 +471,7 @@ pub struct KeyedPlan {
     /// Base units, as text.
     pub amount: String,
     pub slug: String,
+    pub trial_days: i32,
 }
 
 /// `scope`'s plan created with Idempotency-Key `key`, if any (releasing expired keys first).
@@ -479,7 +489,7 @@ pub async fn by_idempotency_key(
         .await?;
     let row = client
         .query_opt(
-            "SELECT id, provision_status = 'active', name, amount::TEXT, slug FROM plans \
+            "SELECT id, provision_status = 'active', name, amount::TEXT, slug, trial_days FROM plans \
              WHERE merchant_id = $1 AND idempotency_key = $2",
             &[&scope.id(), &key],
         )
@@ -490,6 +500,7 @@ pub async fn by_idempotency_key(
         name: r.get(2),
         amount: r.get(3),
         slug: r.get(4),
+        trial_days: r.get(5),
     }))
 }
 
@@ -500,6 +511,8 @@ pub struct NewPlan<'a> {
     pub name: &'a str,
     /// Base units.
     pub amount: u128,
+    /// Free days before the first charge (0: none).
+    pub trial_days: u16,
     pub slug: &'a str,
     pub plan_ref: [u8; 32],
     pub idempotency_key: Option<&'a str>,
@@ -525,8 +538,8 @@ pub async fn insert(
     let res = client
         .query_one(
             "INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, \
-             plan_ref, idempotency_key) \
-             VALUES ($1, $2, $3, $4::TEXT::NUMERIC, 'USDC', 'month', $5, $6, $7) RETURNING id",
+             plan_ref, idempotency_key, trial_days) \
+             VALUES ($1, $2, $3, $4::TEXT::NUMERIC, 'USDC', 'month', $5, $6, $7, $8) RETURNING id",
             &[
                 &plan.public_id.as_str(),
                 &scope.id(),
@@ -535,6 +548,7 @@ pub async fn insert(
                 &plan.slug,
                 &plan.plan_ref.as_slice(),
                 &plan.idempotency_key,
+                &i32::from(plan.trial_days),
             ],
         )
         .await;

@@ -330,13 +330,16 @@ impl ApiClient {
 
     /// `POST /api/v1/plans`, then waits until the plan is `active` (provisioned on chain).
     pub async fn create_plan(&self, key: &str, name: &str, amount: &str) -> Result<Value> {
-        let (status, plan) = self
-            .post(
-                "/api/v1/plans",
-                key,
-                &json!({"name": name, "amount": amount, "currency": "USDC", "interval": "month"}),
-            )
-            .await?;
+        self.create_plan_with(
+            key,
+            &json!({"name": name, "amount": amount, "currency": "USDC", "interval": "month"}),
+        )
+        .await
+    }
+
+    /// [`ApiClient::create_plan`] with the whole request body (e.g. with `trialDays`).
+    pub async fn create_plan_with(&self, key: &str, body: &Value) -> Result<Value> {
+        let (status, plan) = self.post("/api/v1/plans", key, body).await?;
         ensure!(
             status == 201 || status == 202,
             "POST /plans: {status} {plan}"

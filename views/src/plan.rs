@@ -19,6 +19,8 @@ pub struct PlanView<'a> {
     pub amount: String,
     pub currency: &'a str,
     pub interval: &'a str,
+    /// Free days before a new subscriber's first charge (0: none).
+    pub trial_days: u16,
     pub slug: &'a str,
     /// `active` (indexed, or mined as the relayer saw), `failed` or `pending`.
     pub status: &'static str,
@@ -69,6 +71,7 @@ impl<'a> PlanView<'a> {
             amount: format_units(r.amount),
             currency: &r.currency,
             interval: &r.interval,
+            trial_days: r.trial_days,
             slug: &r.slug,
             status,
             created_at: r.created_at,
@@ -98,6 +101,7 @@ mod tests {
 
     fn row(status: ProvisionStatus, created: Option<PlanCreation>) -> PlanRow {
         PlanRow {
+            trial_days: 0,
             row_id: 1,
             id: PlanId::parse("plan_0123456789ab").unwrap(),
             name: "Pro".into(),

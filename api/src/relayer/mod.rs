@@ -68,6 +68,8 @@ pub struct PlanTerms {
     pub merchant: Address,
     pub amount: U256,
     pub plan_ref: B256,
+    /// Free days before the first charge: `createPlanWithTrial` when not 0.
+    pub trial_days: u16,
 }
 
 /// Where a send is journaled before it is broadcast: the plan row it provisions, or the

@@ -22,7 +22,7 @@ use crate::merchants::Merchant;
 /// Runs one provisioning attempt for plan row `id` and records the outcome.
 pub async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
     let conn = ctx.pool.get().await?;
-    let (plan_ref, amount) = store::provisioning_input(&conn, merchant, id)
+    let (plan_ref, amount, trial_days) = store::provisioning_input(&conn, merchant, id)
         .await?
         .ok_or_else(|| ApiError::Internal(format!("plan row {id} vanished")))?;
     let plan_ref = B256::from_slice(&plan_ref);
@@ -64,6 +64,7 @@ pub async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
                     merchant: merchant.wallet(),
                     amount,
                     plan_ref,
+                    trial_days,
                 },
                 ctx.cfg.provision_timeout(),
                 previous,
@@ -77,7 +78,7 @@ pub async fn provision(ctx: &Ctx, merchant: &Merchant, id: i64) -> Result<()> {
             break;
         };
         match relayer
-            .plan_matches(onchain_id, merchant.wallet(), amount)
+            .plan_matches(onchain_id, merchant.wallet(), amount, trial_days)
             .await
         {
             Ok(true) => break,
@@ -254,9 +255,15 @@ impl Relayer {
             },
             None => None,
         };
-        let request = SubscriptionManager::new(self.manager, self.provider.clone())
-            .createPlan(merchant, terms.amount, plan_ref)
-            .into_transaction_request();
+        let manager = SubscriptionManager::new(self.manager, self.provider.clone());
+        let request = match terms.trial_days {
+            0 => manager
+                .createPlan(merchant, terms.amount, plan_ref)
+                .into_transaction_request(),
+            days => manager
+                .createPlanWithTrial(merchant, terms.amount, plan_ref, days)
+                .into_transaction_request(),
+        };
         let this = match self.send(pool, request, replace.as_ref(), journal).await {
             Ok(p) => p,
             // The journaled transaction stands, still pending.
@@ -322,13 +329,14 @@ impl Relayer {
         }
     }
 
-    /// The on-chain plan `onchain_id` is `merchant`'s at `amount` (guards against a planRef
-    /// registered by someone else).
+    /// The on-chain plan `onchain_id` is `merchant`'s at `amount` with `trial_days` (guards
+    /// against a planRef registered by someone else).
     pub async fn plan_matches(
         &self,
         onchain_id: OnchainPlanId,
         merchant: Address,
         amount: U256,
+        trial_days: u16,
     ) -> Result<bool, String> {
         let c = SubscriptionManager::new(self.manager, self.provider.clone());
         let plan = c
@@ -336,7 +344,7 @@ impl Relayer {
             .call()
             .await
             .map_err(|e| format!("getPlan: {e}"))?;
-        Ok(plan.merchant == merchant && plan.amount == amount)
+        Ok(plan.merchant == merchant && plan.amount == amount && plan.trialDays == trial_days)
     }
 
     /// A failed send may mean a concurrent attempt won (DuplicatePlanRef): ask the chain.

@@ -93,6 +93,7 @@ async fn get_one(s: Scope, id: String) -> Result<Resp> {
 
 /// The body of `POST /api/v1/plans`.
 #[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct NewPlan {
     #[serde(deserialize_with = "input::required")]
     name: Text<100>,
@@ -109,6 +110,28 @@ struct NewPlan {
     interval: Month,
     #[serde(default, deserialize_with = "input::field")]
     slug: Option<Slug>,
+    #[serde(default, deserialize_with = "input::field")]
+    trial_days: Option<TrialDays>,
+}
+
+/// A plan's free trial, in days: an integer from 0 (none) to 90, the contract's bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TrialDays(u16);
+
+impl FromParam for TrialDays {
+    fn from_text(s: &str) -> Result<Self, String> {
+        match s.parse::<u16>() {
+            Ok(d) if d <= 90 && !s.starts_with('+') => Ok(Self(d)),
+            _ => Err("must be an integer from 0 to 90".into()),
+        }
+    }
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        match v.as_u64() {
+            Some(d) if d <= 90 => Ok(Self(d as u16)),
+            _ => Err("must be an integer from 0 to 90".into()),
+        }
+    }
 }
 
 impl FromParam for Amount {
@@ -235,7 +258,8 @@ async fn existing_for_key(
     };
     let same = row.name == input.name.0
         && row.amount == input.amount.base_units().to_string()
-        && input.slug.as_ref().is_none_or(|s| row.slug == s.as_str());
+        && input.slug.as_ref().is_none_or(|s| row.slug == s.as_str())
+        && row.trial_days == i32::from(input.trial_days.map_or(0, |d| d.0));
     if !same {
         return Err(ApiError::Conflict {
             code: Code::IdempotencyKeyReused,
@@ -269,6 +293,7 @@ async fn insert(
             public_id: &public_id,
             name: &input.name.0,
             amount: input.amount.base_units(),
+            trial_days: input.trial_days.map_or(0, |d| d.0),
             slug: &slug,
             plan_ref: rand::random(),
             idempotency_key,

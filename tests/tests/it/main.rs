@@ -28,6 +28,7 @@ mod contract_operator;
 mod contract_permit;
 mod contract_plans;
 mod dev_command;
+mod e2e_billing;
 mod e2e_dev_demo;
 mod e2e_export;
 mod e2e_lifecycle;
