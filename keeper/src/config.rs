@@ -125,6 +125,15 @@ pub struct Config {
     /// cover the charge. 0 turns the warnings off.
     #[arg(long, env = "KEEPER_RENEWAL_RISK_LEAD_SECS", default_value_t = 259_200)]
     pub renewal_risk_lead_secs: u64,
+    /// Trial notices: this many seconds (chain time) before a free trial ends, the keeper
+    /// records a `subscription.trial_will_end` event (listed and sent by webhook), once per
+    /// trial. 0 turns the notices off.
+    #[arg(
+        long,
+        env = "KEEPER_TRIAL_WILL_END_LEAD_SECS",
+        default_value_t = 259_200
+    )]
+    pub trial_will_end_lead_secs: u64,
     /// A transaction without a receipt after this many milliseconds is replaced (same nonce,
     /// higher fee).
     #[arg(long, env = "KEEPER_REPLACE_AFTER_MS", default_value_t = 120_000)]

@@ -417,7 +417,36 @@ impl Keeper {
             metrics::counter!(names::RENEWAL_CHECKS, "outcome" => "failed").increment(1);
             tracing::warn!(error = %e, "renewal-at-risk checks failed; trying again next pass");
         }
+        if let Err(e) = self.notice_trials(chain_now).await {
+            tracing::warn!(error = %e, "trial notices failed; trying again next pass");
+        }
         Ok(report)
+    }
+
+    /// Trial notices: each trial ending within `--trial-will-end-lead-secs` gets one
+    /// `subscription.trial_will_end` event, observed at the latest block.
+    async fn notice_trials(&self, chain_now: u64) -> Result<()> {
+        let lead = self.cfg.trial_will_end_lead_secs;
+        if lead == 0 {
+            return Ok(());
+        }
+        let due = self
+            .store
+            .trials_to_notice(chain_datetime(chain_now), lead, self.cfg.batch_size)
+            .await?;
+        if due.is_empty() {
+            return Ok(());
+        }
+        let (number, hash, time) = self.chain.latest_block().await?;
+        let noticed = self
+            .store
+            .record_trial_notices(&due, (number, hash, chain_datetime(time)))
+            .await?;
+        if !noticed.is_empty() {
+            metrics::counter!(names::TRIAL_NOTICES).increment(noticed.len() as u64);
+            tracing::info!(subscriptions = ?noticed, block = number, "trials end soon: noticed");
+        }
+        Ok(())
     }
 
     /// Renewal-at-risk warnings: each active subscription whose renewal falls due within

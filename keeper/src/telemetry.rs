@@ -18,6 +18,8 @@ pub mod names {
     pub const SENDS: &str = "keeper_sends_total";
     /// Renewal-at-risk checks made, by outcome (`ok`, `at_risk`, `failed`).
     pub const RENEWAL_CHECKS: &str = "keeper_renewal_checks_total";
+    /// Counter: `subscription.trial_will_end` notices recorded.
+    pub const TRIAL_NOTICES: &str = "keeper_trial_notices_total";
     /// Counter, label `reason`: due steps not sent (not_due, not_live, reverted,
     /// futile_deferred, budget, concurrency).
     pub const SKIPPED: &str = "keeper_skipped_total";

@@ -11,6 +11,10 @@
 -- * A plan carries its trial length (`PlanTrial` on chain; the API's plan row asks for it),
 --   0 for none.
 -- * The keeper's due scan covers trialing subscriptions (their first charge).
+-- * The keeper's observations of upcoming charges (`renewal_risks`) gain the reason
+--   `trial_will_end`: a trial ends within KEEPER_TRIAL_WILL_END_LEAD_SECS (the
+--   `subscription.trial_will_end` event). It observes no funds: `required` and `available`
+--   are NULL for it, and only for it.
 SET LOCAL lock_timeout = '5s';
 -- The writer epoch moves on: an indexer of the previous release (which knows none of the new
 -- events and writes none of the new columns) is fenced at its next batch.
@@ -54,6 +58,15 @@ ALTER TABLE ledger_entries
         CHECK (kind IN ('charge', 'failed_charge', 'proration', 'refund')),
     ADD CONSTRAINT ledger_entries_refund_negative
         CHECK ((kind = 'refund') = (amount < 0));
+
+ALTER TABLE renewal_risks
+    DROP CONSTRAINT renewal_risks_reason_check,
+    ADD CONSTRAINT renewal_risks_reason_check
+        CHECK (reason IN ('allowance', 'balance', 'trial_will_end')),
+    ALTER COLUMN required DROP NOT NULL,
+    ALTER COLUMN available DROP NOT NULL,
+    ADD CONSTRAINT renewal_risks_funds_observed
+        CHECK ((reason = 'trial_will_end') = (required IS NULL AND available IS NULL));
 
 ALTER TABLE chain_plans ADD COLUMN trial_days INTEGER NOT NULL DEFAULT 0 CHECK (trial_days BETWEEN 0 AND 90);
 ALTER TABLE plans ADD COLUMN trial_days INTEGER NOT NULL DEFAULT 0 CHECK (trial_days BETWEEN 0 AND 90);

@@ -138,7 +138,15 @@ macro_rules! r_select {
     };
 }
 
-/// The same columns for `subscription.renewal_at_risk` events (`renewal_risks`, migration
+/// The event type of a `renewal_risks` row `k`: a trial's notice or a renewal at risk.
+macro_rules! k_kind {
+    () => {
+        "(CASE WHEN k.reason = 'trial_will_end' THEN 'subscription.trial_will_end' \
+         ELSE 'subscription.renewal_at_risk' END)"
+    };
+}
+
+/// The same columns for `subscription.renewal_at_risk` and `subscription.trial_will_end` events (`renewal_risks`, migration
 /// 0017): observations of chain state, not logs — the block they were observed at, a zero
 /// transaction hash and log index -1 that the view never serves (it renders `chain: null`
 /// and an `observation` block instead, so no indexed head either), and the subscription as
@@ -146,7 +154,9 @@ macro_rules! r_select {
 macro_rules! k_select {
     ($d:ident, $merchant:literal, $joins:expr) => {
         concat!(
-            "SELECT k.id, k.public_id, 'subscription.renewal_at_risk'::text AS kind, \
+            "SELECT k.id, k.public_id, ",
+            k_kind!(),
+            " AS kind, \
             k.block_time, k.chain_id, k.contract, k.block_number, k.block_hash, \
             decode(repeat('00', 32), 'hex') AS transaction_hash, -1 AS log_index, k.subscription_id, \
             k.amount::text AS log_amount, NULL::bytea AS log_subscriber, NULL::text AS log_period, \
@@ -221,6 +231,12 @@ const SCOPED_KSELECT: &str = k_select!(delivery, "$11", "");
 pub const RETRACTED: &str = "event.retracted";
 /// The type of a renewal-at-risk observation.
 pub const RENEWAL_AT_RISK: &str = "subscription.renewal_at_risk";
+/// The type of the keeper's notice that a free trial ends soon (a `renewal_risks` row of
+/// reason `trial_will_end`).
+pub const TRIAL_WILL_END: &str = "subscription.trial_will_end";
+/// The event types that come from no contract log: the retraction and the keeper's two
+/// observations (the log-made types are `chainsub_abi::EventKind`).
+pub const UNLOGGED_KINDS: [&str; 3] = [RETRACTED, RENEWAL_AT_RISK, TRIAL_WILL_END];
 
 /// One lifecycle event, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,8 +372,12 @@ impl EventRow {
                 Some(reason) => Some(RiskRow {
                     reason,
                     amount: crate::chain::units(r.try_get(c.risk_amount)?),
-                    required: crate::chain::units(r.try_get(c.risk_required)?),
-                    available: crate::chain::units(r.try_get(c.risk_available)?),
+                    required: r
+                        .try_get::<_, Option<&str>>(c.risk_required)?
+                        .and_then(crate::chain::units),
+                    available: r
+                        .try_get::<_, Option<&str>>(c.risk_available)?
+                        .and_then(crate::chain::units),
                     due_at: crate::chain::time(r, c.risk_due_at)?,
                     period: r.try_get(c.risk_period)?,
                 }),
@@ -520,7 +540,7 @@ static LIST: LazyLock<ListStatements> = LazyLock::new(|| {
     let sub = |lead| page::filter(lead, 4, "text", SUB_IS);
     let rkind = |lead| page::filter(lead, 3, "text", "$3 = 'event.retracted'");
     let rsub = |lead| page::filter(lead, 4, "text", RSUB_IS);
-    let kkind = |lead| page::filter(lead, 3, "text", "$3 = 'subscription.renewal_at_risk'");
+    let kkind = |lead| page::filter(lead, 3, "text", concat!("$3 = ", k_kind!()));
     let ksub = |lead| page::filter(lead, 4, "text", KSUB_IS);
     let ranges = |t: &str, time: &str| {
         format!(
@@ -647,7 +667,11 @@ async fn list_by(
     ];
     let dir = page.direction.index();
     // Retractions or observations only: the chain-events branch has nothing to give.
-    let merged_now = merged_only || matches!(filter.kind, Some(RETRACTED | RENEWAL_AT_RISK));
+    let merged_now = merged_only
+        || matches!(
+            filter.kind,
+            Some(RETRACTED | RENEWAL_AT_RISK | TRIAL_WILL_END)
+        );
     let mut rows = if merged_now {
         Vec::new()
     } else {

@@ -82,13 +82,30 @@ pub const STATEMENT_BUDGET: usize = 40;
 /// A store error: Postgres, or a row that breaks an invariant of the schema.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(transparent)]
+    /// Postgres' own message and SQLSTATE where the server answered (tokio-postgres' text
+    /// is only "db error" for every server error).
+    #[error("{}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
     /// No connection from a pool the store holds (the keeper's journal).
     #[error("database pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("inconsistent row: {0}")]
     Inconsistent(String),
+}
+
+/// A Postgres error as an operator reads it: the server's message, detail and SQLSTATE,
+/// else the client's error with its cause.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({detail}) ({})", db.message(), db.code().code()),
+            None => format!("{} ({})", db.message(), db.code().code()),
+        },
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
+    }
 }
 
 /// The store's result.

@@ -231,6 +231,7 @@ impl<'a> EventView<'a> {
         let log = &r.log;
         let small = |v: &Option<String>| v.as_deref().and_then(|v| v.parse::<i64>().ok());
         let reason = log.reason.as_deref().and_then(|v| v.parse::<u8>().ok());
+        let trial_notice = r.kind.as_deref() == Some(chainsub_store::events::TRIAL_WILL_END);
         let (mut failure_reason, mut next_retry_at, mut end_reason) = (None, None, None);
         match (r.kind.as_deref(), reason) {
             (Some("subscription.payment_failed"), Some(code)) => {
@@ -268,23 +269,31 @@ impl<'a> EventView<'a> {
                     r.plan_id.as_ref(),
                     r.pending_plan_id.as_ref(),
                 ),
-                period: small(&log.period),
+                // A trial's notice: the first charge's period (its amount and the trial's
+                // end are `amount` and `subscription.trialEnd`).
+                period: small(&log.period).or(r
+                    .risk
+                    .as_ref()
+                    .filter(|_| trial_notice)
+                    .map(|k| i64::from(k.period))),
                 attempt: small(&log.attempt),
                 failure_reason,
                 next_retry_at,
                 end_reason,
-                renewal_at_risk: r.risk.as_ref().map(|k| RenewalAtRiskView {
-                    reason: &k.reason,
-                    amount_due: super::usdc(k.amount),
-                    amount_required: super::usdc(k.required),
-                    available: super::usdc(k.available),
-                    shortfall: super::usdc(
-                        k.required
-                            .zip(k.available)
-                            .map(|(a, b)| a.saturating_sub(b)),
-                    ),
-                    due_at: k.due_at,
-                    period: k.period,
+                renewal_at_risk: r.risk.as_ref().filter(|_| !trial_notice).map(|k| {
+                    RenewalAtRiskView {
+                        reason: &k.reason,
+                        amount_due: super::usdc(k.amount),
+                        amount_required: super::usdc(k.required),
+                        available: super::usdc(k.available),
+                        shortfall: super::usdc(
+                            k.required
+                                .zip(k.available)
+                                .map(|(a, b)| a.saturating_sub(b)),
+                        ),
+                        due_at: k.due_at,
+                        period: k.period,
+                    }
                 }),
                 retracted: r.retraction.as_ref().map(|x| RetractedView {
                     event_id: &x.event_id,

@@ -55,17 +55,18 @@ struct ListEvents {
     created_lt: Option<Time>,
 }
 
-/// An event type to list: a lifecycle type, the retraction a deep reorg produces, or the
-/// renewal-at-risk observation.
+/// An event type to list: a lifecycle type, the retraction a deep reorg produces, or one of
+/// the keeper's observations (renewal at risk, trial will end).
 #[derive(Debug)]
 struct Kind(&'static str);
 
 impl FromParam for Kind {
     fn from_text(t: &str) -> Result<Self, String> {
-        use chainsub_store::events::{RENEWAL_AT_RISK, RETRACTED};
         chainsub_abi::EventKind::parse(t)
             .map(|k| k.as_str())
-            .or([RETRACTED, RENEWAL_AT_RISK].into_iter().find(|k| *k == t))
+            .or(chainsub_store::events::UNLOGGED_KINDS
+                .into_iter()
+                .find(|k| *k == t))
             .map(Kind)
             .ok_or_else(|| "must be a subscription.* event type or event.retracted".into())
     }

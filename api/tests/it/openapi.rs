@@ -600,15 +600,12 @@ async fn a_429_validates_against_the_document() {
 fn the_webhooks_section_documents_every_event_type_its_signature_and_the_schedule() {
     let doc = doc();
     let webhooks = doc["webhooks"].as_object().expect("a webhooks section");
-    // The on-chain lifecycle types, the retraction a deep reorg produces, and the
-    // renewal-at-risk observation.
+    // The on-chain lifecycle types, the retraction a deep reorg produces, and the keeper's
+    // observations.
     let kinds: BTreeSet<&str> = chainsub_abi::EventKind::ALL
         .iter()
         .map(|k| k.as_str())
-        .chain([
-            chainsub_store::events::RETRACTED,
-            chainsub_store::events::RENEWAL_AT_RISK,
-        ])
+        .chain(chainsub_store::events::UNLOGGED_KINDS)
         .collect();
     let documented: BTreeSet<&str> = webhooks.keys().map(String::as_str).collect();
     assert_eq!(documented, kinds, "one webhook entry per event type");

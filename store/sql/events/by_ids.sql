@@ -121,7 +121,7 @@ WHERE r.public_id = ANY($1)
 UNION ALL
 SELECT k.id,
   k.public_id,
-  'subscription.renewal_at_risk'::text AS kind,
+  (CASE WHEN k.reason = 'trial_will_end' THEN 'subscription.trial_will_end' ELSE 'subscription.renewal_at_risk' END) AS kind,
   k.block_time,
   k.chain_id,
   k.contract,

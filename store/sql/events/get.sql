@@ -123,7 +123,7 @@ WHERE r.merchant_wallet = $1 AND r.chain_id = $2::bigint AND r.public_id = $3::t
 UNION ALL
 SELECT k.id,
   k.public_id,
-  'subscription.renewal_at_risk'::text AS kind,
+  (CASE WHEN k.reason = 'trial_will_end' THEN 'subscription.trial_will_end' ELSE 'subscription.renewal_at_risk' END) AS kind,
   k.block_time,
   k.chain_id,
   k.contract,

@@ -6,7 +6,7 @@ SELECT LEAST((
     WHERE r.merchant_wallet = $1 AND r.chain_id = $2::bigint AND $3::text IS NOT NULL AND $3 = 'event.retracted' AND ($4::text IS NULL OR r.snap_id = $4) AND ($5::bigint IS NULL OR r.block_number >= $5) AND ($6::bigint IS NULL OR r.block_number <= $6) AND ($7::timestamptz IS NULL OR r.detected_at >= $7) AND ($8::timestamptz IS NULL OR r.detected_at < $8) AND r.id > $9::bigint), (
     SELECT min(k.id)
     FROM renewal_risks k
-    WHERE k.merchant_wallet = $1 AND k.chain_id = $2::bigint AND $3::text IS NOT NULL AND $3 = 'subscription.renewal_at_risk' AND ($4::text IS NULL OR k.subscription_id = (
+    WHERE k.merchant_wallet = $1 AND k.chain_id = $2::bigint AND $3::text IS NOT NULL AND $3 = (CASE WHEN k.reason = 'trial_will_end' THEN 'subscription.trial_will_end' ELSE 'subscription.renewal_at_risk' END) AND ($4::text IS NULL OR k.subscription_id = (
         SELECT s.onchain_id
         FROM subscriptions s
         WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2)) AND ($5::bigint IS NULL OR k.block_number >= $5) AND ($6::bigint IS NULL OR k.block_number <= $6) AND ($7::timestamptz IS NULL OR k.block_time >= $7) AND ($8::timestamptz IS NULL OR k.block_time < $8) AND k.id > $9::bigint)) AS nearest_other,

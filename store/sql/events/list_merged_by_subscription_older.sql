@@ -132,7 +132,7 @@ FROM ((
   UNION ALL (
     SELECT k.id,
       k.public_id,
-      'subscription.renewal_at_risk'::text AS kind,
+      (CASE WHEN k.reason = 'trial_will_end' THEN 'subscription.trial_will_end' ELSE 'subscription.renewal_at_risk' END) AS kind,
       k.block_time,
       k.chain_id,
       k.contract,
@@ -187,7 +187,7 @@ FROM ((
     LEFT JOIN chain_plans pcp ON pcp.chain_id = k.chain_id AND pcp.onchain_id = k.snap_pending_plan_onchain_id
     LEFT JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = $11
     LEFT JOIN webhook_outbox o ON o.event_id = k.id AND o.test_payload IS NULL AND o.retracted_at IS NULL
-    WHERE k.merchant_wallet = $1 AND k.chain_id = $2::bigint AND ($3::text IS NULL OR $3 = 'subscription.renewal_at_risk') AND $4::text IS NOT NULL AND k.subscription_id = (
+    WHERE k.merchant_wallet = $1 AND k.chain_id = $2::bigint AND ($3::text IS NULL OR $3 = (CASE WHEN k.reason = 'trial_will_end' THEN 'subscription.trial_will_end' ELSE 'subscription.renewal_at_risk' END)) AND $4::text IS NOT NULL AND k.subscription_id = (
       SELECT s.onchain_id
       FROM subscriptions s
       WHERE s.public_id = $4 AND s.merchant_wallet = $1 AND s.chain_id = $2) AND ($5::bigint IS NULL OR k.block_number >= $5) AND ($6::bigint IS NULL OR k.block_number <= $6) AND ($7::timestamptz IS NULL OR k.block_time >= $7) AND ($8::timestamptz IS NULL OR k.block_time < $8) AND k.id < COALESCE($9::bigint, 9223372036854775807)

@@ -1,6 +1,7 @@
-//! Renewal-at-risk observations (issue 14, point 3; migrations/sql/0017_renewal_risks.sql):
-//! which renewals are coming up, and the one check per subscription and period with the
-//! `subscription.renewal_at_risk` events (and their webhooks) it finds.
+//! The keeper's observations of upcoming charges (migrations 0017 and 0030): which renewals
+//! are coming up, the one check per subscription and period with the
+//! `subscription.renewal_at_risk` events (and their webhooks) it finds, and the one
+//! `subscription.trial_will_end` notice per trial.
 
 use alloy::primitives::{Address, B256, U256};
 use chainsub_core::OnchainSubscriptionId;
@@ -179,5 +180,113 @@ impl Store {
             .await?;
         tx.commit().await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Trialing subscriptions of this keeper's scope, not ending at the trial's end, whose
+    /// trial ends in `(chain_now, chain_now + lead_secs]` and that have no trial notice yet,
+    /// soonest first.
+    pub async fn trials_to_notice(
+        &self,
+        chain_now: DateTime<Utc>,
+        lead_secs: u64,
+        limit: i64,
+    ) -> Result<Vec<OnchainSubscriptionId>> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                concat!(
+                    "SELECT s.onchain_id FROM subscriptions s
+                     WHERE s.chain_id = $1 AND s.status = 'trialing' AND NOT s.cancel_at_period_end
+                       AND s.current_period_end > $2
+                       AND s.current_period_end <= $2 + make_interval(secs => $3)
+                       AND NOT EXISTS (
+                            SELECT 1 FROM renewal_risks k
+                            WHERE k.chain_id = s.chain_id AND k.subscription_id = s.onchain_id
+                              AND k.reason = 'trial_will_end')
+                       AND ",
+                    in_scope!("s", "$5", "$6"),
+                    "
+                     ORDER BY s.current_period_end, s.onchain_id
+                     LIMIT $4"
+                ),
+                &[
+                    &self.chain_id,
+                    &chain_now,
+                    &(lead_secs as f64),
+                    &limit,
+                    &self.scope.any_plan,
+                    &self.allowed_merchants(),
+                ],
+            )
+            .await?;
+        rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+    }
+
+    /// Records a `subscription.trial_will_end` event (with its webhook) for each of `ids`
+    /// still trialing and not ending at the trial's end — once per subscription, whoever
+    /// records it first (another keeper, a restart: the same row). Observed at block `seen`
+    /// (no funds are read: the renewal-at-risk check covers the first charge). Returns the
+    /// subscriptions noticed.
+    pub async fn record_trial_notices(
+        &self,
+        ids: &[OnchainSubscriptionId],
+        seen: (u64, B256, DateTime<Utc>),
+    ) -> Result<Vec<OnchainSubscriptionId>> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        // As in `record_renewal_check`: event ids must not commit before a lower one the
+        // indexer holds in an open batch.
+        tx.execute(
+            "SELECT 1 FROM indexer_cursor WHERE chain_id = $1 FOR UPDATE",
+            &[&self.chain_id],
+        )
+        .await?;
+        let rows = tx
+            .query(
+                concat!(
+                    "WITH notices AS (
+                     INSERT INTO renewal_risks (public_id, chain_id, contract, merchant_wallet,
+                         subscription_id, plan_id, period, reason, amount, required, available,
+                         due_at, block_number, block_hash, block_time, ",
+                    stored_snapshot!(""),
+                    ")
+                     SELECT 'evt_' || md5('chainsub.trial_will_end:' || s.chain_id || ':'
+                                          || s.onchain_id),
+                         s.chain_id, $3, s.merchant_wallet, s.onchain_id, s.plan_onchain_id,
+                         s.period + 1, 'trial_will_end', s.amount, NULL, NULL,
+                         s.current_period_end, $4, $5, $6, ",
+                    stored_snapshot!("last."),
+                    "
+                     FROM subscriptions s
+                     LEFT JOIN LATERAL (
+                         SELECT ",
+                    stored_snapshot!("ce."),
+                    "
+                         FROM chain_events ce
+                         WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
+                           AND ce.snap_id IS NOT NULL
+                         ORDER BY ce.id DESC LIMIT 1) AS last ON TRUE
+                     WHERE s.chain_id = $1 AND s.onchain_id = ANY($2)
+                       AND s.status = 'trialing' AND NOT s.cancel_at_period_end
+                     ORDER BY s.current_period_end, s.onchain_id
+                     ON CONFLICT DO NOTHING
+                     RETURNING id, public_id, merchant_wallet, chain_id, subscription_id),
+                 queued AS (
+                     INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id)
+                     SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM notices ORDER BY id)
+                 SELECT subscription_id FROM notices ORDER BY id"
+                ),
+                &[
+                    &self.chain_id,
+                    &ids,
+                    &self.contract.as_slice(),
+                    &(seen.0 as i64),
+                    &seen.1.as_slice(),
+                    &seen.2,
+                ],
+            )
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
     }
 }

@@ -1,6 +1,6 @@
 //! One billing story through the real processes (`indexer`, `api` with its dispatcher,
 //! `keeper`) on one anvil: a customer starts a free trial from a checkout, the keeper converts
-//! it at the trial's end, the customer upgrades mid-period (prorated charge), schedules a
+//! it at the trial's end (after announcing it with `subscription.trial_will_end`), the customer upgrades mid-period (prorated charge), schedules a
 //! downgrade that the keeper applies at the renewal, the merchant refunds part of a charge
 //! from its own wallet, and the customer cancels. Every event the API lists arrives as a
 //! signed webhook, every ledger entry is the node's receipt, the export is clean under
@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use alloy::primitives::U256;
 use alloy::providers::Provider;
 use chainsub_abi::ContractEvent;
-use chainsub_tests::chain::accounts::{CUSTOMER, MERCHANT};
+use chainsub_tests::chain::accounts::{CUSTOMER, CUSTOMER_B, MERCHANT};
 use chainsub_tests::chain::dev_key;
 use chainsub_tests::merchant::{ApiClient, wait_for};
 use chainsub_tests::receiver::WebhookReceiver;
@@ -83,8 +83,10 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     let chain = DevChain::start().await;
     let db = TestDb::create().await;
     let customer = DevChain::address(CUSTOMER);
+    let short = DevChain::address(CUSTOMER_B);
     let merchant = DevChain::address(MERCHANT);
     chain.mint(customer, 1_000 * USDC).await;
+    chain.mint(short, 1_000 * USDC).await;
     chain.mint(merchant, 100 * USDC).await;
     let receiver = WebhookReceiver::start("127.0.0.1:0".parse().unwrap())
         .await
@@ -143,6 +145,61 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     let trial_end = at(&s["trialEnd"]);
     let onchain_sub = U256::from(s["chain"]["onchainSubscriptionId"].as_u64().unwrap());
 
+    // A second customer starts the same trial, then takes its allowance back: the first
+    // charge after the trial is at risk, and fails.
+    let checkout_b = api
+        .create_checkout(&key, &id_of(&basic), "user-short")
+        .await
+        .unwrap();
+    api.subscribe_via_checkout(checkout_b["url"].as_str().unwrap(), &chain.provider, short)
+        .await
+        .unwrap();
+    send_as!(short, chain.usdc().approve(chain.manager, U256::ZERO));
+    let short_id = wait_for("the second trial indexed", 60, || async {
+        let l = api
+            .get_ok("/api/v1/subscriptions?customerExternalId=user-short", &key)
+            .await?;
+        Ok(l["data"][0]["id"].as_str().map(str::to_string))
+    })
+    .await
+    .unwrap();
+
+    // Three days before the trial ends the keeper announces it (once).
+    advance_to(&chain, trial_end - 2 * DAY).await;
+    let notice = wait_for("the trial's notice", 60, || async {
+        let l = api
+            .get_ok("/api/v1/events?type=subscription.trial_will_end", &key)
+            .await?;
+        let notices = l["data"].as_array().unwrap();
+        assert!(notices.len() <= 2, "one notice per trial: {l}");
+        Ok(notices
+            .iter()
+            .find(|n| n["data"]["subscriptionId"] == sub_id.as_str())
+            .cloned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        notice["data"]["subscriptionId"],
+        sub_id.as_str(),
+        "{notice}"
+    );
+    assert_eq!(notice["data"]["amount"], "9.99");
+    assert_eq!(notice["data"]["period"], 1);
+    assert_eq!(notice["data"]["subscription"]["trialEnd"], s["trialEnd"]);
+    assert!(notice["chain"].is_null() && !notice["observation"].is_null());
+    let risk = wait_for("the trial's first charge at risk", 60, || async {
+        let l = api
+            .get_ok("/api/v1/events?type=subscription.renewal_at_risk", &key)
+            .await?;
+        Ok(l["data"].as_array().unwrap().first().cloned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(risk["data"]["subscriptionId"], short_id.as_str(), "{risk}");
+    assert_eq!(risk["data"]["renewalAtRisk"]["reason"], "allowance");
+    assert_eq!(risk["data"]["renewalAtRisk"]["period"], 1);
+
     // The keeper converts it at the trial's end.
     advance_to(&chain, trial_end).await;
     let s = wait_sub(
@@ -155,6 +212,11 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     .await;
     assert_eq!(ledger_of(&s), [("charge".into(), "9.99".into())]);
     assert_eq!(at(&s["currentPeriodStart"]), trial_end);
+    let b = wait_sub(&api, &key, &short_id, "the failed first charge", |s| {
+        s["status"] == "past_due"
+    })
+    .await;
+    assert_eq!(ledger_of(&b), [("failed_charge".into(), "9.99".into())]);
 
     // An upgrade mid-period: the proration is the contract's, to the base unit.
     advance_to(&chain, trial_end + 10 * DAY).await;
@@ -254,12 +316,17 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     services.wait_indexed(&api, &chain).await;
 
     // The events, in chain order, each a signed webhook with the same id.
-    let events = all_events(&api, &key).await;
+    let all = all_events(&api, &key).await;
+    let events: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["data"]["subscriptionId"] == sub_id.as_str())
+        .collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
         [
             "subscription.created",
+            "subscription.trial_will_end",
             "subscription.charged",
             "subscription.plan_changed",
             "subscription.plan_change_scheduled",
@@ -271,18 +338,18 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     );
     assert_eq!(events[0]["data"]["subscription"]["status"], "trialing");
     assert_eq!(events[0]["data"]["subscription"]["trialEnd"], s["trialEnd"]);
-    assert_eq!(events[2]["data"]["amount"], ledger_of(&s)[1].1.as_str());
+    assert_eq!(events[3]["data"]["amount"], ledger_of(&s)[1].1.as_str());
     assert_eq!(
-        events[3]["data"]["subscription"]["pendingPlanChange"]["planId"],
+        events[4]["data"]["subscription"]["pendingPlanChange"]["planId"],
         lite["id"]
     );
     assert_eq!(
-        events[4]["data"]["amount"], "0.00",
+        events[5]["data"]["amount"], "0.00",
         "applied at renewal: no proration"
     );
-    assert_eq!(events[6]["data"]["amount"], "1.50");
-    assert_eq!(events[6]["data"]["period"], 2);
-    let listed: BTreeSet<String> = events
+    assert_eq!(events[7]["data"]["amount"], "1.50");
+    assert_eq!(events[7]["data"]["period"], 2);
+    let listed: BTreeSet<String> = all
         .iter()
         .map(|e| e["id"].as_str().unwrap().to_string())
         .collect();
