@@ -35,6 +35,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/subscriptions"),
     ("GET", "/api/v1/subscriptions/{id}"),
     ("POST", "/api/v1/subscriptions/{id}/cancel"),
+    ("POST", "/api/v1/subscriptions/{id}/refunds"),
     ("GET", "/api/v1/events"),
     ("GET", "/api/v1/events/{id}"),
     ("GET", "/api/v1/ledger"),

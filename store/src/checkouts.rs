@@ -35,6 +35,8 @@ pub struct Link {
     pub plan_onchain_id: Option<i64>,
     /// The indexed plan was deactivated on chain (no new subscriptions).
     pub deactivated: bool,
+    /// Free days before the first charge: the indexed plan's (the chain's), else the row's.
+    pub trial_days: u16,
 }
 
 /// The link `/checkout/{code}/{slug}` (call only after its signature checked out); the
@@ -54,9 +56,10 @@ pub async fn resolve(
              m.wallet AS merchant_wallet, m.code AS merchant_code, \
              p.public_id AS plan_public_id, p.name, \
              p.amount::TEXT AS amount, p.interval, p.slug, \
-             p.plan_ref, cp.onchain_id, cp.deactivated_event_id IS NOT NULL AS deactivated \
+             p.plan_ref, cp.onchain_id, cp.deactivated_event_id IS NOT NULL AS deactivated, \
+             COALESCE(cp.trial_days, p.trial_days) AS trial_days \
              FROM merchants m JOIN plans p ON p.merchant_id = m.id \
-             LEFT JOIN LATERAL (SELECT cp.onchain_id, cp.deactivated_event_id \
+             LEFT JOIN LATERAL (SELECT cp.onchain_id, cp.deactivated_event_id, cp.trial_days \
                FROM chain_plans cp JOIN chain_events ce ON ce.id = cp.event_id \
                JOIN indexer_cursor cur ON cur.chain_id = cp.chain_id \
                WHERE cp.plan_ref = p.plan_ref AND cp.chain_id = $3 \
@@ -86,6 +89,8 @@ pub async fn resolve(
         plan_ref: crate::chain::b256(row.get("plan_ref"))?,
         plan_onchain_id: row.get("onchain_id"),
         deactivated: row.get::<_, Option<bool>>("deactivated").unwrap_or(false),
+        trial_days: u16::try_from(row.get::<_, i32>("trial_days"))
+            .map_err(|_| Error::Inconsistent("plan trial days".into()))?,
     }))
 }
 

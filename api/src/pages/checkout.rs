@@ -32,6 +32,8 @@ pub struct Link {
     pub plan_onchain_id: Option<u64>,
     /// Deactivated on chain: no new subscriptions.
     pub deactivated: bool,
+    /// Free days before the first charge (0: none), as the chain has the plan.
+    pub trial_days: u16,
     pub customer: Option<String>,
 }
 
@@ -159,6 +161,7 @@ pub async fn resolve(ctx: &Ctx, code: &str, slug: &str, query: &LinkQuery) -> Re
         plan_ref,
         plan_onchain_id,
         deactivated,
+        trial_days,
         ..
     } = stored_link;
     Ok(Link {
@@ -171,6 +174,7 @@ pub async fn resolve(ctx: &Ctx, code: &str, slug: &str, query: &LinkQuery) -> Re
         plan_ref,
         plan_onchain_id: plan_onchain_id.and_then(|id| u64::try_from(id).ok()),
         deactivated,
+        trial_days,
         customer: query.customer.clone(),
     })
 }
@@ -187,6 +191,8 @@ pub struct WalletState {
     pub allowance: U256,
     /// `liveSubscriptionOf(planId, wallet)`: non-zero when already subscribed.
     pub live_subscription: U256,
+    /// `trialUsed(planId, wallet)`: this wallet had the plan's trial (it pays at once).
+    pub trial_used: bool,
 }
 
 /// A provider for reads only (no signer): the page never sends anything itself.
@@ -207,15 +213,22 @@ pub async fn wallet_state(
     let balance = token.balanceOf(wallet);
     let allowance = token.allowance(wallet, manager);
     let live = mgr.liveSubscriptionOf(U256::from(plan_onchain_id), wallet);
-    let (balance, allowance, live) =
-        tokio::try_join!(balance.call(), allowance.call(), live.call()).map_err(|e| {
-            tracing::warn!(error = %e, "checkout: chain read failed");
-            ApiError::Unavailable("the chain RPC could not be reached".into())
-        })?;
+    let trial_used = mgr.trialUsed(U256::from(plan_onchain_id), wallet);
+    let (balance, allowance, live, trial_used) = tokio::try_join!(
+        balance.call(),
+        allowance.call(),
+        live.call(),
+        trial_used.call()
+    )
+    .map_err(|e| {
+        tracing::warn!(error = %e, "checkout: chain read failed");
+        ApiError::Unavailable("the chain RPC could not be reached".into())
+    })?;
     Ok(WalletState {
         balance,
         allowance,
         live_subscription: live,
+        trial_used,
     })
 }
 
@@ -736,8 +749,16 @@ pub fn plan_transactions(
         }
         _ => {}
     }
+    let label = if link.trial_days > 0 && !state.trial_used {
+        format!(
+            "Start the {}-day free trial (nothing charged now)",
+            link.trial_days
+        )
+    } else {
+        format!("Subscribe and pay {} USDC now", units(amount))
+    };
     steps.push(Step::Subscribe {
-        label: format!("Subscribe and pay {} USDC now", units(amount)),
+        label,
         tx: subscribe_tx.unwrap_or_else(|| Some(TxRequest::call(from, manager, subscribe))),
     });
     // The contract's number (public on chain): the page shows it to the wallet's owner. The
@@ -789,6 +810,7 @@ mod tests {
             plan_ref: B256::repeat_byte(0x5e),
             plan_onchain_id: Some(7),
             deactivated: false,
+            trial_days: 0,
             customer: Some("cust_1".into()),
         }
     }
@@ -798,6 +820,7 @@ mod tests {
             balance: U256::from(balance),
             allowance: U256::from(allowance),
             live_subscription: U256::from(live),
+            trial_used: false,
         }
     }
 

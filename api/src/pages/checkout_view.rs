@@ -20,6 +20,31 @@ fn short(addr: &str) -> String {
     }
 }
 
+/// What the customer pays and when, in one sentence (HTML): a trial is stated plainly, with
+/// the date it ends if the customer starts it `now`.
+fn billing_text(
+    link: &Link,
+    amount: &str,
+    per: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    let amount = esc(amount);
+    match link.trial_days {
+        0 => format!(
+            "{amount} USDC now, then every calendar {per} on the same day until you cancel."
+        ),
+        days => {
+            let until = (now + chrono::Duration::days(i64::from(days))).format("%B %-d, %Y");
+            format!(
+                "Free for {days} days: nothing is charged now. Starting today, the trial ends on \
+                 {until}; then {amount} USDC every calendar {per} on that day until you cancel. \
+                 Cancel before the trial ends and you pay nothing. One free trial per wallet: a \
+                 wallet that already had this plan's trial pays {amount} USDC at once."
+            )
+        }
+    }
+}
+
 fn interval_text(interval: &str) -> &'static str {
     match interval {
         "month" => "month",
@@ -61,7 +86,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
 <p class="price"><span id="amount">{amount}</span> USDC <span class="per">/ {per}</span></p>
 <dl class="facts">
   <dt>Merchant</dt><dd><code title="{mw}">{mw_short}</code> <span class="muted">({code})</span></dd>
-  <dt>Billing</dt><dd>{amount} USDC now, then every calendar {per} on the same day until you cancel.</dd>
+  <dt>Billing</dt><dd id="billing">{billing}</dd>
   <dt>Allowance requested</dt><dd><span id="allowance">{allowance}</span> USDC ({periods} payments), added to any allowance you already gave the subscription contract <code title="{contract}">{contract_short}</code>. The contract can only take the plan amount once per {per}; you can lower or revoke the allowance at any time.</dd>
   <dt>Network</dt><dd>Chain ID {chain_id}</dd>
 </dl>
@@ -84,6 +109,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
 </section>
 {settings}"#,
         name = esc(&link.plan_name),
+        billing = billing_text(link, &amount, per, chrono::Utc::now()),
         amount = esc(&amount),
         per = per,
         mw = esc(&merchant_wallet),
@@ -116,5 +142,43 @@ mod tests {
             "0x1234…5678"
         );
         assert_eq!(short("0x12"), "0x12");
+    }
+
+    #[test]
+    fn a_trial_is_stated_with_its_end_and_what_follows() {
+        use chainsub_store::checkouts::LinkMerchant;
+        let mut link = Link {
+            merchant: LinkMerchant {
+                public_id: chainsub_core::MerchantId::parse("mer_1").unwrap(),
+                wallet: alloy::primitives::Address::repeat_byte(0x22),
+                code: "abcdefgh".into(),
+            },
+            plan_public_id: "plan_1".into(),
+            plan_name: "Pro".into(),
+            amount: 9_990_000,
+            interval: "month".into(),
+            slug: "pro".into(),
+            plan_ref: alloy::primitives::B256::ZERO,
+            plan_onchain_id: Some(7),
+            deactivated: false,
+            trial_days: 0,
+            customer: None,
+        };
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-29T20:00:00Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(
+            billing_text(&link, "9.99", "month", now),
+            "9.99 USDC now, then every calendar month on the same day until you cancel."
+        );
+        link.trial_days = 14;
+        let text = billing_text(&link, "9.99", "month", now);
+        assert!(
+            text.starts_with("Free for 14 days: nothing is charged now.")
+                && text.contains(
+                    "the trial ends on December 13, 2026; then 9.99 USDC every calendar month"
+                ),
+            "{text}"
+        );
     }
 }

@@ -33,7 +33,16 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(warp::post())
         .and(authed_json(&ctx))
         .then(|id, a: Admitted, body| a.serve((id, body), cancel));
-    any_of([list.boxed(), get.boxed(), cancel.boxed()])
+    // Built once, for reads only (the refund's limits): the API never signs for a merchant.
+    let provider = crate::pages::checkout::read_provider(&ctx.cfg.rpc_url).ok();
+    let refund = warp::path!("api" / "v1" / "subscriptions" / String / "refunds")
+        .and(warp::post())
+        .and(authed_json(&ctx))
+        .then(move |id, a: Admitted, body| {
+            let provider = provider.clone();
+            a.serve((id, body, provider), refund)
+        });
+    any_of([list.boxed(), get.boxed(), cancel.boxed(), refund.boxed()])
 }
 
 /// The query of `GET /api/v1/subscriptions`.
@@ -101,6 +110,36 @@ async fn get_one(s: Scope, id: String) -> Result<Resp> {
         ledger: ledger.iter().map(Into::into).collect(),
     };
     Ok(Resp::view(&body))
+}
+
+/// The body of a refund request.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewRefund {
+    #[serde(deserialize_with = "input::required")]
+    amount: chainsub_core::Amount,
+    #[serde(default, deserialize_with = "input::field")]
+    cancel: Option<Flag>,
+}
+
+/// `POST /api/v1/subscriptions/{id}/refunds`: the transactions the merchant's wallet sends to
+/// refund `amount` of the subscription's latest charged period (and, with `cancel`, cancel
+/// it); nothing is sent or stored ([`crate::refunds`]).
+async fn refund(
+    s: Scope,
+    (id, body, provider): (
+        String,
+        Map<String, Value>,
+        Option<alloy::providers::DynProvider>,
+    ),
+) -> Result<Resp> {
+    let NewRefund { amount, cancel } = input::body(&body)?;
+    let asked = crate::refunds::Asked {
+        amount,
+        cancel: cancel.is_some_and(|Flag(c)| c),
+    };
+    let view = crate::refunds::request(&s.ctx, provider.as_ref(), &s.merchant, &id, asked).await?;
+    Ok(Resp::view(&view))
 }
 
 /// The body of a cancellation: `{"atPeriodEnd": true|false}`, the one field, required.

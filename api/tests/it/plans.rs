@@ -83,6 +83,36 @@ async fn created_plan_is_provisioned_on_chain_with_its_chain_block() {
 }
 
 #[tokio::test]
+async fn a_plan_with_a_trial_is_created_with_it_on_chain() {
+    let (app, key) = chain_app().await;
+    for (n, days) in [(1u64, json!(14)), (2, json!(30.0))] {
+        let mut body = plan_body(&format!("Trial {n}"));
+        body["trialDays"] = days.clone();
+        let r = app.post("/api/v1/plans", &key, &body, None).await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let want = days.as_f64().unwrap() as u16;
+        assert_eq!(r.body["trialDays"], want);
+        let onchain = app
+            .chain
+            .as_ref()
+            .unwrap()
+            .manager()
+            .getPlan(U256::from(n))
+            .call()
+            .await;
+        assert_eq!(
+            onchain.unwrap().trialDays,
+            want,
+            "createPlanWithTrial on chain"
+        );
+    }
+    let r = app
+        .post("/api/v1/plans", &key, &plan_body("No trial"), None)
+        .await;
+    assert_eq!(r.body["trialDays"], 0);
+}
+
+#[tokio::test]
 async fn failed_provisioning_is_visible_and_retry_never_makes_a_second_onchain_plan() {
     let (app, key, proxy) = proxied_chain_app().await;
 
@@ -298,6 +328,10 @@ async fn plan_validation_errors_name_the_field() {
         (with("amount", json!(" 1.00")), "amount"),
         (with("amount", json!("1.0000001")), "amount"),
         (with("amount", json!("1.")), "amount"),
+        (with("trialDays", json!(91)), "trialDays"),
+        (with("trialDays", json!(-1)), "trialDays"),
+        (with("trialDays", json!(1.5)), "trialDays"),
+        (with("trialDays", json!("14")), "trialDays"),
         (with("amount", json!(".5")), "amount"),
         (with("amount", json!("01.00")), "amount"),
         (with("amount", json!("1,00")), "amount"),

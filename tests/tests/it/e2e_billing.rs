@@ -279,15 +279,61 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
         &("charge".into(), "4.99".into())
     );
 
-    // The merchant refunds 1.50 of that charge from its own wallet.
-    send_as!(merchant, chain.usdc().approve(chain.manager, U256::MAX));
-    let before = chain.usdc().balanceOf(customer).call().await.unwrap();
-    send_as!(
-        merchant,
-        chain
-            .manager()
-            .refund(onchain_sub, 2, U256::from(1_500_000u64), false)
+    // The merchant refunds 1.50 of that charge from its own wallet: the API hands back the
+    // transactions (an approval first, then the refund), the merchant's wallet sends them.
+    let refunds = format!("/api/v1/subscriptions/{sub_id}/refunds");
+    let (status, err) = api
+        .post(&refunds, &key, &json!({"amount": "5.00"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, &err["error"]["param"]),
+        (400, &json!("amount")),
+        "{err}"
     );
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 4.99 USDC of period 2"),
+        "{err}"
+    );
+    let (status, err) = api
+        .post(
+            &format!("/api/v1/subscriptions/{short_id}/refunds"),
+            &key,
+            &json!({"amount": "1.00"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (409, &json!("nothing_to_refund")),
+        "{err}"
+    );
+    let (status, request) = api
+        .post(&refunds, &key, &json!({"amount": "1.50"}))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{request}");
+    assert_eq!(
+        (&request["period"], &request["paid"], &request["refunded"]),
+        (&json!(2), &json!("4.99"), &json!("0.00"))
+    );
+    let steps: Vec<&str> = request["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["approve", "refund"]);
+    let before = chain.usdc().balanceOf(customer).call().await.unwrap();
+    for step in request["steps"].as_array().unwrap() {
+        assert_eq!(step["tx"]["from"], merchant.to_checksum(None));
+        chainsub_tests::merchant::send_tx_request(&chain.provider, &step["tx"])
+            .await
+            .unwrap();
+    }
     assert_eq!(
         chain.usdc().balanceOf(customer).call().await.unwrap(),
         before + U256::from(1_500_000u64)
