@@ -91,7 +91,16 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
         out.contains("sent `subscribe` from the checkout page's tx endpoint"),
         "{out}"
     );
-    assert!(out.contains("the keeper charged period 2"), "{out}");
+    assert!(out.contains("after a 14-day free trial"), "{out}");
+    assert!(out.contains(" trialing until "), "{out}");
+    assert!(
+        out.contains("the trial ended: the keeper charged period 1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the merchant refunded 2.00 USDC of period 1"),
+        "{out}"
+    );
     // Each demo step has its own number (two used to share 6).
     let numbers: Vec<&str> = out
         .lines()
@@ -112,7 +121,7 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
         out.contains("the customer cancelled now from the self-service page"),
         "{out}"
     );
-    // created + charged (period 1) + charged (period 2) + cancel_at_period_end_set (the
+    // created (the trial) + charged (period 1) + refunded + cancel_at_period_end_set (the
     // merchant's cancel through the API) + cancelled (the customer's, from the page), each
     // listed and each verified.
     assert_eq!(out.matches("signature verified").count(), 5, "{out}");
@@ -123,7 +132,9 @@ async fn dev_up_runs_the_demo_through_separate_services_and_ctrl_c_stops_them_al
             && out.contains("subscription.cancelled"),
         "{out}"
     );
-    assert!(out.contains("period 2 9.99 USDC  tx 0x"), "{out}");
+    assert!(out.contains("subscription.refunded"), "{out}");
+    assert!(out.contains("period 1 9.99 USDC  tx 0x"), "{out}");
+    assert!(out.contains("period 1 -2.00 USDC  tx 0x"), "{out}");
 
     // The printed URLs answer.
     let base = out

@@ -1,9 +1,11 @@
 //! The demo `scripts/dev up` runs once the stack answers: a merchant signs in with its wallet
 //! (SIWE through the API's nonce/session endpoints, signed in-process with the dev merchant
 //! key), gets an API key, points its webhook URL at a local receiver that verifies Standard
-//! Webhooks signatures, creates a plan and a checkout link; a customer subscribes with the
-//! transactions the checkout page's `/tx` endpoint hands out; chain time jumps to the renewal
-//! and the keeper charges it. Then it prints what the merchant sees.
+//! Webhooks signatures, creates a plan with a free trial and a checkout link; a customer
+//! starts the trial with the transactions the checkout page's `/tx` endpoint hands out; chain
+//! time jumps to the trial's end and the keeper charges the first month; the merchant refunds
+//! part of it from its own wallet with the calls the API hands out. Then it prints what the
+//! merchant sees.
 
 use alloy::providers::Provider;
 use anyhow::{Context, Result, anyhow};
@@ -78,11 +80,18 @@ pub(crate) async fn run(
     receiver.set_secret(&secret);
     println!("3. webhook URL set in the dashboard: {}", receiver.url());
 
-    let plan = api.create_plan(&key, "Demo Pro", "9.99").await?;
+    let plan = api
+        .create_plan_with(
+            &key,
+            &serde_json::json!({"name": "Demo Pro", "amount": "9.99", "currency": "USDC",
+                                "interval": "month", "trialDays": 14}),
+        )
+        .await?;
     println!(
-        "4. plan {} ({} USDC/month) active on chain, tx {}",
+        "4. plan {} ({} USDC/month after a {}-day free trial) active on chain, tx {}",
         plan["id"].as_str().unwrap_or("?"),
         plan["amount"].as_str().unwrap_or("?"),
+        plan["trialDays"],
         short(&plan["chain"]["transactionHash"])
     );
     let external = format!("demo-customer-{}", chrono::Utc::now().timestamp());
@@ -119,12 +128,12 @@ pub(crate) async fn run(
     .await?;
     let sub_id = sub["id"].as_str().unwrap_or_default().to_string();
     println!(
-        "{next}. indexed: {sub_id} {} until {}",
+        "{next}. indexed: {sub_id} {} until {} (nothing charged yet)",
         sub["status"].as_str().unwrap_or("?"),
         sub["currentPeriodEnd"].as_str().unwrap_or("?")
     );
 
-    // Jump chain time to the end of the period: the keeper sees the renewal due and charges.
+    // Jump chain time to the trial's end: the keeper sees the first charge due and charges.
     let period_end =
         chrono::DateTime::parse_from_rfc3339(sub["currentPeriodEnd"].as_str().unwrap_or_default())
             .context("currentPeriodEnd")?
@@ -142,20 +151,50 @@ pub(crate) async fn run(
     let _: Value = wallet.raw_request("evm_mine".into(), ()).await?;
     next += 1;
     println!(
-        "{next}. chain time +{} days (evm_increaseTime): the renewal is due",
+        "{next}. chain time +{} days (evm_increaseTime): the trial is over, the first charge is due",
         jump / 86_400
     );
     let path = format!("/api/v1/subscriptions/{sub_id}");
-    wait_for("the keeper's renewal charge", 120, || async {
+    wait_for("the keeper's first charge", 120, || async {
         let s = api.get_ok(&path, &key).await?;
         let charges = s["ledger"]
             .as_array()
             .map_or(0, |l| l.iter().filter(|e| e["type"] == "charge").count());
-        Ok((charges >= 2).then_some(s))
+        Ok((charges >= 1).then_some(s))
     })
     .await?;
     next += 1;
-    println!("{next}. the keeper charged period 2");
+    println!("{next}. the trial ended: the keeper charged period 1, the subscription is active");
+
+    // The merchant refunds part of that charge from its own wallet: the API hands out the
+    // calls (an approval, then the refund), the merchant's wallet sends them.
+    let (status, request) = api
+        .post(
+            &format!("/api/v1/subscriptions/{sub_id}/refunds"),
+            &key,
+            &serde_json::json!({"amount": "2.00"}),
+        )
+        .await?;
+    anyhow::ensure!(status == 200, "refund request: {status} {request}");
+    for step in request["steps"].as_array().into_iter().flatten() {
+        chainsub_tests::merchant::send_tx_request(&wallet, &step["tx"]).await?;
+    }
+    wait_for("the refund indexed", 120, || async {
+        let s = api.get_ok(&path, &key).await?;
+        let refunded = s["ledger"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|e| e["type"] == "refund"));
+        Ok(refunded.then_some(s))
+    })
+    .await?;
+    next += 1;
+    println!(
+        "{next}. the merchant refunded {} USDC of period {} from its own wallet with the calls \
+         POST /api/v1/subscriptions/{sub_id}/refunds handed out ({} transaction(s))",
+        request["amount"].as_str().unwrap_or("?"),
+        request["period"],
+        request["steps"].as_array().map_or(0, Vec::len)
+    );
 
     // The merchant's backend cancels at the end of the paid period through the API; the
     // service sends the transaction, and the event comes back from the chain.
