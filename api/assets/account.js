@@ -54,6 +54,11 @@
   }
 
   function statusText(s) {
+    if (s.status === "trialing") {
+      return s.cancelAtPeriodEnd
+        ? "Free trial, ends " + day(s.currentPeriodEnd) + " with nothing charged"
+        : "Free trial until " + day(s.currentPeriodEnd);
+    }
     if (s.status === "active" && s.cancelAtPeriodEnd) return "Active, ends " + day(s.currentPeriodEnd);
     if (s.status === "past_due" && s.cancelAtPeriodEnd) return "Past due, ends " + day(s.currentPeriodEnd);
     return { active: "Active", past_due: "Past due (payment failed)", cancelled: "Cancelled", ended: "Ended" }[s.status] || s.status;
@@ -84,8 +89,14 @@
         for (const c of s.ledger) {
           const tr = el("tr", null, { "data-kind": c.kind });
           tr.appendChild(el("td", day(c.at)));
-          tr.appendChild(el("td", c.kind === "charge" ? "Period " + c.period : "Failed (" + (c.failureReason || "?") + ")"));
-          tr.appendChild(el("td", (c.amount || "?") + " USDC" + (c.confirmed ? "" : " (confirming)")));
+          const what = {
+            charge: "Period " + c.period,
+            proration: "Upgrade, period " + c.period + " (prorated)",
+            refund: "Refund of period " + c.period,
+          }[c.kind] || "Failed (" + (c.failureReason || "?") + ")";
+          tr.appendChild(el("td", what));
+          const sign = c.kind === "refund" ? "+" : "";
+          tr.appendChild(el("td", sign + (c.amount || "?") + " USDC" + (c.confirmed ? "" : " (confirming)")));
           const td = el("td");
           td.appendChild(txLink(c.transactionHash));
           tr.appendChild(td);

@@ -36,6 +36,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/subscriptions/{id}"),
     ("POST", "/api/v1/subscriptions/{id}/cancel"),
     ("POST", "/api/v1/subscriptions/{id}/refunds"),
+    ("POST", "/api/v1/subscriptions/{id}/plan-change-links"),
     ("GET", "/api/v1/events"),
     ("GET", "/api/v1/events/{id}"),
     ("GET", "/api/v1/ledger"),
@@ -59,6 +60,8 @@ pub const PAGE_ROUTES: &[(&str, &str)] = &[
     ("GET", "/account/challenge"),
     ("GET", "/account/subscriptions"),
     ("GET", "/account/cancel-tx"),
+    ("GET", "/account/plan-change/{merchantCode}"),
+    ("GET", "/account/plan-change/{merchantCode}/tx"),
     ("GET", "/dashboard/developers"),
     ("GET", "/assets/{file}"),
 ];

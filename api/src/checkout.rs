@@ -13,7 +13,7 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
-fn mac(secret: &str, msg: &str) -> [u8; 32] {
+pub(crate) fn mac(secret: &str, msg: &str) -> [u8; 32] {
     let mut m = HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
     m.update(msg.as_bytes());
     m.finalize().into_bytes().into()

@@ -17,6 +17,7 @@ pub mod merchants;
 pub mod metrics;
 pub mod pages;
 pub mod pagination;
+pub mod plan_change;
 pub mod refunds;
 pub mod relayer;
 pub mod routes;

@@ -149,6 +149,20 @@ pub struct SessionMatch {
     pub expires_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// The merchant whose checkout code is `code` (public: it is in every link of theirs).
+pub async fn by_code(
+    client: &impl tokio_postgres::GenericClient,
+    code: &str,
+) -> Result<Option<MerchantScope>> {
+    let sql = format!("SELECT {COLUMNS} FROM merchants m WHERE m.code = $1");
+    client
+        .query_opt(&sql, &[&code])
+        .await?
+        .as_ref()
+        .map(from_row)
+        .transpose()
+}
+
 /// The merchant of the live dashboard session whose cookie hashes to `session_hash`.
 pub async fn by_session_hash(
     client: &impl tokio_postgres::GenericClient,

@@ -69,6 +69,7 @@ codes! {
     SubscriptionAlreadyCancelling = "subscription_already_cancelling", [409], "The subscription is already set to end at the end of its period.";
     SubscriptionNotCancellable = "subscription_not_cancellable", [409], "Its plan was not created through the service: only the merchant's or the subscriber's wallet can cancel it.";
     NothingToRefund = "nothing_to_refund", [409], "Nothing of the subscription's latest charged period is left to refund: it is in its free trial, or the period is refunded in full.";
+    SubscriptionNotActive = "subscription_not_active", [409], "Only an active subscription that is not ending at period end changes plan (a trial changes after it, a past-due one once paid).";
     SubscriptionChanged = "subscription_changed", [409], "The chain shows another subscription under this id (a reorganization); retry once the index has caught up.";
     CancellationInProgress = "cancellation_in_progress", [409], "Another request is sending this cancellation; retry shortly (never stored under an Idempotency-Key).";
     IdempotencyKeyReused = "idempotency_key_reused", [409], "This Idempotency-Key was used with a different request.";

@@ -23,6 +23,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../assets/account.js"),
     ),
     (
+        "plan_change.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/plan_change.js"),
+    ),
+    (
         "dashboard.js",
         "text/javascript; charset=utf-8",
         include_str!("../../assets/dashboard.js"),

@@ -112,12 +112,45 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     let account_cancel = warp::path!("account" / "cancel-tx")
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
-        .and(with_provider(provider))
+        .and(with_provider(provider.clone()))
         .and(client_addr())
         .and(query_pairs())
         .then(
             |ctx: Ctx, provider: Option<DynProvider>, remote: ClientAddr, q: Query| {
                 handle(async move { account_cancel_tx(&ctx, provider.as_ref(), &remote, &q).await })
+            },
+        );
+    let plan_change_page = warp::path!("account" / "plan-change" / String)
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(query_pairs())
+        .then(|code: String, ctx: Ctx, q: Query| {
+            handle(async move {
+                let link = crate::plan_change::open(&ctx, &code, &q).await?;
+                let tx_url = format!(
+                    "/account/plan-change/{code}/tx?{}",
+                    url::form_urlencoded::Serializer::new(String::new())
+                        .extend_pairs(q.iter())
+                        .finish()
+                );
+                Ok(crate::plan_change::render(&ctx.cfg, &link, &tx_url))
+            })
+        });
+    let plan_change_provider = provider;
+    let plan_change_tx = warp::path!("account" / "plan-change" / String / "tx")
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(with_provider(plan_change_provider))
+        .and(query_pairs())
+        .then(
+            |code: String, ctx: Ctx, provider: Option<DynProvider>, q: Query| {
+                handle(async move {
+                    let from = wallet_param(&q, "from")?;
+                    let link = crate::plan_change::open(&ctx, &code, &q).await?;
+                    let tx = crate::plan_change::transaction(&ctx, provider.as_ref(), &link, from)
+                        .await?;
+                    Ok(Resp::view(&tx))
+                })
             },
         );
     let dash = warp::path!("dashboard" / "developers")
@@ -143,6 +176,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         checkout_page.boxed(),
         tx.boxed(),
         account_page.boxed(),
+        plan_change_page.boxed(),
+        plan_change_tx.boxed(),
         account_challenge.boxed(),
         account_list.boxed(),
         account_cancel.boxed(),

@@ -42,7 +42,17 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             let provider = provider.clone();
             a.serve((id, body, provider), refund)
         });
-    any_of([list.boxed(), get.boxed(), cancel.boxed(), refund.boxed()])
+    let plan_change = warp::path!("api" / "v1" / "subscriptions" / String / "plan-change-links")
+        .and(warp::post())
+        .and(authed_json(&ctx))
+        .then(|id, a: Admitted, body| a.serve((id, body), plan_change_link));
+    any_of([
+        list.boxed(),
+        get.boxed(),
+        cancel.boxed(),
+        refund.boxed(),
+        plan_change.boxed(),
+    ])
 }
 
 /// The query of `GET /api/v1/subscriptions`.
@@ -140,6 +150,46 @@ async fn refund(
     };
     let view = crate::refunds::request(&s.ctx, provider.as_ref(), &s.merchant, &id, asked).await?;
     Ok(Resp::view(&view))
+}
+
+/// The body of a plan-change link.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewPlanChangeLink {
+    #[serde(deserialize_with = "input::required")]
+    plan_id: Text<100>,
+    #[serde(default, deserialize_with = "input::field")]
+    expires_in: Option<LinkLife>,
+}
+
+/// A plan-change link's life in seconds: 60 to 30 days.
+#[derive(Debug, Clone, Copy)]
+struct LinkLife(i64);
+
+impl FromParam for LinkLife {
+    fn from_text(s: &str) -> Result<Self, String> {
+        Err(format!("must be a number of seconds, not {s:?}"))
+    }
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let max = crate::plan_change::MAX_SECS;
+        match v.as_f64() {
+            Some(n) if n.fract() == 0.0 && (60.0..=max as f64).contains(&n) => Ok(Self(n as i64)),
+            _ => Err(format!("must be whole seconds from 60 to {max}")),
+        }
+    }
+}
+
+/// `POST /api/v1/subscriptions/{id}/plan-change-links`: a signed link the subscriber opens to
+/// confirm and sign a move to another of the merchant's plans ([`crate::plan_change`]).
+async fn plan_change_link(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Resp> {
+    let NewPlanChangeLink {
+        plan_id,
+        expires_in,
+    } = input::body(&body)?;
+    let secs = expires_in.map_or(crate::plan_change::DEFAULT_SECS, |LinkLife(s)| s);
+    let link = crate::plan_change::link(&s.ctx, &s.merchant, &id, &plan_id.0, secs).await?;
+    Ok(Resp::json_view(warp::http::StatusCode::CREATED, &link))
 }
 
 /// The body of a cancellation: `{"atPeriodEnd": true|false}`, the one field, required.

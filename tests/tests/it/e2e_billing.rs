@@ -250,14 +250,66 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
         ]
     );
 
-    // A downgrade waits for the renewal.
-    let (m, amount) = chain.plan_terms(onchain(&lite)).await;
-    send_as!(
-        customer,
-        chain
-            .manager()
-            .changePlan(onchain_sub, onchain(&lite), m, amount)
+    // A downgrade waits for the renewal. The merchant cannot move the customer itself: it
+    // makes a plan-change link, the customer opens it and its own wallet sends the change.
+    let links = format!("/api/v1/subscriptions/{sub_id}/plan-change-links");
+    let (status, err) = api
+        .post(&links, &key, &json!({"planId": id_of(&pro)}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, &err["error"]["param"]),
+        (400, &json!("planId")),
+        "on it already: {err}"
     );
+    let (status, link) = api
+        .post(&links, &key, &json!({"planId": id_of(&lite)}))
+        .await
+        .unwrap();
+    assert_eq!(status, 201, "{link}");
+    assert_eq!(link["kind"], "downgrade");
+    let url = link["url"].as_str().unwrap();
+    let page = api.http().get(url).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("From 19.99 to 4.99 USDC a month, from your next renewal"),
+        "{html}"
+    );
+    let tx_url = |from: &str| {
+        let (base, query) = url.split_once('?').unwrap();
+        format!("{base}/tx?{query}&from={from}")
+    };
+    let r = api
+        .http()
+        .get(tx_url(&short.to_checksum(None)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        403,
+        "only the subscriber's wallet gets the call"
+    );
+    let r = api
+        .http()
+        .get(tx_url(&customer.to_checksum(None)).replace("sig=", "sig=00"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a changed link is refused");
+    let tx: Value = api
+        .http()
+        .get(tx_url(&customer.to_checksum(None)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    chainsub_tests::merchant::send_tx_request(&chain.provider, &tx["tx"])
+        .await
+        .unwrap();
     let s = wait_sub(&api, &key, &sub_id, "the scheduled downgrade", |s| {
         !s["pendingPlanChange"].is_null()
     })
