@@ -530,6 +530,22 @@ async fn plans(
     Ok(())
 }
 
+/// What a subscription's latest charged period was paid (its charge and the prorations of
+/// upgrades in it) and refunded, from its events in chain order: the contract's `paid` and
+/// `refunded` (a charge starts a period: both reset).
+fn paid_and_refunded(evs: &[SubEvent]) -> (U256, U256) {
+    let (mut paid, mut refunded) = (U256::ZERO, U256::ZERO);
+    for e in evs {
+        match &e.event {
+            ContractEvent::SubscriptionCharged(c) => (paid, refunded) = (c.amount, U256::ZERO),
+            ContractEvent::PlanChanged(c) => paid += c.proration,
+            ContractEvent::SubscriptionRefunded(r) => refunded = r.totalRefunded,
+            _ => {}
+        }
+    }
+    (paid, refunded)
+}
+
 /// One event of a subscription, from the database (before the range) or the chain.
 struct SubEvent {
     key: EventKey,
@@ -758,6 +774,21 @@ async fn subscriptions(
                     ("events (trial end)", trial_end),
                 );
             }
+            // The refund limit: what its latest charged period was paid (the charge and any
+            // proration) and refunded, re-derived from its events.
+            let (paid, refunded) = paid_and_refunded(evs);
+            differ(
+                &mut cols,
+                "paid",
+                ("contract", U256::from(c.paid)),
+                ("events", paid),
+            );
+            differ(
+                &mut cols,
+                "refunded",
+                ("contract", U256::from(c.refunded)),
+                ("events", refunded),
+            );
             if c.amount != state.amount
                 || c.merchant != state.merchant
                 || c.subscriber != state.subscriber

@@ -5,7 +5,7 @@
 //! Screenshots go to target/browser-screenshots/.
 
 use crate::browser_support::{
-    EXPLORER, node, plan_and_checkout, poll, start, subscribe_through_checkout,
+    EXPLORER, node, plan_and_checkout, poll, post, start, subscribe_through_checkout,
 };
 use chainsub_tests::DevChain;
 use chainsub_tests::chain::accounts;
@@ -21,7 +21,7 @@ async fn customer_subscribes_from_checkout_link_and_api_shows_external_id() {
     s.chain.mint(customer, 100_000_000).await;
     let permit_customer = DevChain::address(accounts::STRANGER);
     s.chain.mint(permit_customer, 100_000_000).await;
-    let permit_checkout = crate::browser_support::post(
+    let permit_checkout = post(
         &s,
         &key,
         "/api/v1/checkouts",
@@ -296,4 +296,89 @@ async fn customer_cancels_from_the_account_page_at_period_end_then_now() {
             && types.contains(&"subscription.cancelled"),
         "{types:?}"
     );
+}
+
+/// Issue 40, point 6: a merchant's plan-change link, opened in a browser with a wallet: a
+/// stranger's wallet gets nothing to send; the subscriber confirms, its wallet sends
+/// `changePlan`, and the API shows the upgrade with its proration.
+#[tokio::test(flavor = "multi_thread")]
+async fn customer_confirms_a_merchants_plan_change_link_from_the_browser() {
+    let s = start("plan_change", true).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    let (key, _, checkout) = plan_and_checkout(&s, "cust_change").await;
+    let team = post(
+        &s,
+        &key,
+        "/api/v1/plans",
+        serde_json::json!({"name": "Team", "amount": "19.99", "currency": "USDC", "interval": "month"}),
+    )
+    .await;
+    let url = checkout["url"].as_str().expect("checkout url").to_string();
+    subscribe_through_checkout(&s, &url, customer).await;
+    let list_url = format!("{}/api/v1/subscriptions", s.base);
+    let api_sub = || async {
+        let v: Value = s
+            .http
+            .get(&list_url)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        v["data"].as_array()?.first().cloned()
+    };
+    let sub = poll("the subscription indexed", api_sub).await;
+    let link = post(
+        &s,
+        &key,
+        &format!(
+            "/api/v1/subscriptions/{}/plan-change-links",
+            sub["id"].as_str().unwrap()
+        ),
+        serde_json::json!({"planId": team["id"]}),
+    )
+    .await;
+    assert_eq!(link["kind"], "upgrade", "{link}");
+    node(
+        "plan_change.mjs",
+        &[
+            ("LINK_URL", link["url"].as_str().unwrap().to_string()),
+            ("RPC_URL", s.chain.anvil.url.clone()),
+            ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            ("CUSTOMER", customer.to_string()),
+            (
+                "STRANGER",
+                DevChain::address(accounts::CUSTOMER_B).to_string(),
+            ),
+        ],
+    );
+    let detail_url = format!(
+        "{}/api/v1/subscriptions/{}",
+        s.base,
+        sub["id"].as_str().unwrap()
+    );
+    let upgraded = poll("the upgrade in the API", || async {
+        let v: Value = s
+            .http
+            .get(&detail_url)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (v["planId"] == team["id"]).then_some(v)
+    })
+    .await;
+    assert_eq!(upgraded["amount"], "19.99");
+    let kinds: Vec<&str> = upgraded["ledger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(kinds, ["charge", "proration"], "{upgraded}");
 }

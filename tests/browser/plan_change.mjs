@@ -1,0 +1,38 @@
+// Scenario: a customer opens a plan-change link a merchant made (/account/plan-change/…).
+// env: LINK_URL, RPC_URL, CHAIN_ID, CUSTOMER (the subscriber), STRANGER, SCREENSHOT_DIR.
+// A stranger's wallet is refused the call (nothing sent); the subscriber reads the terms,
+// confirms, and its wallet sends the one `changePlan` transaction.
+import { check, env, run, screenshot, waitState, walletPage } from "./lib.mjs";
+
+const url = env("LINK_URL");
+const rpcUrl = env("RPC_URL");
+const chainIdHex = "0x" + BigInt(env("CHAIN_ID")).toString(16);
+const state = (page, s, timeout) => waitState(page, "plan-change", s, timeout);
+
+await run("plan_change", async (browser) => {
+  {
+    const { page, wallet, context } = await walletPage(browser, { rpcUrl, account: env("STRANGER"), chainIdHex });
+    await page.goto(url);
+    await state(page, "idle");
+    await page.getByRole("button", { name: "Connect wallet" }).click();
+    await state(page, "ready");
+    await page.getByRole("button", { name: "Confirm the change" }).click();
+    const refused = await state(page, "error");
+    check(refused.includes("not this subscription's subscriber"), `stranger refused: ${refused}`);
+    check(!wallet.calls.includes("eth_sendTransaction"), "nothing sent for a stranger");
+    await context.close();
+  }
+  const { page, wallet, context } = await walletPage(browser, { rpcUrl, account: env("CUSTOMER"), chainIdHex });
+  await page.goto(url);
+  const terms = await page.locator("#terms").textContent();
+  check(terms.includes("From 9.99 to 19.99 USDC a month, at once"), `terms: ${terms}`);
+  await page.getByRole("button", { name: "Connect wallet" }).click();
+  await state(page, "ready");
+  await screenshot(page, "plan-change-1-ready");
+  await page.getByRole("button", { name: "Confirm the change" }).click();
+  const done = await state(page, "confirmed", 60000);
+  check(done.includes("plan change is on chain"), `confirmed: ${done}`);
+  check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === 1, "one transaction");
+  await screenshot(page, "plan-change-2-confirmed");
+  await context.close();
+});
