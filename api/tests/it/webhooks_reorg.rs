@@ -421,3 +421,157 @@ async fn a_deep_reorg_retracts_delivered_events_and_redelivers_them_when_they_co
         .get(0);
     assert_eq!(history, 2);
 }
+
+async fn ledger_kinds(client: &Client) -> Vec<String> {
+    client
+        .query("SELECT kind FROM ledger_entries ORDER BY event_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Issue 40, point 9: a reorg deeper than CONFIRMATIONS that removes a delivered refund and a
+/// delivered plan change retracts both like any event, and the index is as if they never
+/// happened: the subscription back on its plan and amount, no refund or proration entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deep_reorg_retracts_a_delivered_refund_and_plan_change_and_undoes_them() {
+    use alloy::providers::Provider;
+    let Scene {
+        chain,
+        db: _keep_db,
+        client,
+        rx,
+        plan,
+        terms: (merchant_wallet, amount),
+        _dispatcher: _keep_dispatcher,
+        _indexer: _keep_indexer,
+        ..
+    } = Scene::start(1).await;
+    chainsub_tests::send_as!(
+        DevChain::address(OPERATOR),
+        chain
+            .manager()
+            .createPlan(merchant_wallet, U256::from(10 * USDC), B256::repeat_byte(8))
+    );
+    let who: Address = DevChain::address(CUSTOMER);
+    chain.mint(who, 100 * USDC).await;
+    chain.mint(merchant_wallet, 100 * USDC).await;
+    chainsub_tests::send_as!(who, chain.usdc().approve(chain.manager, U256::MAX));
+    chainsub_tests::send_as!(
+        merchant_wallet,
+        chain.usdc().approve(chain.manager, U256::MAX)
+    );
+    chainsub_tests::send_as!(
+        who,
+        chain
+            .manager()
+            .subscribe(plan, merchant_wallet, amount, B256::ZERO)
+    );
+    chain.mine(2).await;
+    wait_indexed(&client, &chain).await;
+    let kept = event_ids(&client, 1).await;
+    let refund = chainsub_tests::send_as!(
+        merchant_wallet,
+        chain
+            .manager()
+            .refund(U256::from(1), 1, U256::from(USDC), false)
+    );
+    chainsub_tests::send_as!(
+        who,
+        chain.manager().changePlan(
+            U256::from(1),
+            U256::from(2),
+            merchant_wallet,
+            U256::from(10 * USDC)
+        )
+    );
+    chain.mine(2).await;
+    wait_indexed(&client, &chain).await;
+    let all = event_ids(&client, 1).await;
+    assert_eq!(all.len(), 4, "created, charged, refunded, plan changed");
+    for id in &all {
+        wait_status(&client, id, "delivered").await;
+    }
+    let removed: Vec<String> = all
+        .iter()
+        .filter(|id| !kept.contains(id))
+        .cloned()
+        .collect();
+    assert_eq!(
+        ledger_kinds(&client).await,
+        ["charge", "refund", "proration"]
+    );
+
+    // The reorg drops the refund and the plan change (the subscription stays).
+    let depth = head(&chain).await - refund.block_number.unwrap() + 1;
+    let _: serde_json::Value = chain
+        .provider
+        .raw_request(
+            "anvil_reorg".into(),
+            (depth, Vec::<serde_json::Value>::new()),
+        )
+        .await
+        .expect("anvil_reorg");
+    chain.mine(1).await;
+    wait_indexed(&client, &chain).await;
+    assert_eq!(event_ids(&client, 1).await, kept, "the index dropped both");
+    assert_eq!(
+        ledger_kinds(&client).await,
+        ["charge"],
+        "no refund, no proration"
+    );
+    let row = client
+        .query_one(
+            "SELECT plan_onchain_id, amount::text FROM subscriptions WHERE onchain_id = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, String>(1)),
+        (1, (5 * USDC).to_string()),
+        "back on its plan and amount"
+    );
+    chainsub_tests::wait_until("two retractions delivered", || async {
+        rx.received()
+            .iter()
+            .filter(|d| d.kind == "event.retracted")
+            .count()
+            == 2
+    })
+    .await;
+    let mut named: Vec<(String, String)> = rx
+        .received()
+        .iter()
+        .filter(|d| d.kind == "event.retracted")
+        .map(|d| {
+            let x = &d.json["data"]["retracted"];
+            (
+                x["eventId"].as_str().unwrap().to_string(),
+                x["type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    named.sort();
+    let mut want: Vec<(String, String)> = removed
+        .iter()
+        .map(|id| {
+            let kind = rx
+                .received()
+                .iter()
+                .find(|d| &d.id == id)
+                .map(|d| d.kind.clone())
+                .unwrap();
+            (id.clone(), kind)
+        })
+        .collect();
+    want.sort();
+    assert_eq!(named, want);
+    let kinds: Vec<&str> = want.iter().map(|(_, k)| k.as_str()).collect();
+    assert!(
+        kinds.contains(&"subscription.refunded") && kinds.contains(&"subscription.plan_changed"),
+        "{kinds:?}"
+    );
+}

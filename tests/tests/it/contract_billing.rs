@@ -362,6 +362,39 @@ async fn a_downgrade_waits_for_the_renewal_can_be_undone_and_then_applies_at_the
 }
 
 #[tokio::test]
+async fn a_scheduled_downgrade_applies_at_a_failed_renewal_and_its_retries_charge_the_new_amount() {
+    let b = Billing::new().await;
+    let fx = &b.fx;
+    let sub = fx.subscribe().await;
+    b.change(sub.id, 4).await;
+    // The subscriber's wallet is empty at the renewal.
+    let all = fx.balance(fx.customer).await;
+    send_as!(fx.customer, fx.chain.usdc().transfer(fx.stranger, all));
+    fx.advance_to(months_after(sub.anchor, 1)).await;
+    let events = manager_events(&fx.chain, &fx.charge(sub.id).await);
+    assert!(
+        matches!(events.as_slice(), [ContractEvent::PlanChanged(c), ContractEvent::PaymentFailed(f)]
+            if c.planId == U256::from(4) && c.period == 2
+                && f.amount == U256::from(LITE) && f.planId == U256::from(4) && f.reason == 2),
+        "{events:?}"
+    );
+    let rec = fx.record(sub.id).await;
+    assert_eq!(
+        (rec.status, rec.planId, rec.pendingPlanId),
+        (status::PAST_DUE, U256::from(4), 0)
+    );
+    // The retry, once funded, charges the new amount.
+    fx.chain.mint(fx.customer, LITE).await;
+    fx.advance_to(months_after(sub.anchor, 1) + DAY + 1).await;
+    let events = manager_events(&fx.chain, &fx.charge(sub.id).await);
+    assert!(
+        matches!(events.as_slice(), [ContractEvent::SubscriptionCharged(c)]
+            if c.amount == U256::from(LITE) && c.period == 2 && c.attempt == 2),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_cancellation_drops_a_scheduled_downgrade() {
     let b = Billing::new().await;
     let fx = &b.fx;
