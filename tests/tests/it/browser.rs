@@ -382,3 +382,77 @@ async fn customer_confirms_a_merchants_plan_change_link_from_the_browser() {
         .collect();
     assert_eq!(kinds, ["charge", "proration"], "{upgraded}");
 }
+
+/// Issue 40, point 7: a plan with a 14-day trial in the browser: the checkout states it
+/// ("Free for 14 days … then 9.99 USDC every calendar month") and starts it with one
+/// signature and one transaction; the API shows the subscription trialing with nothing
+/// charged; `/account` lists it as a free trial with its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trial_is_stated_on_the_checkout_started_from_it_and_shown_on_the_account_page() {
+    let s = start("trial", true).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    let key =
+        crate::browser_support::admin_create_key(&s.db, DevChain::address(accounts::MERCHANT));
+    let plan = post(
+        &s,
+        &key,
+        "/api/v1/plans",
+        serde_json::json!({"name": "Trial Pro", "amount": "9.99", "currency": "USDC",
+                           "interval": "month", "trialDays": 14}),
+    )
+    .await;
+    let checkout = post(
+        &s,
+        &key,
+        "/api/v1/checkouts",
+        serde_json::json!({"planId": plan["id"], "customerExternalId": "cust_trial"}),
+    )
+    .await;
+    let url = checkout["url"].as_str().unwrap().to_string();
+    s.chain.mint(customer, 100_000_000).await;
+    // The page sells once the indexer has the plan.
+    let tx_probe = format!("{}&from={customer}", url.replacen('?', "/tx?", 1));
+    poll("the plan indexed", || async {
+        let r = s.http.get(&tx_probe).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    let env = |mode: &str, url: String| {
+        vec![
+            ("MODE", mode.to_string()),
+            ("URL", url),
+            ("RPC_URL", s.chain.anvil.url.clone()),
+            ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            ("CUSTOMER", customer.to_string()),
+        ]
+    };
+    node("trial.mjs", &env("checkout", url.clone()));
+    let list_url = format!("{}/api/v1/subscriptions", s.base);
+    let sub = poll("the trial in the API", || async {
+        let v: Value = s
+            .http
+            .get(&list_url)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        v["data"].as_array()?.first().cloned()
+    })
+    .await;
+    assert_eq!(sub["status"], "trialing", "{sub}");
+    assert_eq!(sub["period"], 0);
+    assert!(!sub["trialEnd"].is_null());
+    let code = url
+        .split("/checkout/")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .to_string();
+    node(
+        "trial.mjs",
+        &env("account", format!("{}/account?merchant={code}", s.base)),
+    );
+}
