@@ -749,7 +749,10 @@ pub fn plan_transactions(
         }
         _ => {}
     }
-    let label = if link.trial_days > 0 && !state.trial_used {
+    // This wallet starts the plan's trial: nothing is pulled now (the allowance must cover
+    // the first charge; the balance only when the trial ends).
+    let trial = link.trial_days > 0 && !state.trial_used;
+    let label = if trial {
         format!(
             "Start the {}-day free trial (nothing charged now)",
             link.trial_days
@@ -774,7 +777,7 @@ pub fn plan_transactions(
         balance: units(state.balance),
         allowance: units(state.allowance),
         requested_allowance: units(wanted),
-        insufficient_balance: state.balance < amount,
+        insufficient_balance: !trial && state.balance < amount,
         already_subscribed: already,
         steps,
     }
@@ -912,6 +915,41 @@ mod tests {
         assert_eq!(steps[0]["step"], "subscribe");
         assert_eq!(v["insufficientBalance"], true);
         assert_eq!(v["alreadySubscribed"], "5");
+    }
+
+    #[test]
+    fn a_trial_needs_no_balance_now_and_its_step_says_so_unless_the_wallet_had_it() {
+        let trial_link = Link {
+            trial_days: 14,
+            ..link()
+        };
+        let plan = |state: &WalletState| {
+            json(plan_transactions(
+                ChainId::new(1).unwrap(),
+                USDC,
+                MGR,
+                &trial_link,
+                7,
+                12,
+                FROM,
+                B256::repeat_byte(0xab),
+                state,
+                Allowance::Permit(&domain()),
+            ))
+        };
+        let v = plan(&state(0, 200_000_000, 0));
+        assert_eq!(v["insufficientBalance"], false, "nothing is pulled now");
+        assert_eq!(
+            v["steps"][0]["label"],
+            "Start the 14-day free trial (nothing charged now)"
+        );
+        let had_it = WalletState {
+            trial_used: true,
+            ..state(0, 200_000_000, 0)
+        };
+        let v = plan(&had_it);
+        assert_eq!(v["insufficientBalance"], true, "it pays at once");
+        assert_eq!(v["steps"][0]["label"], "Subscribe and pay 9.99 USDC now");
     }
 
     fn domain() -> PermitDomain {
