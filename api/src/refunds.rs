@@ -10,14 +10,14 @@ use alloy::primitives::{Address, U256};
 use alloy::providers::DynProvider;
 use alloy::sol_types::SolCall;
 use chainsub_abi::{MockUSDC, SubscriptionManager};
-use chainsub_core::{Amount, SubscriptionId, format_units};
+use chainsub_core::{Amount, SubscriptionId};
 use serde::Serialize;
 
 use crate::ctx::Ctx;
 use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 use crate::merchants::Merchant;
-use crate::pages::checkout::TxRequest;
+use crate::pages::checkout::{TxRequest, units};
 
 /// What the merchant asked for.
 #[derive(Debug, Clone, Copy)]
@@ -180,9 +180,4 @@ pub async fn request(
         insufficient_balance: balance < amount,
         steps,
     })
-}
-
-/// Base units as a USDC decimal string.
-fn units(v: U256) -> String {
-    u128::try_from(v).map_or_else(|_| v.to_string(), format_units)
 }

@@ -191,6 +191,17 @@ where
     }
 }
 
+/// A JSON Schema integer within `range`: `14` and `14.0` alike (a number with no fraction).
+pub fn json_integer(v: &Value, range: std::ops::RangeInclusive<i64>) -> Option<i64> {
+    v.as_i64()
+        .or_else(|| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                .map(|f| f as i64)
+        })
+        .filter(|n| range.contains(n))
+}
+
 /// Refuses any field of a request that takes no body, saying so.
 pub fn no_fields(object: &Map<String, Value>) -> Result<(), ApiError> {
     match object.keys().next() {

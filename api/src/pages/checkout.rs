@@ -784,7 +784,7 @@ pub fn plan_transactions(
 }
 
 /// Base units as a USDC decimal string (uint256-safe: values beyond u128 are shown raw).
-fn units(v: U256) -> String {
+pub(crate) fn units(v: U256) -> String {
     u128::try_from(v).map_or_else(|_| v.to_string(), format_units)
 }
 

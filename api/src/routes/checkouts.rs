@@ -61,14 +61,7 @@ impl FromParam for LinkSecs {
     }
 
     fn from_json(v: &Value) -> Result<Self, String> {
-        // JSON Schema's integer: 694 and 694.0 alike.
-        v.as_i64()
-            .or_else(|| {
-                v.as_f64()
-                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
-                    .map(|f| f as i64)
-            })
-            .filter(|s| (MIN_LINK_SECS..=MAX_LINK_SECS).contains(s))
+        input::json_integer(v, MIN_LINK_SECS..=MAX_LINK_SECS)
             .map(LinkSecs)
             .ok_or_else(|| Self::from_text("").unwrap_err())
     }

@@ -126,12 +126,10 @@ impl FromParam for TrialDays {
         }
     }
 
-    /// A JSON number with no fraction (`14` or `14.0`, both integers to JSON Schema).
     fn from_json(v: &Value) -> Result<Self, String> {
-        match v.as_f64() {
-            Some(d) if d.fract() == 0.0 && (0.0..=90.0).contains(&d) => Ok(Self(d as u16)),
-            _ => Err("must be an integer from 0 to 90".into()),
-        }
+        input::json_integer(v, 0..=90)
+            .map(|d| Self(d as u16))
+            .ok_or_else(|| "must be an integer from 0 to 90".into())
     }
 }
 

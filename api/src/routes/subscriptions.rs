@@ -173,10 +173,9 @@ impl FromParam for LinkLife {
 
     fn from_json(v: &Value) -> Result<Self, String> {
         let max = crate::plan_change::MAX_SECS;
-        match v.as_f64() {
-            Some(n) if n.fract() == 0.0 && (60.0..=max as f64).contains(&n) => Ok(Self(n as i64)),
-            _ => Err(format!("must be whole seconds from 60 to {max}")),
-        }
+        input::json_integer(v, 60..=max)
+            .map(Self)
+            .ok_or_else(|| format!("must be whole seconds from 60 to {max}"))
     }
 }
 

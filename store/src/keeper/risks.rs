@@ -32,6 +32,35 @@ pub struct FundsObservation {
     pub allowance: U256,
 }
 
+/// A join of subscription `s` to `last`: its latest event's snapshot columns (the
+/// subscription as last indexed), for an observation to carry.
+macro_rules! last_snapshot {
+    () => {
+        concat!(
+            " LEFT JOIN LATERAL (SELECT ",
+            stored_snapshot!("ce."),
+            " FROM chain_events ce \
+              WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id \
+                AND ce.snap_id IS NOT NULL \
+              ORDER BY ce.id DESC LIMIT 1) AS last ON TRUE "
+        )
+    };
+}
+
+/// The CTE `queued` that writes a webhook outbox row for each observation the CTE `$cte`
+/// returned (id, public_id, merchant_wallet, chain_id, subscription_id), in id order.
+macro_rules! queue_webhooks {
+    ($cte:literal) => {
+        concat!(
+            "queued AS (INSERT INTO webhook_outbox \
+                 (event_id, event_public_id, merchant_wallet, chain_id, subscription_id) \
+             SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM ",
+            $cte,
+            " ORDER BY id)"
+        )
+    };
+}
+
 impl Store {
     /// Active and trialing subscriptions (not ending at the period end) of this keeper's scope whose
     /// renewal falls due in `(chain_now, chain_now + lead]` and that have not been checked
@@ -137,15 +166,9 @@ impl Store {
                 "
                      FROM checked c
                      JOIN subscriptions s ON s.chain_id = c.chain_id AND s.onchain_id = c.subscription_id
-                     -- The subscription as last indexed: its latest event's snapshot.
-                     LEFT JOIN LATERAL (
-                         SELECT ",
-                stored_snapshot!("ce."),
+",
+                last_snapshot!(),
                 "
-                         FROM chain_events ce
-                         WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
-                           AND ce.snap_id IS NOT NULL
-                         ORDER BY ce.id DESC LIMIT 1) AS last ON TRUE
                      -- The wallet's balance and allowance serve all its subscriptions: this
                      -- charge and every other live one due no later need them first.
                      CROSS JOIN LATERAL (
@@ -160,9 +183,9 @@ impl Store {
                      ORDER BY r.reason
                      ON CONFLICT DO NOTHING
                      RETURNING id, public_id, merchant_wallet, chain_id, subscription_id, reason),
-                 queued AS (
-                     INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id)
-                     SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM risks ORDER BY id)
+                 ",
+                queue_webhooks!("risks"),
+                "
                  SELECT reason FROM risks ORDER BY id"
                 ),
                 &[
@@ -258,22 +281,17 @@ impl Store {
                     stored_snapshot!("last."),
                     "
                      FROM subscriptions s
-                     LEFT JOIN LATERAL (
-                         SELECT ",
-                    stored_snapshot!("ce."),
+",
+                    last_snapshot!(),
                     "
-                         FROM chain_events ce
-                         WHERE ce.chain_id = s.chain_id AND ce.subscription_id = s.onchain_id
-                           AND ce.snap_id IS NOT NULL
-                         ORDER BY ce.id DESC LIMIT 1) AS last ON TRUE
                      WHERE s.chain_id = $1 AND s.onchain_id = ANY($2)
                        AND s.status = 'trialing' AND NOT s.cancel_at_period_end
                      ORDER BY s.current_period_end, s.onchain_id
                      ON CONFLICT DO NOTHING
                      RETURNING id, public_id, merchant_wallet, chain_id, subscription_id),
-                 queued AS (
-                     INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, chain_id, subscription_id)
-                     SELECT id, public_id, merchant_wallet, chain_id, subscription_id FROM notices ORDER BY id)
+                 ",
+                    queue_webhooks!("notices"),
+                    "
                  SELECT subscription_id FROM notices ORDER BY id"
                 ),
                 &[
