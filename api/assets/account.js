@@ -1,8 +1,8 @@
 // Chainsub customer self-service page: the wallet signs a challenge (personal_sign, no
 // transaction) to show it is the customer's, the page lists its subscriptions (GET
-// /account/subscriptions with that proof) and cancels them with a transaction the wallet
-// sends. The server encodes every transaction (GET /account/cancel-tx, after checking the
-// chain), so no ABI library is needed. States are shown on #account[data-state] and
+// /account/subscriptions with that proof), changes their plan and cancels them with a
+// transaction the wallet sends. The server encodes every transaction (GET /account/cancel-tx,
+// /account/plan-change-tx, after checking the chain), so no ABI library is needed. States are shown on #account[data-state] and
 // announced in #status.
 "use strict";
 
@@ -21,7 +21,7 @@
   };
   let account = null;
   let subs = [];
-  let busy = false; // a sign-in or cancel flow runs: its buttons are off, wallet events wait
+  let busy = false; // a sign-in, plan change or cancel flow runs: its buttons are off, wallet events wait
   let walletMoved = false; // the wallet switched account or chain during a flow
   let proof = null; // {account, issuedAt, signature, expiresAt} of the last signed challenge
   let seq = 0; // the latest list request: older answers are dropped
@@ -80,6 +80,10 @@
       fact("Status", el("span", statusText(s), { class: "sub-status" }));
       fact("Next charge", s.nextChargeAt ? day(s.nextChargeAt) + " · " + (s.amount || "?") + " USDC" : "none");
       fact("Subscription", "#" + s.onchainId + " since " + day(s.createdAt));
+      if (s.pendingPlanChange) {
+        const to = s.pendingPlanChange;
+        fact("Plan change", "To " + (to.planName || "plan #" + to.planOnchainId) + " at " + (to.amount || "?") + " USDC / month from " + day(s.currentPeriodEnd));
+      }
       li.appendChild(facts);
       if (s.ledger.length) {
         const table = el("table", null, { "aria-label": "Payments" });
@@ -103,6 +107,26 @@
           table.appendChild(tr);
         }
         li.appendChild(table);
+      }
+      if (s.planChoices && s.planChoices.length) {
+        const form = el("div", null, { class: "actions plan-choice" });
+        const id = "plan-choice-" + s.onchainId;
+        form.appendChild(el("label", "Change plan", { for: id }));
+        const select = el("select", null, { id, "data-action": "plan-choice" });
+        for (const p of s.planChoices) {
+          const when = p.change === "upgrade" ? "now, prorated" : "from the next renewal";
+          select.appendChild(el("option", p.name + " · " + (p.amount || "?") + " USDC / month (" + when + ")", { value: String(p.planOnchainId) }));
+        }
+        form.appendChild(select);
+        const b = el("button", "Change plan", { type: "button", "data-action": "change-plan" });
+        b.addEventListener("click", () => changePlan(s.onchainId, Number(select.value)));
+        form.appendChild(b);
+        if (s.pendingPlanChange) {
+          const keep = el("button", "Keep " + (s.planName || "this plan"), { type: "button", "data-action": "keep-plan" });
+          keep.addEventListener("click", () => changePlan(s.onchainId, s.planOnchainId));
+          form.appendChild(keep);
+        }
+        li.appendChild(form);
       }
       if (s.cancellable) {
         const actions = el("div", null, { class: "actions" });
@@ -213,54 +237,76 @@
     }
   }
 
-  async function cancel(id, atPeriodEnd) {
+  function cancel(id, atPeriodEnd) {
+    const what = atPeriodEnd ? "cancellation at period end" : "cancellation";
+    return send({
+      what,
+      url: settings.cancelUrl + "?from=" + encodeURIComponent(account) + "&subscription=" + id + "&atPeriodEnd=" + atPeriodEnd,
+      confirm: "Confirm the " + what + " of subscription #" + id + " in your wallet…",
+      done: atPeriodEnd
+        ? "Confirmed: subscription #" + id + " ends at the end of its current period; no further charges."
+        : "Confirmed: subscription #" + id + " is cancelled; no further charges.",
+      indexed: (s) => !s || (atPeriodEnd ? s.cancelAtPeriodEnd : s.status === "cancelled"),
+      id,
+    });
+  }
+
+  function changePlan(id, plan) {
+    return send({
+      what: "plan change",
+      url: settings.planChangeUrl + "?from=" + encodeURIComponent(account) + "&subscription=" + id + "&plan=" + plan,
+      confirm: null, // the prepared transaction's label states the change
+      done: "Confirmed: the plan change of subscription #" + id + " is on chain.",
+      indexed: (s) => !s || (s.planOnchainId === plan ? !s.pendingPlanChange : s.pendingPlanChange && s.pendingPlanChange.planOnchainId === plan),
+      id,
+    });
+  }
+
+  // One wallet transaction: the server prepares it (after checking the chain), the wallet
+  // sends it, the page waits for its receipt and then for the index to show it.
+  async function send(a) {
     if (busy || !account) return;
     busy = true;
     delete card.dataset.indexed;
     delete statusEl.dataset.tx;
-    const what = atPeriodEnd ? "cancellation at period end" : "cancellation";
     try {
       if (!(await onRightChain())) {
         show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
         return;
       }
-      show("preparing", "Preparing the " + what + "…", []);
-      const url = settings.cancelUrl + "?from=" + encodeURIComponent(account) + "&subscription=" + id + "&atPeriodEnd=" + atPeriodEnd;
-      const res = await fetch(url, { headers: { accept: "application/json" } });
+      show("preparing", "Preparing the " + a.what + "…", []);
+      const res = await fetch(a.url, { headers: { accept: "application/json" } });
       const prepared = await res.json();
       if (!res.ok) {
         const msg = prepared && prepared.error ? prepared.error.message : "HTTP " + res.status;
         show("refused", "No transaction was prepared: " + msg, ["refresh"]);
         return;
       }
-      show("confirm", "Confirm the " + what + " of subscription #" + id + " in your wallet…", []);
+      show("confirm", (a.confirm || prepared.label + ": confirm it in your wallet…"), []);
       let hash;
       try {
         hash = await ethereum().request({ method: "eth_sendTransaction", params: [prepared.tx] });
       } catch (e) {
-        walletError(e, what);
+        walletError(e, a.what);
         return;
       }
-      show("pending", "Pending: waiting for the " + what + " transaction " + short(hash) + " to be confirmed…", []);
+      show("pending", "Pending: waiting for the " + a.what + " transaction " + short(hash) + " to be confirmed…", []);
       const r = await receipt(hash, RECEIPT_TIMEOUT_MS);
       if (!r) {
-        show("stalled", "The " + what + " transaction " + hash + " is not confirmed yet (it may have been replaced or dropped in your wallet). Refresh to see where things stand.", ["refresh"]);
+        show("stalled", "The " + a.what + " transaction " + hash + " is not confirmed yet (it may have been replaced or dropped in your wallet). Refresh to see where things stand.", ["refresh"]);
         return;
       }
       if (BigInt(r.status) !== 1n) {
-        show("failed", "The " + what + " transaction failed on chain (" + hash + "). Nothing changed.", ["refresh"]);
+        show("failed", "The " + a.what + " transaction failed on chain (" + hash + "). Nothing changed.", ["refresh"]);
         return;
       }
-      show("confirmed", (atPeriodEnd
-        ? "Confirmed: subscription #" + id + " ends at the end of its current period; no further charges."
-        : "Confirmed: subscription #" + id + " is cancelled; no further charges.") + " Transaction " + hash + ".", ["refresh"]);
+      show("confirmed", a.done + " Transaction " + hash + ".", ["refresh"]);
       statusEl.dataset.tx = hash;
       // The list comes from the index, a few blocks behind the chain: refresh until it shows
       // the change (or give up quietly after a minute; the chain has it either way).
       for (let i = 0; i < 60; i++) {
         await load(true);
-        const s = subs.find((x) => x.onchainId === id);
-        if (!s || (atPeriodEnd ? s.cancelAtPeriodEnd : s.status === "cancelled")) break;
+        if (a.indexed(subs.find((x) => x.onchainId === a.id))) break;
         await sleep(1000);
       }
       card.dataset.indexed = "true";

@@ -60,6 +60,7 @@ pub const PAGE_ROUTES: &[(&str, &str)] = &[
     ("GET", "/account/challenge"),
     ("GET", "/account/subscriptions"),
     ("GET", "/account/cancel-tx"),
+    ("GET", "/account/plan-change-tx"),
     ("GET", "/account/plan-change/{merchantCode}"),
     ("GET", "/account/plan-change/{merchantCode}/tx"),
     ("GET", "/dashboard/developers"),

@@ -37,8 +37,34 @@ pub struct WalletSubscription {
     pub next_retry_at: Option<DateTime<Utc>>,
     pub ended_reason: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// A downgrade the subscriber scheduled for the next renewal.
+    pub pending_plan: Option<PendingPlan>,
     /// Its charges and failed charges, oldest first.
     pub ledger: Vec<WalletCharge>,
+    /// The merchant's plans the subscriber may move this subscription to now (empty unless
+    /// it is active and not ending, with a merchant of this service): its other plans on
+    /// chain, not deactivated, that the wallet holds no live subscription to — what the
+    /// contract's `changePlan` accepts. Cheapest first.
+    pub plan_choices: Vec<PlanChoice>,
+}
+
+/// The plan a scheduled downgrade moves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingPlan {
+    pub plan_onchain_id: i64,
+    /// `None` when the plan was not created through this service.
+    pub name: Option<String>,
+    /// Base units per period (`None` beyond u128).
+    pub amount: Option<u128>,
+}
+
+/// A plan a subscription can change to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanChoice {
+    pub plan_onchain_id: i64,
+    pub name: String,
+    /// Base units per period (`None` beyond u128).
+    pub amount: Option<u128>,
 }
 
 /// A charge (or failed charge) of a wallet's subscription, with the transaction to check it.
@@ -69,7 +95,12 @@ pub async fn subscriptions_of(
             "SELECT s.onchain_id, s.status, s.cancel_at_period_end, s.merchant_wallet, \
              m.code AS merchant_code, p.name AS plan_name, s.plan_onchain_id, \
              s.amount::TEXT AS amount, s.period, s.current_period_end, s.next_retry_at, \
-             s.ended_reason, s.created_at \
+             s.ended_reason, s.created_at, s.pending_plan_onchain_id, \
+             s.pending_amount::TEXT AS pending_amount, \
+             (SELECT pp.name FROM chain_plans pcp \
+              JOIN plans pp ON pp.plan_ref = pcp.plan_ref AND pp.merchant_id = m.id \
+              WHERE pcp.chain_id = s.chain_id AND pcp.onchain_id = s.pending_plan_onchain_id) \
+              AS pending_plan_name \
              FROM subscriptions s \
              LEFT JOIN merchants m ON m.wallet = s.merchant_wallet \
              LEFT JOIN chain_plans cp ON cp.chain_id = s.chain_id \
@@ -109,7 +140,18 @@ pub async fn subscriptions_of(
                 next_retry_at: r.try_get("next_retry_at")?,
                 ended_reason: r.try_get("ended_reason")?,
                 created_at: r.try_get("created_at")?,
+                pending_plan: match r.try_get::<_, Option<i64>>("pending_plan_onchain_id")? {
+                    Some(plan_onchain_id) => Some(PendingPlan {
+                        plan_onchain_id,
+                        name: r.try_get("pending_plan_name")?,
+                        amount: r
+                            .try_get::<_, Option<&str>>("pending_amount")?
+                            .and_then(units),
+                    }),
+                    None => None,
+                },
                 ledger: Vec::new(),
+                plan_choices: Vec::new(),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -147,7 +189,67 @@ pub async fn subscriptions_of(
             sub.ledger.push(charge);
         }
     }
+    add_plan_choices(client, chain_id, &mut subs).await?;
     Ok(subs)
+}
+
+/// Fills [`WalletSubscription::plan_choices`] for the subscriptions that may change plan.
+async fn add_plan_choices(
+    client: &impl GenericClient,
+    chain_id: ChainId,
+    subs: &mut [WalletSubscription],
+) -> Result<()> {
+    let changeable = |s: &WalletSubscription| {
+        s.status == SubscriptionStatus::Active
+            && !s.cancel_at_period_end
+            && s.merchant_code.is_some()
+    };
+    let mut merchants: Vec<&[u8]> = subs
+        .iter()
+        .filter(|s| changeable(s))
+        .map(|s| s.merchant_wallet.as_slice())
+        .collect();
+    merchants.sort_unstable();
+    merchants.dedup();
+    if merchants.is_empty() {
+        return Ok(());
+    }
+    let stmt = client
+        .prepare_cached(
+            "SELECT cp.merchant_wallet, cp.onchain_id, p.name, cp.amount::TEXT AS amount \
+             FROM chain_plans cp \
+             JOIN merchants m ON m.wallet = cp.merchant_wallet \
+             JOIN plans p ON p.plan_ref = cp.plan_ref AND p.merchant_id = m.id \
+             WHERE cp.chain_id = $1 AND cp.merchant_wallet = ANY($2) \
+               AND cp.deactivated_event_id IS NULL \
+             ORDER BY cp.amount, cp.onchain_id",
+        )
+        .await?;
+    let rows = client.query(&stmt, &[&chain_id, &merchants]).await?;
+    let mut plans = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let merchant = address(r.try_get("merchant_wallet")?)?;
+        let choice = PlanChoice {
+            plan_onchain_id: r.try_get("onchain_id")?,
+            name: r.try_get("name")?,
+            amount: units(r.try_get("amount")?),
+        };
+        plans.push((merchant, choice));
+    }
+    // The contract refuses a plan the wallet already holds a live subscription to.
+    let held: Vec<i64> = subs
+        .iter()
+        .filter(|s| !s.status.is_terminal())
+        .map(|s| s.plan_onchain_id)
+        .collect();
+    for s in subs.iter_mut().filter(|s| changeable(s)) {
+        s.plan_choices = plans
+            .iter()
+            .filter(|(m, p)| *m == s.merchant_wallet && !held.contains(&p.plan_onchain_id))
+            .map(|(_, p)| p.clone())
+            .collect();
+    }
+    Ok(())
 }
 
 /// Whether a merchant has the code `code` (a link to `/account?merchant=` names one).

@@ -4,7 +4,9 @@
 // Walks the states: no wallet; a wallet with no subscriptions on the wrong chain -> switch ->
 // signs the challenge -> empty; the subscriber: signature refused (nothing listed) -> signs ->
 // list (plan, amount, next charge, the first charge with its
-// transaction link) -> cancel at period end rejected (nothing sent) -> confirmed, the list
+// transaction link) -> changes plan: an upgrade (confirmed, listed on the new plan with its
+// prorated charge) and a downgrade (listed as scheduled, undone, scheduled again) -> cancel at period end rejected
+// (nothing sent) -> confirmed, the list
 // shows it ending -> cancel now -> pending (mining paused) -> confirmed, the list shows it cancelled with no actions.
 import { check, env, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
 
@@ -67,6 +69,45 @@ await run("account", async (browser) => {
   const href = await sub.locator('tr[data-kind="charge"] a').getAttribute("href");
   check(href.startsWith(env("EXPLORER_PREFIX") + "0x") && href.length === env("EXPLORER_PREFIX").length + 66, `ledger tx link: ${href}`);
   await screenshot(page, "account-2-list");
+
+  // Change plan: the merchant's two other plans are offered, the dearer one now (prorated).
+  const options = await sub.locator('select[data-action="plan-choice"] option').allTextContents();
+  check(options.length === 2, `two plans to change to: ${options}`);
+  check(options.some((o) => o.startsWith("Team · 19.99 USDC / month (now, prorated)")), `upgrade offered: ${options}`);
+  check(options.some((o) => o.startsWith("Basic · 4.99 USDC / month (from the next renewal)")), `downgrade offered: ${options}`);
+  const choose = async (name) => {
+    const value = await sub.locator('select[data-action="plan-choice"] option', { hasText: name }).getAttribute("value");
+    await sub.locator('select[data-action="plan-choice"]').selectOption(value);
+    await sub.locator('button[data-action="change-plan"]').click();
+  };
+  const sendsBefore = wallet.calls.filter((m) => m === "eth_sendTransaction").length;
+  await choose("Team");
+  const upgraded = await state(page, "confirmed", 60000);
+  check(upgraded.includes("plan change"), `upgrade confirmed: ${upgraded}`);
+  await page.waitForSelector('#account[data-indexed="true"]', { timeout: 60000 });
+  const afterUpgrade = await sub.textContent();
+  check(afterUpgrade.includes("Team · 19.99 USDC"), `on Team now: ${afterUpgrade}`);
+  check((await sub.locator('tr[data-kind="proration"]').count()) === 1, "the prorated charge in the ledger");
+  await screenshot(page, "account-2b-upgraded");
+  // Team is now its plan: the other two (Pro Monthly and Basic) are offered, both later.
+  await choose("Basic");
+  await state(page, "confirmed", 60000);
+  await page.waitForSelector('#account[data-indexed="true"]', { timeout: 60000 });
+  const scheduled = await sub.textContent();
+  check(/Plan changeTo Basic at 4\.99 USDC \/ month from \d{4}-\d{2}-\d{2}/.test(scheduled), `downgrade scheduled: ${scheduled}`);
+  check(scheduled.includes("Team · 19.99 USDC"), `still on Team until the renewal: ${scheduled}`);
+  await screenshot(page, "account-2c-downgrade-scheduled");
+  // Undone from the page, then scheduled again.
+  await sub.locator('button[data-action="keep-plan"]').click();
+  await state(page, "confirmed", 60000);
+  await page.waitForSelector('#account[data-indexed="true"]', { timeout: 60000 });
+  check(!(await sub.textContent()).includes("Plan change"), "the downgrade undone");
+  check((await sub.locator('button[data-action="keep-plan"]').count()) === 0, "nothing to undo");
+  await choose("Basic");
+  await state(page, "confirmed", 60000);
+  await page.waitForSelector('#account[data-indexed="true"]', { timeout: 60000 });
+  check((await sub.textContent()).includes("Plan changeTo Basic"), "scheduled again");
+  check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === sendsBefore + 4, "one transaction per change");
 
   // Rejected in the wallet: nothing sent, the subscription unchanged.
   wallet.rejectNext = true;

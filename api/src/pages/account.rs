@@ -56,7 +56,32 @@ pub struct AccountSubscription<'a> {
     pub next_charge_at: Option<DateTime<Utc>>,
     pub ended_reason: Option<&'a str>,
     pub created_at: DateTime<Utc>,
+    /// A downgrade scheduled for the next renewal.
+    pub pending_plan_change: Option<AccountPendingPlan<'a>>,
     pub ledger: Vec<AccountCharge<'a>>,
+    /// The merchant's plans the page offers to move to (empty when the subscription cannot
+    /// change plan now).
+    pub plan_choices: Vec<AccountPlanChoice<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountPendingPlan<'a> {
+    pub plan_onchain_id: i64,
+    pub plan_name: Option<&'a str>,
+    pub amount: Option<String>,
+}
+
+/// A plan the subscription can change to, and how the change would take effect.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountPlanChoice<'a> {
+    pub plan_onchain_id: i64,
+    pub name: &'a str,
+    pub amount: Option<String>,
+    /// `upgrade` (now, with a prorated charge for the rest of the period) or `downgrade` (at
+    /// the next renewal, nothing charged now).
+    pub change: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -129,10 +154,29 @@ impl<'a> AccountSubscription<'a> {
             next_charge_at,
             ended_reason: s.ended_reason.as_deref(),
             created_at: s.created_at,
+            pending_plan_change: s.pending_plan.as_ref().map(|p| AccountPendingPlan {
+                plan_onchain_id: p.plan_onchain_id,
+                plan_name: p.name.as_deref(),
+                amount: p.amount.map(format_units),
+            }),
             ledger: s
                 .ledger
                 .iter()
                 .map(|c| AccountCharge::of(c, confirmations))
+                .collect(),
+            plan_choices: s
+                .plan_choices
+                .iter()
+                .map(|p| AccountPlanChoice {
+                    plan_onchain_id: p.plan_onchain_id,
+                    name: &p.name,
+                    amount: p.amount.map(format_units),
+                    change: if p.amount > s.amount {
+                        "upgrade"
+                    } else {
+                        "downgrade"
+                    },
+                })
                 .collect(),
         }
     }
@@ -377,6 +421,159 @@ pub async fn cancel_transaction(
     })
 }
 
+/// A plan-change transaction for the customer's wallet to send.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanChangeTransaction {
+    pub object: &'static str,
+    pub chain_id: ChainId,
+    pub chain_id_hex: String,
+    pub onchain_id: OnchainSubscriptionId,
+    pub plan_onchain_id: u64,
+    /// `upgrade` (now, prorated), `downgrade` (at the next renewal) or `undo` (of a
+    /// scheduled downgrade).
+    pub change: &'static str,
+    pub label: String,
+    pub tx: TxRequest,
+}
+
+/// Reads subscription `onchain_id` and plan `plan` on chain and, when `from` may move the
+/// one to the other now, encodes `changePlan` with the plan's terms as the chain has them
+/// (the terms the page showed: a plan's merchant and amount never change) — or, for the plan
+/// it is on while a downgrade is scheduled, `cancelPlanChange`, undoing it: 404 for an
+/// unknown subscription or plan, 403 `not_subscriber`, 409 `subscription_terminal`,
+/// `subscription_not_active` (trialing, past due or ending), `plan_not_active` (deactivated
+/// or another merchant's), 400 `parameter_invalid` for its own plan or one the wallet
+/// already holds. As for cancelling, the chain decides, so no call the contract would revert
+/// is offered.
+pub async fn plan_change_transaction(
+    provider: &DynProvider,
+    chain_id: ChainId,
+    manager: Address,
+    from: Address,
+    onchain_id: OnchainSubscriptionId,
+    plan: u64,
+) -> Result<PlanChangeTransaction> {
+    let id: U256 = onchain_id.into();
+    let plan_id = U256::from(plan);
+    let contract = SubscriptionManager::new(manager, provider.clone());
+    let unreachable = |e: alloy::contract::Error| {
+        tracing::warn!(error = %e, "account: chain read failed");
+        ApiError::Unavailable("the chain RPC could not be reached".into())
+    };
+    let s = contract
+        .getSubscription(id)
+        .call()
+        .await
+        .map_err(unreachable)?;
+    let Some(status) = chainsub_abi::subscription_status(s.status) else {
+        return Err(ApiError::not_found("subscription", Some("subscription")));
+    };
+    if s.subscriber != from {
+        return Err(ApiError::Forbidden {
+            code: Code::NotSubscriber,
+            message: "this wallet is not the subscriber of this subscription; connect the \
+                      wallet that subscribed"
+                .into(),
+        });
+    }
+    let conflict = |code, message: &str| ApiError::Conflict {
+        code,
+        message: message.into(),
+        param: None,
+    };
+    if status.is_terminal() {
+        return Err(conflict(
+            Code::SubscriptionTerminal,
+            "this subscription is already cancelled or ended",
+        ));
+    }
+    if status != SubscriptionStatus::Active || s.cancelAtPeriodEnd {
+        return Err(conflict(
+            Code::SubscriptionNotActive,
+            "only an active subscription that is not ending changes plan (a trial changes after \
+             it, a past-due one once paid)",
+        ));
+    }
+    let p = contract
+        .getPlan(plan_id)
+        .call()
+        .await
+        .map_err(unreachable)?;
+    if p.merchant == Address::ZERO {
+        return Err(ApiError::not_found("plan", Some("plan")));
+    }
+    if p.merchant != s.merchant || !p.active {
+        return Err(conflict(
+            Code::PlanNotActive,
+            "this plan is not one of the merchant's active plans",
+        ));
+    }
+    if plan_id == s.planId {
+        // Back to the plan it is on: undoes a scheduled downgrade.
+        if s.pendingPlanId == 0 {
+            return Err(ApiError::invalid(
+                "plan",
+                "the subscription is on this plan already",
+            ));
+        }
+        let call = SubscriptionManager::cancelPlanChangeCall { subscriptionId: id };
+        return Ok(PlanChangeTransaction {
+            object: "account_transaction",
+            chain_id,
+            chain_id_hex: chain_id_hex(chain_id),
+            onchain_id,
+            plan_onchain_id: plan,
+            change: "undo",
+            label: format!(
+                "Keep {} USDC a month (undo the scheduled change)",
+                format_units_u256(s.amount)
+            ),
+            tx: TxRequest::call(from, manager, call.abi_encode()),
+        });
+    }
+    let live = contract
+        .liveSubscriptionOf(plan_id, from)
+        .call()
+        .await
+        .map_err(unreachable)?;
+    if !live.is_zero() {
+        return Err(ApiError::invalid(
+            "plan",
+            format!("this wallet already has subscription #{live} to this plan"),
+        ));
+    }
+    let upgrade = p.amount > s.amount;
+    let (new, old) = (format_units_u256(p.amount), format_units_u256(s.amount));
+    let label = if upgrade {
+        format!(
+            "Upgrade from {old} to {new} USDC a month now (prorated charge for the rest of this period)"
+        )
+    } else {
+        format!("Change from {old} to {new} USDC a month at the next renewal (nothing charged now)")
+    };
+    let call = SubscriptionManager::changePlanCall {
+        subscriptionId: id,
+        newPlanId: plan_id,
+        merchant: p.merchant,
+        amount: p.amount,
+    };
+    Ok(PlanChangeTransaction {
+        object: "account_transaction",
+        chain_id,
+        chain_id_hex: chain_id_hex(chain_id),
+        onchain_id,
+        plan_onchain_id: plan,
+        change: if upgrade { "upgrade" } else { "downgrade" },
+        label,
+        tx: TxRequest::call(from, manager, call.abi_encode()),
+    })
+}
+
+fn format_units_u256(v: U256) -> String {
+    u128::try_from(v).map_or_else(|_| v.to_string(), format_units)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,6 +595,19 @@ mod tests {
             next_retry_at: None,
             ended_reason: None,
             created_at: t,
+            pending_plan: None,
+            plan_choices: vec![
+                chainsub_store::customers::PlanChoice {
+                    plan_onchain_id: 2,
+                    name: "Basic".into(),
+                    amount: Some(4_990_000),
+                },
+                chainsub_store::customers::PlanChoice {
+                    plan_onchain_id: 4,
+                    name: "Team".into(),
+                    amount: Some(19_990_000),
+                },
+            ],
             ledger: vec![WalletCharge {
                 kind: chainsub_core::LedgerKind::Charge,
                 amount: Some(9_990_000),
@@ -535,6 +745,10 @@ mod tests {
         assert_eq!(v["data"][1]["nextChargeAt"], serde_json::Value::Null);
         assert_eq!(v["data"][2]["cancellable"], false);
         assert_eq!(v["data"][0]["amount"], "9.99");
+        // A cheaper plan waits for the renewal, a dearer one is now.
+        assert_eq!(v["data"][0]["planChoices"][0]["change"], "downgrade");
+        assert_eq!(v["data"][0]["planChoices"][1]["change"], "upgrade");
+        assert_eq!(v["data"][0]["planChoices"][1]["amount"], "19.99");
         // 2 of the 3 confirmations: shown as confirming.
         assert_eq!(v["data"][0]["ledger"][0]["confirmed"], false);
         assert_eq!(

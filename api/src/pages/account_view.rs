@@ -20,6 +20,7 @@ pub fn render(cfg: &Config, merchant: Option<&str>) -> Resp {
         "challengeUrl": "/account/challenge",
         "listUrl": "/account/subscriptions",
         "cancelUrl": "/account/cancel-tx",
+        "planChangeUrl": "/account/plan-change-tx",
         "merchant": merchant,
         "explorerTxUrl": cfg.pages.explorer_tx_url,
     });
@@ -35,7 +36,7 @@ pub fn render(cfg: &Config, merchant: Option<&str>) -> Resp {
 <p class="eyebrow">Your subscriptions</p>
 <h1 id="title">Manage your subscriptions</h1>
 {scope}
-<p>Connect the wallet you subscribed with and sign a message (no transaction, no fee) to see its subscriptions and their payments, and to cancel. Cancelling is a transaction your wallet sends to the subscription contract; no one else can cancel for you from this page.</p>
+<p>Connect the wallet you subscribed with and sign a message (no transaction, no fee) to see its subscriptions and their payments, to change plan and to cancel. Each change is a transaction your wallet sends to the subscription contract; no one else can make it for you from this page.</p>
 <noscript><p class="notice">This page needs JavaScript and a browser wallet (such as MetaMask).</p></noscript>
 <div class="actions">
   <button type="button" id="connect" class="primary">Connect wallet</button>

@@ -9,6 +9,7 @@
 //! | GET | /account/challenge?wallet=0x… | the text the wallet signs to list (JSON) |
 //! | GET | /account/subscriptions?wallet=0x…&merchant=… | a wallet's subscriptions (JSON; headers `x-wallet-proof-issued-at`, `x-wallet-proof-signature`) |
 //! | GET | /account/cancel-tx?from=0x…&subscription=N&atPeriodEnd=true\|false | cancel tx request (JSON) |
+//! | GET | /account/plan-change-tx?from=0x…&subscription=N&plan=M | plan change tx request (JSON) |
 //! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
 //! | GET | /assets/{file} | JS and CSS of the pages |
 
@@ -120,6 +121,20 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                 handle(async move { account_cancel_tx(&ctx, provider.as_ref(), &remote, &q).await })
             },
         );
+    let account_plan_change =
+        warp::path!("account" / "plan-change-tx")
+            .and(warp::get())
+            .and(with_ctx(ctx.clone()))
+            .and(with_provider(provider.clone()))
+            .and(client_addr())
+            .and(query_pairs())
+            .then(
+                |ctx: Ctx, provider: Option<DynProvider>, remote: ClientAddr, q: Query| {
+                    handle(async move {
+                        account_plan_change_tx(&ctx, provider.as_ref(), &remote, &q).await
+                    })
+                },
+            );
     let plan_change_page = warp::path!("account" / "plan-change" / String)
         .and(warp::get())
         .and(with_ctx(ctx.clone()))
@@ -181,6 +196,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         account_challenge.boxed(),
         account_list.boxed(),
         account_cancel.boxed(),
+        account_plan_change.boxed(),
         dash.boxed(),
         asset.boxed(),
     ])
@@ -374,10 +390,7 @@ async fn account_cancel_tx(
 ) -> Result<Resp> {
     check_ip(ctx, remote)?;
     let from = wallet_param(q, "from")?;
-    let id = param(q, "subscription").ok_or_else(|| ApiError::missing("subscription"))?;
-    let id: OnchainSubscriptionId = id.parse().map_err(|_| {
-        ApiError::invalid("subscription", "`subscription` must be a positive integer")
-    })?;
+    let id = onchain_subscription(q)?;
     let when = match param(q, "atPeriodEnd") {
         Some("true") => CancelAt::PeriodEnd,
         Some("false") => CancelAt::Now,
@@ -395,6 +408,43 @@ async fn account_cancel_tx(
     let tx =
         account::cancel_transaction(provider, cfg.chain_id, cfg.contract_address, from, id, when)
             .await?;
+    Ok(Resp::view(&tx))
+}
+
+/// The `subscription` parameter: the contract's id of a subscription.
+fn onchain_subscription(q: &Query) -> Result<OnchainSubscriptionId> {
+    let id = param(q, "subscription").ok_or_else(|| ApiError::missing("subscription"))?;
+    id.parse()
+        .map_err(|_| ApiError::invalid("subscription", "`subscription` must be a positive integer"))
+}
+
+async fn account_plan_change_tx(
+    ctx: &Ctx,
+    provider: Option<&DynProvider>,
+    remote: &ClientAddr,
+    q: &Query,
+) -> Result<Resp> {
+    check_ip(ctx, remote)?;
+    let from = wallet_param(q, "from")?;
+    let id = onchain_subscription(q)?;
+    let plan = param(q, "plan").ok_or_else(|| ApiError::missing("plan"))?;
+    let plan: u64 = plan
+        .parse()
+        .ok()
+        .filter(|p| (1..=i64::MAX as u64).contains(p))
+        .ok_or_else(|| ApiError::invalid("plan", "`plan` must be a positive integer"))?;
+    let provider = provider
+        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
+    let cfg = &ctx.cfg;
+    let tx = account::plan_change_transaction(
+        provider,
+        cfg.chain_id,
+        cfg.contract_address,
+        from,
+        id,
+        plan,
+    )
+    .await?;
     Ok(Resp::view(&tx))
 }
 

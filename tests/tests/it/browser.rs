@@ -201,14 +201,29 @@ async fn checkout_page_refuses_a_mismatched_or_deactivated_plan_without_asking_t
     node("checkout_refused.mjs", &env("inactive"));
 }
 
-/// Issue 14, point 1: the customer lists and cancels subscriptions from `/account` with a
-/// browser wallet — at period end, then at once — and the chain and the API agree after.
+/// Issue 14, point 1 and issue 40, point 7: the customer lists subscriptions on `/account`
+/// with a browser wallet, upgrades to another of the merchant's plans (prorated at once),
+/// schedules a downgrade, undoes it and schedules it again, then cancels — at period end, then at once — and the chain and the
+/// API agree after.
 #[tokio::test(flavor = "multi_thread")]
 async fn customer_cancels_from_the_account_page_at_period_end_then_now() {
     use alloy::primitives::U256;
     let s = start("account", true).await;
     let customer = DevChain::address(accounts::CUSTOMER);
     let (key, _, checkout) = plan_and_checkout(&s, "cust_account").await;
+    // The merchant's other plans: the page offers to move to either.
+    let mut others = Vec::new();
+    for (name, amount) in [("Team", "19.99"), ("Basic", "4.99")] {
+        let plan = post(
+            &s,
+            &key,
+            "/api/v1/plans",
+            serde_json::json!({"name": name, "amount": amount, "currency": "USDC", "interval": "month"}),
+        )
+        .await;
+        assert_eq!(plan["status"], "active", "{plan}");
+        others.push(plan);
+    }
     let url = checkout["url"].as_str().expect("checkout url").to_string();
     let id = subscribe_through_checkout(&s, &url, customer).await;
     // The page lists from the index: wait for the subscription there first.
@@ -295,6 +310,41 @@ async fn customer_cancels_from_the_account_page_at_period_end_then_now() {
         types.contains(&"subscription.cancel_at_period_end_set")
             && types.contains(&"subscription.cancelled"),
         "{types:?}"
+    );
+    // The upgrade from the page: on Team, with its prorated charge in the ledger; the
+    // downgrade to Basic was scheduled from the page too.
+    assert!(
+        types.contains(&"subscription.plan_changed")
+            && types.contains(&"subscription.plan_change_scheduled")
+            && types.contains(&"subscription.plan_change_cancelled"),
+        "{types:?}"
+    );
+    assert_eq!(sub["planId"], others[0]["id"], "{sub}");
+    let detail: Value = s
+        .http
+        .get(format!(
+            "{}/api/v1/subscriptions/{}",
+            s.base,
+            sub["id"].as_str().unwrap()
+        ))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = detail["ledger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(kinds, ["charge", "proration"], "{detail}");
+    assert_eq!(
+        on_chain.amount,
+        U256::from(19_990_000u64),
+        "on Team on chain: {on_chain:?}"
     );
 }
 

@@ -325,7 +325,16 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
     let s = start("pages-account", true).await;
     let customer = DevChain::address(accounts::CUSTOMER);
     let stranger = DevChain::address(accounts::CUSTOMER_B);
-    let (_, _, checkout) = plan_and_checkout(&s, "cust_secret_ref").await;
+    let (key, plan, checkout) = plan_and_checkout(&s, "cust_secret_ref").await;
+    let team = crate::browser_support::post(
+        &s,
+        &key,
+        "/api/v1/plans",
+        serde_json::json!({"name": "Team", "amount": "19.99", "currency": "USDC", "interval": "month"}),
+    )
+    .await;
+    let onchain_plan = |p: &Value| p["chain"]["onchainPlanId"].as_u64().expect("on chain");
+    let (pro, team) = (onchain_plan(&plan), onchain_plan(&team));
     let url = checkout["url"].as_str().unwrap().to_string();
     let code = url
         .split("/checkout/")
@@ -460,6 +469,25 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
             format!("/account/cancel-tx?from={customer}&subscription={id}&atPeriodEnd=yes"),
             "atPeriodEnd",
         ),
+        (
+            format!("/account/plan-change-tx?from={customer}&subscription={id}"),
+            "plan",
+        ),
+        (
+            format!("/account/plan-change-tx?from={customer}&subscription={id}&plan=0"),
+            "plan",
+        ),
+        (
+            format!(
+                "/account/plan-change-tx?from={customer}&subscription={id}&plan=9223372036854775808"
+            ),
+            "plan",
+        ),
+        // Its own plan with no change scheduled: nothing to do.
+        (
+            format!("/account/plan-change-tx?from={customer}&subscription={id}&plan={pro}"),
+            "plan",
+        ),
     ] {
         let (status, text) = get(path.clone()).await;
         let v: Value = serde_json::from_str(&text).unwrap();
@@ -488,6 +516,52 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
                 .unwrap_or_else(|e| panic!("the handed-out cancel: {e:#}: {v}"));
         }
     };
+    // A plan change: only the subscriber's wallet gets one, to a plan that exists; the call
+    // carries the plan's terms.
+    let change = |from: alloy::primitives::Address, plan: u64| {
+        let get = &get;
+        async move {
+            let (status, text) = get(format!(
+                "/account/plan-change-tx?from={from}&subscription={id}&plan={plan}"
+            ))
+            .await;
+            (status, serde_json::from_str::<Value>(&text).unwrap())
+        }
+    };
+    let (status, v) = change(stranger, team).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (403, Some("not_subscriber")),
+        "{v}"
+    );
+    let (status, v) = change(customer, 999).await;
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (404, Some("plan")),
+        "{v}"
+    );
+    let (status, v) = change(customer, team).await;
+    assert_eq!(
+        (status, v["change"].as_str()),
+        (200, Some("upgrade")),
+        "{v}"
+    );
+    let call = SubscriptionManager::changePlanCall::abi_decode(&calldata(&v)).expect("calldata");
+    assert_eq!(
+        (
+            call.subscriptionId,
+            call.newPlanId,
+            call.merchant,
+            call.amount
+        ),
+        (
+            U256::from(id),
+            U256::from(team),
+            DevChain::address(accounts::MERCHANT),
+            U256::from(19_990_000u64)
+        )
+    );
+
     let (status, v) = cancel(stranger, id, true).await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),
@@ -509,6 +583,13 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
     assert_eq!(
         (status, v["error"]["code"].as_str()),
         (409, Some("subscription_already_cancelling")),
+        "{v}"
+    );
+    // An ending subscription changes plan no more.
+    let (status, v) = change(customer, team).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("subscription_not_active")),
         "{v}"
     );
     let (status, v) = cancel(customer, id, false).await;
