@@ -20,6 +20,7 @@ pub mod pagination;
 pub mod plan_change;
 pub mod refunds;
 pub mod relayer;
+pub mod reports;
 pub mod routes;
 pub mod server;
 pub mod webhook_settings;

@@ -242,6 +242,18 @@ pub async fn verify<S: BlockSource + ?Sized>(
             format!("{column} names event {event}, which the index does not hold"),
         );
     }
+    // The revenue per month the ledger's triggers keep, against the ledger itself.
+    for (wallet, month, stored, fresh) in store::revenue_months_drift(client, chain_id).await? {
+        out.add(
+            "revenue_months",
+            format!(
+                "merchant 0x{} {}",
+                hex::encode(wallet),
+                month.format("%Y-%m")
+            ),
+            format!("charges/prorations/refunds/entries {stored}, the ledger sums to {fresh}"),
+        );
+    }
     for (id, event, status, row) in store::orphan_outbox(client).await? {
         let row = row.map_or("no row id".to_string(), |n| format!("row id {n}"));
         out.add(

@@ -163,6 +163,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "billing_v3",
         sql: include_str!("../sql/0030_billing_v3.sql"),
     },
+    Migration {
+        version: 31,
+        name: "revenue_months",
+        sql: include_str!("../sql/0031_revenue_months.sql"),
+    },
 ];
 
 /// A Postgres error as an operator reads it: the server's message and SQLSTATE

@@ -60,6 +60,7 @@ pub mod page;
 pub mod pg;
 pub mod plans;
 pub mod relayer;
+pub mod reports;
 pub mod siwe;
 mod snapshot;
 pub mod startup;

@@ -9,6 +9,7 @@ mod event;
 mod export;
 mod json;
 mod plan;
+mod report;
 mod subscription;
 mod webhook;
 
@@ -24,6 +25,7 @@ pub use export::{
 };
 pub use json::WriteJson;
 pub use plan::{PlanView, ProvisioningView};
+pub use report::{DECIMALS, MoneyView, RevenueView, SummaryView};
 pub use subscription::{
     CancellationView, LedgerEntryView, SubscriptionView, SubscriptionWithLedger,
 };

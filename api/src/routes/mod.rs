@@ -18,6 +18,7 @@ pub mod ledger;
 pub mod openapi;
 pub mod pages;
 pub mod plans;
+pub mod reports;
 pub mod subscriptions;
 pub mod webhooks;
 

@@ -165,6 +165,9 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
     )
     .await;
 
+    // A month of revenue that no longer sums its ledger.
+    exec(&client, "UPDATE revenue_months SET refunds = refunds + 7").await;
+
     // A webhook attempt of an outbox row that does not exist (no foreign key since 0024).
     exec(
         &client,
@@ -249,6 +252,17 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         "{out}"
     );
     assert!(
+        has(
+            "revenue_months",
+            &[
+                "charges/prorations/refunds/entries ",
+                "/7/",
+                "the ledger sums to "
+            ]
+        ),
+        "{out}"
+    );
+    assert!(
         has("chain_plans", &["plan 1: differs: merchant_wallet"]),
         "{out}"
     );
@@ -309,6 +323,7 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
             "chain_events",
             "chain_plans",
             "ledger_entries",
+            "revenue_months",
             "subscriptions",
             "webhook_attempts",
             "webhook_outbox"

@@ -369,6 +369,43 @@ pub async fn dangling_event_links(
         .collect())
 }
 
+/// The months of `revenue_months` (migration 0031) that differ from the ledger they sum,
+/// recomputed over the whole ledger of `chain_id`: `(merchant wallet, month, stored
+/// "charges/prorations/refunds/entries" or "none", recomputed the same way or "none")`.
+pub async fn revenue_months_drift(
+    client: &Client,
+    chain_id: ChainId,
+) -> Result<Vec<(Vec<u8>, chrono::NaiveDate, String, String)>> {
+    let rows = client
+        .query(
+            "WITH fresh AS (
+                 SELECT ce.merchant_wallet,
+                        date_trunc('month', e.block_time AT TIME ZONE 'UTC')::date AS month,
+                        coalesce(sum(e.amount) FILTER (WHERE e.kind = 'charge'), 0) AS charges,
+                        coalesce(sum(e.amount) FILTER (WHERE e.kind = 'proration'), 0) AS prorations,
+                        -coalesce(sum(e.amount) FILTER (WHERE e.kind = 'refund'), 0) AS refunds,
+                        count(*) AS entries
+                   FROM ledger_entries e JOIN chain_events ce ON ce.id = e.event_id
+                  WHERE e.chain_id = $1 AND e.kind IN ('charge', 'proration', 'refund')
+                  GROUP BY 1, 2),
+             stored AS (SELECT merchant_wallet, month, charges, prorations, refunds, entries
+                          FROM revenue_months WHERE chain_id = $1)
+             SELECT coalesce(s.merchant_wallet, f.merchant_wallet), coalesce(s.month, f.month),
+                    coalesce(s.charges || '/' || s.prorations || '/' || s.refunds || '/' || s.entries, 'none'),
+                    coalesce(f.charges || '/' || f.prorations || '/' || f.refunds || '/' || f.entries, 'none')
+               FROM stored s FULL JOIN fresh f
+                 ON f.merchant_wallet = s.merchant_wallet AND f.month = s.month
+              WHERE s IS DISTINCT FROM f
+              ORDER BY 1, 2",
+            &[&chain_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect())
+}
+
 /// The highest block any stored event of `chain_id` is in.
 pub async fn highest_event_block(client: &Client, chain_id: ChainId) -> Result<Option<u64>> {
     let row = client

@@ -199,6 +199,12 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     assert_eq!(risk["data"]["subscriptionId"], short_id.as_str(), "{risk}");
     assert_eq!(risk["data"]["renewalAtRisk"]["reason"], "allowance");
     assert_eq!(risk["data"]["renewalAtRisk"]["period"], 1);
+    // The reports: two trials (apart from the MRR), one of them at risk.
+    let summary = crate::reports_check::assert_reports_agree(&api, &key).await;
+    assert_eq!(summary["subscriptions"]["trialing"], 2, "{summary}");
+    assert_eq!(summary["trialMrr"]["amount"], "19.98", "{summary}");
+    assert_eq!(summary["mrr"]["amount"], "0.00", "{summary}");
+    assert_eq!(summary["atRisk"]["count"], 1, "{summary}");
 
     // The keeper converts it at the trial's end.
     advance_to(&chain, trial_end).await;
@@ -318,6 +324,12 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     assert_eq!(s["pendingPlanChange"]["amount"], "4.99");
     assert_eq!(s["pendingPlanChange"]["effectiveAt"], s["currentPeriodEnd"]);
     assert_eq!(s["planId"], pro["id"], "still Pro until the renewal");
+    // The reports now: one active subscription (Pro, renewing at Lite's amount), one past
+    // due after its failed first charge (at risk before it), as the rows sum up.
+    let summary = crate::reports_check::assert_reports_agree(&api, &key).await;
+    assert_eq!(summary["subscriptions"]["active"], 1, "{summary}");
+    assert_eq!(summary["subscriptions"]["pastDue"], 1, "{summary}");
+    assert_eq!(summary["mrr"]["amount"], "29.98", "{summary}");
 
     advance_to(&chain, at(&s["currentPeriodEnd"])).await;
     let s = wait_sub(&api, &key, &sub_id, "the renewal on the new plan", |s| {
@@ -412,6 +424,9 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     );
     chain.mine(CONFIRMATIONS).await;
     services.wait_indexed(&api, &chain).await;
+    // Revenue per month: the two charges, the proration and the refund, as the ledger sums.
+    let summary = crate::reports_check::assert_reports_agree(&api, &key).await;
+    assert_eq!(summary["subscriptions"]["cancelled"], 1, "{summary}");
 
     // The events, in chain order, each a signed webhook with the same id.
     let all = all_events(&api, &key).await;

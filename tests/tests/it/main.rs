@@ -36,5 +36,6 @@ mod e2e_renewal_risk;
 mod e2e_rpc_secret;
 mod harness;
 mod operators_kit;
+mod reports_check;
 mod settings_documented;
 mod startup_errors;
