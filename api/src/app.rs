@@ -51,6 +51,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("POST", "/dashboard/api/webhook/test"),
     ("GET", "/dashboard/api/webhook/deliveries"),
     ("POST", "/dashboard/api/webhook/deliveries/{id}/retry"),
+    ("POST", "/dashboard/api/subscriptions/{id}/refunds"),
 ];
 
 /// The browser-facing routes (`routes::pages`), as (method, path template): with
@@ -65,6 +66,9 @@ pub const PAGE_ROUTES: &[(&str, &str)] = &[
     ("GET", "/account/plan-change-tx"),
     ("GET", "/account/plan-change/{merchantCode}"),
     ("GET", "/account/plan-change/{merchantCode}/tx"),
+    ("GET", "/dashboard"),
+    ("GET", "/dashboard/subscriptions"),
+    ("GET", "/dashboard/subscriptions/{id}"),
     ("GET", "/dashboard/developers"),
     ("GET", "/assets/{file}"),
 ];
@@ -141,6 +145,7 @@ fn resource_routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         routes::reports::routes(ctx.clone()),
         routes::openapi::routes(),
         routes::webhooks::routes(ctx.clone()),
+        routes::console::routes(ctx.clone()),
         routes::pages::routes(ctx),
         method_fallback(),
     ])

@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod checkout;
 pub mod config;
+pub mod console;
 pub mod ctx;
 pub mod db;
 pub mod dispatch;

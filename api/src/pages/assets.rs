@@ -32,6 +32,16 @@ const FILES: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../../assets/dashboard.js"),
     ),
+    (
+        "subscription.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/subscription.js"),
+    ),
+    (
+        "overview.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/overview.js"),
+    ),
 ];
 
 /// The file called `name`, with its content type.

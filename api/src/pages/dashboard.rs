@@ -12,27 +12,25 @@ use crate::auth::session::{CSRF_HEADER, Session};
 use crate::config::Config;
 use crate::http::reply::Resp;
 
-/// The page for a visitor without a session: explains and offers sign-in.
-pub fn signed_out(cfg: &Config) -> Resp {
+/// A dashboard page for a visitor without a session: explains and offers sign-in. `title`
+/// is the page's, `purpose` what signing in gives.
+pub fn signed_out(cfg: &Config, title: &str, purpose: &str) -> Resp {
     let settings = json!({ "signedIn": false, "chainId": cfg.chain_id });
     let body = format!(
         r#"<section class="card" aria-labelledby="title" id="signin-card">
-<h1 id="title">Developers</h1>
-<p>Sign in with your merchant wallet to manage your API key and webhooks. Your wallet will ask
+<h1 id="title">{title}</h1>
+<p>Sign in with your merchant wallet to {purpose}. Your wallet will ask
 you to sign a message (Sign-In with Ethereum); this costs nothing and sends no transaction.</p>
 <noscript><p class="notice">Signing in needs JavaScript and a browser wallet.</p></noscript>
 <div class="actions"><button type="button" id="signin" class="primary">Sign in with Ethereum</button></div>
 <div id="status" class="status" role="status" aria-live="polite"></div>
 </section>
-{}"#,
-        json_script("dashboard-settings", &settings)
+{settings}"#,
+        title = esc(title),
+        purpose = esc(purpose),
+        settings = json_script("dashboard-settings", &settings)
     );
-    page(
-        StatusCode::OK,
-        "Developers",
-        &body,
-        &["wallet.js", "dashboard.js"],
-    )
+    page(StatusCode::OK, title, &body, &["wallet.js", "dashboard.js"])
 }
 
 /// `sk_live_…abcd · created … · last used …`, or that there is no key.
@@ -79,7 +77,8 @@ pub fn signed_in(cfg: &Config, session: &Session, key_status: &Value, webhook: &
         )
     };
     let body = format!(
-        r#"<section class="card" aria-labelledby="title">
+        r#"{nav}
+<section class="card" aria-labelledby="title">
 <h1 id="title">Developers</h1>
 <p>Signed in as <code id="merchant-wallet">{wallet}</code> <span class="muted">(merchant {code})</span>
 <button type="button" id="signout" class="link">Sign out</button></p>
@@ -143,6 +142,7 @@ the full key is shown once, when it is created.</p>
 </table>
 </section>
 {settings}"#,
+        nav = super::overview::nav("/dashboard/developers"),
         wallet = esc(&wallet),
         code = esc(session.merchant.code()),
         has_key = has_key,

@@ -1,5 +1,5 @@
 //! Server-rendered pages: the customer checkout page, the customer self-service page
-//! (`/account`), the merchant dashboard (`/dashboard/developers`), plus the static JS/CSS
+//! (`/account`), the merchant dashboard (`/dashboard`, `/dashboard/developers`), plus the static JS/CSS
 //! they load from `/assets/` (no CDN). The routes live in `routes/pages.rs`; this module
 //! holds what they render and compute.
 
@@ -11,6 +11,8 @@ pub mod checkout_tx;
 pub mod checkout_view;
 pub mod dashboard;
 pub mod html;
+pub mod overview;
+pub mod subscriptions;
 
 /// Page settings (flattened into [`crate::Config`]).
 #[derive(Clone, Debug, clap::Args)]

@@ -11,6 +11,7 @@ use crate::http::reply::Resp;
 
 pub mod auth;
 pub mod checkouts;
+pub mod console;
 pub mod events;
 pub mod health;
 pub mod keys;

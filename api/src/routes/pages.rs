@@ -10,10 +10,15 @@
 //! | GET | /account/subscriptions?wallet=0x…&merchant=… | a wallet's subscriptions (JSON; headers `x-wallet-proof-issued-at`, `x-wallet-proof-signature`) |
 //! | GET | /account/cancel-tx?from=0x…&subscription=N&atPeriodEnd=true\|false | cancel tx request (JSON) |
 //! | GET | /account/plan-change-tx?from=0x…&subscription=N&plan=M | plan change tx request (JSON) |
+//! | GET | /dashboard | merchant overview (HTML; signed-in or sign-in view) |
+//! | GET | /dashboard/subscriptions?status=…&customer=…&startingAfter=… | subscriptions (HTML) |
+//! | GET | /dashboard/subscriptions/{id} | one subscription: ledger, events, refund (HTML) |
 //! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
 //! | GET | /assets/{file} | JS and CSS of the pages |
 
 use std::str::FromStr;
+
+use chrono::Datelike;
 
 use alloy::primitives::Address;
 use alloy::providers::DynProvider;
@@ -31,7 +36,7 @@ use crate::http::extract::{param, query_pairs};
 use crate::http::reply::{Resp, handle, respond};
 use crate::pages::html::error_page;
 use crate::pages::{
-    account, account_view, assets, checkout, checkout_tx, checkout_view, dashboard,
+    account, account_view, assets, checkout, checkout_tx, checkout_view, dashboard, overview,
 };
 use crate::routes::any_of;
 use crate::webhook_settings as settings;
@@ -168,6 +173,46 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                 })
             },
         );
+    let overview = warp::path!("dashboard")
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(warp::header::optional::<String>("cookie"))
+        .and(client_addr())
+        .then(
+            |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
+                overview(&ctx, cookie.as_deref(), &remote)
+                    .await
+                    .unwrap_or_else(html_error)
+            },
+        );
+    let console_list = warp::path!("dashboard" / "subscriptions")
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(warp::header::optional::<String>("cookie"))
+        .and(client_addr())
+        .and(query_pairs())
+        .then(
+            |ctx: Ctx, cookie: Option<String>, remote: ClientAddr, q: Query| async move {
+                console_list(&ctx, cookie.as_deref(), &remote, &q)
+                    .await
+                    .unwrap_or_else(html_error)
+            },
+        );
+    let console_detail = warp::path!("dashboard" / "subscriptions" / String)
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(warp::header::optional::<String>("cookie"))
+        .and(client_addr())
+        .then(
+            |id: String, ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
+                match signed_in(&ctx, cookie.as_deref(), &remote, "Subscription").await {
+                    Ok(Ok(s)) => crate::console::detail(&ctx, &s, &id).await,
+                    Ok(Err(page)) => Ok(page),
+                    Err(e) => Err(e),
+                }
+                .unwrap_or_else(html_error)
+            },
+        );
     let dash = warp::path!("dashboard" / "developers")
         .and(warp::get())
         .and(with_ctx(ctx))
@@ -197,6 +242,9 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         account_list.boxed(),
         account_cancel.boxed(),
         account_plan_change.boxed(),
+        overview.boxed(),
+        console_list.boxed(),
+        console_detail.boxed(),
         dash.boxed(),
         asset.boxed(),
     ])
@@ -448,10 +496,87 @@ async fn account_plan_change_tx(
     Ok(Resp::view(&tx))
 }
 
+/// The session of a dashboard page's request, or (`Ok(Err)`) the sign-in view titled
+/// `title` to answer without one.
+async fn signed_in(
+    ctx: &Ctx,
+    cookie: Option<&str>,
+    remote: &ClientAddr,
+    title: &str,
+) -> Result<std::result::Result<session::Session, Resp>> {
+    match session::session_of(ctx, &Method::GET, cookie, None, remote).await {
+        Ok(s) => Ok(Ok(s)),
+        Err(ApiError::Unauthorized { .. }) => Ok(Err(dashboard::signed_out(
+            &ctx.cfg,
+            title,
+            "see your revenue, subscriptions and renewals and act on them",
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// `/dashboard/subscriptions?status=…&customer=…&startingAfter=…`.
+async fn console_list(
+    ctx: &Ctx,
+    cookie: Option<&str>,
+    remote: &ClientAddr,
+    q: &Query,
+) -> Result<Resp> {
+    let s = match signed_in(ctx, cookie, remote, "Subscriptions").await? {
+        Ok(s) => s,
+        Err(page) => return Ok(page),
+    };
+    let status = match param(q, "status").filter(|v| !v.is_empty()) {
+        None => None,
+        Some(v) => Some(chainsub_core::SubscriptionStatus::parse(v).map_err(|_| {
+            ApiError::invalid(
+                "status",
+                format!(
+                    "`status` must be one of {}",
+                    chainsub_core::SubscriptionStatus::names()
+                ),
+            )
+        })?),
+    };
+    let customer = param(q, "customer")
+        .map(str::trim)
+        .filter(|c| !c.is_empty());
+    if customer.is_some_and(|c| c.len() > 128) {
+        return Err(ApiError::invalid(
+            "customer",
+            "a customer id has at most 128 characters",
+        ));
+    }
+    let after = param(q, "startingAfter").map(str::to_string);
+    let list = crate::pages::subscriptions::ListQuery { status, customer };
+    crate::console::list(ctx, &s, &list, after).await
+}
+
+/// `/dashboard`: the overview, or the sign-in view without a session.
+async fn overview(ctx: &Ctx, cookie: Option<&str>, remote: &ClientAddr) -> Result<Resp> {
+    let s = match signed_in(ctx, cookie, remote, "Overview").await? {
+        Ok(s) => s,
+        Err(page) => return Ok(page),
+    };
+    let summary = crate::reports::summary(ctx, &s.merchant).await?;
+    let this_month = summary.as_of.date_naive().with_day(1).unwrap_or_default();
+    let from = this_month
+        .checked_sub_months(chrono::Months::new(11))
+        .unwrap_or(this_month);
+    let revenue = crate::reports::revenue(ctx, &s.merchant, from, this_month).await?;
+    Ok(overview::render(&s, &summary, &revenue))
+}
+
 async fn developers(ctx: &Ctx, cookie: Option<&str>, remote: &ClientAddr) -> Result<Resp> {
     let s = match session::session_of(ctx, &Method::GET, cookie, None, remote).await {
         Ok(s) => s,
-        Err(ApiError::Unauthorized { .. }) => return Ok(dashboard::signed_out(&ctx.cfg)),
+        Err(ApiError::Unauthorized { .. }) => {
+            return Ok(dashboard::signed_out(
+                &ctx.cfg,
+                "Developers",
+                "manage your API key and webhooks",
+            ));
+        }
         Err(e) => return Err(e),
     };
     let conn = ctx.pool.get().await?;

@@ -132,6 +132,16 @@ struct NewRefund {
     cancel: Option<Flag>,
 }
 
+/// A refund request's body (`{"amount": "1.50", "cancel": false}`), checked; the dashboard's
+/// refund takes the same.
+pub fn refund_asked(body: &Map<String, Value>) -> Result<crate::refunds::Asked> {
+    let NewRefund { amount, cancel } = input::body(body)?;
+    Ok(crate::refunds::Asked {
+        amount,
+        cancel: cancel.is_some_and(|Flag(c)| c),
+    })
+}
+
 /// `POST /api/v1/subscriptions/{id}/refunds`: the transactions the merchant's wallet sends to
 /// refund `amount` of the subscription's latest charged period (and, with `cancel`, cancel
 /// it); nothing is sent or stored ([`crate::refunds`]).
@@ -143,11 +153,7 @@ async fn refund(
         Option<alloy::providers::DynProvider>,
     ),
 ) -> Result<Resp> {
-    let NewRefund { amount, cancel } = input::body(&body)?;
-    let asked = crate::refunds::Asked {
-        amount,
-        cancel: cancel.is_some_and(|Flag(c)| c),
-    };
+    let asked = refund_asked(&body)?;
     let view = crate::refunds::request(&s.ctx, provider.as_ref(), &s.merchant, &id, asked).await?;
     Ok(Resp::view(&view))
 }

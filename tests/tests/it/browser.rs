@@ -506,3 +506,78 @@ async fn a_trial_is_stated_on_the_checkout_started_from_it_and_shown_on_the_acco
         &env("account", format!("{}/account?merchant={code}", s.base)),
     );
 }
+
+/// Issue 41, points 1, 2 and 8, and issue 40, point 6: a merchant with a paying subscriber
+/// signs in on `/dashboard` and reads the overview at 1280 px and 390 px (the figures equal
+/// the reporting API's), finds the subscription by customer id, opens it and refunds 1.50
+/// USDC with its own wallet; every page fits, logs no console error and has no serious
+/// accessibility violation (axe-core). The API then shows the refund.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merchant_reads_the_overview_finds_the_subscription_and_refunds_it_from_the_browser() {
+    let s = start("overview", true).await;
+    let customer = DevChain::address(accounts::CUSTOMER);
+    let (key, _, checkout) = plan_and_checkout(&s, "cust_overview").await;
+    let url = checkout["url"].as_str().expect("checkout url").to_string();
+    subscribe_through_checkout(&s, &url, customer).await;
+    let list_url = format!("{}/api/v1/subscriptions", s.base);
+    poll("the subscription indexed", || async {
+        let v: Value = s
+            .http
+            .get(&list_url)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        v["data"].as_array()?.first().cloned()
+    })
+    .await;
+    node(
+        "console.mjs",
+        &[
+            ("BASE_URL", s.base.clone()),
+            ("RPC_URL", s.chain.anvil.url.clone()),
+            ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            (
+                "MERCHANT",
+                DevChain::address(accounts::MERCHANT).to_string(),
+            ),
+            ("API_KEY", key.clone()),
+            ("CUSTOMER_ID", "cust_overview".into()),
+            ("EXPLORER_PREFIX", EXPLORER.into()),
+        ],
+    );
+    // The refund the merchant's wallet sent is the API's too.
+    let refunded = poll("the refund in the API", || async {
+        let list: Value = s
+            .http
+            .get(&list_url)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let id = list["data"][0]["id"].as_str()?.to_string();
+        let v: Value = s
+            .http
+            .get(format!("{}/api/v1/subscriptions/{id}", s.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        v["ledger"]
+            .as_array()?
+            .iter()
+            .find(|e| e["type"] == "refund")
+            .cloned()
+    })
+    .await;
+    assert_eq!(refunded["amount"], "-1.50", "{refunded}");
+}

@@ -1,0 +1,95 @@
+//! What the dashboard's subscription pages read: the same store calls as the REST API's
+//! list and get, with the merchant of the session.
+
+use chainsub_core::SubscriptionId;
+use chainsub_store::{events, subscriptions as store};
+
+use crate::auth::session::Session;
+use crate::ctx::Ctx;
+use crate::http::error::{ApiError, Result};
+use crate::http::reply::Resp;
+use crate::merchants::Merchant;
+use crate::pages::subscriptions::{self as view, EventLine, ListQuery};
+use crate::pagination::{Limit, Page, cursor_key};
+
+/// Rows per page of the list.
+const PER_PAGE: i64 = 50;
+
+/// The list page: `status` and `customer` as the API's filters, `after` a cursor.
+pub async fn list(
+    ctx: &Ctx,
+    session: &Session,
+    q: &ListQuery<'_>,
+    after: Option<String>,
+) -> Result<Resp> {
+    let merchant = &session.merchant;
+    let page = Page::new(Some(Limit(PER_PAGE)), after, None)?;
+    let filter = store::Filter {
+        status: q.status,
+        plan: None,
+        customer_external_id: q.customer,
+    };
+    let conn = ctx.pool.get().await?;
+    let (c, m) = (&conn, merchant);
+    let key = cursor_key(
+        &page,
+        "subscription",
+        SubscriptionId::parse,
+        |id| async move { Ok(store::cursor_key(c, m, &id).await?) },
+    )
+    .await?;
+    let (rows, more) = store::list(
+        &conn,
+        merchant,
+        ctx.cfg.chain_id,
+        &filter,
+        page.store_page(key),
+    )
+    .await?;
+    let next = more.then(|| rows.last().map(|r| r.id.as_str())).flatten();
+    Ok(view::list(session, q, &rows, next))
+}
+
+/// The detail page of `id` (404 for another merchant's).
+pub async fn detail(ctx: &Ctx, session: &Session, id: &str) -> Result<Resp> {
+    let merchant: &Merchant = &session.merchant;
+    let not_found = || ApiError::not_found("subscription", None);
+    let id = SubscriptionId::parse(id).ok_or_else(not_found)?;
+    let chain_id = ctx.cfg.chain_id;
+    let conn = ctx.pool.get().await?;
+    let row = store::get(&conn, merchant, chain_id, &id)
+        .await?
+        .ok_or_else(not_found)?;
+    let ledger = store::ledger(&conn, merchant, chain_id, &id).await?;
+    let filter = events::Filter {
+        kind: None,
+        subscription: Some(&id),
+        from_block: None,
+        to_block: None,
+        created_gte: None,
+        created_lt: None,
+    };
+    let page = Page::new(Some(Limit(100)), None, None)?;
+    let (rows, _) = events::list(&conn, merchant, chain_id, &filter, page.store_page(None)).await?;
+    let lines: Vec<EventLine> = rows
+        .iter()
+        .map(|e| EventLine {
+            id: e.id.as_str().to_string(),
+            kind: e.kind.clone().unwrap_or_default(),
+            at: e.created_at,
+            delivery: e.delivery.as_ref().map_or_else(
+                || "no webhook (no endpoint, or not confirmed yet)".to_string(),
+                |d| match (&d.delivered_at, &d.last_error) {
+                    (Some(at), _) => format!("delivered {}", at.format("%Y-%m-%d %H:%M UTC")),
+                    (None, Some(err)) => format!(
+                        "{} after {} attempt(s): {err}",
+                        d.status.as_str(),
+                        d.attempts
+                    ),
+                    (None, None) => format!("{}, {} attempt(s)", d.status.as_str(), d.attempts),
+                },
+            ),
+        })
+        .collect();
+    Ok(view::detail(&ctx.cfg, session, &row, &ledger, &lines))
+}
