@@ -106,7 +106,10 @@
           tr.appendChild(td);
           table.appendChild(tr);
         }
-        li.appendChild(table);
+        // A phone scrolls the table, not the page.
+        const scroll = el("div", null, { class: "table-scroll", tabindex: "0", role: "region", "aria-label": "Payments (scrolls sideways)" });
+        scroll.appendChild(table);
+        li.appendChild(scroll);
       }
       if (s.planChoices && s.planChoices.length) {
         const form = el("div", null, { class: "actions plan-choice" });
@@ -213,7 +216,7 @@
     try {
       if (!(await onRightChain())) {
         listEl.textContent = "";
-        show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+        show("wrong-chain", "Your wallet is on the wrong network. Switch to " + settings.chainName + " (chain " + settings.chainId + ") to continue.", ["switch"]);
         return;
       }
       if (!(await ensureProof())) return;
@@ -271,7 +274,7 @@
     delete statusEl.dataset.tx;
     try {
       if (!(await onRightChain())) {
-        show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+        show("wrong-chain", "Your wallet is on the wrong network. Switch to " + settings.chainName + " (chain " + settings.chainId + ") to continue.", ["switch"]);
         return;
       }
       show("preparing", "Preparing the " + a.what + "…", []);

@@ -75,7 +75,7 @@
   async function check() {
     if (!account) return;
     if (!(await onRightChain())) {
-      show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+      show("wrong-chain", "Your wallet is on the wrong network. Switch to " + settings.chainName + " (chain " + settings.chainId + ") to continue.", ["switch"]);
       return;
     }
     if (settings.inactive) {
@@ -205,7 +205,7 @@
     busy = true;
     try {
       if (!(await onRightChain())) {
-        show("wrong-chain", "Your wallet is on the wrong network. Switch to chain " + settings.chainId + " to continue.", ["switch"]);
+        show("wrong-chain", "Your wallet is on the wrong network. Switch to " + settings.chainName + " (chain " + settings.chainId + ") to continue.", ["switch"]);
         return;
       }
       for (let i = 0; i < plan.steps.length; i++) {

@@ -62,7 +62,7 @@
       return;
     }
     if (!(await W.onRightChain(settings.chainId))) {
-      show("wrong-chain", "Your wallet is on another network: switch to chain " + settings.chainId + ".");
+      show("wrong-chain", "Your wallet is on another network: switch to " + settings.chainName + " (chain " + settings.chainId + ").");
       return;
     }
     for (const step of prepared.steps) {

@@ -71,7 +71,7 @@ window.ChainsubWallet = (function () {
       return true;
     } catch (e) {
       if (e && e.code === 4902) {
-        ui.show("wrong-chain", "Your wallet does not know chain " + settings.chainId + ". Add it in your wallet, then try again.", ["switch"]);
+        ui.show("wrong-chain", "Your wallet does not know " + (settings.chainName || "chain " + settings.chainId) + " (chain " + settings.chainId + "). Add it in your wallet, then try again.", ["switch"]);
       } else {
         ui.walletError(e, "network switch");
       }

@@ -8,7 +8,7 @@
 // Also PERMIT_CUSTOMER (funded, no allowance) and PERMIT_CHECKOUT_URL (its own link); the permit
 // way also walks a wallet error (shown, no fallback) and a permit grown stale after a rejected
 // transaction (a fresh one is fetched, the old one neither sent nor re-signed).
-import { check, emit, env, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
+import { check, emit, env, fitsWidth, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
 
 const url = env("CHECKOUT_URL");
 const rpcUrl = env("RPC_URL");
@@ -92,6 +92,9 @@ await run("checkout", async (browser) => {
     check(wallet.calls.filter((m) => m === "eth_sendTransaction").length === 4, "rejected, approve, rejected, subscribe");
     check(wallet.calls.filter((m) => m === "eth_signTypedData_v4").length === 1, "the permit was tried once, unsupported");
     await screenshot(page, "checkout-7-confirmed");
+    // On a phone the page fits: the wallet, the contract and the transaction hash wrap.
+    await fitsWidth(page, 390, "checkout-7-confirmed");
+    await page.setViewportSize({ width: 900, height: 1000 });
     console.log(`subscribe tx: ${hash}`);
 
     // 3. The same wallet comes back: already subscribed.

@@ -10,7 +10,7 @@
 //      SCREENSHOT_DIR.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { check, env, run, screenshot, walletPage } from "./lib.mjs";
+import { check, env, fitsWidth, run, screenshot, walletPage } from "./lib.mjs";
 
 const base = env("BASE_URL");
 const rpcUrl = env("RPC_URL");
@@ -28,15 +28,7 @@ const text = (page, sel) => page.locator(sel).first().textContent();
 
 // The page at `width`: it fits (no horizontal overflow) and axe finds nothing serious.
 async function fitsAndPassesAxe(page, width, name) {
-  const overflow = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
-  // On failure, name the elements that stick out (the innermost first).
-  const wide = overflow[0] <= overflow[1] ? [] : await page.evaluate((w) => [...document.querySelectorAll("body *")]
-    .filter((e) => e.getBoundingClientRect().right > w + 1)
-    .filter((e) => !e.closest(".table-scroll") || e.classList.contains("table-scroll"))
-    .slice(-5)
-    .map((e) => e.tagName + (e.id ? "#" + e.id : "") + "." + e.className + ": " + Math.round(e.getBoundingClientRect().right)), overflow[1]);
-  await screenshot(page, `${name}-${width}`);
-  check(overflow[0] <= overflow[1], `${name}: no horizontal overflow at ${width}px: ${overflow}: ${wide}`);
+  await fitsWidth(page, width, name);
   await page.evaluate(axeSource);
   const result = await page.evaluate(() => window.axe.run(document, { resultTypes: ["violations"] }));
   const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");

@@ -156,3 +156,18 @@ export async function run(name, body) {
     await close();
   }
 }
+
+// The page fits a `width` px wide screen: nothing scrolls sideways (on failure, names the
+// elements that stick out, outside scrolling tables). Leaves the viewport at `width`.
+export async function fitsWidth(page, width, name) {
+  await page.setViewportSize({ width, height: page.viewportSize().height });
+  const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+  await screenshot(page, `${name}-${width}`);
+  if (scroll <= inner) return;
+  const wide = await page.evaluate((w) => [...document.querySelectorAll("body *")]
+    .filter((e) => e.getBoundingClientRect().right > w + 1)
+    .filter((e) => !e.closest(".table-scroll") || e.classList.contains("table-scroll"))
+    .slice(-5)
+    .map((e) => e.tagName + (e.id ? "#" + e.id : "") + "." + e.className + ": " + Math.round(e.getBoundingClientRect().right)), inner);
+  check(false, `${name}: no horizontal overflow at ${width}px: ${scroll} > ${inner}: ${wide}`);
+}

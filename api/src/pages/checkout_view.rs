@@ -64,6 +64,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
     let settings = json!({
         "chainId": cfg.chain_id,
         "chainIdHex": chain_id_hex(cfg.chain_id),
+        "chainName": crate::pages::network_name(cfg),
         "txUrl": tx_url,
         "explorerTxUrl": cfg.pages.explorer_tx_url,
         "available": link.plan_onchain_id.is_some() && !link.deactivated,
@@ -88,7 +89,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
   <dt>Merchant</dt><dd><code title="{mw}">{mw_short}</code> <span class="muted">({code})</span></dd>
   <dt>Billing</dt><dd id="billing">{billing}</dd>
   <dt>Allowance requested</dt><dd><span id="allowance">{allowance}</span> USDC ({periods} payments), added to any allowance you already gave the subscription contract <code title="{contract}">{contract_short}</code>. The contract can only take the plan amount once per {per}; you can lower or revoke the allowance at any time.</dd>
-  <dt>Network</dt><dd>Chain ID {chain_id}</dd>
+  <dt>Network</dt><dd>{network} <span class="muted">(chain {chain_id})</span></dd>
 </dl>
 {unavailable}
 <noscript><p class="notice">This page needs JavaScript and a browser wallet (such as MetaMask).</p></noscript>
@@ -121,6 +122,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
         contract_short = esc(&short(&contract)),
         chain_id = cfg.chain_id,
         unavailable = unavailable,
+        network = esc(&crate::pages::network_name(cfg)),
         settings = json_script("checkout-settings", &settings),
     );
     page(

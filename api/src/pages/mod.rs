@@ -26,6 +26,34 @@ pub struct PagesConfig {
     #[arg(long, env = "CHECKOUT_ALLOWANCE_PERIODS", default_value_t = 12,
           value_parser = clap::value_parser!(u32).range(1..=120))]
     pub checkout_allowance_periods: u32,
+    /// The network's name on the pages (`Base`, …); unset: the name of a well-known chain id,
+    /// else `Chain <id>`.
+    #[arg(long, env = "CHAIN_NAME")]
+    pub chain_name: Option<String>,
+}
+
+/// The names of the chains a deployment is likely to run on.
+const KNOWN_CHAINS: &[(u64, &str)] = &[
+    (1, "Ethereum"),
+    (10, "OP Mainnet"),
+    (137, "Polygon"),
+    (8453, "Base"),
+    (42161, "Arbitrum One"),
+    (43114, "Avalanche C-Chain"),
+    (84532, "Base Sepolia (testnet)"),
+    (11155111, "Sepolia (testnet)"),
+    (31337, "Local development chain (Anvil)"),
+];
+
+/// The network's name as the pages show it to customers.
+pub fn network_name(cfg: &crate::config::Config) -> String {
+    let id = cfg.chain_id.get();
+    cfg.pages.chain_name.clone().unwrap_or_else(|| {
+        KNOWN_CHAINS
+            .iter()
+            .find(|(known, _)| *known == id)
+            .map_or_else(|| format!("Chain {id}"), |(_, name)| (*name).to_string())
+    })
 }
 
 impl Default for PagesConfig {
@@ -33,6 +61,7 @@ impl Default for PagesConfig {
         Self {
             explorer_tx_url: None,
             checkout_allowance_periods: 12,
+            chain_name: None,
         }
     }
 }

@@ -91,12 +91,35 @@ async fn get_one(s: Scope, id: String) -> Result<Resp> {
     Ok(Resp::view(&plan_view(&s.ctx, &row)))
 }
 
+/// A plan's name: [`Text`] without the Unicode bidirectional controls (U+061C, U+200E,
+/// U+200F, U+202A–U+202E, U+2066–U+2069). The checkout shows the name to customers beside
+/// the price: an override (`"Pro \u{202E}99.0 DSU"`) could make it read as another amount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlanName(Text<100>);
+
+impl FromParam for PlanName {
+    fn from_text(s: &str) -> Result<Self, String> {
+        let text = Text::<100>::from_text(s)?;
+        let bidi = |c: char| matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+        if s.chars().any(bidi) {
+            return Err("must not contain bidirectional control characters".into());
+        }
+        Ok(Self(text))
+    }
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        v.as_str()
+            .ok_or_else(|| "must be a string".to_string())
+            .and_then(Self::from_text)
+    }
+}
+
 /// The body of `POST /api/v1/plans`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct NewPlan {
     #[serde(deserialize_with = "input::required")]
-    name: Text<100>,
+    name: PlanName,
     #[serde(deserialize_with = "input::required")]
     amount: Amount,
     #[serde(deserialize_with = "input::required")]
@@ -255,7 +278,7 @@ async fn existing_for_key(
     let Some(row) = chainsub_store::plans::by_idempotency_key(&conn, merchant, key).await? else {
         return Ok(None);
     };
-    let same = row.name == input.name.0
+    let same = row.name == input.name.0.0
         && row.amount == input.amount.base_units().to_string()
         && input.slug.as_ref().is_none_or(|s| row.slug == s.as_str())
         && row.trial_days == i32::from(input.trial_days.map_or(0, |d| d.0));
@@ -279,7 +302,7 @@ async fn insert(
     let base = input
         .slug
         .clone()
-        .unwrap_or_else(|| Slug::from_name(&input.name.0));
+        .unwrap_or_else(|| Slug::from_name(&input.name.0.0));
     for attempt in 0..5 {
         // A derived slug that is taken gets a short random suffix; an explicit one is a 409.
         let slug = if attempt == 0 {
@@ -290,7 +313,7 @@ async fn insert(
         let public_id = PlanId::random(12);
         let row = chainsub_store::plans::NewPlan {
             public_id: &public_id,
-            name: &input.name.0,
+            name: &input.name.0.0,
             amount: input.amount.base_units(),
             trial_days: input.trial_days.map_or(0, |d| d.0),
             slug: &slug,
@@ -345,4 +368,36 @@ async fn retry(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Res
         Ok(Resp::json(plan_value(ctx, &row)?))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_name_refuses_bidirectional_controls() {
+        assert!(PlanName::from_text("Pro Monthly").is_ok());
+        assert!(
+            PlanName::from_text("خطة شهرية").is_ok(),
+            "right-to-left text is fine"
+        );
+        for spoof in [
+            "Pro \u{202E}99.0 DSU",
+            "a\u{2066}b",
+            "a\u{200F}",
+            "\u{061C}x",
+        ] {
+            assert_eq!(
+                PlanName::from_text(spoof),
+                Err("must not contain bidirectional control characters".into()),
+                "{spoof:?}"
+            );
+        }
+        // The OpenAPI document says the same.
+        let doc: Value = serde_json::from_str(crate::routes::openapi::OPENAPI_JSON).unwrap();
+        let pattern = doc["components"]["schemas"]["PlanCreate"]["properties"]["name"]["pattern"]
+            .as_str()
+            .unwrap();
+        assert!(pattern.contains("\\u202a-\\u202e") && pattern.contains("\\u2066-\\u2069"));
+    }
 }
