@@ -224,6 +224,15 @@
     return td;
   }
 
+  // `2026-11-29 14:03 UTC`, the exact time on hover.
+  function when(iso) {
+    const t = document.createElement("time");
+    t.dateTime = iso;
+    t.title = iso;
+    t.textContent = new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+    return t;
+  }
+
   async function loadDeliveries() {
     const body = document.querySelector("#deliveries tbody");
     let list;
@@ -248,12 +257,17 @@
     for (const d of list.data) {
       const tr = document.createElement("tr");
       tr.dataset.delivery = d.id;
-      cell(tr, d.eventId);
+      cell(tr, d.eventId).className = "mono";
       cell(tr, d.eventType);
-      cell(tr, d.status);
+      const st = cell(tr, d.status);
+      if (d.heldBy) {
+        st.textContent = "waiting for the subscription's earlier event " + d.heldBy;
+        st.dataset.heldBy = d.heldBy;
+      }
       cell(tr, d.attemptCount);
       cell(tr, d.lastError || "");
-      cell(tr, d.createdAt);
+      const created = cell(tr, "");
+      created.appendChild(when(d.createdAt));
       const td = cell(tr, "");
       const b = document.createElement("button");
       b.type = "button";

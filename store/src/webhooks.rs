@@ -44,6 +44,9 @@ pub struct DeliveryRow {
     pub created_at: DateTime<Utc>,
     pub delivered_at: Option<DateTime<Utc>>,
     pub event_type: Option<String>,
+    /// A waiting delivery held back by an earlier event of the same subscription still
+    /// pending (webhooks of a subscription go out in chain order): that event's id.
+    pub held_by: Option<String>,
 }
 
 /// One attempt of a delivery.
@@ -271,7 +274,12 @@ pub async fn deliveries(
                     o.next_attempt_at, o.last_error, o.created_at, o.delivered_at, \
                     COALESCE(o.test_payload->>'type', e.kind, \
                              CASE WHEN r.id IS NOT NULL THEN 'event.retracted' END, \
-                             CASE WHEN k.id IS NOT NULL THEN 'subscription.renewal_at_risk' END) \
+                             CASE WHEN k.id IS NOT NULL THEN 'subscription.renewal_at_risk' END), \
+                    CASE WHEN o.status IN ('pending', 'delivering') AND o.subscription_id IS NOT NULL THEN \
+                        (SELECT p.event_public_id FROM webhook_outbox p \
+                          WHERE p.chain_id = o.chain_id AND p.subscription_id = o.subscription_id \
+                            AND p.id < o.id AND p.status IN ('pending', 'delivering') \
+                          ORDER BY p.id LIMIT 1) END \
              FROM webhook_outbox o \
              LEFT JOIN chain_events e ON e.public_id = o.event_public_id AND o.test_payload IS NULL \
              LEFT JOIN event_retractions r ON r.public_id = o.event_public_id \
@@ -299,6 +307,7 @@ pub async fn deliveries(
                 created_at: r.get(7),
                 delivered_at: r.get(8),
                 event_type: r.get(9),
+                held_by: r.get(10),
             })
         })
         .collect::<Result<Vec<_>>>()?;

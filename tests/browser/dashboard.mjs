@@ -6,7 +6,7 @@
 // env: BASE_URL, RPC_URL, CHAIN_ID, MERCHANT, SCREENSHOT_DIR.
 import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
-import { check, env, run, screenshot, walletPage } from "./lib.mjs";
+import { check, env, fitsWidth, run, screenshot, walletPage } from "./lib.mjs";
 
 const base = env("BASE_URL");
 const rpcUrl = env("RPC_URL");
@@ -143,6 +143,17 @@ await run("dashboard", async (browser) => {
     check(b.headers["webhook-signature"].split(" ").includes(expected), "signed with the dashboard's secret");
     check(b.headers["webhook-signature"].split(" ").length === 1, "and with no other (the previous one ended)");
     await screenshot(page, "dashboard-6-webhook-retried");
+    // Times read as dates, the exact time on hover; the deliveries fit their card on a
+    // phone and on a desktop (the table scrolls inside it, not the page).
+    const created = row.locator("td time");
+    check(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/.test(await created.textContent()), `created: ${await created.textContent()}`);
+    check(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}/.test(await created.getAttribute("title")), "the exact time on hover");
+    for (const width of [1280, 390]) {
+      await fitsWidth(page, width, "dashboard-developers");
+      const [card, table] = await page.evaluate(() => [document.getElementById("deliveries-card").getBoundingClientRect().right, document.querySelector("#deliveries-card .table-scroll").getBoundingClientRect().right]);
+      check(table <= card, `the deliveries stay in their card at ${width}px: ${table} > ${card}`);
+    }
+    await page.setViewportSize({ width: 900, height: 1000 });
   } finally {
     receiver.close();
   }

@@ -86,6 +86,8 @@ pub struct WebhookDeliveryView<'a> {
     pub last_error: Option<&'a str>,
     pub created_at: String,
     pub delivered_at: Option<String>,
+    /// Waiting for this earlier event of the same subscription (delivered in chain order).
+    pub held_by: Option<&'a str>,
     pub attempts: Vec<AttemptView<'a>>,
 }
 
@@ -105,6 +107,7 @@ impl<'a> WebhookDeliveryView<'a> {
             last_error: r.last_error.as_deref(),
             created_at: rfc3339_millis(&r.created_at),
             delivered_at: r.delivered_at.as_ref().map(rfc3339_millis),
+            held_by: r.held_by.as_deref(),
             attempts,
         }
     }

@@ -135,11 +135,12 @@ the full key is shown once, when it is created.</p>
 <section class="card" aria-labelledby="dl-title" id="deliveries-card">
 <h2 id="dl-title">Recent deliveries</h2>
 <div class="actions"><button type="button" id="deliveries-refresh">Refresh</button></div>
-<table id="deliveries">
+<p class="muted">A subscription's webhooks go out in chain order: a delivery waits while an earlier event of the same subscription is pending.</p>
+<div class="table-scroll" tabindex="0" role="region" aria-label="Recent deliveries (scrolls sideways)"><table id="deliveries">
   <caption class="sr-only">Recent webhook deliveries, newest first</caption>
   <thead><tr><th scope="col">Event</th><th scope="col">Type</th><th scope="col">Status</th><th scope="col">Attempts</th><th scope="col">Last error</th><th scope="col">Created</th><th scope="col"><span class="sr-only">Actions</span></th></tr></thead>
   <tbody><tr><td colspan="7" class="muted">Loading…</td></tr></tbody>
-</table>
+</table></div>
 </section>
 {settings}"#,
         nav = super::overview::nav("/dashboard/developers"),

@@ -606,16 +606,21 @@ fn the_webhooks_section_documents_every_event_type_its_signature_and_the_schedul
         .iter()
         .map(|k| k.as_str())
         .chain(chainsub_store::events::UNLOGGED_KINDS)
+        .chain(["webhook.test"])
         .collect();
     let documented: BTreeSet<&str> = webhooks.keys().map(String::as_str).collect();
     assert_eq!(documented, kinds, "one webhook entry per event type");
     let schedule = chainsub_webhooks::schedule::DEFAULT_SCHEDULE.replace(',', ", ");
     for (kind, entry) in webhooks {
         let post = &entry["post"];
+        let body = if kind == "webhook.test" {
+            "#/components/schemas/TestEvent"
+        } else {
+            "#/components/schemas/Event"
+        };
         assert_eq!(
-            post["requestBody"]["content"]["application/json"]["schema"]["$ref"],
-            "#/components/schemas/Event",
-            "{kind}: the body is the event object /events lists"
+            post["requestBody"]["content"]["application/json"]["schema"]["$ref"], body,
+            "{kind}: the body is the event object /events lists (the test event's own)"
         );
         let headers: BTreeSet<&str> = post["parameters"]
             .as_array()

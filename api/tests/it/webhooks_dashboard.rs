@@ -264,6 +264,31 @@ async fn dashboard_reveals_rotates_sends_test_events_lists_and_retries_deliverie
         .unwrap();
     let body: Value = serde_json::from_slice(&got.body).unwrap();
     assert_eq!(body["type"], "webhook.test");
+    // The test event is the OpenAPI document's `webhook.test`: its body and its id.
+    let doc: Value = serde_json::from_str(chainsub_api::routes::openapi::OPENAPI_JSON).unwrap();
+    let root = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "components": doc["components"],
+        "$ref": "#/components/schemas/TestEvent",
+    });
+    let validator = jsonschema::options()
+        .should_validate_formats(true)
+        .build(&root)
+        .unwrap();
+    assert!(validator.is_valid(&body), "{body}");
+    let id_pattern = doc["webhooks"]["webhook.test"]["post"]["parameters"][0]["schema"]["pattern"]
+        .as_str()
+        .unwrap();
+    assert_eq!(id_pattern, "^evt_test_[0-9a-f]{32}$");
+    let id = got.webhook_id();
+    assert!(
+        id.len() == 41
+            && id.starts_with("evt_test_")
+            && id[9..]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+        "{id}"
+    );
 
     let (status, s2) = dash
         .call(Method::POST, "/dashboard/api/webhook/secret/rotate", None)

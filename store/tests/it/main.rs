@@ -246,6 +246,27 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
         .await
         .unwrap();
     assert!(claimed(second).is_empty(), "nothing else is due");
+    // The dashboard's list says why evt_2 waits.
+    let scope =
+        chainsub_store::merchants::sign_in(&**c, alloy::primitives::Address::from_slice(&wallet))
+            .await
+            .unwrap();
+    let held = || async {
+        let (rows, _, _) = chainsub_store::webhooks::deliveries(&**c, &scope, 10, None)
+            .await
+            .unwrap();
+        rows.into_iter()
+            .map(|r| (r.event_id, r.held_by))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        held().await,
+        [
+            ("evt_3".to_string(), None),
+            ("evt_2".to_string(), Some("evt_1".to_string())),
+            ("evt_1".to_string(), None)
+        ]
+    );
 
     c.execute(
         "UPDATE webhook_outbox SET status = 'delivered', delivered_at = now() \
@@ -258,6 +279,11 @@ async fn a_subscriptions_webhooks_are_claimed_in_chain_order() {
         .await
         .unwrap();
     assert_eq!(claimed(third), ["evt_2"]);
+    assert_eq!(
+        held().await[1],
+        ("evt_2".to_string(), None),
+        "no longer held"
+    );
 }
 
 /// Migration 0026: a claim leases a row without changing its stored status, so Postgres
