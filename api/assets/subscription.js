@@ -1,4 +1,5 @@
-// Chainsub dashboard, one subscription (/dashboard/subscriptions/{id}): the refund. The
+// Chainsub dashboard, one subscription (/dashboard/subscriptions/{id}): its actions (cancel
+// through the service, a plan-change link for the customer) and the refund. The
 // server prepares the calls (POST /dashboard/api/subscriptions/{id}/refunds, with the
 // session's CSRF token: an approval first when the wallet's allowance is short, then the
 // refund) after reading the period's limits from the contract; the merchant's own wallet
@@ -8,6 +9,70 @@
 (function () {
   const W = window.ChainsubWallet;
   const settings = JSON.parse(document.getElementById("subscription-settings").textContent);
+  const base = "/dashboard/api/subscriptions/" + encodeURIComponent(settings.subscriptionId);
+
+  // POST to one of the subscription's dashboard endpoints; resolves to [ok, body].
+  async function post(path, body) {
+    const res = await fetch(base + path, {
+      method: "POST",
+      headers: { accept: "application/json", "content-type": "application/json", [settings.csrfHeader]: settings.csrfToken },
+      credentials: "same-origin",
+      body: JSON.stringify(body),
+    });
+    return [res.ok, await res.json()];
+  }
+
+  // ------------------------------------------------------------------ actions
+  const actions = document.getElementById("actions");
+  if (actions) {
+    const say = (state, message) => {
+      actions.dataset.state = state;
+      document.getElementById("actions-status").textContent = message;
+    };
+    const failed = (body) => (body && body.error ? body.error.message : "the request failed");
+    for (const [id, atPeriodEnd] of [["cancel-at-period-end", true], ["cancel-now", false]]) {
+      const b = document.getElementById(id);
+      if (!b) continue;
+      b.addEventListener("click", async () => {
+        if (!atPeriodEnd && !window.confirm("Cancel this subscription now? No further charges; the current period is not refunded.")) return;
+        say("sending", "Sending the cancellation…");
+        try {
+          const [ok, body] = await post("/cancel", { atPeriodEnd });
+          if (!ok) return say("refused", "Not cancelled: " + failed(body));
+          say("sent", (atPeriodEnd ? "Cancellation at period end" : "Cancellation") + " sent on chain (" + body.transactionHash + "). The state changes here once it is indexed.");
+        } catch (e) {
+          say("error", "Not cancelled: " + e.message);
+        }
+      });
+    }
+    const make = document.getElementById("plan-change-make");
+    if (make) {
+      make.addEventListener("click", async () => {
+        say("sending", "Making the link…");
+        try {
+          const [ok, body] = await post("/plan-change-links", { planId: document.getElementById("plan-change-plan").value });
+          if (!ok) return say("refused", "No link: " + failed(body));
+          document.getElementById("plan-change-url").value = body.url;
+          document.getElementById("plan-change-result").hidden = false;
+          say("link", "Link made (" + body.kind + "), valid until " + body.expiresAt + ". Send it to the customer.");
+        } catch (e) {
+          say("error", "No link: " + e.message);
+        }
+      });
+      document.getElementById("plan-change-copy").addEventListener("click", async () => {
+        const input = document.getElementById("plan-change-url");
+        input.select();
+        try {
+          await navigator.clipboard.writeText(input.value);
+          say("copied", "Link copied.");
+        } catch (_) {
+          say("link", "Select the link and copy it.");
+        }
+      });
+    }
+  }
+
+  // ------------------------------------------------------------------ refund
   const card = document.getElementById("refund");
   if (!card) return;
   const statusEl = document.getElementById("refund-status");
@@ -31,15 +96,10 @@
     show("preparing", "Preparing the refund…");
     let prepared;
     try {
-      const res = await fetch("/dashboard/api/subscriptions/" + encodeURIComponent(settings.subscriptionId) + "/refunds", {
-        method: "POST",
-        headers: { accept: "application/json", "content-type": "application/json", [settings.csrfHeader]: settings.csrfToken },
-        credentials: "same-origin",
-        body: JSON.stringify({ amount, cancel }),
-      });
-      prepared = await res.json();
-      if (!res.ok) {
-        show("refused", "No refund was prepared: " + (prepared.error ? prepared.error.message : "HTTP " + res.status));
+      const [ok, body] = await post("/refunds", { amount, cancel });
+      prepared = body;
+      if (!ok) {
+        show("refused", "No refund was prepared: " + (body.error ? body.error.message : "the request failed"));
         return;
       }
     } catch (e) {

@@ -52,6 +52,11 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("GET", "/dashboard/api/webhook/deliveries"),
     ("POST", "/dashboard/api/webhook/deliveries/{id}/retry"),
     ("POST", "/dashboard/api/subscriptions/{id}/refunds"),
+    ("POST", "/dashboard/api/subscriptions/{id}/cancel"),
+    (
+        "POST",
+        "/dashboard/api/subscriptions/{id}/plan-change-links",
+    ),
 ];
 
 /// The browser-facing routes (`routes::pages`), as (method, path template): with

@@ -91,5 +91,25 @@ pub async fn detail(ctx: &Ctx, session: &Session, id: &str) -> Result<Resp> {
             ),
         })
         .collect();
-    Ok(view::detail(&ctx.cfg, session, &row, &ledger, &lines))
+    // The plans a plan-change link may offer: the merchant's others on chain.
+    let page = Page::new(Some(Limit(100)), None, None)?;
+    let (plans, _) =
+        chainsub_store::plans::list(&conn, merchant, chain_id, page.store_page(None)).await?;
+    let choices: Vec<(String, String)> = plans
+        .iter()
+        .filter(|p| p.is_active() && row.plan_id.as_ref() != Some(&p.id))
+        .map(|p| {
+            (
+                p.id.as_str().to_string(),
+                format!(
+                    "{} · {} USDC",
+                    p.name,
+                    chainsub_core::format_units(p.amount)
+                ),
+            )
+        })
+        .collect();
+    Ok(view::detail(
+        &ctx.cfg, session, &row, &ledger, &lines, &choices,
+    ))
 }

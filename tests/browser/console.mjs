@@ -2,8 +2,8 @@
 // 390 px: every figure equals the reporting API's (GET /api/v1/reports/summary and
 // /revenue, read with the merchant's key); each figure links to the subscriptions it counts.
 // It finds the customer's subscription in the list (by customer id), opens it (ledger with
-// explorer links and confirmations, events with their webhooks) and refunds 1.50 USDC with
-// its own wallet. Every page fits the screen at both widths (no horizontal scrolling), logs
+// explorer links and confirmations, events with their webhooks), refunds 1.50 USDC with its
+// own wallet, makes a plan-change link for the customer and cancels at period end. Every page fits the screen at both widths (no horizontal scrolling), logs
 // no console error, and an axe-core scan finds no serious or critical accessibility
 // violation.
 // env: BASE_URL, RPC_URL, CHAIN_ID, MERCHANT, API_KEY, CUSTOMER_ID, EXPLORER_PREFIX,
@@ -143,6 +143,25 @@ await run("overview", async (browser) => {
     await page.waitForTimeout(500);
   }
   check((await text(page, '#ledger tr[data-kind="refund"] td:nth-child(3)')) === "−1.50 USDC", "the refund in the ledger");
+
+  // A plan-change link for the customer, then a cancellation at period end through the
+  // service; the page shows it once indexed.
+  await page.selectOption("#plan-change-plan", { label: "Team · 19.99 USDC" });
+  await page.getByRole("button", { name: "Make a plan-change link" }).click();
+  await page.waitForSelector('#actions[data-state="link"]');
+  const linkUrl = await page.locator("#plan-change-url").inputValue();
+  check(linkUrl.startsWith(base + "/account/plan-change/") && linkUrl.includes("sig="), `plan-change link: ${linkUrl}`);
+  await page.getByRole("button", { name: "Cancel at period end" }).click();
+  await page.waitForSelector('#actions[data-state="sent"]', { timeout: 60000 });
+  for (let i = 0; i < 60; i++) {
+    await page.reload();
+    if ((await text(page, "#state")).includes("ending")) break;
+    await page.waitForTimeout(500);
+  }
+  check((await text(page, "#state")).startsWith("active, ending "), `ending: ${await text(page, "#state")}`);
+  check((await page.locator("#cancel-at-period-end").count()) === 0, "no second cancel at period end offered");
+  check((await page.locator("#plan-change-make").count()) === 0, "an ending subscription changes plan no more");
+  await screenshot(page, "subscription-ending");
   check(errors.length === 0, `console errors: ${errors}`);
   console.log(`refunded ${subId}`);
   await context.close();

@@ -155,6 +155,7 @@ pub fn detail(
     s: &SubscriptionRow,
     ledger: &[LedgerRow],
     events: &[EventLine],
+    plan_choices: &[(String, String)],
 ) -> Resp {
     let confirmations = cfg.confirmations;
     let tx_link = |hash: &str| match &cfg.pages.explorer_tx_url {
@@ -227,6 +228,45 @@ the service never holds your funds or keys.</p>
         ),
         None => String::new(),
     };
+    let live = !s.status.is_terminal();
+    let cancel_buttons = if live {
+        let at_end = if s.cancel_at_period_end {
+            ""
+        } else {
+            "<button type=\"button\" id=\"cancel-at-period-end\">Cancel at period end</button>"
+        };
+        format!(
+            "<h3>Cancel</h3><p>The service sends the cancellation on chain for you (for plans it created).</p>\
+             <div class=\"actions\">{at_end}<button type=\"button\" id=\"cancel-now\" class=\"danger\">Cancel now</button></div>"
+        )
+    } else {
+        String::new()
+    };
+    let changeable = s.status == SubscriptionStatus::Active && !s.cancel_at_period_end;
+    let plan_change = if changeable && !plan_choices.is_empty() {
+        let options: String = plan_choices
+            .iter()
+            .map(|(id, label)| format!("<option value=\"{}\">{}</option>", esc(id), esc(label)))
+            .collect();
+        format!(
+            "<h3>Change plan</h3><p>Only the subscriber can change plan: make a link, send it to them; they confirm it with their wallet.</p>\
+             <label for=\"plan-change-plan\">New plan</label><select id=\"plan-change-plan\">{options}</select>\
+             <div class=\"actions\"><button type=\"button\" id=\"plan-change-make\">Make a plan-change link</button></div>\
+             <div id=\"plan-change-result\" hidden><label for=\"plan-change-url\">Link for the customer</label>\
+             <input id=\"plan-change-url\" type=\"text\" readonly spellcheck=\"false\"><button type=\"button\" id=\"plan-change-copy\">Copy</button></div>"
+        )
+    } else {
+        String::new()
+    };
+    let actions = if cancel_buttons.is_empty() && plan_change.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<section class=\"card\" aria-labelledby=\"actions-title\" id=\"actions\" data-state=\"idle\">\
+             <h2 id=\"actions-title\">Actions</h2>{cancel_buttons}{plan_change}\
+             <div id=\"actions-status\" class=\"status\" role=\"status\" aria-live=\"polite\"></div></section>"
+        )
+    };
     let pending = s
         .pending_plan_change
         .as_ref()
@@ -274,6 +314,7 @@ the service never holds your funds or keys.</p>
 <thead><tr><th scope="col">Entry</th><th scope="col">Period</th><th scope="col">Amount</th><th scope="col">Time</th><th scope="col">Block</th><th scope="col">Transaction</th><th scope="col">Confirmations</th></tr></thead>
 <tbody>{ledger_rows}</tbody></table></div>
 </section>
+{actions}
 {refund}
 <section class="card" aria-labelledby="events-title">
 <h2 id="events-title">Events and webhooks</h2>

@@ -1,39 +1,87 @@
-//! The dashboard's subscription actions (session + CSRF, like the webhook settings):
+//! The dashboard's subscription actions (session + CSRF, like the webhook settings), each
+//! the REST API's action for the signed-in merchant:
 //!
 //! | Method | Path | |
 //! |---|---|---|
-//! | POST | /dashboard/api/subscriptions/{id}/refunds | the refund's transactions for the merchant's wallet, as `POST /api/v1/subscriptions/{id}/refunds` |
+//! | POST | /dashboard/api/subscriptions/{id}/refunds | the refund's transactions for the merchant's wallet (`POST /api/v1/subscriptions/{id}/refunds`) |
+//! | POST | /dashboard/api/subscriptions/{id}/cancel | cancel now or at period end (`POST /api/v1/subscriptions/{id}/cancel`) |
+//! | POST | /dashboard/api/subscriptions/{id}/plan-change-links | a plan-change link (`POST /api/v1/subscriptions/{id}/plan-change-links`) |
 
 use bytes::Bytes;
+use serde_json::{Map, Value};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
+use crate::http::error::Result;
 use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
+use crate::routes::any_of;
+use crate::routes::subscriptions as api;
 
 /// The console's router.
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     // For reads only (the refund's limits), as the API's refund route.
     let provider = crate::pages::checkout::read_provider(&ctx.cfg.rpc_url).ok();
-    warp::path!("dashboard" / "api" / "subscriptions" / String / "refunds")
-        .and(warp::post())
-        .and(with_ctx(ctx.clone()))
-        .and(require_session(ctx))
-        .and(warp::header::optional::<String>("content-type"))
-        .and(body_bytes())
-        .then(
-            move |id: String, ctx: Ctx, s: Session, ct: Option<String>, body: Bytes| {
-                let provider = provider.clone();
-                handle(async move {
-                    let body = parse_json_object(ct.as_deref(), &body)?;
-                    let asked = crate::routes::subscriptions::refund_asked(&body)?;
-                    let view =
-                        crate::refunds::request(&ctx, provider.as_ref(), &s.merchant, &id, asked)
-                            .await?;
-                    Ok(Resp::view(&view))
-                })
-            },
-        )
-        .boxed()
+    let action = |name: &'static str| {
+        warp::path("dashboard")
+            .and(warp::path("api"))
+            .and(warp::path("subscriptions"))
+            .and(warp::path::param::<String>())
+            .and(warp::path(name))
+            .and(warp::path::end())
+            .and(warp::post())
+            .and(with_ctx(ctx.clone()))
+            .and(require_session(ctx.clone()))
+            .and(warp::header::optional::<String>("content-type"))
+            .and(body_bytes())
+            .and_then(
+                |id: String, ctx: Ctx, s: Session, ct: Option<String>, body: Bytes| async move {
+                    match parse_json_object(ct.as_deref(), &body) {
+                        Ok(body) => Ok((id, ctx, s, body)),
+                        Err(e) => Err(warp::reject::custom(e)),
+                    }
+                },
+            )
+            .untuple_one()
+    };
+    let refund = action("refunds").then(
+        move |id: String, ctx: Ctx, s: Session, body: Map<String, Value>| {
+            let provider = provider.clone();
+            handle(async move {
+                let asked = api::refund_asked(&body)?;
+                let view =
+                    crate::refunds::request(&ctx, provider.as_ref(), &s.merchant, &id, asked)
+                        .await?;
+                Ok(Resp::view(&view))
+            })
+        },
+    );
+    let cancel = action("cancel").then(
+        |id: String, ctx: Ctx, s: Session, body: Map<String, Value>| {
+            handle(async move { cancel(&ctx, &s, &id, &body).await })
+        },
+    );
+    let link = action("plan-change-links").then(
+        |id: String, ctx: Ctx, s: Session, body: Map<String, Value>| {
+            handle(async move { api::plan_change_link_for(&ctx, &s.merchant, &id, &body).await })
+        },
+    );
+    any_of([refund.boxed(), cancel.boxed(), link.boxed()])
+}
+
+/// The API's cancellation, without an `Idempotency-Key`: a second click while the first is
+/// pending answers what the relayer's journal says (409 once it is cancelling).
+async fn cancel(ctx: &Ctx, s: &Session, id: &str, body: &Map<String, Value>) -> Result<Resp> {
+    let when = api::cancel_when(body)?;
+    let request = format!("POST /dashboard/api/subscriptions/{id}/cancel");
+    crate::idempotency::run(
+        ctx,
+        &s.merchant,
+        None,
+        &request,
+        std::convert::identity,
+        |run| crate::relayer::cancel::cancel(ctx, &s.merchant, id, when, run),
+    )
+    .await
 }

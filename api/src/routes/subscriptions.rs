@@ -188,12 +188,23 @@ impl FromParam for LinkLife {
 /// `POST /api/v1/subscriptions/{id}/plan-change-links`: a signed link the subscriber opens to
 /// confirm and sign a move to another of the merchant's plans ([`crate::plan_change`]).
 async fn plan_change_link(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Resp> {
+    plan_change_link_for(&s.ctx, &s.merchant, &id, &body).await
+}
+
+/// A plan-change link from its request body (`{"planId": …, "expiresIn": …}`); the
+/// dashboard's button sends the same.
+pub async fn plan_change_link_for(
+    ctx: &Ctx,
+    merchant: &crate::merchants::Merchant,
+    id: &str,
+    body: &Map<String, Value>,
+) -> Result<Resp> {
     let NewPlanChangeLink {
         plan_id,
         expires_in,
-    } = input::body(&body)?;
+    } = input::body(body)?;
     let secs = expires_in.map_or(crate::plan_change::DEFAULT_SECS, |LinkLife(s)| s);
-    let link = crate::plan_change::link(&s.ctx, &s.merchant, &id, &plan_id.0, secs).await?;
+    let link = crate::plan_change::link(ctx, merchant, id, &plan_id.0, secs).await?;
     Ok(Resp::json_view(warp::http::StatusCode::CREATED, &link))
 }
 
@@ -203,6 +214,16 @@ async fn plan_change_link(s: Scope, (id, body): (String, Map<String, Value>)) ->
 struct Cancel {
     #[serde(default, deserialize_with = "input::field")]
     at_period_end: Option<Flag>,
+}
+
+/// A cancellation's body, checked: when it takes effect. The dashboard's buttons send the
+/// same.
+pub fn cancel_when(body: &Map<String, Value>) -> Result<chainsub_core::CancelAt> {
+    let Cancel { at_period_end } = input::body(body)?;
+    let Flag(at_period_end) = at_period_end.ok_or_else(|| {
+        ApiError::invalid("atPeriodEnd", "`atPeriodEnd` is required: true or false")
+    })?;
+    Ok(chainsub_core::CancelAt::from_at_period_end(at_period_end))
 }
 
 /// `POST /api/v1/subscriptions/{id}/cancel`: the service cancels on chain for the merchant
@@ -219,11 +240,7 @@ async fn cancel(s: Scope, (id, body): (String, Map<String, Value>)) -> Result<Re
     s.once(&request, |run| {
         let (body, id) = (&body, &id);
         async move {
-            let Cancel { at_period_end } = input::body(body)?;
-            let Flag(at_period_end) = at_period_end.ok_or_else(|| {
-                ApiError::invalid("atPeriodEnd", "`atPeriodEnd` is required: true or false")
-            })?;
-            let when = chainsub_core::CancelAt::from_at_period_end(at_period_end);
+            let when = cancel_when(body)?;
             crate::relayer::cancel::cancel(ctx, merchant, id, when, run).await
         }
     })

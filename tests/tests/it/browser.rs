@@ -509,14 +509,22 @@ async fn a_trial_is_stated_on_the_checkout_started_from_it_and_shown_on_the_acco
 
 /// Issue 41, points 1, 2 and 8, and issue 40, point 6: a merchant with a paying subscriber
 /// signs in on `/dashboard` and reads the overview at 1280 px and 390 px (the figures equal
-/// the reporting API's), finds the subscription by customer id, opens it and refunds 1.50
-/// USDC with its own wallet; every page fits, logs no console error and has no serious
+/// the reporting API's), finds the subscription by customer id, opens it, refunds 1.50
+/// USDC with its own wallet, makes a plan-change link and cancels at period end; every page fits, logs no console error and has no serious
 /// accessibility violation (axe-core). The API then shows the refund.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_merchant_reads_the_overview_finds_the_subscription_and_refunds_it_from_the_browser() {
     let s = start("overview", true).await;
     let customer = DevChain::address(accounts::CUSTOMER);
     let (key, _, checkout) = plan_and_checkout(&s, "cust_overview").await;
+    let team = post(
+        &s,
+        &key,
+        "/api/v1/plans",
+        serde_json::json!({"name": "Team", "amount": "19.99", "currency": "USDC", "interval": "month"}),
+    )
+    .await;
+    assert_eq!(team["status"], "active", "{team}");
     let url = checkout["url"].as_str().expect("checkout url").to_string();
     subscribe_through_checkout(&s, &url, customer).await;
     let list_url = format!("{}/api/v1/subscriptions", s.base);
