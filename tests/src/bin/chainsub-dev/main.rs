@@ -221,7 +221,9 @@ async fn boot(args: &UpArgs, dev_dir: &Path, stack: &mut Stack) -> Result<Summar
             format!(
                 "  API        {api_base}/api/v1/health  (OpenAPI: {api_base}/api/v1/openapi.json)"
             ),
-            format!("  dashboard  {api_base}/dashboard/developers"),
+            format!(
+                "  dashboard  {api_base}/dashboard  (overview, subscriptions, refunds; keys and webhooks: {api_base}/dashboard/developers)"
+            ),
             format!(
                 "  account    {api_base}/account  (customers: a wallet's subscriptions, cancel)"
             ),
