@@ -8,7 +8,7 @@
 // prorated charge) and a downgrade (listed as scheduled, undone, scheduled again) -> cancel at period end rejected
 // (nothing sent) -> confirmed, the list
 // shows it ending -> cancel now -> pending (mining paused) -> confirmed, the list shows it cancelled with no actions.
-import { check, env, fitsWidth, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
+import { axeClean, check, env, fitsWidth, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
 
 const url = env("ACCOUNT_URL");
 const rpcUrl = env("RPC_URL");
@@ -98,7 +98,10 @@ await run("account", async (browser) => {
   check(scheduled.includes("Team · 19.99 USDC"), `still on Team until the renewal: ${scheduled}`);
   await screenshot(page, "account-2c-downgrade-scheduled");
   // On a phone the list fits: the connected wallet and the transactions wrap.
-  await fitsWidth(page, 390, "account-list");
+  for (const width of [390, 1280]) {
+    await fitsWidth(page, width, "account-list");
+    await axeClean(page, `account at ${width}px`);
+  }
   await page.setViewportSize({ width: 900, height: 1000 });
   // Undone from the page, then scheduled again.
   await sub.locator('button[data-action="keep-plan"]').click();

@@ -8,7 +8,7 @@
 // Also PERMIT_CUSTOMER (funded, no allowance) and PERMIT_CHECKOUT_URL (its own link); the permit
 // way also walks a wallet error (shown, no fallback) and a permit grown stale after a rejected
 // transaction (a fresh one is fetched, the old one neither sent nor re-signed).
-import { check, emit, env, fitsWidth, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
+import { axeClean, check, emit, env, fitsWidth, rpc, run, screenshot, waitState, walletPage } from "./lib.mjs";
 
 const url = env("CHECKOUT_URL");
 const rpcUrl = env("RPC_URL");
@@ -93,7 +93,10 @@ await run("checkout", async (browser) => {
     check(wallet.calls.filter((m) => m === "eth_signTypedData_v4").length === 1, "the permit was tried once, unsupported");
     await screenshot(page, "checkout-7-confirmed");
     // On a phone the page fits: the wallet, the contract and the transaction hash wrap.
-    await fitsWidth(page, 390, "checkout-7-confirmed");
+    for (const width of [390, 1280]) {
+      await fitsWidth(page, width, "checkout-7-confirmed");
+      await axeClean(page, `checkout at ${width}px`);
+    }
     await page.setViewportSize({ width: 900, height: 1000 });
     console.log(`subscribe tx: ${hash}`);
 

@@ -8,15 +8,12 @@
 // violation.
 // env: BASE_URL, RPC_URL, CHAIN_ID, MERCHANT, API_KEY, CUSTOMER_ID, EXPLORER_PREFIX,
 //      SCREENSHOT_DIR.
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { check, env, fitsWidth, run, screenshot, walletPage } from "./lib.mjs";
+import { axeClean, check, env, fitsWidth, run, screenshot, walletPage } from "./lib.mjs";
 
 const base = env("BASE_URL");
 const rpcUrl = env("RPC_URL");
 const chainIdHex = "0x" + BigInt(env("CHAIN_ID")).toString(16);
 const key = env("API_KEY");
-const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 async function api(path) {
   const res = await fetch(base + path, { headers: { authorization: "Bearer " + key } });
@@ -29,10 +26,7 @@ const text = (page, sel) => page.locator(sel).first().textContent();
 // The page at `width`: it fits (no horizontal overflow) and axe finds nothing serious.
 async function fitsAndPassesAxe(page, width, name) {
   await fitsWidth(page, width, name);
-  await page.evaluate(axeSource);
-  const result = await page.evaluate(() => window.axe.run(document, { resultTypes: ["violations"] }));
-  const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-  check(bad.length === 0, `${name}: axe at ${width}px: ${JSON.stringify(bad.map((v) => [v.id, v.impact, v.nodes.map((n) => n.target)]))}`);
+  await axeClean(page, `${name} at ${width}px`);
 }
 
 await run("overview", async (browser) => {

@@ -6,7 +6,7 @@
 // env: BASE_URL, RPC_URL, CHAIN_ID, MERCHANT, SCREENSHOT_DIR.
 import { createHmac } from "node:crypto";
 import { createServer } from "node:http";
-import { check, env, fitsWidth, run, screenshot, walletPage } from "./lib.mjs";
+import { axeClean, check, env, fitsWidth, run, screenshot, walletPage } from "./lib.mjs";
 
 const base = env("BASE_URL");
 const rpcUrl = env("RPC_URL");
@@ -150,6 +150,7 @@ await run("dashboard", async (browser) => {
     check(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}/.test(await created.getAttribute("title")), "the exact time on hover");
     for (const width of [1280, 390]) {
       await fitsWidth(page, width, "dashboard-developers");
+      await axeClean(page, `developers at ${width}px`);
       const [card, table] = await page.evaluate(() => [document.getElementById("deliveries-card").getBoundingClientRect().right, document.querySelector("#deliveries-card .table-scroll").getBoundingClientRect().right]);
       check(table <= card, `the deliveries stay in their card at ${width}px: ${table} > ${card}`);
     }

@@ -3,7 +3,8 @@
 // the dev accounts are unlocked (eth_sendTransaction and personal_sign just work).
 // The Rust test (tests/tests/browser.rs) starts the real stack and passes URLs in env vars.
 import { chromium } from "playwright-core";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 
 export function env(name) {
@@ -170,4 +171,17 @@ export async function fitsWidth(page, width, name) {
     .slice(-5)
     .map((e) => e.tagName + (e.id ? "#" + e.id : "") + "." + e.className + ": " + Math.round(e.getBoundingClientRect().right)), inner);
   check(false, `${name}: no horizontal overflow at ${width}px: ${scroll} > ${inner}: ${wide}`);
+}
+
+let axeSource = null;
+
+// An axe-core scan of the page finds no serious or critical accessibility violation. Run in
+// the page through the DevTools protocol, so the page's CSP (scripts from its origin only)
+// stays as it is.
+export async function axeClean(page, name) {
+  axeSource ??= readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+  await page.evaluate(axeSource);
+  const result = await page.evaluate(() => window.axe.run(document, { resultTypes: ["violations"] }));
+  const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
+  check(bad.length === 0, `${name}: axe: ${JSON.stringify(bad.map((v) => [v.id, v.impact, v.nodes.map((n) => n.target)]))}`);
 }
