@@ -23,6 +23,16 @@ pub async fn list(
     after: Option<String>,
 ) -> Result<Resp> {
     let merchant = &session.merchant;
+    // A wallet in the search box: that wallet's subscriptions (one page, newest first).
+    if let Some(wallet) = q
+        .customer
+        .and_then(|c| c.parse::<alloy::primitives::Address>().ok())
+    {
+        let conn = ctx.pool.get().await?;
+        let mut rows = store::of_wallet(&conn, merchant, ctx.cfg.chain_id, wallet).await?;
+        rows.retain(|r| q.status.is_none_or(|s| r.status == s));
+        return Ok(view::list(session, q, &rows, None));
+    }
     let page = Page::new(Some(Limit(PER_PAGE)), after, None)?;
     let filter = store::Filter {
         status: q.status,

@@ -386,6 +386,38 @@ pub async fn get(
         .transpose()
 }
 
+/// At most this many subscriptions of one wallet are found by [`of_wallet`].
+pub const MAX_OF_WALLET: i64 = 50;
+
+/// `scope`'s subscriptions paid from `wallet` (the dashboard's search), newest first, at
+/// most [`MAX_OF_WALLET`]; index `subscriptions_subscriber` serves it.
+pub async fn of_wallet(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    chain_id: ChainId,
+    wallet: Address,
+) -> Result<Vec<SubscriptionRow>> {
+    static OF_WALLET: LazyLock<String> = LazyLock::new(|| {
+        format!("{SELECT} AND s.subscriber = $4 ORDER BY s.onchain_id DESC LIMIT $5")
+    });
+    let stmt = client.prepare_cached(&OF_WALLET).await?;
+    client
+        .query(
+            &stmt,
+            &[
+                &scope.id(),
+                &scope.wallet_bytes(),
+                &chain_id,
+                &wallet.as_slice(),
+                &MAX_OF_WALLET,
+            ],
+        )
+        .await?
+        .iter()
+        .map(SubscriptionRow::from_row)
+        .collect()
+}
+
 /// The ledger of one of `scope`'s subscriptions, oldest first (empty for another merchant's).
 pub async fn ledger(
     client: &impl GenericClient,

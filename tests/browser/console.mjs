@@ -93,6 +93,12 @@ await run("overview", async (browser) => {
   const rows = page.locator("#subscriptions tbody tr[data-id]");
   check((await rows.count()) === 1, `one subscription for ${customerId}`);
   const subId = await rows.first().getAttribute("data-id");
+  // The subscriber's wallet finds it too.
+  const subscriber = (await text(page, `#subscriptions tr[data-id="${subId}"] code.wallet`)).trim();
+  await page.fill("#customer", subscriber.toLowerCase());
+  await page.getByRole("button", { name: "Show" }).click();
+  await page.waitForURL(/customer=0x/);
+  check((await page.locator("#subscriptions tbody tr[data-id]").count()) === 1, `found by wallet ${subscriber}`);
   await page.fill("#customer", "nobody-" + customerId);
   await page.getByRole("button", { name: "Show" }).click();
   await page.waitForURL(/customer=nobody/);

@@ -112,7 +112,7 @@ pub fn list(
 <form class="filters" method="get" action="/dashboard/subscriptions">
   <label for="status">State</label>
   <select id="status" name="status">{options}</select>
-  <label for="customer">Customer id</label>
+  <label for="customer">Customer id or wallet</label>
   <input id="customer" name="customer" type="text" value="{customer}" autocomplete="off">
   <button type="submit">Show</button>
 </form>
