@@ -277,7 +277,7 @@ pub fn render(cfg: &crate::config::Config, link: &Link, tx_url: &str) -> crate::
     let settings = serde_json::json!({
         "chainId": cfg.chain_id,
         "chainIdHex": crate::pages::checkout::chain_id_hex(cfg.chain_id),
-        "chainName": crate::pages::network_name(cfg),
+        "chainName": crate::pages::network::name(cfg),
         "txUrl": tx_url,
         "explorerTxUrl": cfg.pages.explorer_tx_url,
     });

@@ -17,7 +17,7 @@ pub fn render(cfg: &Config, merchant: Option<&str>) -> Resp {
     let settings = json!({
         "chainId": cfg.chain_id,
         "chainIdHex": chain_id_hex(cfg.chain_id),
-        "chainName": crate::pages::network_name(cfg),
+        "chainName": crate::pages::network::name(cfg),
         "challengeUrl": "/account/challenge",
         "listUrl": "/account/subscriptions",
         "cancelUrl": "/account/cancel-tx",

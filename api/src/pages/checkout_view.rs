@@ -64,7 +64,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
     let settings = json!({
         "chainId": cfg.chain_id,
         "chainIdHex": chain_id_hex(cfg.chain_id),
-        "chainName": crate::pages::network_name(cfg),
+        "chainName": crate::pages::network::name(cfg),
         "txUrl": tx_url,
         "explorerTxUrl": cfg.pages.explorer_tx_url,
         "available": link.plan_onchain_id.is_some() && !link.deactivated,
@@ -122,7 +122,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
         contract_short = esc(&short(&contract)),
         chain_id = cfg.chain_id,
         unavailable = unavailable,
-        network = esc(&crate::pages::network_name(cfg)),
+        network = esc(&crate::pages::network::name(cfg)),
         settings = json_script("checkout-settings", &settings),
     );
     page(

@@ -11,6 +11,7 @@ pub mod checkout_tx;
 pub mod checkout_view;
 pub mod dashboard;
 pub mod html;
+pub mod network;
 pub mod overview;
 pub mod subscriptions;
 
@@ -30,30 +31,6 @@ pub struct PagesConfig {
     /// else `Chain <id>`.
     #[arg(long, env = "CHAIN_NAME")]
     pub chain_name: Option<String>,
-}
-
-/// The names of the chains a deployment is likely to run on.
-const KNOWN_CHAINS: &[(u64, &str)] = &[
-    (1, "Ethereum"),
-    (10, "OP Mainnet"),
-    (137, "Polygon"),
-    (8453, "Base"),
-    (42161, "Arbitrum One"),
-    (43114, "Avalanche C-Chain"),
-    (84532, "Base Sepolia (testnet)"),
-    (11155111, "Sepolia (testnet)"),
-    (31337, "Local development chain (Anvil)"),
-];
-
-/// The network's name as the pages show it to customers.
-pub fn network_name(cfg: &crate::config::Config) -> String {
-    let id = cfg.chain_id.get();
-    cfg.pages.chain_name.clone().unwrap_or_else(|| {
-        KNOWN_CHAINS
-            .iter()
-            .find(|(known, _)| *known == id)
-            .map_or_else(|| format!("Chain {id}"), |(_, name)| (*name).to_string())
-    })
 }
 
 impl Default for PagesConfig {

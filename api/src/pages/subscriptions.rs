@@ -285,7 +285,7 @@ the service never holds your funds or keys.</p>
         "subscriptionId": s.id.as_str(),
         "chainId": cfg.chain_id,
         "chainIdHex": crate::pages::checkout::chain_id_hex(cfg.chain_id),
-        "chainName": crate::pages::network_name(cfg),
+        "chainName": crate::pages::network::name(cfg),
         "csrfHeader": CSRF_HEADER,
         "csrfToken": session.csrf_token,
         "explorerTxUrl": cfg.pages.explorer_tx_url,
