@@ -210,6 +210,29 @@ pub struct LedgerEntryView<'a> {
     #[serde(serialize_with = "super::time")]
     pub created_at: DateTime<Utc>,
     pub chain: ChainView,
+    /// A charge's: how much of its period the merchant refunded so far (the refunds naming
+    /// this period, positive); `null` for the other kinds.
+    pub refunded: Option<String>,
+}
+
+impl LedgerEntryView<'_> {
+    /// A ledger's entries, each charge with what its period's refunds total.
+    pub fn list(rows: &[LedgerRow]) -> Vec<LedgerEntryView<'_>> {
+        rows.iter()
+            .map(|r| {
+                let mut view = LedgerEntryView::from(r);
+                if r.kind == LedgerKind::Charge {
+                    let refunded: u128 = rows
+                        .iter()
+                        .filter(|x| x.kind == LedgerKind::Refund && x.period == r.period)
+                        .filter_map(|x| x.amount)
+                        .sum();
+                    view.refunded = usdc(Some(refunded));
+                }
+                view
+            })
+            .collect()
+    }
 }
 
 impl<'a> From<&'a LedgerRow> for LedgerEntryView<'a> {
@@ -230,6 +253,7 @@ impl<'a> From<&'a LedgerRow> for LedgerEntryView<'a> {
             failure_reason: r.failure_reason.as_deref(),
             created_at: r.block_time,
             chain: ChainView::from(&r.chain),
+            refunded: None,
         }
     }
 }

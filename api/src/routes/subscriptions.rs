@@ -117,7 +117,7 @@ async fn get_one(s: Scope, id: String) -> Result<Resp> {
     let ledger = store::ledger(&conn, &s.merchant, chain_id, &id).await?;
     let body = SubscriptionWithLedger {
         subscription: SubscriptionView::from(&row),
-        ledger: ledger.iter().map(Into::into).collect(),
+        ledger: chainsub_views::LedgerEntryView::list(&ledger),
     };
     Ok(Resp::view(&body))
 }

@@ -422,6 +422,18 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
             ("refund".into(), "-1.50".into()),
         ]
     );
+    // Each charge says how much of its period was refunded; the other entries do not.
+    let refunded: Vec<&Value> = s["ledger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["refunded"])
+        .collect();
+    assert_eq!(
+        refunded,
+        [&json!("0.00"), &Value::Null, &json!("1.50"), &Value::Null],
+        "{s}"
+    );
     chain.mine(CONFIRMATIONS).await;
     services.wait_indexed(&api, &chain).await;
     // Revenue per month: the two charges, the proration and the refund, as the ledger sums.
