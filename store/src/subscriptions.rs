@@ -50,6 +50,20 @@ pub struct SubscriptionRow {
 }
 
 impl SubscriptionRow {
+    /// When the keeper will next try to charge: the period end unless it ends there, the
+    /// retry time while past due, nothing once terminal (the API's `nextPaymentAt`).
+    pub fn next_payment_at(&self) -> Option<DateTime<Utc>> {
+        match self.status {
+            SubscriptionStatus::Active | SubscriptionStatus::Trialing
+                if !self.cancel_at_period_end =>
+            {
+                Some(self.current_period_end)
+            }
+            SubscriptionStatus::PastDue => self.next_retry_at,
+            _ => None,
+        }
+    }
+
     fn from_row(r: &Row) -> Result<Self> {
         Self::at(r, &SubCols::of(r.columns())?)
     }

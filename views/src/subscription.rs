@@ -49,17 +49,7 @@ pub struct SubscriptionView<'a> {
 
 impl<'a> From<&'a SubscriptionRow> for SubscriptionView<'a> {
     fn from(r: &'a SubscriptionRow) -> Self {
-        // When the keeper will next try: the period end unless it ends there, the retry
-        // time while past due, nothing once terminal.
-        let next_payment_at = match r.status {
-            SubscriptionStatus::Active | SubscriptionStatus::Trialing
-                if !r.cancel_at_period_end =>
-            {
-                Some(r.current_period_end)
-            }
-            SubscriptionStatus::PastDue => r.next_retry_at,
-            _ => None,
-        };
+        let next_payment_at = r.next_payment_at();
         let mut chain = ChainView::from(&r.chain);
         chain.onchain_subscription_id = Some(r.onchain_id);
         chain.onchain_plan_id = Some(r.plan_onchain_id);

@@ -19,7 +19,7 @@ use chainsub_store::customers::{WalletCharge, WalletSubscription};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::checkout::{TxRequest, chain_id_hex};
+use super::checkout::{TxRequest, chain_id_hex, units};
 use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
 
@@ -527,7 +527,7 @@ pub async fn plan_change_transaction(
             change: "undo",
             label: format!(
                 "Keep {} USDC a month (undo the scheduled change)",
-                format_units_u256(s.amount)
+                units(s.amount)
             ),
             tx: TxRequest::call(from, manager, call.abi_encode()),
         });
@@ -544,7 +544,7 @@ pub async fn plan_change_transaction(
         ));
     }
     let upgrade = p.amount > s.amount;
-    let (new, old) = (format_units_u256(p.amount), format_units_u256(s.amount));
+    let (new, old) = (units(p.amount), units(s.amount));
     let label = if upgrade {
         format!(
             "Upgrade from {old} to {new} USDC a month now (prorated charge for the rest of this period)"
@@ -568,10 +568,6 @@ pub async fn plan_change_transaction(
         label,
         tx: TxRequest::call(from, manager, call.abi_encode()),
     })
-}
-
-fn format_units_u256(v: U256) -> String {
-    u128::try_from(v).map_or_else(|_| v.to_string(), format_units)
 }
 
 #[cfg(test)]

@@ -84,7 +84,7 @@ pub fn list(
             amount = esc(&usdc(s.amount)),
             status = s.status.as_str(),
             state = esc(&state(s)),
-            next = next_payment(s).map_or_else(|| "—".into(), |t| when(&t)),
+            next = s.next_payment_at().map_or_else(|| "—".into(), |t| when(&t)),
         );
     }
     if rows.is_empty() {
@@ -127,17 +127,6 @@ pub fn list(
     );
     let _ = session;
     page(StatusCode::OK, "Subscriptions", &body, &[])
-}
-
-/// When the keeper will next charge, as the API's `nextPaymentAt`.
-fn next_payment(s: &SubscriptionRow) -> Option<DateTime<Utc>> {
-    match s.status {
-        SubscriptionStatus::Active | SubscriptionStatus::Trialing if !s.cancel_at_period_end => {
-            Some(s.current_period_end)
-        }
-        SubscriptionStatus::PastDue => s.next_retry_at,
-        _ => None,
-    }
 }
 
 /// One event of the subscription, with its delivery.
@@ -334,7 +323,9 @@ the service never holds your funds or keys.</p>
         period = s.period,
         start = when(&s.current_period_start),
         end = when(&s.current_period_end),
-        next = next_payment(s).map_or_else(|| "none".into(), |t| when(&t)),
+        next = s
+            .next_payment_at()
+            .map_or_else(|| "none".into(), |t| when(&t)),
         onchain = s.onchain_id,
         plan = s.plan_onchain_id,
         block = s.chain.block_number,
