@@ -10,7 +10,7 @@ use crate::http::error::{ApiError, Result};
 use crate::http::reply::Resp;
 use crate::merchants::Merchant;
 use crate::pages::subscriptions::{self as view, EventLine, ListQuery};
-use crate::pagination::{Limit, Page, cursor_key};
+use crate::pagination::{Limit, Page};
 
 /// Rows per page of the list.
 const PER_PAGE: i64 = 50;
@@ -39,23 +39,8 @@ pub async fn list(
         plan: None,
         customer_external_id: q.customer,
     };
-    let conn = ctx.pool.get().await?;
-    let (c, m) = (&conn, merchant);
-    let key = cursor_key(
-        &page,
-        "subscription",
-        SubscriptionId::parse,
-        |id| async move { Ok(store::cursor_key(c, m, &id).await?) },
-    )
-    .await?;
-    let (rows, more) = store::list(
-        &conn,
-        merchant,
-        ctx.cfg.chain_id,
-        &filter,
-        page.store_page(key),
-    )
-    .await?;
+    let (rows, more) =
+        crate::routes::subscriptions::list_page(ctx, merchant, &filter, &page).await?;
     let next = more.then(|| rows.last().map(|r| r.id.as_str())).flatten();
     Ok(view::list(session, q, &rows, next))
 }

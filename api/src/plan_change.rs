@@ -211,8 +211,7 @@ pub async fn transaction(
     link: &Link,
     from: Address,
 ) -> Result<PlanChangeTx> {
-    let provider = provider
-        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
+    let provider = crate::pages::checkout::chain(provider)?;
     let cfg = &ctx.cfg;
     let onchain_sub = U256::from(link.sub.onchain_id as u64);
     let s = SubscriptionManager::new(cfg.contract_address, provider.clone())

@@ -78,8 +78,7 @@ pub async fn request(
             .await?
             .ok_or_else(not_found)?
     };
-    let provider = provider
-        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
+    let provider = crate::pages::checkout::chain(provider)?;
     let wallet = merchant.wallet();
     let manager = SubscriptionManager::new(cfg.contract_address, provider.clone());
     let token = MockUSDC::new(cfg.usdc_address, provider.clone());

@@ -200,6 +200,12 @@ pub fn read_provider(rpc_url: &chainsub_core::RpcUrl) -> Result<DynProvider> {
     Ok(rpc_url.provider())
 }
 
+/// The read provider a route was built with; 503 when there is none (an unparsable
+/// RPC_URL), so the pages still serve what needs no chain.
+pub fn chain(provider: Option<&DynProvider>) -> Result<&DynProvider> {
+    provider.ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))
+}
+
 /// Reads balance, allowance and the live subscription in parallel.
 pub async fn wallet_state(
     provider: &DynProvider,

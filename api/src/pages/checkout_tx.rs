@@ -46,8 +46,7 @@ pub async fn answer(
             .into(),
         param: None,
     })?;
-    let provider = provider
-        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
+    let provider = checkout::chain(provider)?;
     let cfg = &ctx.cfg;
     let (_, state) = tokio::try_join!(
         checkout::check_plan_on_chain(provider, cfg.contract_address, &link, plan_onchain_id),

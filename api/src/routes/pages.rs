@@ -450,8 +450,7 @@ async fn account_cancel_tx(
         }
         None => return Err(ApiError::missing("atPeriodEnd")),
     };
-    let provider = provider
-        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
+    let provider = checkout::chain(provider)?;
     let cfg = &ctx.cfg;
     let tx =
         account::cancel_transaction(provider, cfg.chain_id, cfg.contract_address, from, id, when)
@@ -481,8 +480,7 @@ async fn account_plan_change_tx(
         .ok()
         .filter(|p| (1..=i64::MAX as u64).contains(p))
         .ok_or_else(|| ApiError::invalid("plan", "`plan` must be a positive integer"))?;
-    let provider = provider
-        .ok_or_else(|| ApiError::Unavailable("no chain provider (RPC_URL unparsable)".into()))?;
+    let provider = checkout::chain(provider)?;
     let cfg = &ctx.cfg;
     let tx = account::plan_change_transaction(
         provider,

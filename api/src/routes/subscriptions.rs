@@ -88,22 +88,38 @@ async fn list(s: Scope, q: ListSubscriptions) -> Result<Resp> {
         plan: q.plan_id.as_ref().map(|t| t.0.as_str()),
         customer_external_id: q.customer_external_id.as_ref().map(|t| t.0.as_str()),
     };
-    let conn = s.ctx.pool.get().await?;
-    let (c, m) = (&conn, &s.merchant);
+    let (rows, more) = list_page(&s.ctx, &s.merchant, &filter, &page).await?;
+    let data = rows.iter().map(SubscriptionView::from).collect();
+    // A listed subscription is under 1024 bytes of JSON.
+    let size = 256 + rows.len() * 1024;
+    Ok(Resp::written(&ListView::new(data, more), size))
+}
+
+/// A page of `merchant`'s subscriptions matching `filter` from the page's cursor (a
+/// subscription id; unknown: 400): the API's list and the dashboard's.
+pub async fn list_page(
+    ctx: &Ctx,
+    merchant: &crate::merchants::Merchant,
+    filter: &store::Filter<'_>,
+    page: &Page,
+) -> Result<(Vec<store::SubscriptionRow>, bool)> {
+    let conn = ctx.pool.get().await?;
+    let (c, m) = (&conn, merchant);
     let key = cursor_key(
-        &page,
+        page,
         "subscription",
         SubscriptionId::parse,
         |id| async move { Ok(store::cursor_key(c, m, &id).await?) },
     )
     .await?;
-    let chain_id = s.ctx.cfg.chain_id;
-    let (rows, more) =
-        store::list(&conn, &s.merchant, chain_id, &filter, page.store_page(key)).await?;
-    let data = rows.iter().map(SubscriptionView::from).collect();
-    // A listed subscription is under 1024 bytes of JSON.
-    let size = 256 + rows.len() * 1024;
-    Ok(Resp::written(&ListView::new(data, more), size))
+    Ok(store::list(
+        &conn,
+        merchant,
+        ctx.cfg.chain_id,
+        filter,
+        page.store_page(key),
+    )
+    .await?)
 }
 
 async fn get_one(s: Scope, id: String) -> Result<Resp> {
