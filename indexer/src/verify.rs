@@ -254,6 +254,16 @@ pub async fn verify<S: BlockSource + ?Sized>(
             format!("charges/prorations/refunds/entries {stored}, the ledger sums to {fresh}"),
         );
     }
+    // The subscriptions' counts their triggers keep, against the subscriptions.
+    for (wallet, bucket, stored, fresh) in
+        store::subscription_tallies_drift(client, chain_id).await?
+    {
+        out.add(
+            "subscription_tallies",
+            format!("merchant 0x{} {bucket}", hex::encode(wallet)),
+            format!("subscriptions/amount/due_amount {stored}, the subscriptions count {fresh}"),
+        );
+    }
     for (id, event, status, row) in store::orphan_outbox(client).await? {
         let row = row.map_or("no row id".to_string(), |n| format!("row id {n}"));
         out.add(

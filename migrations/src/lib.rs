@@ -168,6 +168,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "revenue_months",
         sql: include_str!("../sql/0031_revenue_months.sql"),
     },
+    Migration {
+        version: 32,
+        name: "subscription_tallies",
+        sql: include_str!("../sql/0032_subscription_tallies.sql"),
+    },
 ];
 
 /// A Postgres error as an operator reads it: the server's message and SQLSTATE

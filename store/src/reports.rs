@@ -1,8 +1,10 @@
 //! A merchant's business in figures — what `GET /api/v1/reports/*` and the dashboard's
 //! overview show: the subscriptions by state with the monthly recurring revenue, what falls
 //! due soon, what is at risk or failing, and the revenue per month. Every figure is a sum of
-//! rows the list endpoints serve; the revenue reads `revenue_months`, which the ledger's
-//! triggers keep (migration 0031), so a year of months is twelve rows at any ledger size.
+//! rows the list endpoints serve, read from tables that triggers keep with those rows: the
+//! subscriptions' `subscription_tallies` and `subscription_starts` (migration 0032: a few
+//! rows per day of due dates and of stops, at any number of subscriptions) and the ledger's
+//! `revenue_months` (migration 0031: a year is twelve rows at any ledger size).
 
 use chainsub_core::ChainId;
 use chrono::{DateTime, NaiveDate, Utc};
@@ -43,8 +45,8 @@ pub struct Summary {
     /// What the trials that convert would add to it (their amounts).
     pub trial_mrr: u128,
     /// Renewals due (the next charge of a live subscription that renews, at the amount it
-    /// will charge — a scheduled downgrade's) by `now + 7 days` and by `now + 30 days`; a
-    /// past-due subscription's next charge is its next retry.
+    /// will charge — a scheduled downgrade's) on or before the UTC day 7, and 30, days after
+    /// today's; a past-due subscription's next charge is its next retry.
     pub due_7_days: Tally,
     pub due_30_days: Tally,
     /// Live subscriptions that renew whose next charge the keeper found the wallet's balance
@@ -52,7 +54,8 @@ pub struct Summary {
     pub at_risk: Tally,
     /// Past-due subscriptions with a retry to come.
     pub failed_awaiting_retry: Tally,
-    /// Subscriptions started, and cancelled or ended, in the last 30 days.
+    /// Subscriptions started, and cancelled or ended (their last event), in the last 30
+    /// days: on or after the UTC day 30 days before today's.
     pub started_30_days: i64,
     pub stopped_30_days: i64,
     /// The last block the index holds: the figures are the index's at that height.
@@ -68,42 +71,45 @@ pub async fn summary(
 ) -> Result<Summary> {
     let stmt = client
         .prepare_cached(
-            "WITH s AS (
-                 SELECT s.status, s.cancel_at_period_end, s.amount, s.created_at, s.updated_at,
-                        s.status IN ('trialing', 'active', 'past_due')
-                            AND NOT s.cancel_at_period_end AS renews,
-                        CASE WHEN s.status = 'past_due' THEN s.next_retry_at
-                             ELSE s.current_period_end END AS due_at,
-                        coalesce(s.pending_amount, s.amount) AS due_amount,
-                        EXISTS (SELECT 1 FROM renewal_risks r
-                                 WHERE r.chain_id = s.chain_id AND r.subscription_id = s.onchain_id
-                                   AND r.period = s.period + 1
-                                   AND r.reason IN ('allowance', 'balance')) AS at_risk
-                   FROM subscriptions s
-                  WHERE s.merchant_wallet = $1 AND s.chain_id = $2)
+            "WITH t AS (
+                 SELECT status, cancelling, due_day, stopped_day, subscriptions, amount, due_amount,
+                        status IN ('trialing', 'active', 'past_due') AND NOT cancelling AS renews
+                   FROM subscription_tallies
+                  WHERE merchant_wallet = $1 AND chain_id = $2),
+             today AS (SELECT ($3::timestamptz AT TIME ZONE 'UTC')::date AS day),
+             -- A notice names the period at risk: the subscription's next one while it still
+             -- renews (a past-due one is counted as failing instead).
+             risk AS (
+                 SELECT count(*) AS n, coalesce(sum(coalesce(s.pending_amount, s.amount)), 0)::TEXT AS amount
+                   FROM renewal_risks r
+                   JOIN subscriptions s ON s.chain_id = r.chain_id AND s.onchain_id = r.subscription_id
+                  WHERE r.merchant_wallet = $1 AND r.chain_id = $2
+                    AND r.reason IN ('allowance', 'balance') AND r.period = s.period + 1
+                    AND s.status IN ('trialing', 'active') AND NOT s.cancel_at_period_end)
              SELECT
-                 count(*) FILTER (WHERE status = 'trialing' AND renews) AS trialing,
-                 count(*) FILTER (WHERE status = 'active' AND renews) AS active,
-                 count(*) FILTER (WHERE status = 'past_due' AND renews) AS past_due,
-                 count(*) FILTER (WHERE status IN ('trialing', 'active', 'past_due')
-                                    AND cancel_at_period_end) AS cancelling,
-                 count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-                 count(*) FILTER (WHERE status = 'ended') AS ended,
+                 coalesce(sum(subscriptions) FILTER (WHERE status = 'trialing' AND renews), 0)::INT8 AS trialing,
+                 coalesce(sum(subscriptions) FILTER (WHERE status = 'active' AND renews), 0)::INT8 AS active,
+                 coalesce(sum(subscriptions) FILTER (WHERE status = 'past_due' AND renews), 0)::INT8 AS past_due,
+                 coalesce(sum(subscriptions) FILTER (WHERE status IN ('trialing', 'active', 'past_due')
+                                                       AND cancelling), 0)::INT8 AS cancelling,
+                 coalesce(sum(subscriptions) FILTER (WHERE status = 'cancelled'), 0)::INT8 AS cancelled,
+                 coalesce(sum(subscriptions) FILTER (WHERE status = 'ended'), 0)::INT8 AS ended,
                  coalesce(sum(amount) FILTER (WHERE status IN ('active', 'past_due') AND renews), 0)::TEXT AS mrr,
                  coalesce(sum(amount) FILTER (WHERE status = 'trialing' AND renews), 0)::TEXT AS trial_mrr,
-                 count(*) FILTER (WHERE renews AND due_at < $3::timestamptz + interval '7 days') AS due_7,
-                 coalesce(sum(due_amount) FILTER (WHERE renews AND due_at < $3::timestamptz + interval '7 days'), 0)::TEXT AS due_7_amount,
-                 count(*) FILTER (WHERE renews AND due_at < $3::timestamptz + interval '30 days') AS due_30,
-                 coalesce(sum(due_amount) FILTER (WHERE renews AND due_at < $3::timestamptz + interval '30 days'), 0)::TEXT AS due_30_amount,
-                 count(*) FILTER (WHERE renews AND at_risk AND status <> 'past_due') AS at_risk,
-                 coalesce(sum(due_amount) FILTER (WHERE renews AND at_risk AND status <> 'past_due'), 0)::TEXT AS at_risk_amount,
-                 count(*) FILTER (WHERE status = 'past_due' AND due_at IS NOT NULL) AS failing,
-                 coalesce(sum(due_amount) FILTER (WHERE status = 'past_due' AND due_at IS NOT NULL), 0)::TEXT AS failing_amount,
-                 count(*) FILTER (WHERE created_at >= $3::timestamptz - interval '30 days') AS started_30,
-                 count(*) FILTER (WHERE status IN ('cancelled', 'ended')
-                                    AND updated_at >= $3::timestamptz - interval '30 days') AS stopped_30,
+                 coalesce(sum(subscriptions) FILTER (WHERE renews AND due_day <= day + 7), 0)::INT8 AS due_7,
+                 coalesce(sum(due_amount) FILTER (WHERE renews AND due_day <= day + 7), 0)::TEXT AS due_7_amount,
+                 coalesce(sum(subscriptions) FILTER (WHERE renews AND due_day <= day + 30), 0)::INT8 AS due_30,
+                 coalesce(sum(due_amount) FILTER (WHERE renews AND due_day <= day + 30), 0)::TEXT AS due_30_amount,
+                 coalesce(sum(subscriptions) FILTER (WHERE status = 'past_due' AND due_day IS NOT NULL), 0)::INT8 AS failing,
+                 coalesce(sum(due_amount) FILTER (WHERE status = 'past_due' AND due_day IS NOT NULL), 0)::TEXT AS failing_amount,
+                 coalesce(sum(subscriptions) FILTER (WHERE stopped_day >= day - 30), 0)::INT8 AS stopped_30,
+                 (SELECT coalesce(sum(st.subscriptions), 0)::INT8 FROM subscription_starts st
+                   WHERE st.merchant_wallet = $1 AND st.chain_id = $2
+                     AND st.day >= (SELECT day FROM today) - 30) AS started_30,
+                 (SELECT n FROM risk) AS at_risk,
+                 (SELECT amount FROM risk) AS at_risk_amount,
                  (SELECT block_number FROM indexer_cursor WHERE chain_id = $2) AS indexed_block
-             FROM s",
+             FROM t, today",
         )
         .await?;
     let r = client

@@ -167,6 +167,13 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
 
     // A month of revenue that no longer sums its ledger.
     exec(&client, "UPDATE revenue_months SET refunds = refunds + 7").await;
+    // Counts of subscriptions that no longer count them.
+    exec(
+        &client,
+        "UPDATE subscription_tallies SET amount = amount + 5",
+    )
+    .await;
+    exec(&client, "DELETE FROM subscription_starts").await;
 
     // A webhook attempt of an outbox row that does not exist (no foreign key since 0024).
     exec(
@@ -263,6 +270,27 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         "{out}"
     );
     assert!(
+        has(
+            "subscription_tallies",
+            &[
+                "subscriptions/amount/due_amount ",
+                "5/",
+                "the subscriptions count "
+            ]
+        ),
+        "{out}"
+    );
+    assert!(
+        has(
+            "subscription_tallies",
+            &[
+                "started 20",
+                "subscriptions/amount/due_amount none, the subscriptions count 1"
+            ]
+        ),
+        "{out}"
+    );
+    assert!(
         has("chain_plans", &["plan 1: differs: merchant_wallet"]),
         "{out}"
     );
@@ -324,6 +352,7 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
             "chain_plans",
             "ledger_entries",
             "revenue_months",
+            "subscription_tallies",
             "subscriptions",
             "webhook_attempts",
             "webhook_outbox"

@@ -406,6 +406,62 @@ pub async fn revenue_months_drift(
         .collect())
 }
 
+/// The buckets of `subscription_tallies` and the days of `subscription_starts` (migration
+/// 0032) that differ from the subscriptions they count, recomputed over every subscription
+/// of `chain_id`: `(merchant wallet, the bucket or day, stored
+/// "subscriptions/amount/due_amount" or "none", recomputed the same way or "none")`.
+pub async fn subscription_tallies_drift(
+    client: &Client,
+    chain_id: ChainId,
+) -> Result<Vec<(Vec<u8>, String, String, String)>> {
+    let rows = client
+        .query(
+            "WITH fresh AS (
+                 SELECT merchant_wallet, status, cancel_at_period_end AS cancelling,
+                        subscription_due_day(status, next_retry_at, current_period_end) AS due_day,
+                        subscription_stopped_day(status, updated_at) AS stopped_day,
+                        count(*) AS subscriptions, sum(amount) AS amount,
+                        sum(coalesce(pending_amount, amount)) AS due_amount
+                   FROM subscriptions WHERE chain_id = $1
+                  GROUP BY 1, 2, 3, 4, 5),
+             stored AS (SELECT merchant_wallet, status, cancelling, due_day, stopped_day,
+                               subscriptions, amount, due_amount
+                          FROM subscription_tallies WHERE chain_id = $1),
+             fresh_starts AS (
+                 SELECT merchant_wallet, (created_at AT TIME ZONE 'UTC')::date AS day,
+                        count(*) AS subscriptions
+                   FROM subscriptions WHERE chain_id = $1 GROUP BY 1, 2),
+             stored_starts AS (SELECT merchant_wallet, day, subscriptions
+                                 FROM subscription_starts WHERE chain_id = $1)
+             SELECT coalesce(s.merchant_wallet, f.merchant_wallet),
+                    format('%s%s, due %s, stopped %s', coalesce(s.status, f.status),
+                           CASE WHEN coalesce(s.cancelling, f.cancelling) THEN ' cancelling' ELSE '' END,
+                           coalesce(coalesce(s.due_day, f.due_day)::TEXT, '-'),
+                           coalesce(coalesce(s.stopped_day, f.stopped_day)::TEXT, '-')),
+                    coalesce(s.subscriptions || '/' || s.amount || '/' || s.due_amount, 'none'),
+                    coalesce(f.subscriptions || '/' || f.amount || '/' || f.due_amount, 'none')
+               FROM stored s FULL JOIN fresh f
+                 ON f.merchant_wallet = s.merchant_wallet AND f.status = s.status
+                AND f.cancelling = s.cancelling AND f.due_day IS NOT DISTINCT FROM s.due_day
+                AND f.stopped_day IS NOT DISTINCT FROM s.stopped_day
+              WHERE s IS DISTINCT FROM f
+             UNION ALL
+             SELECT coalesce(s.merchant_wallet, f.merchant_wallet),
+                    'started ' || coalesce(s.day, f.day),
+                    coalesce(s.subscriptions::TEXT, 'none'), coalesce(f.subscriptions::TEXT, 'none')
+               FROM stored_starts s FULL JOIN fresh_starts f
+                 ON f.merchant_wallet = s.merchant_wallet AND f.day = s.day
+              WHERE s IS DISTINCT FROM f
+              ORDER BY 1, 2",
+            &[&chain_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect())
+}
+
 /// The highest block any stored event of `chain_id` is in.
 pub async fn highest_event_block(client: &Client, chain_id: ChainId) -> Result<Option<u64>> {
     let row = client

@@ -93,8 +93,9 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
             .map_or(amount, units);
         if let Some(next) = s["nextPaymentAt"].as_str() {
             let next = time(&Value::from(next));
+            // Due on or before the UTC day `days` after today's.
             for (i, days) in [7, 30].into_iter().enumerate() {
-                if renews && next < as_of + Duration::days(days) {
+                if renews && next.date_naive() <= (as_of + Duration::days(days)).date_naive() {
                     due[i].0 += 1;
                     due[i].1 += next_amount;
                 }
@@ -114,10 +115,12 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
             at_risk.0 += 1;
             at_risk.1 += next_amount;
         }
-        if time(&s["createdAt"]) >= as_of - Duration::days(30) {
+        // On or after the UTC day 30 days before today's.
+        let month_ago = (as_of - Duration::days(30)).date_naive();
+        if time(&s["createdAt"]).date_naive() >= month_ago {
             started += 1;
         }
-        if !live && time(&s["updatedAt"]) >= as_of - Duration::days(30) {
+        if !live && time(&s["updatedAt"]).date_naive() >= month_ago {
             stopped += 1;
         }
     }
