@@ -57,6 +57,10 @@ pub const API_ROUTES: &[(&str, &str)] = &[
         "POST",
         "/dashboard/api/subscriptions/{id}/plan-change-links",
     ),
+    ("POST", "/dashboard/api/plans"),
+    ("GET", "/dashboard/api/plans/{id}"),
+    ("POST", "/dashboard/api/plans/{id}/deactivation"),
+    ("POST", "/dashboard/api/checkouts"),
 ];
 
 /// The browser-facing routes (`routes::pages`), as (method, path template): with
@@ -74,6 +78,7 @@ pub const PAGE_ROUTES: &[(&str, &str)] = &[
     ("GET", "/dashboard"),
     ("GET", "/dashboard/subscriptions"),
     ("GET", "/dashboard/subscriptions/{id}"),
+    ("GET", "/dashboard/plans"),
     ("GET", "/dashboard/developers"),
     ("GET", "/assets/{file}"),
 ];

@@ -1,4 +1,4 @@
-//! What the dashboard's subscription pages read: the same store calls as the REST API's
+//! What the dashboard's subscription and plan pages read: the same store calls as the REST API's
 //! list and get, with the merchant of the session.
 
 use chainsub_core::SubscriptionId;
@@ -107,4 +107,18 @@ pub async fn detail(ctx: &Ctx, session: &Session, id: &str) -> Result<Resp> {
     Ok(view::detail(
         &ctx.cfg, session, &row, &ledger, &lines, &choices,
     ))
+}
+
+/// The plans page: the merchant's plans, newest first (the first 100, as the API's list).
+pub async fn plans(ctx: &Ctx, session: &Session) -> Result<Resp> {
+    let page = Page::new(Some(Limit(100)), None, None)?;
+    let conn = ctx.pool.get().await?;
+    let (rows, _) = chainsub_store::plans::list(
+        &conn,
+        &session.merchant,
+        ctx.cfg.chain_id,
+        page.store_page(None),
+    )
+    .await?;
+    Ok(crate::pages::plans::list(&ctx.cfg, session, &rows))
 }

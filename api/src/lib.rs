@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod pages;
 pub mod pagination;
 pub mod plan_change;
+pub mod plan_deactivation;
 pub mod refunds;
 pub mod relayer;
 pub mod reports;

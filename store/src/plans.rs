@@ -36,8 +36,18 @@ pub struct PlanRow {
     /// Where `createPlan` landed: the indexed event when the index has it, else the receipt
     /// the relayer saw; `None` before either.
     pub created_on_chain: Option<PlanCreation>,
+    /// The indexed `PlanDeactivated`: the plan takes no new subscriptions.
+    pub deactivated: Option<PlanDeactivation>,
     /// The indexer's tip (for confirmations).
     pub indexed_block: Option<i64>,
+}
+
+/// Where a plan's `deactivatePlan` landed (indexed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanDeactivation {
+    pub block_number: i64,
+    pub transaction_hash: B256,
+    pub block_time: DateTime<Utc>,
 }
 
 /// The block facts of a plan's `createPlan`.
@@ -117,6 +127,14 @@ impl PlanRow {
             created_at: r.try_get("created_at")?,
             // The index wins when it has the plan; until then the receipt is the evidence.
             created_on_chain: indexed.or(receipt),
+            deactivated: match r.try_get::<_, Option<i64>>("de_block_number")? {
+                Some(block_number) => Some(PlanDeactivation {
+                    block_number,
+                    transaction_hash: b256(r.try_get("de_tx")?)?,
+                    block_time: r.try_get("de_block_time")?,
+                }),
+                None => None,
+            },
             indexed_block: r.try_get("indexed_block")?,
         })
     }
@@ -129,11 +147,13 @@ const SELECT: &str = "SELECT p.id, p.public_id, p.name, p.amount::TEXT AS amount
     p.provision_log_index, p.created_at, cp.onchain_id AS cp_onchain_id, \
     ce.block_number AS ce_block_number, ce.block_hash AS ce_block_hash, \
     ce.transaction_hash AS ce_tx, ce.log_index AS ce_log_index, ce.contract AS ce_contract, \
-    cur.block_number AS indexed_block \
+    de.block_number AS de_block_number, de.transaction_hash AS de_tx, \
+    de.block_time AS de_block_time, cur.block_number AS indexed_block \
     FROM plans p JOIN merchants m ON m.id = p.merchant_id \
     LEFT JOIN chain_plans cp ON cp.plan_ref = p.plan_ref AND cp.chain_id = $2::bigint \
          AND cp.merchant_wallet = m.wallet \
     LEFT JOIN chain_events ce ON ce.id = cp.event_id \
+    LEFT JOIN chain_events de ON de.id = cp.deactivated_event_id \
     LEFT JOIN indexer_cursor cur ON cur.chain_id = $2::bigint \
     WHERE p.merchant_id = $1";
 

@@ -58,8 +58,28 @@ pub struct Summary {
     /// days: on or after the UTC day 30 days before today's.
     pub started_30_days: i64,
     pub stopped_30_days: i64,
+    /// Of those stopped: cancelled, and ended.
+    pub cancelled_30_days: i64,
+    pub ended_30_days: i64,
+    /// The live subscriptions (trialing, active, past due, cancelling) at the end of each of
+    /// the [`WEEKS`] weeks to today, oldest first.
+    pub weeks: Vec<WeekCounts>,
     /// The last block the index holds: the figures are the index's at that height.
     pub indexed_block: Option<i64>,
+}
+
+/// The weeks of [`Summary::weeks`].
+pub const WEEKS: usize = 12;
+
+/// One week of [`Summary::weeks`]: the seven UTC days ending with `end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeekCounts {
+    pub end: NaiveDate,
+    /// Live at the end of `end`.
+    pub live: i64,
+    /// Started, and cancelled or ended, in the week.
+    pub started: i64,
+    pub stopped: i64,
 }
 
 /// The summary of `scope`'s subscriptions on `chain_id` at `now`.
@@ -85,7 +105,18 @@ pub async fn summary(
                    JOIN subscriptions s ON s.chain_id = r.chain_id AND s.onchain_id = r.subscription_id
                   WHERE r.merchant_wallet = $1 AND r.chain_id = $2
                     AND r.reason IN ('allowance', 'balance') AND r.period = s.period + 1
-                    AND s.status IN ('trialing', 'active') AND NOT s.cancel_at_period_end)
+                    AND s.status IN ('trialing', 'active') AND NOT s.cancel_at_period_end),
+             -- Starts and stops per day over the weeks of `Summary::weeks` (12 × 7 days).
+             days AS (
+                 SELECT st.day, st.subscriptions AS started, 0::INT8 AS stopped
+                   FROM subscription_starts st
+                  WHERE st.merchant_wallet = $1 AND st.chain_id = $2
+                    AND st.day > (SELECT day FROM today) - 84
+                 UNION ALL
+                 SELECT x.stopped_day, 0, x.subscriptions
+                   FROM subscription_tallies x
+                  WHERE x.merchant_wallet = $1 AND x.chain_id = $2
+                    AND x.stopped_day > (SELECT day FROM today) - 84)
              SELECT
                  coalesce(sum(subscriptions) FILTER (WHERE status = 'trialing' AND renews), 0)::INT8 AS trialing,
                  coalesce(sum(subscriptions) FILTER (WHERE status = 'active' AND renews), 0)::INT8 AS active,
@@ -103,12 +134,17 @@ pub async fn summary(
                  coalesce(sum(subscriptions) FILTER (WHERE status = 'past_due' AND due_day IS NOT NULL), 0)::INT8 AS failing,
                  coalesce(sum(due_amount) FILTER (WHERE status = 'past_due' AND due_day IS NOT NULL), 0)::TEXT AS failing_amount,
                  coalesce(sum(subscriptions) FILTER (WHERE stopped_day >= day - 30), 0)::INT8 AS stopped_30,
+                 coalesce(sum(subscriptions) FILTER (WHERE stopped_day >= day - 30
+                                                       AND status = 'cancelled'), 0)::INT8 AS cancelled_30,
                  (SELECT coalesce(sum(st.subscriptions), 0)::INT8 FROM subscription_starts st
                    WHERE st.merchant_wallet = $1 AND st.chain_id = $2
                      AND st.day >= (SELECT day FROM today) - 30) AS started_30,
                  (SELECT n FROM risk) AS at_risk,
                  (SELECT amount FROM risk) AS at_risk_amount,
-                 (SELECT block_number FROM indexer_cursor WHERE chain_id = $2) AS indexed_block
+                 (SELECT block_number FROM indexer_cursor WHERE chain_id = $2) AS indexed_block,
+                 ARRAY(SELECT day FROM days ORDER BY day, started, stopped) AS day_list,
+                 ARRAY(SELECT started FROM days ORDER BY day, started, stopped) AS day_started,
+                 ARRAY(SELECT stopped FROM days ORDER BY day, started, stopped) AS day_stopped
              FROM t, today",
         )
         .await?;
@@ -125,15 +161,28 @@ pub async fn summary(
             amount: amount(sum)?,
         })
     };
+    let counts = StatusCounts {
+        trialing: r.try_get("trialing")?,
+        active: r.try_get("active")?,
+        past_due: r.try_get("past_due")?,
+        cancelling: r.try_get("cancelling")?,
+        cancelled: r.try_get("cancelled")?,
+        ended: r.try_get("ended")?,
+    };
+    let day_list: Vec<NaiveDate> = r.try_get("day_list")?;
+    let day_started: Vec<i64> = r.try_get("day_started")?;
+    let day_stopped: Vec<i64> = r.try_get("day_stopped")?;
+    let days: Vec<_> = day_list
+        .into_iter()
+        .zip(day_started)
+        .zip(day_stopped)
+        .map(|((d, a), b)| (d, a, b))
+        .collect();
+    let weeks = weeks(now.date_naive(), counts, &days);
+    let stopped_30_days: i64 = r.try_get("stopped_30")?;
+    let cancelled_30_days: i64 = r.try_get("cancelled_30")?;
     Ok(Summary {
-        counts: StatusCounts {
-            trialing: r.try_get("trialing")?,
-            active: r.try_get("active")?,
-            past_due: r.try_get("past_due")?,
-            cancelling: r.try_get("cancelling")?,
-            cancelled: r.try_get("cancelled")?,
-            ended: r.try_get("ended")?,
-        },
+        counts,
         mrr: amount("mrr")?,
         trial_mrr: amount("trial_mrr")?,
         due_7_days: tally("due_7", "due_7_amount")?,
@@ -141,9 +190,40 @@ pub async fn summary(
         at_risk: tally("at_risk", "at_risk_amount")?,
         failed_awaiting_retry: tally("failing", "failing_amount")?,
         started_30_days: r.try_get("started_30")?,
-        stopped_30_days: r.try_get("stopped_30")?,
+        stopped_30_days,
+        cancelled_30_days,
+        ended_30_days: stopped_30_days - cancelled_30_days,
+        weeks,
         indexed_block: r.try_get("indexed_block")?,
     })
+}
+
+/// The [`WEEKS`] weeks to `today` from `days` (a day's starts and stops, one or more rows
+/// a day, the days after the first week's start): the live count at each week's end is
+/// `now`'s less those started since, plus those stopped since (a subscription stops once:
+/// cancelled or ended) — "since" up to any day, as block times may run ahead of the clock.
+fn weeks(today: NaiveDate, now: StatusCounts, days: &[(NaiveDate, i64, i64)]) -> Vec<WeekCounts> {
+    let live_now = now.trialing + now.active + now.past_due + now.cancelling;
+    let sum = |from: NaiveDate, to: NaiveDate, pick: fn(&(NaiveDate, i64, i64)) -> i64| {
+        days.iter()
+            .filter(|d| d.0 > from && d.0 <= to)
+            .map(pick)
+            .sum::<i64>()
+    };
+    (0..WEEKS)
+        .rev()
+        .map(|k| {
+            let end = today - chrono::Days::new(7 * k as u64);
+            let start = end - chrono::Days::new(7);
+            WeekCounts {
+                end,
+                live: live_now - sum(end, NaiveDate::MAX, |d| d.1)
+                    + sum(end, NaiveDate::MAX, |d| d.2),
+                started: sum(start, end, |d| d.1),
+                stopped: sum(start, end, |d| d.2),
+            }
+        })
+        .collect()
 }
 
 /// One month's revenue in base units: charges and upgrade prorations collected, refunds paid
@@ -194,4 +274,49 @@ pub async fn revenue_months(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_weeks_live_count_adds_back_what_stopped_since_and_removes_what_started_since() {
+        let today = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap();
+        let day = |back: u64| today - chrono::Days::new(back);
+        let now = StatusCounts {
+            trialing: 1,
+            active: 3,
+            past_due: 1,
+            cancelling: 1,
+            cancelled: 2,
+            ended: 1,
+        };
+        // Started today (2) and 10 days ago (1); stopped 3 days ago (1, with a start the same
+        // day on another row) and 20 days ago (2).
+        let days = [
+            (day(20), 0, 2),
+            (day(10), 1, 0),
+            (day(3), 0, 1),
+            (day(3), 1, 0),
+            (day(0), 2, 0),
+        ];
+        let w = weeks(today, now, &days);
+        assert_eq!(w.len(), WEEKS);
+        assert_eq!(w[11].end, today);
+        assert_eq!(w[0].end, day(77));
+        // Today: the live ones now.
+        assert_eq!((w[11].live, w[11].started, w[11].stopped), (6, 3, 1));
+        // A week ago: less today's and the day-3 starts (3), plus the day-3 stop (1).
+        assert_eq!((w[10].live, w[10].started, w[10].stopped), (4, 1, 0));
+        // Two weeks ago: less the day-10 start too.
+        assert_eq!((w[9].live, w[9].started, w[9].stopped), (3, 0, 2));
+        // Three weeks ago and before: the day-20 stops were live.
+        assert_eq!((w[8].live, w[8].started, w[8].stopped), (5, 0, 0));
+        assert_eq!(w[0].live, 5);
+        // A stop dated after today (a block time ahead of the clock) was live all along.
+        let ahead = weeks(today, now, &[(today + chrono::Days::new(2), 0, 1)]);
+        assert_eq!((ahead[11].live, ahead[11].stopped), (7, 0));
+        assert_eq!(ahead[0].live, 7);
+    }
 }

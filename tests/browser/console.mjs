@@ -73,7 +73,16 @@ await run("overview", async (browser) => {
     check((await text(page, '[data-figure="revenue-total"]')) === revenue.total.net.amount + " USDC", "twelve months' total");
     check(Number(revenue.total.net.baseUnits) > 0, "the scene has revenue");
     // Two charts, each a labelled image with one labelled bar per value.
-    check((await page.locator("svg.chart[role=img] title").count()) === 2, "two labelled charts");
+    // The change over 30 days, and the live subscriptions by week.
+    const change = (label) => text(page, `#status-table tr[data-status="${label}"] td:nth-child(3)`);
+    const signed = (n) => (n > 0 ? "+" + n : String(n));
+    check((await change("Cancelled")) === signed(summary.changeLast30Days.cancelled), "cancelled over 30 days");
+    check((await change("Ended")) === signed(summary.changeLast30Days.ended), "ended over 30 days");
+    check((await change("Live")) === signed(summary.changeLast30Days.live), `live over 30 days: ${await change("Live")}`);
+    const weeks = await page.locator("#week-table tbody tr").evaluateAll((rows) => rows.map((r) => [r.dataset.week, ...[...r.querySelectorAll("td")].map((td) => Number(td.textContent))]));
+    check(JSON.stringify(weeks) === JSON.stringify(summary.liveByWeek.map((w) => [w.weekEnding, w.live, w.started, w.stopped])), `weeks: ${JSON.stringify(weeks)} vs ${JSON.stringify(summary.liveByWeek)}`);
+    check((await page.locator("#week-chart g.bar text.value").count()) === 12, "a value on every week's bar");
+    check((await page.locator("svg.chart[role=img] title").count()) === 3, "three labelled charts");
     check((await page.locator("#revenue-chart g.bar text.value").count()) === 12, "a value on every month's bar");
 
     await fitsAndPassesAxe(page, width, "overview");

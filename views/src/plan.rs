@@ -22,13 +22,26 @@ pub struct PlanView<'a> {
     /// Free days before a new subscriber's first charge (0: none).
     pub trial_days: u16,
     pub slug: &'a str,
-    /// `active` (indexed, or mined as the relayer saw), `failed` or `pending`.
+    /// `active` (indexed, or mined as the relayer saw), `deactivated` (its
+    /// `PlanDeactivated` indexed: no new subscriptions), `failed` or `pending`.
     pub status: &'static str,
     #[serde(serialize_with = "super::time")]
     pub created_at: DateTime<Utc>,
     pub provisioning: ProvisioningView<'a>,
     /// Where `createPlan` landed (with `onchainPlanId`); `null` before it did.
     pub chain: Option<ChainView>,
+    /// Where `deactivatePlan` landed; `null` while the plan takes subscriptions.
+    pub deactivation: Option<DeactivationView>,
+}
+
+/// A plan's `deactivation` block.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeactivationView {
+    pub block_number: i64,
+    pub transaction_hash: B256,
+    #[serde(serialize_with = "super::time")]
+    pub deactivated_at: DateTime<Utc>,
 }
 
 /// A plan's `provisioning` block.
@@ -46,7 +59,9 @@ impl<'a> PlanView<'a> {
     /// `contract` (the configured one).
     pub fn new(r: &'a PlanRow, chain_id: chainsub_core::ChainId, contract: Address) -> Self {
         let active = r.is_active();
-        let status = if active {
+        let status = if r.deactivated.is_some() {
+            "deactivated"
+        } else if active {
             "active"
         } else if r.provision_status == ProvisionStatus::Failed {
             "failed"
@@ -90,6 +105,11 @@ impl<'a> PlanView<'a> {
                 plan_ref: r.plan_ref,
             },
             chain,
+            deactivation: r.deactivated.as_ref().map(|d| DeactivationView {
+                block_number: d.block_number,
+                transaction_hash: d.transaction_hash,
+                deactivated_at: d.block_time,
+            }),
         }
     }
 }
@@ -115,6 +135,7 @@ mod tests {
             provision_tx_hash: Some(B256::repeat_byte(9)),
             created_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
             created_on_chain: created,
+            deactivated: None,
             indexed_block: Some(20),
         }
     }

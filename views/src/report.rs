@@ -85,10 +85,36 @@ pub struct SummaryView {
     pub subscriptions: StatusCountsView,
     pub started_last_30_days: i64,
     pub stopped_last_30_days: i64,
+    /// The change of each count over the last 30 days, where the index can tell it.
+    pub change_last_30_days: ChangeView,
+    /// The live subscriptions at the end of each of the last 12 weeks, oldest first.
+    pub live_by_week: Vec<WeekView>,
     pub renewals_next_7_days: TallyView,
     pub renewals_next_30_days: TallyView,
     pub at_risk: TallyView,
     pub failed_awaiting_retry: TallyView,
+}
+
+/// `changeLast30Days`: live (trialing, active, past due or cancelling) = started − stopped;
+/// cancelled and ended = those that stopped so. The moves between live states (a trial
+/// converting, a renewal failing) are not kept by the index, hence not told.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeView {
+    pub live: i64,
+    pub cancelled: i64,
+    pub ended: i64,
+}
+
+/// One week of `liveByWeek`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WeekView {
+    /// The week's last UTC day, `YYYY-MM-DD`: the count is at its end.
+    pub week_ending: String,
+    pub live: i64,
+    pub started: i64,
+    pub stopped: i64,
 }
 
 impl SummaryView {
@@ -104,6 +130,21 @@ impl SummaryView {
             subscriptions: s.counts.into(),
             started_last_30_days: s.started_30_days,
             stopped_last_30_days: s.stopped_30_days,
+            change_last_30_days: ChangeView {
+                live: s.started_30_days - s.stopped_30_days,
+                cancelled: s.cancelled_30_days,
+                ended: s.ended_30_days,
+            },
+            live_by_week: s
+                .weeks
+                .iter()
+                .map(|w| WeekView {
+                    week_ending: w.end.format("%Y-%m-%d").to_string(),
+                    live: w.live,
+                    started: w.started,
+                    stopped: w.stopped,
+                })
+                .collect(),
             renewals_next_7_days: s.due_7_days.into(),
             renewals_next_30_days: s.due_30_days.into(),
             at_risk: s.at_risk.into(),

@@ -42,6 +42,11 @@ const FILES: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../../assets/overview.js"),
     ),
+    (
+        "plans.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/plans.js"),
+    ),
 ];
 
 /// The file called `name`, with its content type.

@@ -13,6 +13,7 @@ pub mod dashboard;
 pub mod html;
 pub mod network;
 pub mod overview;
+pub mod plans;
 pub mod subscriptions;
 
 /// Page settings (flattened into [`crate::Config`]).

@@ -24,9 +24,10 @@ pub fn nav(current: &str) -> String {
         format!("<a href=\"{href}\"{here}>{label}</a>")
     };
     format!(
-        "<nav class=\"dash-nav\" aria-label=\"Dashboard\">{}{}{}</nav>",
+        "<nav class=\"dash-nav\" aria-label=\"Dashboard\">{}{}{}{}</nav>",
         link("/dashboard", "Overview"),
         link("/dashboard/subscriptions", "Subscriptions"),
+        link("/dashboard/plans", "Plans"),
         link("/dashboard/developers", "Developers"),
     )
 }
@@ -98,6 +99,13 @@ fn short_month(month: &str) -> String {
     let (y, m) = month.split_once('-').unwrap_or((month, "01"));
     let m: usize = m.parse().unwrap_or(1);
     format!("{} {}", names[m.clamp(1, 12) - 1], y.get(2..).unwrap_or(y))
+}
+
+/// `2026-11-30` → `Nov 30`.
+fn short_day(day: &str) -> String {
+    let month = short_month(day.get(..7).unwrap_or(day));
+    let d = day.get(8..).unwrap_or("").trim_start_matches('0');
+    format!("{} {d}", month.split(' ').next().unwrap_or(""))
 }
 
 /// Base units as a chart's bar height (an f64 is exact enough for a drawing).
@@ -179,12 +187,51 @@ pub fn render(session: &Session, s: &SummaryView, revenue: &RevenueView) -> Resp
         .iter()
         .map(|(label, n, _)| ((*label).to_string(), *n as f64, count(*n)))
         .collect();
-    let status_rows: String = by_status
+    // The change over 30 days, where the index keeps it: what stopped as cancelled or ended;
+    // the live states together (started − stopped), not one by one.
+    let signed = |n: i64| {
+        if n > 0 {
+            format!("+{n}")
+        } else {
+            n.to_string()
+        }
+    };
+    let change = &s.change_last_30_days;
+    let mut status_rows: String = by_status
         .iter()
         .map(|(label, n, status)| {
+            let delta = match *label {
+                "Cancelled" => signed(change.cancelled),
+                "Ended" => signed(change.ended),
+                _ => "—".to_string(),
+            };
             format!(
-                "<tr data-status=\"{label}\"><th scope=\"row\"><a href=\"{href}\">{label}</a></th><td>{n}</td></tr>",
+                "<tr data-status=\"{label}\"><th scope=\"row\"><a href=\"{href}\">{label}</a></th><td>{n}</td><td>{delta}</td></tr>",
                 href = esc(&list(status)),
+            )
+        })
+        .collect();
+    let live = c.trialing + c.active + c.past_due + c.cancelling;
+    let _ = write!(
+        status_rows,
+        "<tr data-status=\"Live\"><th scope=\"row\">Live (the four above)</th><td>{live}</td><td>{}</td></tr>",
+        signed(change.live)
+    );
+    let week_bars: Vec<(String, f64, String)> = s
+        .live_by_week
+        .iter()
+        .map(|w| (short_day(&w.week_ending), w.live as f64, w.live.to_string()))
+        .collect();
+    let week_rows: String = s
+        .live_by_week
+        .iter()
+        .map(|w| {
+            format!(
+                "<tr data-week=\"{end}\"><th scope=\"row\">{end}</th><td>{}</td><td>{}</td><td>{}</td></tr>",
+                w.live,
+                w.started,
+                w.stopped,
+                end = esc(&w.week_ending),
             )
         })
         .collect();
@@ -244,8 +291,21 @@ pub fn render(session: &Session, s: &SummaryView, revenue: &RevenueView) -> Resp
 {status_chart}
 <div class="table-scroll" tabindex="0" role="region" aria-label="Subscriptions by state (scrolls sideways)"><table id="status-table">
 <caption class="sr-only">Subscriptions by state</caption>
-<thead><tr><th scope="col">State</th><th scope="col">Subscriptions</th></tr></thead>
+<thead><tr><th scope="col">State</th><th scope="col">Subscriptions</th><th scope="col">Change, 30 days</th></tr></thead>
 <tbody>{status_rows}</tbody></table></div>
+<p class="muted">A change between live states (a trial converting, a renewal failing) is not kept, so the live states' change is told together.</p>
+</section>
+
+<section class="card" aria-labelledby="weeks-title" id="by-week">
+<h2 id="weeks-title">Live subscriptions by week</h2>
+<p class="muted">Trialing, active, past due or cancelling at the end of each of the last twelve weeks (UTC days).</p>
+{week_chart}
+<details><summary>The figures</summary>
+<div class="table-scroll" tabindex="0" role="region" aria-label="Live subscriptions by week (scrolls sideways)"><table id="week-table">
+<caption class="sr-only">Live subscriptions by week</caption>
+<thead><tr><th scope="col">Week ending</th><th scope="col">Live</th><th scope="col">Started</th><th scope="col">Cancelled or ended</th></tr></thead>
+<tbody>{week_rows}</tbody></table></div>
+</details>
 </section>
 {settings}"#,
         nav = nav("/dashboard"),
@@ -257,6 +317,11 @@ pub fn render(session: &Session, s: &SummaryView, revenue: &RevenueView) -> Resp
             &revenue_bars
         ),
         status_chart = bar_chart("status-chart", "Subscriptions by state", &status_bars),
+        week_chart = bar_chart(
+            "week-chart",
+            "Live subscriptions at the end of each week, last twelve weeks",
+            &week_bars
+        ),
         started = s.started_last_30_days,
         stopped = s.stopped_last_30_days,
         settings = json_script("dashboard-settings", &settings),
@@ -282,5 +347,6 @@ mod tests {
         assert!(svg.contains(">5.00</text>") && svg.contains(">Dec 26</text>"));
         assert!(svg.contains("height=\"0.0\""), "{svg}");
         assert_eq!(short_month("2026-11"), "Nov 26");
+        assert_eq!(short_day("2026-11-03"), "Nov 3");
     }
 }

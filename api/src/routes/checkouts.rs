@@ -67,7 +67,7 @@ impl FromParam for LinkSecs {
     }
 }
 
-async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
+pub(crate) async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
     let request = format!("POST /api/v1/checkouts\n{}", Value::Object(body.clone()));
     let (ctx, merchant) = (&s.ctx, &s.merchant);
     s.once(&request, |_| async {
@@ -80,6 +80,13 @@ async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
                 code: Code::PlanNotActive,
                 message: "the plan is not provisioned on chain yet (status must be `active`)"
                     .into(),
+                param: Some("planId".into()),
+            });
+        }
+        if plan.deactivated.is_some() {
+            return Err(ApiError::Conflict {
+                code: Code::PlanInactive,
+                message: "the plan was deactivated on chain: it takes no new subscriptions".into(),
                 param: Some("planId".into()),
             });
         }

@@ -6,12 +6,17 @@
 //! | POST | /dashboard/api/subscriptions/{id}/refunds | the refund's transactions for the merchant's wallet (`POST /api/v1/subscriptions/{id}/refunds`) |
 //! | POST | /dashboard/api/subscriptions/{id}/cancel | cancel now or at period end (`POST /api/v1/subscriptions/{id}/cancel`) |
 //! | POST | /dashboard/api/subscriptions/{id}/plan-change-links | a plan-change link (`POST /api/v1/subscriptions/{id}/plan-change-links`) |
+//! | POST | /dashboard/api/plans | create and provision a plan (`POST /api/v1/plans`, `Idempotency-Key` too) |
+//! | GET | /dashboard/api/plans/{id} | one plan (`GET /api/v1/plans/{id}`): the page follows its provisioning |
+//! | POST | /dashboard/api/plans/{id}/deactivation | the `deactivatePlan` call for the merchant's wallet |
+//! | POST | /dashboard/api/checkouts | a checkout link (`POST /api/v1/checkouts`) |
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use warp::Filter;
 use warp::filters::BoxedFilter;
 
+use crate::auth::api_key::Scope;
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::Result;
@@ -67,7 +72,58 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             handle(async move { api::plan_change_link_for(&ctx, &s.merchant, &id, &body).await })
         },
     );
-    any_of([refund.boxed(), cancel.boxed(), link.boxed()])
+    // The plans page's calls: the API's handlers, run for the session's merchant.
+    let scope = move || {
+        with_ctx(ctx.clone())
+            .and(require_session(ctx.clone()))
+            .and(warp::header::optional::<String>("idempotency-key"))
+            .map(|ctx: Ctx, s: Session, key: Option<String>| Scope {
+                ctx,
+                merchant: s.merchant,
+                idempotency_key: key,
+            })
+    };
+    let json_body = || {
+        warp::header::optional::<String>("content-type")
+            .and(body_bytes())
+            .and_then(|ct: Option<String>, body: Bytes| async move {
+                parse_json_object(ct.as_deref(), &body).map_err(warp::reject::custom)
+            })
+    };
+    let plan_create = warp::path!("dashboard" / "api" / "plans")
+        .and(warp::post())
+        .and(scope())
+        .and(json_body())
+        .then(|s: Scope, body| handle(crate::routes::plans::create(s, body)));
+    let plan_get = warp::path!("dashboard" / "api" / "plans" / String)
+        .and(warp::get())
+        .and(scope())
+        .then(|id: String, s: Scope| handle(crate::routes::plans::get_one(s, id)));
+    let deactivation = warp::path!("dashboard" / "api" / "plans" / String / "deactivation")
+        .and(warp::post())
+        .and(scope())
+        .and(json_body())
+        .then(|id: String, s: Scope, body: Map<String, Value>| {
+            handle(async move {
+                crate::http::input::no_fields(&body)?;
+                let view = crate::plan_deactivation::request(&s.ctx, &s.merchant, &id).await?;
+                Ok(Resp::view(&view))
+            })
+        });
+    let checkout = warp::path!("dashboard" / "api" / "checkouts")
+        .and(warp::post())
+        .and(scope())
+        .and(json_body())
+        .then(|s: Scope, body| handle(crate::routes::checkouts::create(s, body)));
+    any_of([
+        refund.boxed(),
+        cancel.boxed(),
+        link.boxed(),
+        plan_create.boxed(),
+        plan_get.boxed(),
+        deactivation.boxed(),
+        checkout.boxed(),
+    ])
 }
 
 /// The API's cancellation, without an `Idempotency-Key`: a second click while the first is

@@ -13,6 +13,7 @@
 //! | GET | /dashboard | merchant overview (HTML; signed-in or sign-in view) |
 //! | GET | /dashboard/subscriptions?status=…&customer=…&startingAfter=… | subscriptions (HTML) |
 //! | GET | /dashboard/subscriptions/{id} | one subscription: ledger, events, refund (HTML) |
+//! | GET | /dashboard/plans | plans: create, follow provisioning, checkout links, deactivate (HTML) |
 //! | GET | /dashboard/developers | dashboard page (HTML; signed-in or sign-in view) |
 //! | GET | /assets/{file} | JS and CSS of the pages |
 
@@ -213,6 +214,21 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                 .unwrap_or_else(html_error)
             },
         );
+    let console_plans = warp::path!("dashboard" / "plans")
+        .and(warp::get())
+        .and(with_ctx(ctx.clone()))
+        .and(warp::header::optional::<String>("cookie"))
+        .and(client_addr())
+        .then(
+            |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
+                match signed_in(&ctx, cookie.as_deref(), &remote, "Plans").await {
+                    Ok(Ok(s)) => crate::console::plans(&ctx, &s).await,
+                    Ok(Err(page)) => Ok(page),
+                    Err(e) => Err(e),
+                }
+                .unwrap_or_else(html_error)
+            },
+        );
     let dash = warp::path!("dashboard" / "developers")
         .and(warp::get())
         .and(with_ctx(ctx))
@@ -245,6 +261,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         overview.boxed(),
         console_list.boxed(),
         console_detail.boxed(),
+        console_plans.boxed(),
         dash.boxed(),
         asset.boxed(),
     ])

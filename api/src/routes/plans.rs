@@ -84,7 +84,7 @@ async fn list(s: Scope, q: PageQuery) -> Result<Resp> {
     Ok(Resp::view(&ListView::new(data, more)))
 }
 
-async fn get_one(s: Scope, id: String) -> Result<Resp> {
+pub(crate) async fn get_one(s: Scope, id: String) -> Result<Resp> {
     let row = find(&s.ctx, &s.merchant, &id)
         .await?
         .ok_or_else(|| ApiError::not_found("plan", Some("id")))?;
@@ -205,7 +205,7 @@ impl FromParam for Month {
     }
 }
 
-async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
+pub(crate) async fn create(s: Scope, body: Map<String, Value>) -> Result<Resp> {
     let request = format!("POST /api/v1/plans\n{}", Value::Object(body.clone()));
     let (ctx, merchant, key) = (&s.ctx, &s.merchant, s.idempotency_key.as_deref());
     s.once(&request, |_| async {

@@ -589,3 +589,55 @@ async fn a_merchant_reads_the_overview_finds_the_subscription_and_refunds_it_fro
     .await;
     assert_eq!(refunded["amount"], "-1.50", "{refunded}");
 }
+
+/// A merchant creates a plan on `/dashboard/plans` while the chain mines nothing and watches
+/// it go from provisioning to active when a block comes, makes and copies a checkout link,
+/// and deactivates the plan with its own wallet (headless Chromium, 1280 and 390 px, axe).
+/// The API then refuses a checkout link for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merchant_creates_a_plan_watches_it_provisioned_links_it_and_deactivates_it() {
+    let s = start("plans", true).await;
+    let (key, _, _) = plan_and_checkout(&s, "cust_plans").await;
+    node(
+        "plans.mjs",
+        &[
+            ("BASE_URL", s.base.clone()),
+            ("RPC_URL", s.chain.anvil.url.clone()),
+            ("CHAIN_ID", s.chain.anvil.chain_id.to_string()),
+            (
+                "MERCHANT",
+                DevChain::address(accounts::MERCHANT).to_string(),
+            ),
+            ("API_KEY", key.clone()),
+        ],
+    );
+    let plans: Value = s
+        .http
+        .get(format!("{}/api/v1/plans", s.base))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let starter = plans["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "Starter")
+        .expect("the plan made on the page")
+        .clone();
+    assert_eq!(starter["status"], "deactivated", "{starter}");
+    let res = s
+        .http
+        .post(format!("{}/api/v1/checkouts", s.base))
+        .bearer_auth(&key)
+        .json(&serde_json::json!({"planId": starter["id"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 409);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "plan_inactive", "{body}");
+}

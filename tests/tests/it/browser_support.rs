@@ -50,6 +50,9 @@ pub(crate) async fn start(test: &str, with_indexer: bool) -> Stack {
             chainsub_tests::TEST_WEBHOOK_SECRETS_KEYS,
         )
         .env("EXPLORER_TX_URL", format!("{EXPLORER}{{hash}}"))
+        // A plan sent while the chain mines nothing answers `pending` after this long (the
+        // plans page then follows it until it is indexed).
+        .env("PROVISION_TIMEOUT_MS", "2000")
         .env("RATE_LIMIT_IP_PER_SEC", "1000")
         .env("RATE_LIMIT_IP_BURST", "1000")
         // The dashboard test delivers webhooks to a receiver on 127.0.0.1 over http, and

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use chainsub_tests::merchant::ApiClient;
-use chrono::{DateTime, Datelike, Duration, Utc};
+use chrono::{DateTime, Datelike, Duration, NaiveDate, Utc};
 use serde_json::Value;
 
 /// "9.99" or "-1.50" → signed base units.
@@ -59,6 +59,9 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
     let mut due = [(0i64, 0i128); 2];
     let (mut at_risk, mut failing) = ((0i64, 0i128), (0i64, 0i128));
     let (mut started, mut stopped) = (0i64, 0i64);
+    let (mut cancelled_30, mut ended_30) = (0i64, 0i64);
+    // Each subscription's first UTC day, and its last if it stopped.
+    let mut lives: Vec<(NaiveDate, Option<NaiveDate>)> = Vec::new();
     for s in &subs {
         let detail = api
             .get_ok(
@@ -122,9 +125,34 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
         }
         if !live && time(&s["updatedAt"]).date_naive() >= month_ago {
             stopped += 1;
+            if status == "cancelled" {
+                cancelled_30 += 1;
+            } else {
+                ended_30 += 1;
+            }
         }
+        lives.push((
+            time(&s["createdAt"]).date_naive(),
+            (!live).then(|| time(&s["updatedAt"]).date_naive()),
+        ));
     }
     let tally = |(count, amount): (i64, i128)| serde_json::json!({"count": count, "baseUnits": amount.to_string()});
+    // The twelve weeks to today: live at each week's end, started and stopped in it.
+    let today = as_of.date_naive();
+    let weeks: Vec<Value> = (0..12u64)
+        .rev()
+        .map(|k| {
+            let end = today - chrono::Days::new(7 * k);
+            let start = end - chrono::Days::new(7);
+            let within = |d: NaiveDate| d > start && d <= end;
+            serde_json::json!({
+                "weekEnding": end.format("%Y-%m-%d").to_string(),
+                "live": lives.iter().filter(|(c, s)| *c <= end && s.is_none_or(|s| s > end)).count(),
+                "started": lives.iter().filter(|(c, _)| within(*c)).count(),
+                "stopped": lives.iter().filter(|(_, s)| s.is_some_and(within)).count(),
+            })
+        })
+        .collect();
     serde_json::json!({
         "subscriptions": counts,
         "mrr": mrr.to_string(),
@@ -135,6 +163,8 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
         "failedAwaitingRetry": tally(failing),
         "startedLast30Days": started,
         "stoppedLast30Days": stopped,
+        "changeLast30Days": {"live": started - stopped, "cancelled": cancelled_30, "ended": ended_30},
+        "liveByWeek": weeks,
     })
 }
 
@@ -152,6 +182,8 @@ fn summary_figures(r: &Value) -> Value {
         "failedAwaitingRetry": tally(&r["failedAwaitingRetry"]),
         "startedLast30Days": r["startedLast30Days"],
         "stoppedLast30Days": r["stoppedLast30Days"],
+        "changeLast30Days": r["changeLast30Days"],
+        "liveByWeek": r["liveByWeek"],
     })
 }
 
