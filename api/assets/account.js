@@ -76,7 +76,7 @@
       li.appendChild(el("h2", (s.planName || "Plan #" + s.planOnchainId) + " · " + (s.amount || "?") + " USDC / month"));
       const facts = el("dl", null, { class: "facts" });
       const fact = (k, v) => { facts.appendChild(el("dt", k)); const d = el("dd"); d.append(v); facts.appendChild(d); };
-      fact("Merchant", s.merchant.code ? s.merchant.code + " (" + short(s.merchant.wallet) + ")" : short(s.merchant.wallet));
+      fact("Merchant", (s.merchant.name ? s.merchant.name + " · " : "") + (s.merchant.code ? s.merchant.code + " (" + short(s.merchant.wallet) + ")" : short(s.merchant.wallet)));
       fact("Status", el("span", statusText(s), { class: "sub-status" }));
       fact("Next charge", s.nextChargeAt ? day(s.nextChargeAt) + " · " + (s.amount || "?") + " USDC" : "none");
       fact("Subscription", "#" + s.onchainId + " since " + day(s.createdAt));

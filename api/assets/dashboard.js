@@ -166,6 +166,15 @@
     say("Copied.");
   }));
 
+  // ------------------------------------------------------------------ name shown to customers
+
+  $("name-form").addEventListener("submit", guard("Saving the name", async () => {
+    const name = $("display-name").value.trim();
+    const p = await call("PUT", "/dashboard/api/merchant/display-name", { displayName: name === "" ? null : name });
+    $("display-name").value = p.displayName || "";
+    say(p.displayName ? "Customers now see " + p.displayName + "." : "Customers now see your code " + p.code + ".");
+  }));
+
   // ------------------------------------------------------------------ webhooks
 
   async function saveUrl(url) {

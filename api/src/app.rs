@@ -61,6 +61,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("GET", "/dashboard/api/plans/{id}"),
     ("POST", "/dashboard/api/plans/{id}/deactivation"),
     ("POST", "/dashboard/api/checkouts"),
+    ("PUT", "/dashboard/api/merchant/display-name"),
 ];
 
 /// The browser-facing routes (`routes::pages`), as (method, path template): with

@@ -173,6 +173,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "subscription_tallies",
         sql: include_str!("../sql/0032_subscription_tallies.sql"),
     },
+    Migration {
+        version: 33,
+        name: "merchant_display_name",
+        sql: include_str!("../sql/0033_merchant_display_name.sql"),
+    },
 ];
 
 /// A Postgres error as an operator reads it: the server's message and SQLSTATE

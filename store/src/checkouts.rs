@@ -15,6 +15,8 @@ pub struct LinkMerchant {
     pub public_id: MerchantId,
     pub wallet: Address,
     pub code: String,
+    /// The name it shows customers, when it set one.
+    pub display_name: Option<String>,
 }
 
 /// A checkout link's merchant and plan, as stored.
@@ -54,6 +56,7 @@ pub async fn resolve(
         .query_opt(
             "SELECT m.public_id AS merchant_public_id, \
              m.wallet AS merchant_wallet, m.code AS merchant_code, \
+             m.display_name AS merchant_name, \
              p.public_id AS plan_public_id, p.name, \
              p.amount::TEXT AS amount, p.interval, p.slug, \
              p.plan_ref, cp.onchain_id, cp.deactivated_event_id IS NOT NULL AS deactivated, \
@@ -80,6 +83,7 @@ pub async fn resolve(
             wallet: Address::try_from(wallet.as_slice())
                 .map_err(|_| Error::Inconsistent("merchant wallet is not 20 bytes".into()))?,
             code: row.get("merchant_code"),
+            display_name: row.get("merchant_name"),
         },
         plan_public_id: row.get("plan_public_id"),
         plan_name: row.get("name"),

@@ -27,6 +27,8 @@ pub struct WalletSubscription {
     pub merchant_wallet: Address,
     /// `None` when the merchant has no account with this service.
     pub merchant_code: Option<String>,
+    /// The merchant's display name, when it set one.
+    pub merchant_name: Option<String>,
     /// `None` when the plan was not created through this service.
     pub plan_name: Option<String>,
     pub plan_onchain_id: i64,
@@ -93,7 +95,7 @@ pub async fn subscriptions_of(
     let stmt = client
         .prepare_cached(
             "SELECT s.onchain_id, s.status, s.cancel_at_period_end, s.merchant_wallet, \
-             m.code AS merchant_code, p.name AS plan_name, s.plan_onchain_id, \
+             m.code AS merchant_code, m.display_name AS merchant_name, p.name AS plan_name, s.plan_onchain_id, \
              s.amount::TEXT AS amount, s.period, s.current_period_end, s.next_retry_at, \
              s.ended_reason, s.created_at, s.pending_plan_onchain_id, \
              s.pending_amount::TEXT AS pending_amount, \
@@ -132,6 +134,7 @@ pub async fn subscriptions_of(
                 cancel_at_period_end: r.try_get("cancel_at_period_end")?,
                 merchant_wallet: address(r.try_get("merchant_wallet")?)?,
                 merchant_code: r.try_get("merchant_code")?,
+                merchant_name: r.try_get("merchant_name")?,
                 plan_name: r.try_get("plan_name")?,
                 plan_onchain_id: r.try_get("plan_onchain_id")?,
                 amount: units(r.try_get("amount")?),

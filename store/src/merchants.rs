@@ -238,6 +238,36 @@ pub struct KeyStatus {
     pub last_used_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// The name the merchant shows its customers, if it set one (migration 0033). Not part of
+/// [`MerchantScope`]: the API-key cache holds scopes, and a name changes without a key change.
+pub async fn display_name(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+) -> Result<Option<String>> {
+    let row = client
+        .query_one(
+            "SELECT display_name FROM merchants WHERE id = $1",
+            &[&scope.id()],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Sets (or, with `None`, clears) the name the merchant shows its customers.
+pub async fn set_display_name(
+    client: &impl GenericClient,
+    scope: &MerchantScope,
+    name: Option<&str>,
+) -> Result<()> {
+    client
+        .execute(
+            "UPDATE merchants SET display_name = $2 WHERE id = $1",
+            &[&scope.id(), &name],
+        )
+        .await?;
+    Ok(())
+}
+
 /// The merchant's live key, if any.
 pub async fn api_key_status(
     client: &impl tokio_postgres::GenericClient,

@@ -1,7 +1,8 @@
 // Scenario: a merchant signs in on /dashboard/plans and creates a plan with a 7-day trial
 // while the chain mines nothing: the page says the transaction is sent and the plan is
 // provisioning; once a block is mined the page shows it active (without a reload), as the
-// API does. It makes a checkout link for a customer and copies it; then deactivates the plan
+// API does. It makes a checkout link for a customer and copies it, names itself on the
+// developers page (the checkout then shows the name); then deactivates the plan
 // with its own wallet: the page shows it deactivated once indexed, the link's plan is gone
 // from the checkout-link choices, and a second deactivation is refused (409). The page fits
 // 1280 px and 390 px, logs no console error and passes axe-core (nothing serious).
@@ -66,6 +67,24 @@ await run("plans", async (browser) => {
   await page.getByRole("button", { name: "Copy" }).click();
   await page.waitForSelector('#link[data-state="copied"]');
   check((await page.evaluate(() => navigator.clipboard.readText())) === url, "the link is on the clipboard");
+
+  // The name customers see, set on the developers page: a bidirectional override is
+  // refused; a plain name is saved and the checkout shows it.
+  await page.goto(base + "/dashboard/developers");
+  await page.fill("#display-name", "Acme \u202Eduolc");
+  await page.getByRole("button", { name: "Save name" }).click();
+  await page.waitForFunction(() => document.getElementById("status").textContent.includes("bidirectional"));
+  await page.fill("#display-name", "Acme Cloud");
+  await page.getByRole("button", { name: "Save name" }).click();
+  await page.waitForFunction(() => document.getElementById("status").textContent.includes("Customers now see Acme Cloud"));
+  await page.reload();
+  check((await page.locator("#display-name").inputValue()) === "Acme Cloud", "the name is kept");
+  errors.length = 0; // the refused name's 400
+  const customerPage = await context.newPage();
+  await customerPage.goto(url);
+  check((await text(customerPage, "#merchant-name")) === "Acme Cloud", "the checkout names the merchant");
+  await customerPage.close();
+  await page.goto(base + "/dashboard/plans");
 
   for (const width of [1280, 390]) {
     await page.setViewportSize({ width, height: 900 });

@@ -448,6 +448,35 @@ impl<const MAX: usize> FromParam for Text<MAX> {
     }
 }
 
+/// Text customers read ([`Text`]): a plan's name, a merchant's display name. Without the
+/// Unicode bidirectional controls (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069): an
+/// override (`"Pro \u{202E}99.0 DSU"`) could make it read as another amount or name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisplayText<const MAX: usize>(Text<MAX>);
+
+impl<const MAX: usize> DisplayText<MAX> {
+    pub fn as_str(&self) -> &str {
+        &self.0.0
+    }
+}
+
+impl<const MAX: usize> FromParam for DisplayText<MAX> {
+    fn from_text(s: &str) -> Result<Self, String> {
+        let text = Text::<MAX>::from_text(s)?;
+        let bidi = |c: char| matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
+        if s.chars().any(bidi) {
+            return Err("must not contain bidirectional control characters".into());
+        }
+        Ok(Self(text))
+    }
+
+    fn from_json(v: &Value) -> Result<Self, String> {
+        v.as_str()
+            .ok_or_else(|| "must be a string".to_string())
+            .and_then(Self::from_text)
+    }
+}
+
 /// A block number: a non-negative integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Block(pub i64);

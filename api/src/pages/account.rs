@@ -88,6 +88,8 @@ pub struct AccountPlanChoice<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct AccountMerchant<'a> {
     pub code: Option<&'a str>,
+    /// The name the merchant shows customers, when it set one.
+    pub name: Option<&'a str>,
     #[serde(serialize_with = "chainsub_views::checksummed")]
     pub wallet: Address,
 }
@@ -144,6 +146,7 @@ impl<'a> AccountSubscription<'a> {
             cancellable: live,
             merchant: AccountMerchant {
                 code: s.merchant_code.as_deref(),
+                name: s.merchant_name.as_deref(),
                 wallet: s.merchant_wallet,
             },
             plan_name: s.plan_name.as_deref(),
@@ -583,6 +586,7 @@ mod tests {
             cancel_at_period_end: cancelling,
             merchant_wallet: Address::repeat_byte(0xab),
             merchant_code: Some("acme1234".into()),
+            merchant_name: None,
             plan_name: Some("Pro".into()),
             plan_onchain_id: 3,
             amount: Some(9_990_000),

@@ -810,6 +810,7 @@ mod tests {
                 public_id: chainsub_core::MerchantId::parse("mer_1").unwrap(),
                 wallet: Address::repeat_byte(0x22),
                 code: "abcdefgh".into(),
+                display_name: None,
             },
             plan_public_id: "plan_1".into(),
             plan_name: "Pro".into(),

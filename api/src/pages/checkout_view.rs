@@ -86,7 +86,7 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
 <h1 id="title">{name}</h1>
 <p class="price"><span id="amount">{amount}</span> USDC <span class="per">/ {per}</span></p>
 <dl class="facts">
-  <dt>Merchant</dt><dd><code title="{mw}">{mw_short}</code> <span class="muted">({code})</span></dd>
+  <dt>Merchant</dt><dd>{merchant_name}<code title="{mw}">{mw_short}</code> <span class="muted">({code})</span></dd>
   <dt>Billing</dt><dd id="billing">{billing}</dd>
   <dt>Allowance requested</dt><dd><span id="allowance">{allowance}</span> USDC ({periods} payments), added to any allowance you already gave the subscription contract <code title="{contract}">{contract_short}</code>. The contract can only take the plan amount once per {per}; you can lower or revoke the allowance at any time.</dd>
   <dt>Network</dt><dd>{network} <span class="muted">(chain {chain_id})</span></dd>
@@ -116,6 +116,14 @@ pub fn render(cfg: &Config, link: &Link, tx_url: &str) -> Resp {
         mw = esc(&merchant_wallet),
         mw_short = esc(&short(&merchant_wallet)),
         code = esc(&link.merchant.code),
+        merchant_name =
+            link.merchant
+                .display_name
+                .as_deref()
+                .map_or_else(String::new, |n| format!(
+                    "<strong id=\"merchant-name\">{}</strong> ",
+                    esc(n)
+                )),
         allowance = esc(&allowance),
         periods = periods,
         contract = esc(&contract),
@@ -154,6 +162,7 @@ mod tests {
                 public_id: chainsub_core::MerchantId::parse("mer_1").unwrap(),
                 wallet: alloy::primitives::Address::repeat_byte(0x22),
                 code: "abcdefgh".into(),
+                display_name: None,
             },
             plan_public_id: "plan_1".into(),
             plan_name: "Pro".into(),

@@ -55,7 +55,13 @@ pub fn key_summary(status: &Value) -> String {
 
 /// The signed-in page. `key_status` is `api_key::status`, `webhook` is
 /// `webhook_settings::endpoint`.
-pub fn signed_in(cfg: &Config, session: &Session, key_status: &Value, webhook: &Value) -> Resp {
+pub fn signed_in(
+    cfg: &Config,
+    session: &Session,
+    display_name: Option<&str>,
+    key_status: &Value,
+    webhook: &Value,
+) -> Resp {
     let has_key = key_status["active"].as_bool().unwrap_or(false);
     let settings = json!({
         "signedIn": true,
@@ -83,6 +89,16 @@ pub fn signed_in(cfg: &Config, session: &Session, key_status: &Value, webhook: &
 <p>Signed in as <code id="merchant-wallet">{wallet}</code> <span class="muted">(merchant {code})</span>
 <button type="button" id="signout" class="link">Sign out</button></p>
 <div id="status" class="status" role="status" aria-live="polite"></div>
+</section>
+
+<section class="card" aria-labelledby="name-title" id="profile">
+<h2 id="name-title">Name shown to customers</h2>
+<p>The checkout and account pages show it beside your wallet, instead of your code <code>{code}</code>.</p>
+<form id="name-form" novalidate>
+  <label for="display-name">Business name</label>
+  <input id="display-name" name="displayName" type="text" maxlength="60" autocomplete="organization" value="{display_name}">
+  <button type="submit">Save name</button>
+</form>
 </section>
 
 <section class="card" aria-labelledby="keys-title" id="keys">
@@ -146,6 +162,7 @@ the full key is shown once, when it is created.</p>
         nav = super::overview::nav("/dashboard/developers"),
         wallet = esc(&wallet),
         code = esc(session.merchant.code()),
+        display_name = esc(display_name.unwrap_or("")),
         has_key = has_key,
         summary = esc(&key_summary(key_status)),
         gen_hidden = if has_key { " hidden" } else { "" },

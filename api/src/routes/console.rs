@@ -10,6 +10,7 @@
 //! | GET | /dashboard/api/plans/{id} | one plan (`GET /api/v1/plans/{id}`): the page follows its provisioning |
 //! | POST | /dashboard/api/plans/{id}/deactivation | the `deactivatePlan` call for the merchant's wallet |
 //! | POST | /dashboard/api/checkouts | a checkout link (`POST /api/v1/checkouts`) |
+//! | PUT | /dashboard/api/merchant/display-name | `{"displayName": "…" \| null}`: the name customers see |
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -20,6 +21,7 @@ use crate::auth::api_key::Scope;
 use crate::auth::session::{Session, require_session};
 use crate::ctx::{Ctx, with_ctx};
 use crate::http::error::Result;
+use crate::http::input::{DisplayText, FromParam};
 use crate::http::reply::{Resp, body_bytes, handle, parse_json_object};
 use crate::routes::any_of;
 use crate::routes::subscriptions as api;
@@ -115,7 +117,15 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
         .and(scope())
         .and(json_body())
         .then(|s: Scope, body| handle(crate::routes::checkouts::create(s, body)));
+    let display_name = warp::path!("dashboard" / "api" / "merchant" / "display-name")
+        .and(warp::put())
+        .and(scope())
+        .and(json_body())
+        .then(|s: Scope, body: Map<String, Value>| {
+            handle(async move { set_display_name(&s, &body).await })
+        });
     any_of([
+        display_name.boxed(),
         refund.boxed(),
         cancel.boxed(),
         link.boxed(),
@@ -140,4 +150,43 @@ async fn cancel(ctx: &Ctx, s: &Session, id: &str, body: &Map<String, Value>) -> 
         |run| crate::relayer::cancel::cancel(ctx, &s.merchant, id, when, run),
     )
     .await
+}
+
+/// `PUT /dashboard/api/merchant/display-name`: the name the checkout and `/account` pages
+/// show customers (1 to 60 characters, no control or bidirectional control characters), or
+/// `null` for the merchant's code again.
+async fn set_display_name(s: &Scope, body: &Map<String, Value>) -> Result<Resp> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Body {
+        #[serde(deserialize_with = "crate::http::input::required")]
+        display_name: NameOrNull,
+    }
+    let Body {
+        display_name: NameOrNull(name),
+    } = crate::http::input::body(body)?;
+    let name = name.as_ref().map(DisplayText::as_str);
+    let conn = s.ctx.pool.get().await?;
+    chainsub_store::merchants::set_display_name(&conn, &s.merchant, name).await?;
+    Ok(Resp::json(serde_json::json!({
+        "object": "merchant_profile",
+        "displayName": name,
+        "code": s.merchant.code(),
+    })))
+}
+
+/// A display name, or `null` to clear it.
+struct NameOrNull(Option<DisplayText<60>>);
+
+impl FromParam for NameOrNull {
+    fn from_text(s: &str) -> std::result::Result<Self, String> {
+        DisplayText::from_text(s).map(|t| Self(Some(t)))
+    }
+
+    fn from_json(v: &Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Null => Ok(Self(None)),
+            v => DisplayText::from_json(v).map(|t| Self(Some(t))),
+        }
+    }
 }

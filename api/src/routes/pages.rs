@@ -597,5 +597,12 @@ async fn developers(ctx: &Ctx, cookie: Option<&str>, remote: &ClientAddr) -> Res
     let conn = ctx.pool.get().await?;
     let key = api_key::status(&**conn, &s.merchant).await?;
     let webhook = settings::endpoint(&conn, &s.merchant).await?;
-    Ok(dashboard::signed_in(&ctx.cfg, &s, &key, &webhook))
+    let name = chainsub_store::merchants::display_name(&conn, &s.merchant).await?;
+    Ok(dashboard::signed_in(
+        &ctx.cfg,
+        &s,
+        name.as_deref(),
+        &key,
+        &webhook,
+    ))
 }

@@ -21,7 +21,7 @@ use crate::ctx::Ctx;
 use crate::domain::{Amount, Slug, random_hex};
 use crate::http::codes::Code;
 use crate::http::error::{ApiError, Result};
-use crate::http::input::{self, FromParam, Text, no_fields, query_of};
+use crate::http::input::{self, DisplayText, FromParam, no_fields, query_of};
 use crate::http::reply::Resp;
 use crate::merchants::Merchant;
 use crate::pagination::{Page, PageQuery, cursor_key};
@@ -91,28 +91,9 @@ pub(crate) async fn get_one(s: Scope, id: String) -> Result<Resp> {
     Ok(Resp::view(&plan_view(&s.ctx, &row)))
 }
 
-/// A plan's name: [`Text`] without the Unicode bidirectional controls (U+061C, U+200E,
-/// U+200F, U+202A–U+202E, U+2066–U+2069). The checkout shows the name to customers beside
-/// the price: an override (`"Pro \u{202E}99.0 DSU"`) could make it read as another amount.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct PlanName(Text<100>);
-
-impl FromParam for PlanName {
-    fn from_text(s: &str) -> Result<Self, String> {
-        let text = Text::<100>::from_text(s)?;
-        let bidi = |c: char| matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
-        if s.chars().any(bidi) {
-            return Err("must not contain bidirectional control characters".into());
-        }
-        Ok(Self(text))
-    }
-
-    fn from_json(v: &Value) -> Result<Self, String> {
-        v.as_str()
-            .ok_or_else(|| "must be a string".to_string())
-            .and_then(Self::from_text)
-    }
-}
+/// A plan's name: the checkout shows it to customers beside the price, so no
+/// bidirectional control may make it read as another amount ([`DisplayText`]).
+type PlanName = DisplayText<100>;
 
 /// The body of `POST /api/v1/plans`.
 #[derive(Debug, Deserialize)]
@@ -278,7 +259,7 @@ async fn existing_for_key(
     let Some(row) = chainsub_store::plans::by_idempotency_key(&conn, merchant, key).await? else {
         return Ok(None);
     };
-    let same = row.name == input.name.0.0
+    let same = row.name == input.name.as_str()
         && row.amount == input.amount.base_units().to_string()
         && input.slug.as_ref().is_none_or(|s| row.slug == s.as_str())
         && row.trial_days == i32::from(input.trial_days.map_or(0, |d| d.0));
@@ -302,7 +283,7 @@ async fn insert(
     let base = input
         .slug
         .clone()
-        .unwrap_or_else(|| Slug::from_name(&input.name.0.0));
+        .unwrap_or_else(|| Slug::from_name(input.name.as_str()));
     for attempt in 0..5 {
         // A derived slug that is taken gets a short random suffix; an explicit one is a 409.
         let slug = if attempt == 0 {
@@ -313,7 +294,7 @@ async fn insert(
         let public_id = PlanId::random(12);
         let row = chainsub_store::plans::NewPlan {
             public_id: &public_id,
-            name: &input.name.0.0,
+            name: input.name.as_str(),
             amount: input.amount.base_units(),
             trial_days: input.trial_days.map_or(0, |d| d.0),
             slug: &slug,

@@ -400,9 +400,21 @@ async fn account_endpoints_list_a_wallets_subscriptions_and_encode_only_cancels_
     assert_eq!(sub["planName"], "Pro Monthly");
     assert_eq!(sub["amount"], "9.99");
     assert_eq!(sub["merchant"]["code"], code.as_str());
+    assert_eq!(sub["merchant"]["name"], Value::Null, "no name set: {sub}");
     assert_eq!(
         sub["merchant"]["wallet"],
         DevChain::address(accounts::MERCHANT).to_checksum(None)
+    );
+    // The name the merchant sets (the dashboard's form, tested in the browser) is listed.
+    s.db.connect()
+        .await
+        .execute("UPDATE merchants SET display_name = 'Acme Cloud'", &[])
+        .await
+        .unwrap();
+    let (named, _) = list(customer.to_string(), Some(code.clone())).await;
+    assert_eq!(
+        named["data"][0]["merchant"]["name"], "Acme Cloud",
+        "{named}"
     );
     assert_eq!(sub["ledger"].as_array().unwrap().len(), 1);
     // CONFIRMATIONS is 0 in this stack: the first charge is confirmed, with its count.
