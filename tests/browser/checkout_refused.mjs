@@ -1,8 +1,9 @@
 // Scenario: the service refuses to prepare a payment (issue 11, point 5) — the plan on chain
 // differs from the link (PLAN_MISMATCH), or the plan was deactivated. The page shows a clear
-// state and no button that could send anything; the wallet is never asked to sign.
+// state and no button that could send anything; the wallet is never asked to sign. The page
+// fits 390 and 1280 px and passes axe-core (nothing serious).
 // env: CHECKOUT_URL, RPC_URL, CHAIN_ID, CUSTOMER, EXPECT (refused | inactive), SCREENSHOT_DIR.
-import { check, env, run, screenshot, walletPage } from "./lib.mjs";
+import { axeClean, check, env, fitsWidth, run, screenshot, walletPage } from "./lib.mjs";
 
 const url = env("CHECKOUT_URL");
 const expected = env("EXPECT");
@@ -26,5 +27,9 @@ await run(`checkout-${expected}`, async (browser) => {
   check(await page.locator("#subscribe").isHidden(), "no subscribe button");
   check(!wallet.calls.includes("eth_sendTransaction"), `the wallet was never asked to send: ${wallet.calls}`);
   await screenshot(page, `checkout-${expected}`);
+  for (const width of [390, 1280]) {
+    await fitsWidth(page, width, `checkout-${expected}`);
+    await axeClean(page, `refused checkout at ${width}px`);
+  }
   await context.close();
 });

@@ -1,8 +1,9 @@
 // Scenario: a customer opens a plan-change link a merchant made (/account/plan-change/…).
 // env: LINK_URL, RPC_URL, CHAIN_ID, CUSTOMER (the subscriber), STRANGER, SCREENSHOT_DIR.
 // A stranger's wallet is refused the call (nothing sent); the subscriber reads the terms,
-// confirms, and its wallet sends the one `changePlan` transaction.
-import { check, env, run, screenshot, waitState, walletPage } from "./lib.mjs";
+// confirms, and its wallet sends the one `changePlan` transaction. The page fits 390 and
+// 1280 px and passes axe-core (nothing serious).
+import { axeClean, check, env, fitsWidth, run, screenshot, waitState, walletPage } from "./lib.mjs";
 
 const url = env("LINK_URL");
 const rpcUrl = env("RPC_URL");
@@ -29,6 +30,11 @@ await run("plan_change", async (browser) => {
   await page.getByRole("button", { name: "Connect wallet" }).click();
   await state(page, "ready");
   await screenshot(page, "plan-change-1-ready");
+  // The page fits a phone and a desktop, and axe finds nothing serious.
+  for (const width of [390, 1280]) {
+    await fitsWidth(page, width, "plan-change");
+    await axeClean(page, `plan change at ${width}px`);
+  }
   await page.getByRole("button", { name: "Confirm the change" }).click();
   const done = await state(page, "confirmed", 60000);
   check(done.includes("plan change is on chain"), `confirmed: ${done}`);
