@@ -432,6 +432,49 @@ async fn copy_limit(url: &str) -> (f64, f64, i64) {
     (t0.elapsed().as_secs_f64(), events_secs, bytes)
 }
 
+/// The limit a user would measure: every row the sink wrote, written to files with `psql
+/// \copy ... TO` in `format` (`binary` or `text`), then loaded with `psql \copy ... FROM`
+/// into empty tables of the same definitions (`LIKE ... INCLUDING ALL`: columns, defaults,
+/// constraints, indexes) in one transaction, timed around the `psql` process. Seconds.
+fn psql_copy_limit(url: &str, format: &str) -> f64 {
+    let dir = std::env::temp_dir().join(format!("chainsub-copy-{}-{format}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let psql = |script: &str| {
+        let file = dir.join("script.sql");
+        std::fs::write(&file, script).unwrap();
+        let out = std::process::Command::new("psql")
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f"])
+            .arg(&file)
+            .output()
+            .expect("psql (Debian's postgresql-client)");
+        assert!(
+            out.status.success(),
+            "psql: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let path = |t: &str| dir.join(format!("{t}.{format}")).display().to_string();
+    let mut dump = String::new();
+    let mut load = String::from("BEGIN;\n");
+    for t in SINK_TABLES {
+        dump.push_str(&format!(
+            "CREATE TABLE psql_{format}_{t} (LIKE {t} INCLUDING ALL);\n\\copy {t} TO '{}' (FORMAT {format})\n",
+            path(t)
+        ));
+        load.push_str(&format!(
+            "\\copy psql_{format}_{t} FROM '{}' (FORMAT {format})\n",
+            path(t)
+        ));
+    }
+    load.push_str("COMMIT;\n");
+    psql(&dump);
+    let t0 = Instant::now();
+    psql(&load);
+    let secs = t0.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&dir);
+    secs
+}
+
 /// What each index of the sink's tables costs: the table's rows COPY'd into a copy without
 /// indexes, then every index of the original built on it one at a time (a bulk build, so a
 /// lower bound of what maintaining it row by row costs the sink, but comparable between
@@ -531,6 +574,10 @@ struct Row {
     copy_secs: f64,
     /// Of which the events table.
     copy_events_secs: f64,
+    /// The same rows through `psql \copy` from files, binary and text ([`psql_copy_limit`]):
+    /// the limit the table states.
+    psql_binary_secs: f64,
+    psql_text_secs: f64,
     /// The events alone as lean typed rows, COPY'd ([`copy_lean`]).
     lean_secs: f64,
     /// Each index's bulk build time on the sink's rows ([`index_costs`]).
@@ -696,6 +743,8 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
         .join(", ");
     eprintln!("[{shape}] sink alone {sink_secs:.2}s: {stages}");
     let (copy_secs, copy_events_secs, bytes) = copy_limit(&sink_db.url).await;
+    let psql_binary_secs = psql_copy_limit(&sink_db.url, "binary");
+    let psql_text_secs = psql_copy_limit(&sink_db.url, "text");
     let lean_secs = copy_lean(&sink_db.url).await;
     let indexes = index_costs(&sink_db.url)
         .await
@@ -717,6 +766,8 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
         stages,
         copy_secs,
         copy_events_secs,
+        psql_binary_secs,
+        psql_text_secs,
         lean_secs,
         indexes,
         bytes_per_event: bytes as f64 / built.events as f64,
@@ -759,13 +810,13 @@ async fn main() {
     }
     println!();
     println!(
-        "| shape | events | blocks | ev/block | e2e backfill | e2e ev/s | e2e blocks/s | source alone ev/s | decode alone ev/s | sink alone ev/s (batches) | live p50 | live p99 | depth-10 reorg | chain build | COPY limit ev/s | sink / COPY | bytes/event | e2e peak RSS |"
+        "| shape | events | blocks | ev/block | e2e backfill | e2e ev/s | e2e blocks/s | source alone ev/s | decode alone ev/s | sink alone ev/s (batches) | live p50 | live p99 | depth-10 reorg | chain build | psql \\copy binary ev/s | sink / binary | psql \\copy text ev/s | sink / text | in-process COPY ev/s | bytes/event | e2e peak RSS |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let ev = r.events as f64;
         println!(
-            "| {} | {} | {} | {:.1} | {:.2} s | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} ({}) | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} s | {:.0} | {:.0} % | {:.0} | {:.0} MB |",
+            "| {} | {} | {} | {:.1} | {:.2} s | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} ({}) | {:.1} ms | {:.1} ms | {:.0} ms | {:.0} s | {:.0} | {:.0} % | {:.0} | {:.0} % | {:.0} | {:.0} | {:.0} MB |",
             r.shape,
             r.events,
             r.blocks,
@@ -781,8 +832,11 @@ async fn main() {
             r.live_p99_ms,
             r.reorg_ms,
             r.build_secs,
+            ev / r.psql_binary_secs,
+            100.0 * r.psql_binary_secs / r.sink_secs,
+            ev / r.psql_text_secs,
+            100.0 * r.psql_text_secs / r.sink_secs,
             ev / r.copy_secs,
-            100.0 * r.copy_secs / r.sink_secs,
             r.bytes_per_event,
             r.e2e_peak_rss_mb,
         );
@@ -805,8 +859,9 @@ async fn main() {
         println!("index build cost, {}: {}", r.shape, r.indexes);
     }
     println!(
-        "COPY limit: the rows the sink wrote (events, plans, subscriptions, ledger, outbox, checkpoints; final state, each once) \
-         copied with a plain binary COPY into empty tables of the same definitions and indexes, one transaction. \
+        "psql \\copy limit: the rows the sink wrote (events, plans, subscriptions, ledger, outbox, checkpoints; final state, each once) \
+         written to files and loaded with psql's \\copy (binary, then text) into empty tables of the same definitions and indexes \
+         (no triggers), one transaction, timed around psql; in-process COPY: the same rows sent by this bench over one connection. \
          bytes/event: table + index size of those tables / events. Chain: {}. Load average before: {load_before}; after: {}.",
         std::env::var("BENCH_CHAIN").unwrap_or_else(|_| "generated".into()),
         chainsub_tests::load_average()

@@ -492,6 +492,10 @@ async fn trial_conversion_upgrade_scheduled_downgrade_refund_and_cancel_end_to_e
     for d in receiver.received() {
         assert!(d.verified, "signature of {} rejected: {:?}", d.id, d.error);
     }
+    // docs/integration.md's snippets verify every one of them, and docs/event-examples.md
+    // shows each type's fields.
+    crate::guide_snippets::assert_snippets_verify(&receiver.received(), &secret);
+    crate::guide_snippets::assert_examples_hold(&receiver.received());
 
     // Every ledger entry is the node's receipt: its transaction has the contract's log there.
     for entry in s["ledger"].as_array().unwrap() {

@@ -355,6 +355,8 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
         received.iter().all(|d| d.id != doomed_id),
         "no webhook for the reorged-out event"
     );
+    // docs/event-examples.md shows each type's fields.
+    crate::guide_snippets::assert_examples_hold(&received);
     // The dispatcher records a delivery once the receiver has answered (its writer commits
     // outcomes in batches), so the list read above, before the webhooks arrived, may still
     // show some as pending or delivering: read it again until every one is recorded.

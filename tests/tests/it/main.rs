@@ -34,6 +34,7 @@ mod e2e_export;
 mod e2e_lifecycle;
 mod e2e_renewal_risk;
 mod e2e_rpc_secret;
+mod guide_snippets;
 mod harness;
 mod operators_kit;
 mod reports_check;
