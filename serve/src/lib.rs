@@ -36,6 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+mod head;
+
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -440,6 +442,9 @@ pub async fn serve<S>(
     let body_timeout = Duration::from_secs(limits.body_timeout_secs.max(1));
     let listener_name = gate.inner.listener;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Tells connections still reading their first request head to close at shutdown (they
+    // hold no request, and hyper does not watch them yet).
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -483,12 +488,41 @@ pub async fn serve<S>(
                 Ok::<_, Infallible>(resp.map(|inner| BusyBody { inner, _busy: busy }))
             }
         });
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new()).header_read_timeout(idle);
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), on_request));
+        let watcher = graceful.watcher();
+        let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let track = admitted.track.clone();
             let _admitted = admitted;
+            let mut stream = stream;
+            // The first request head, read and checked here: a malformed one gets the JSON
+            // error body (hyper's own answer has none).
+            let first = tokio::select! {
+                read = tokio::time::timeout(idle, head::read_first(&mut stream)) => read,
+                () = track.evict.notified() => return,
+                _ = stop.changed() => return,
+            };
+            let prefix = match first {
+                Ok(Ok(head::First::Ready(prefix))) => prefix,
+                Ok(Ok(head::First::Refused(refused))) => {
+                    tracing::debug!(peer = %addr, ?refused, "request head refused");
+                    refuse(stream, &refused.response()).await;
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = %addr, error = %e, "connection ended before a request");
+                    return;
+                }
+                Err(_) => {
+                    metrics::counter!("http_connections_timed_out_total", "listener" => listener_name)
+                        .increment(1);
+                    tracing::debug!(peer = %addr, "connection closed: no request within the idle timeout");
+                    return;
+                }
+            };
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new()).header_read_timeout(idle);
+            let io = TokioIo::new(head::Prefixed::new(prefix, stream));
+            let conn = watcher.watch(http.serve_connection(io, on_request));
             let mut conn = std::pin::pin!(conn);
             let ended = loop {
                 tokio::select! {
@@ -515,7 +549,30 @@ pub async fn serve<S>(
         });
     }
     drop(listener);
+    let _ = stop_tx.send(());
     graceful.shutdown().await;
+}
+
+/// Writes `answer` and closes, reading (and dropping) what the client still sends for a
+/// moment first, so that the close does not reset the connection before the client has read
+/// the answer.
+async fn refuse(mut stream: tokio::net::TcpStream, answer: &[u8]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let write = async {
+        stream.write_all(answer).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 8192];
+        let mut left: usize = 1 << 20;
+        while left > 0 {
+            let n = stream.read(&mut sink).await?;
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), write).await;
 }
 
 /// The forwarding headers, list-valued: a proxy may append its hop as a header line of its

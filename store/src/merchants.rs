@@ -165,19 +165,20 @@ pub async fn by_code(
 
 /// The merchant of the live dashboard session whose cookie hashes to `session_hash`.
 pub async fn by_session_hash(
-    client: &impl tokio_postgres::GenericClient,
+    client: &impl GenericClient,
     session_hash: &[u8],
 ) -> Result<Option<(MerchantScope, SessionMatch)>> {
-    let row = client
-        .query_opt(
+    // Every dashboard request asks it: prepared once per connection.
+    let stmt = client
+        .prepare_cached(
             "SELECT s.id AS session_id, s.csrf_token, s.expires_at, \
              m.id AS merchant_id, m.public_id AS merchant_public_id, \
              m.wallet AS merchant_wallet, m.code AS merchant_code \
              FROM dashboard_sessions s JOIN merchants m ON m.id = s.merchant_id \
              WHERE s.session_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > now()",
-            &[&session_hash],
         )
         .await?;
+    let row = client.query_opt(&stmt, &[&session_hash]).await?;
     let Some(row) = row else { return Ok(None) };
     let found = SessionMatch {
         session_id: row.get("session_id"),

@@ -133,7 +133,7 @@ pub async fn session_of(
     let value = cookie_value(cookie_header, cookie_name(&ctx.cfg)).ok_or_else(unauthorized)?;
     let conn = ctx.pool.get().await?;
     let (merchant, found) =
-        chainsub_store::merchants::by_session_hash(&**conn, sha3(value.as_bytes()).as_slice())
+        chainsub_store::merchants::by_session_hash(&conn, sha3(value.as_bytes()).as_slice())
             .await?
             .ok_or_else(unauthorized)?;
     let session = Session {

@@ -85,6 +85,8 @@ codes! {
     ExportInProgress = "export_in_progress", [429], "One ledger export per merchant runs at a time; retry when it has ended.";
     ExportsBusy = "exports_busy", [429], "As many ledger exports as the service runs at once are running; retry shortly.";
     // Written by the accept loop of `chainsub-serve` (every listener), before any route runs.
+    MalformedRequest = "malformed_request", [400], "The request is not valid HTTP/1.1 (its request line or a header line); the connection is closed.";
+    RequestHeaderTooLarge = "request_header_too_large", [431], "The request line and headers are over 64 KiB or 100 lines; the connection is closed.";
     TooManyConnections = "too_many_connections", [429, 503], "429: this client holds as many connections as one client may (reuse them); 503: every connection of the server has a request in flight.";
     InternalError = "internal_error", [500], "A failure of the service; the request id is in its log.";
     ServiceUnavailable = "service_unavailable", [503], "The database (or another dependency) is unreachable; retry.";

@@ -1101,3 +1101,94 @@ async fn guessed_keys_from_an_address_never_lock_out_a_valid_key_from_it() {
         assert_eq!(r.status, 200, "{:?}", r.body);
     }
 }
+
+/// What a raw request on a fresh connection gets back: (status, headers, body), read to the
+/// connection's close.
+async fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        conn.read_to_end(&mut out),
+    )
+    .await
+    .expect("the server answers and closes")
+    .unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+    let status = head[9..12].parse().unwrap();
+    (
+        status,
+        head.to_lowercase(),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn a_malformed_or_oversized_request_head_gets_the_json_error_body() {
+    let app = spawn(Opts::default()).await;
+    let addr = app.running.addr;
+    let big = format!(
+        "GET /api/v1/health HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(80 * 1024)
+    );
+    for (request, status, code) in [
+        (
+            &b"NOT AN HTTP REQUEST\r\n\r\n"[..],
+            400,
+            "malformed_request",
+        ),
+        (
+            &b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"[..],
+            400,
+            "malformed_request",
+        ),
+        (
+            &b"GET /api/v1/health HTTP/9.9\r\nHost: x\r\n\r\n"[..],
+            400,
+            "malformed_request",
+        ),
+        (big.as_bytes(), 431, "request_header_too_large"),
+    ] {
+        let (got, head, body) = raw_exchange(addr, request).await;
+        let shown = String::from_utf8_lossy(&request[..request.len().min(40)]).to_string();
+        assert_eq!(got, status, "{shown:?}: {head}");
+        assert!(head.contains("content-type: application/json"), "{head}");
+        let rid = head
+            .lines()
+            .find_map(|l| l.strip_prefix("x-request-id: "))
+            .expect("an x-request-id")
+            .to_string();
+        assert_error_shape(&body, &rid);
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        assert_eq!(body["error"]["code"], code, "{body}");
+    }
+    // A well-formed request, and two pipelined in one write, are served as before.
+    let (got, _, body) = raw_exchange(
+        addr,
+        b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(got, 200, "{body}");
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(
+            b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\nGET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            conn.read_to_end(&mut out),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let text = String::from_utf8_lossy(&out);
+        assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
+    }
+}
