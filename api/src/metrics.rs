@@ -13,8 +13,27 @@ use crate::http::reply::Resp;
 /// Installs the global recorder (with its upkeep) once per process (tests start several
 /// servers in one).
 pub fn install() -> Option<PrometheusHandle> {
-    chainsub_core::metrics::install()
+    let handle = chainsub_core::metrics::install();
+    chainsub_core::metrics::register_counters(COUNTERS);
+    handle
 }
+
+/// The counters `api serve` and `api dispatch` count, on every scrape from the start
+/// (`register_counters`); those counted per request (`api_requests_total`, key lookups) are
+/// there from the first request.
+const COUNTERS: &[&str] = &[
+    "api_cancellations_dead_total",
+    "api_cancellations_rebroadcast_total",
+    "api_checkout_plan_mismatch_total",
+    "api_ledger_export_failures_total",
+    "api_ledger_exports_cut_total",
+    "api_plan_quota_refusals_total",
+    "api_plan_ref_replaced_total",
+    "api_relayer_quota_refusals_total",
+    "api_relayer_replacements_total",
+    "api_relayer_replacements_held_total",
+    "chainsub_webhook_handed_back_total",
+];
 
 /// Counts one request. The counter and histogram of each (method, route, status) are looked
 /// up in the recorder once per thread and kept: the macros build their labels' strings and

@@ -41,6 +41,16 @@ pub fn install() -> Option<PrometheusHandle> {
         .clone()
 }
 
+/// Registers `counters` at zero. A counter is on a scrape only after its first increment,
+/// and an alert on the increase of one that never counted (a deep reorg, a lost transaction)
+/// has no series to read until then; registered at start, every counter a process can count
+/// is on its first scrape. Adds nothing to a counter that counts already.
+pub fn register_counters(counters: &[&'static str]) {
+    for name in counters {
+        metrics::counter!(*name).increment(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

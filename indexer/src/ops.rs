@@ -202,8 +202,22 @@ impl Status {
 
 /// Installs the global Prometheus recorder and its upkeep (once per process).
 pub fn install_metrics() -> crate::Result<PrometheusHandle> {
-    chainsub_core::metrics::install()
-        .ok_or_else(|| crate::Error::Config("metrics recorder: another one is installed".into()))
+    let handle = chainsub_core::metrics::install()
+        .ok_or_else(|| crate::Error::Config("metrics recorder: another one is installed".into()))?;
+    // Every counter on every scrape from the start (`register_counters`).
+    chainsub_core::metrics::register_counters(&[
+        "indexer_blocks_total",
+        "indexer_events_total",
+        "indexer_outbox_enqueued_total",
+        "indexer_reorgs_total",
+        "indexer_deep_reorgs_total",
+        "indexer_reorged_sent_events_total",
+        "indexer_rpc_errors_total",
+        "indexer_rpc_retries_total",
+        "indexer_bloom_retries_total",
+        "indexer_session_restarts_total",
+    ]);
+    Ok(handle)
 }
 
 /// Serves `/health` (= `/ready`), `/live` and `/metrics` until the process ends; returns the

@@ -126,7 +126,24 @@ pub type SharedHealth = Arc<Mutex<Health>>;
 
 /// Installs the global Prometheus recorder and its upkeep (once per process).
 pub fn install_metrics() -> std::result::Result<PrometheusHandle, String> {
-    chainsub_core::metrics::install().ok_or_else(|| "another recorder is installed".to_string())
+    let handle = chainsub_core::metrics::install()
+        .ok_or_else(|| "another recorder is installed".to_string())?;
+    // Every counter on every scrape from the start (`register_counters`).
+    chainsub_core::metrics::register_counters(&[
+        names::SENDS,
+        names::RENEWAL_CHECKS,
+        names::TRIAL_NOTICES,
+        names::SKIPPED,
+        names::RECEIPTS,
+        names::REPLACEMENTS,
+        names::REORGED,
+        names::LOST,
+        names::REJECTED,
+        names::PASS_ERRORS,
+        names::ABANDONED,
+        names::LOCK_LOST,
+    ]);
+    Ok(handle)
 }
 
 /// Binds `addr` and serves `/health` (= `/ready`), `/live` and `/metrics` until `shutdown` flips to true. Returns

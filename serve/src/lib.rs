@@ -238,6 +238,19 @@ impl Drop for Admitted {
 impl Gate {
     /// A gate for the listener named `listener` (the metrics' label).
     pub fn new(listener: &'static str, limits: HttpLimits, exempt: Exempt) -> Self {
+        // The listener's series, on every scrape from the start: a refusal or an eviction
+        // may never happen, and an alert on their increase reads them.
+        for name in [
+            "http_connections_evicted_total",
+            "http_connections_timed_out_total",
+        ] {
+            metrics::counter!(name, "listener" => listener).increment(0);
+        }
+        for refusal in [Refusal::Full, Refusal::ClientFull] {
+            metrics::counter!("http_connections_refused_total", "listener" => listener, "reason" => refusal.label())
+                .increment(0);
+        }
+        metrics::gauge!("http_connections_open", "listener" => listener).increment(0.0);
         Self {
             inner: Arc::new(GateInner {
                 limits,

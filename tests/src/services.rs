@@ -91,6 +91,8 @@ impl Services {
             ("BASE_URL", api.url()),
             ("INDEXER_METRICS_LISTEN", "stdin".into()),
             ("KEEPER_METRICS_LISTEN", "stdin".into()),
+            // A port of its own (printed as "metrics on …"): stdin is the API's socket.
+            ("API_METRICS_LISTEN", "127.0.0.1:0".into()),
         ] {
             env.retain(|(key, _)| key != k);
             env.push((k.into(), v));
@@ -119,6 +121,36 @@ impl Services {
             s.children.push((name, ChildGuard(child)));
         }
         s
+    }
+
+    /// The three processes' `/metrics`, as Prometheus would scrape them, one after the other.
+    pub async fn scrape(&self) -> String {
+        let log = self.logs.join("api.log");
+        let api = crate::merchant::wait_for("the API's metrics address", 60, || async {
+            Ok(std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("metrics on ").map(str::to_string)))
+        })
+        .await
+        .expect("the API prints its metrics address");
+        let mut out = String::new();
+        for base in [
+            self.indexer.url(),
+            self.keeper.url(),
+            format!("http://{api}"),
+        ] {
+            let text = reqwest::get(format!("{base}/metrics"))
+                .await
+                .and_then(reqwest::Response::error_for_status)
+                .unwrap_or_else(|e| panic!("scrape {base}/metrics: {e}"))
+                .text()
+                .await
+                .expect("a metrics body");
+            out.push_str(&text);
+            out.push('\n');
+        }
+        out
     }
 
     /// Panics with the logs' location if a service died.

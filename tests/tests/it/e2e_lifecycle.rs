@@ -357,6 +357,8 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
     );
     // docs/event-examples.md shows each type's fields.
     crate::guide_snippets::assert_examples_hold(&received);
+    // Every metric the alert rules and dashboards name is on the running processes' scrape.
+    crate::operators_kit::assert_named_metrics_scraped(&services.scrape().await);
     // The dispatcher records a delivery once the receiver has answered (its writer commits
     // outcomes in batches), so the list read above, before the webhooks arrived, may still
     // show some as pending or delivering: read it again until every one is recorded.

@@ -182,6 +182,48 @@ fn all_exported(what: &str, text: &str, sources: &str) -> usize {
     named
 }
 
+/// Every metric an alert (expression or annotation) or a dashboard panel names.
+fn named_metrics() -> std::collections::BTreeSet<String> {
+    let mut texts = vec![std::fs::read_to_string(deploy("prometheus").join("alerts.yml")).unwrap()];
+    for board in files(&deploy("grafana"), "json") {
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(board).unwrap()).unwrap();
+        for panel in doc["panels"].as_array().expect("panels") {
+            for t in panel["targets"].as_array().expect("targets") {
+                texts.push(t["expr"].as_str().expect("expr").to_string());
+            }
+        }
+    }
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(metric_names)
+        .collect()
+}
+
+/// Asserts every metric the alerts and dashboards name is in `scraped` (the running
+/// processes' `/metrics`): a sample line of it, or of its histogram or summary series.
+pub(crate) fn assert_named_metrics_scraped(scraped: &str) {
+    let exported: std::collections::BTreeSet<&str> = scraped
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    let missing: Vec<String> = named_metrics()
+        .into_iter()
+        .filter(|m| {
+            !["", "_bucket", "_sum", "_count"]
+                .iter()
+                .any(|suffix| exported.contains(format!("{m}{suffix}").as_str()))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "alerts or dashboards name metrics no running process exports: {missing:?}"
+    );
+}
+
 #[test]
 fn every_metric_an_alert_or_a_dashboard_names_is_exported_by_a_binary() {
     assert_eq!(
