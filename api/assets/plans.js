@@ -186,14 +186,8 @@
     }
   });
   document.getElementById("link-copy").addEventListener("click", async () => {
-    const input = document.getElementById("link-url");
-    input.select();
-    try {
-      await navigator.clipboard.writeText(input.value);
-      sayLink("copied", "Link copied.");
-    } catch (_) {
-      sayLink("made", "Select the link and copy it.");
-    }
+    if (await W.copyField(document.getElementById("link-url"))) sayLink("copied", "Link copied.");
+    else sayLink("made", "Select the link and copy it.");
   });
 
   // ------------------------------------------------------------------ deactivate

@@ -60,14 +60,8 @@
         }
       });
       document.getElementById("plan-change-copy").addEventListener("click", async () => {
-        const input = document.getElementById("plan-change-url");
-        input.select();
-        try {
-          await navigator.clipboard.writeText(input.value);
-          say("copied", "Link copied.");
-        } catch (_) {
-          say("link", "Select the link and copy it.");
-        }
+        if (await W.copyField(document.getElementById("plan-change-url"))) say("copied", "Link copied.");
+        else say("link", "Select the link and copy it.");
       });
     }
   }

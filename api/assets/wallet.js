@@ -79,5 +79,17 @@ window.ChainsubWallet = (function () {
     }
   }
 
-  return { ethereum, short, onRightChain, sleep, receipt, hexUtf8, requestAccount, switchChain, NO_WALLET };
+  // Selects the text field `input` and copies its value; false when the browser refused the
+  // clipboard (the text stays selected for the user to copy).
+  async function copyField(input) {
+    input.select();
+    try {
+      await navigator.clipboard.writeText(input.value);
+      return true;
+    } catch (_) {
+      return false;
+    }
+  }
+
+  return { ethereum, short, onRightChain, sleep, receipt, hexUtf8, requestAccount, switchChain, copyField, NO_WALLET };
 })();

@@ -264,6 +264,14 @@ pub async fn verify<S: BlockSource + ?Sized>(
             format!("subscriptions/amount/due_amount {stored}, the subscriptions count {fresh}"),
         );
     }
+    // The subscriptions' moves between states per day, against the events that make them.
+    for (wallet, key, stored, fresh) in store::state_moves_drift(client, chain_id).await? {
+        out.add(
+            "subscription_state_moves",
+            format!("merchant 0x{} {key}", hex::encode(wallet)),
+            format!("subscriptions {stored}, the events move {fresh}"),
+        );
+    }
     for (id, event, status, row) in store::orphan_outbox(client).await? {
         let row = row.map_or("no row id".to_string(), |n| format!("row id {n}"));
         out.add(

@@ -178,6 +178,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "merchant_display_name",
         sql: include_str!("../sql/0033_merchant_display_name.sql"),
     },
+    Migration {
+        version: 34,
+        name: "subscription_state_moves",
+        sql: include_str!("../sql/0034_subscription_state_moves.sql"),
+    },
 ];
 
 /// A Postgres error as an operator reads it: the server's message and SQLSTATE

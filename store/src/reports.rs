@@ -58,9 +58,10 @@ pub struct Summary {
     /// days: on or after the UTC day 30 days before today's.
     pub started_30_days: i64,
     pub stopped_30_days: i64,
-    /// Of those stopped: cancelled, and ended.
-    pub cancelled_30_days: i64,
-    pub ended_30_days: i64,
+    /// How each count changed over the same days: subscriptions that entered the state less
+    /// those that left it, by the block day of the event that moved them
+    /// (`subscription_state_moves`, migration 0034).
+    pub changes_30_days: StatusCounts,
     /// The live subscriptions (trialing, active, past due, cancelling) at the end of each of
     /// the [`WEEKS`] weeks to today, oldest first.
     pub weeks: Vec<WeekCounts>,
@@ -106,6 +107,11 @@ pub async fn summary(
                   WHERE r.merchant_wallet = $1 AND r.chain_id = $2
                     AND r.reason IN ('allowance', 'balance') AND r.period = s.period + 1
                     AND s.status IN ('trialing', 'active') AND NOT s.cancel_at_period_end),
+             moves AS (
+                 SELECT state, sum(subscriptions)::INT8 AS n FROM subscription_state_moves
+                  WHERE merchant_wallet = $1 AND chain_id = $2
+                    AND day >= (SELECT day FROM today) - 30
+                  GROUP BY state),
              -- Starts and stops per day over the weeks of `Summary::weeks` (12 × 7 days).
              days AS (
                  SELECT st.day, st.subscriptions AS started, 0::INT8 AS stopped
@@ -134,8 +140,8 @@ pub async fn summary(
                  coalesce(sum(subscriptions) FILTER (WHERE status = 'past_due' AND due_day IS NOT NULL), 0)::INT8 AS failing,
                  coalesce(sum(due_amount) FILTER (WHERE status = 'past_due' AND due_day IS NOT NULL), 0)::TEXT AS failing_amount,
                  coalesce(sum(subscriptions) FILTER (WHERE stopped_day >= day - 30), 0)::INT8 AS stopped_30,
-                 coalesce(sum(subscriptions) FILTER (WHERE stopped_day >= day - 30
-                                                       AND status = 'cancelled'), 0)::INT8 AS cancelled_30,
+                 ARRAY(SELECT state FROM moves ORDER BY state) AS move_states,
+                 ARRAY(SELECT n FROM moves ORDER BY state) AS move_counts,
                  (SELECT coalesce(sum(st.subscriptions), 0)::INT8 FROM subscription_starts st
                    WHERE st.merchant_wallet = $1 AND st.chain_id = $2
                      AND st.day >= (SELECT day FROM today) - 30) AS started_30,
@@ -179,8 +185,21 @@ pub async fn summary(
         .map(|((d, a), b)| (d, a, b))
         .collect();
     let weeks = weeks(now.date_naive(), counts, &days);
-    let stopped_30_days: i64 = r.try_get("stopped_30")?;
-    let cancelled_30_days: i64 = r.try_get("cancelled_30")?;
+    let move_states: Vec<String> = r.try_get("move_states")?;
+    let move_counts: Vec<i64> = r.try_get("move_counts")?;
+    let mut changes = StatusCounts::default();
+    for (state, n) in move_states.iter().zip(move_counts) {
+        let slot = match state.as_str() {
+            "trialing" => &mut changes.trialing,
+            "active" => &mut changes.active,
+            "past_due" => &mut changes.past_due,
+            "cancelling" => &mut changes.cancelling,
+            "cancelled" => &mut changes.cancelled,
+            "ended" => &mut changes.ended,
+            other => return Err(Error::Inconsistent(format!("subscription state {other:?}"))),
+        };
+        *slot = n;
+    }
     Ok(Summary {
         counts,
         mrr: amount("mrr")?,
@@ -190,9 +209,8 @@ pub async fn summary(
         at_risk: tally("at_risk", "at_risk_amount")?,
         failed_awaiting_retry: tally("failing", "failing_amount")?,
         started_30_days: r.try_get("started_30")?,
-        stopped_30_days,
-        cancelled_30_days,
-        ended_30_days: stopped_30_days - cancelled_30_days,
+        stopped_30_days: r.try_get("stopped_30")?,
+        changes_30_days: changes,
         weeks,
         indexed_block: r.try_get("indexed_block")?,
     })

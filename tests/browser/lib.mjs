@@ -185,3 +185,15 @@ export async function axeClean(page, name) {
   const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
   check(bad.length === 0, `${name}: axe: ${JSON.stringify(bad.map((v) => [v.id, v.impact, v.nodes.map((n) => n.target)]))}`);
 }
+
+// A GET of the merchant API at `base` with `key`: its JSON (the check fails on a non-2xx).
+export function merchantApi(base, key) {
+  return async (path) => {
+    const res = await fetch(base + path, { headers: { authorization: "Bearer " + key } });
+    check(res.ok, `${path}: ${res.status}`);
+    return res.json();
+  };
+}
+
+// The text of the first element `sel` matches.
+export const text = (page, sel) => page.locator(sel).first().textContent();

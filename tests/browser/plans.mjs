@@ -7,20 +7,14 @@
 // from the checkout-link choices, and a second deactivation is refused (409). The page fits
 // 1280 px and 390 px, logs no console error and passes axe-core (nothing serious).
 // env: BASE_URL, RPC_URL, CHAIN_ID, MERCHANT, API_KEY, SCREENSHOT_DIR.
-import { axeClean, check, env, fitsWidth, rpc, run, screenshot, walletPage } from "./lib.mjs";
+import { axeClean, check, env, fitsWidth, merchantApi, rpc, run, screenshot, text, walletPage } from "./lib.mjs";
 
 const base = env("BASE_URL");
 const rpcUrl = env("RPC_URL");
 const chainIdHex = "0x" + BigInt(env("CHAIN_ID")).toString(16);
 const key = env("API_KEY");
 
-async function api(path) {
-  const res = await fetch(base + path, { headers: { authorization: "Bearer " + key } });
-  check(res.ok, `${path}: ${res.status}`);
-  return res.json();
-}
-
-const text = (page, sel) => page.locator(sel).first().textContent();
+const api = merchantApi(base, key);
 
 await run("plans", async (browser) => {
   const { page, context, wallet } = await walletPage(browser, { rpcUrl, account: env("MERCHANT"), chainIdHex });

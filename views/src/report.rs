@@ -95,15 +95,19 @@ pub struct SummaryView {
     pub failed_awaiting_retry: TallyView,
 }
 
-/// `changeLast30Days`: live (trialing, active, past due or cancelling) = started − stopped;
-/// cancelled and ended = those that stopped so. The moves between live states (a trial
-/// converting, a renewal failing) are not kept by the index, hence not told.
+/// `changeLast30Days`: how each count changed over the last 30 days — subscriptions that
+/// entered the state less those that left it, by the block day of the event that moved them —
+/// and the live states' (trialing, active, past due, cancelling) together.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangeView {
-    pub live: i64,
+    pub trialing: i64,
+    pub active: i64,
+    pub past_due: i64,
+    pub cancelling: i64,
     pub cancelled: i64,
     pub ended: i64,
+    pub live: i64,
 }
 
 /// One week of `liveByWeek`.
@@ -130,10 +134,17 @@ impl SummaryView {
             subscriptions: s.counts.into(),
             started_last_30_days: s.started_30_days,
             stopped_last_30_days: s.stopped_30_days,
-            change_last_30_days: ChangeView {
-                live: s.started_30_days - s.stopped_30_days,
-                cancelled: s.cancelled_30_days,
-                ended: s.ended_30_days,
+            change_last_30_days: {
+                let c = s.changes_30_days;
+                ChangeView {
+                    trialing: c.trialing,
+                    active: c.active,
+                    past_due: c.past_due,
+                    cancelling: c.cancelling,
+                    cancelled: c.cancelled,
+                    ended: c.ended,
+                    live: c.trialing + c.active + c.past_due + c.cancelling,
+                }
             },
             live_by_week: s
                 .weeks

@@ -200,11 +200,14 @@ pub fn render(session: &Session, s: &SummaryView, revenue: &RevenueView) -> Resp
     let mut status_rows: String = by_status
         .iter()
         .map(|(label, n, status)| {
-            let delta = match *label {
-                "Cancelled" => signed(change.cancelled),
-                "Ended" => signed(change.ended),
-                _ => "—".to_string(),
-            };
+            let delta = signed(match *label {
+                "Trialing" => change.trialing,
+                "Active" => change.active,
+                "Past due" => change.past_due,
+                "Cancelling" => change.cancelling,
+                "Cancelled" => change.cancelled,
+                _ => change.ended,
+            });
             format!(
                 "<tr data-status=\"{label}\"><th scope=\"row\"><a href=\"{href}\">{label}</a></th><td>{n}</td><td>{delta}</td></tr>",
                 href = esc(&list(status)),
@@ -293,7 +296,7 @@ pub fn render(session: &Session, s: &SummaryView, revenue: &RevenueView) -> Resp
 <caption class="sr-only">Subscriptions by state</caption>
 <thead><tr><th scope="col">State</th><th scope="col">Subscriptions</th><th scope="col">Change, 30 days</th></tr></thead>
 <tbody>{status_rows}</tbody></table></div>
-<p class="muted">A change between live states (a trial converting, a renewal failing) is not kept, so the live states' change is told together.</p>
+<p class="muted">Change: subscriptions that entered the state less those that left it in the last 30 days (UTC days), by the block of the event that moved them.</p>
 </section>
 
 <section class="card" aria-labelledby="weeks-title" id="by-week">

@@ -174,23 +174,15 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                 })
             },
         );
-    let overview = warp::path!("dashboard")
-        .and(warp::get())
-        .and(with_ctx(ctx.clone()))
-        .and(warp::header::optional::<String>("cookie"))
-        .and(client_addr())
-        .then(
-            |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
-                overview(&ctx, cookie.as_deref(), &remote)
-                    .await
-                    .unwrap_or_else(html_error)
-            },
-        );
+    let overview = warp::path!("dashboard").and(page_get(&ctx)).then(
+        |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
+            overview(&ctx, cookie.as_deref(), &remote)
+                .await
+                .unwrap_or_else(html_error)
+        },
+    );
     let console_list = warp::path!("dashboard" / "subscriptions")
-        .and(warp::get())
-        .and(with_ctx(ctx.clone()))
-        .and(warp::header::optional::<String>("cookie"))
-        .and(client_addr())
+        .and(page_get(&ctx))
         .and(query_pairs())
         .then(
             |ctx: Ctx, cookie: Option<String>, remote: ClientAddr, q: Query| async move {
@@ -200,40 +192,27 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             },
         );
     let console_detail = warp::path!("dashboard" / "subscriptions" / String)
-        .and(warp::get())
-        .and(with_ctx(ctx.clone()))
-        .and(warp::header::optional::<String>("cookie"))
-        .and(client_addr())
+        .and(page_get(&ctx))
         .then(
             |id: String, ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
-                match signed_in(&ctx, cookie.as_deref(), &remote, "Subscription").await {
-                    Ok(Ok(s)) => crate::console::detail(&ctx, &s, &id).await,
-                    Ok(Err(page)) => Ok(page),
-                    Err(e) => Err(e),
-                }
-                .unwrap_or_else(html_error)
+                let ctx = &ctx;
+                signed_in_page(ctx, cookie, &remote, "Subscription", |s| async move {
+                    crate::console::detail(ctx, &s, &id).await
+                })
+                .await
             },
         );
-    let console_plans = warp::path!("dashboard" / "plans")
-        .and(warp::get())
-        .and(with_ctx(ctx.clone()))
-        .and(warp::header::optional::<String>("cookie"))
-        .and(client_addr())
-        .then(
-            |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
-                match signed_in(&ctx, cookie.as_deref(), &remote, "Plans").await {
-                    Ok(Ok(s)) => crate::console::plans(&ctx, &s).await,
-                    Ok(Err(page)) => Ok(page),
-                    Err(e) => Err(e),
-                }
-                .unwrap_or_else(html_error)
-            },
-        );
+    let console_plans = warp::path!("dashboard" / "plans").and(page_get(&ctx)).then(
+        |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
+            let ctx = &ctx;
+            signed_in_page(ctx, cookie, &remote, "Plans", |s| async move {
+                crate::console::plans(ctx, &s).await
+            })
+            .await
+        },
+    );
     let dash = warp::path!("dashboard" / "developers")
-        .and(warp::get())
-        .and(with_ctx(ctx))
-        .and(warp::header::optional::<String>("cookie"))
-        .and(client_addr())
+        .and(page_get(&ctx))
         .then(
             |ctx: Ctx, cookie: Option<String>, remote: ClientAddr| async move {
                 developers(&ctx, cookie.as_deref(), &remote)
@@ -509,6 +488,38 @@ async fn account_plan_change_tx(
     )
     .await?;
     Ok(Resp::view(&tx))
+}
+
+/// A dashboard page's GET: the context, the `Cookie` header and the client's address.
+fn page_get(
+    ctx: &Ctx,
+) -> impl Filter<Extract = (Ctx, Option<String>, ClientAddr), Error = warp::Rejection> + Clone + use<>
+{
+    warp::get()
+        .and(with_ctx(ctx.clone()))
+        .and(warp::header::optional::<String>("cookie"))
+        .and(client_addr())
+}
+
+/// `page` for the signed-in merchant's session, else the sign-in view titled `title`; an
+/// error as its HTML page.
+async fn signed_in_page<F, Fut>(
+    ctx: &Ctx,
+    cookie: Option<String>,
+    remote: &ClientAddr,
+    title: &str,
+    page: F,
+) -> Resp
+where
+    F: FnOnce(session::Session) -> Fut,
+    Fut: Future<Output = Result<Resp>>,
+{
+    match signed_in(ctx, cookie.as_deref(), remote, title).await {
+        Ok(Ok(s)) => page(s).await,
+        Ok(Err(view)) => Ok(view),
+        Err(e) => Err(e),
+    }
+    .unwrap_or_else(html_error)
 }
 
 /// The session of a dashboard page's request, or (`Ok(Err)`) the sign-in view titled

@@ -158,10 +158,11 @@ pub(crate) async fn dump(client: &Client) -> Vec<String> {
          FROM ledger_entries x LEFT JOIN chain_events e ON e.id = x.event_id",
         "SELECT 'outbox ' || event_public_id || ' ' || encode(merchant_wallet, 'hex') || ' ' || status
          FROM webhook_outbox",
-        // The aggregates triggers keep with the rows above (migrations 0031, 0032).
+        // The aggregates triggers keep with the rows above (migrations 0031, 0032, 0034).
         "SELECT 'revenue ' || to_jsonb(r)::text FROM revenue_months r",
         "SELECT 'tally ' || to_jsonb(t)::text FROM subscription_tallies t",
         "SELECT 'starts ' || to_jsonb(t)::text FROM subscription_starts t",
+        "SELECT 'moves ' || to_jsonb(t)::text FROM subscription_state_moves t",
     ];
     let mut out = Vec::new();
     for q in queries {

@@ -174,6 +174,11 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
     )
     .await;
     exec(&client, "DELETE FROM subscription_starts").await;
+    exec(
+        &client,
+        "UPDATE subscription_state_moves SET subscriptions = subscriptions + 3 WHERE state = 'active'",
+    )
+    .await;
 
     // A webhook attempt of an outbox row that does not exist (no foreign key since 0024).
     exec(
@@ -291,6 +296,13 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
         "{out}"
     );
     assert!(
+        has(
+            "subscription_state_moves",
+            &[" active: subscriptions ", ", the events move "]
+        ),
+        "{out}"
+    );
+    assert!(
         has("chain_plans", &["plan 1: differs: merchant_wallet"]),
         "{out}"
     );
@@ -352,6 +364,7 @@ async fn verify_reports_every_kind_of_hand_edit_by_table_and_key_and_is_clean_ot
             "chain_plans",
             "ledger_entries",
             "revenue_months",
+            "subscription_state_moves",
             "subscription_tallies",
             "subscriptions",
             "webhook_attempts",

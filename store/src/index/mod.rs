@@ -22,7 +22,7 @@ pub use undo::{Checkpoint, delete_above, write_checkpoints};
 pub use verify::{
     EventKey, StoredDelivery, StoredEvent, StoredPlan, dangling_event_links, events_in_range,
     highest_event_block, ledger_in_range, orphan_attempts, orphan_outbox, outbox_in_range, plans,
-    revenue_months_drift, subscription_tallies_drift,
+    revenue_months_drift, state_moves_drift, subscription_tallies_drift,
 };
 pub use write::{
     LogFields, NewEvent, NewLedgerEntry, NewPlan, StoredLog, insert_events, insert_ledger,

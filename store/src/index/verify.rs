@@ -462,6 +462,49 @@ pub async fn subscription_tallies_drift(
         .collect())
 }
 
+/// The days of `subscription_state_moves` (migration 0034) that differ from the moves the
+/// events make, recomputed over every event of `chain_id`: `(merchant wallet, "day state",
+/// stored count or "none", recomputed or "none")`.
+pub async fn state_moves_drift(
+    client: &Client,
+    chain_id: ChainId,
+) -> Result<Vec<(Vec<u8>, String, String, String)>> {
+    let rows = client
+        .query(
+            "WITH ev AS (
+                 SELECT e.merchant_wallet, (e.block_time AT TIME ZONE 'UTC')::date AS day,
+                        subscription_state(e.snap_status, e.snap_cancel_at_period_end) AS state,
+                        lag(subscription_state(e.snap_status, e.snap_cancel_at_period_end))
+                            OVER (PARTITION BY e.subscription_id ORDER BY e.id) AS before
+                   FROM chain_events e
+                  WHERE e.chain_id = $1 AND e.snap_status IS NOT NULL
+                    AND e.subscription_id IS NOT NULL),
+             fresh AS (
+                 SELECT merchant_wallet, day, state, sum(n) AS subscriptions
+                   FROM (SELECT merchant_wallet, day, state, 1 AS n FROM ev
+                          WHERE state IS DISTINCT FROM before
+                         UNION ALL
+                         SELECT merchant_wallet, day, before, -1 FROM ev
+                          WHERE before IS NOT NULL AND state IS DISTINCT FROM before) m
+                  GROUP BY 1, 2, 3 HAVING sum(n) <> 0),
+             stored AS (SELECT merchant_wallet, day, state, subscriptions
+                          FROM subscription_state_moves WHERE chain_id = $1)
+             SELECT coalesce(s.merchant_wallet, f.merchant_wallet),
+                    coalesce(s.day, f.day) || ' ' || coalesce(s.state, f.state),
+                    coalesce(s.subscriptions::TEXT, 'none'), coalesce(f.subscriptions::TEXT, 'none')
+               FROM stored s FULL JOIN fresh f
+                 ON f.merchant_wallet = s.merchant_wallet AND f.day = s.day AND f.state = s.state
+              WHERE s.subscriptions IS DISTINCT FROM f.subscriptions
+              ORDER BY 1, 2",
+            &[&chain_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect())
+}
+
 /// The highest block any stored event of `chain_id` is in.
 pub async fn highest_event_block(client: &Client, chain_id: ChainId) -> Result<Option<u64>> {
     let row = client

@@ -59,7 +59,10 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
     let mut due = [(0i64, 0i128); 2];
     let (mut at_risk, mut failing) = ((0i64, 0i128), (0i64, 0i128));
     let (mut started, mut stopped) = (0i64, 0i64);
-    let (mut cancelled_30, mut ended_30) = (0i64, 0i64);
+    // Per state: entered less left on or after `month_ago`, from each subscription's events
+    // (each carries the subscription's state after it), in chain order.
+    let month_ago = (as_of - Duration::days(30)).date_naive();
+    let mut moves: BTreeMap<&'static str, i64> = BTreeMap::new();
     // Each subscription's first UTC day, and its last if it stopped.
     let mut lives: Vec<(NaiveDate, Option<NaiveDate>)> = Vec::new();
     for s in &subs {
@@ -118,18 +121,42 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
             at_risk.0 += 1;
             at_risk.1 += next_amount;
         }
+        let id = s["id"].as_str().unwrap();
+        let mut events = all(
+            api,
+            key,
+            &format!("/api/v1/events?subscriptionId={id}&limit=100"),
+        )
+        .await;
+        events.retain(|e| !e["chain"].is_null());
+        events.reverse();
+        let mut before: Option<&'static str> = None;
+        for e in &events {
+            let snap = &e["data"]["subscription"];
+            let state = match snap["status"].as_str().unwrap() {
+                "trialing" | "active" | "past_due" if snap["cancelAtPeriodEnd"] == true => {
+                    "cancelling"
+                }
+                "trialing" => "trialing",
+                "active" => "active",
+                "past_due" => "pastDue",
+                "cancelled" => "cancelled",
+                _ => "ended",
+            };
+            if Some(state) != before && time(&e["createdAt"]).date_naive() >= month_ago {
+                *moves.entry(state).or_default() += 1;
+                if let Some(b) = before {
+                    *moves.entry(b).or_default() -= 1;
+                }
+            }
+            before = Some(state);
+        }
         // On or after the UTC day 30 days before today's.
-        let month_ago = (as_of - Duration::days(30)).date_naive();
         if time(&s["createdAt"]).date_naive() >= month_ago {
             started += 1;
         }
         if !live && time(&s["updatedAt"]).date_naive() >= month_ago {
             stopped += 1;
-            if status == "cancelled" {
-                cancelled_30 += 1;
-            } else {
-                ended_30 += 1;
-            }
         }
         lives.push((
             time(&s["createdAt"]).date_naive(),
@@ -153,6 +180,10 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
             })
         })
         .collect();
+    let live_change: i64 = ["trialing", "active", "pastDue", "cancelling"]
+        .iter()
+        .map(|k| moves.get(k).copied().unwrap_or(0))
+        .sum();
     serde_json::json!({
         "subscriptions": counts,
         "mrr": mrr.to_string(),
@@ -163,7 +194,15 @@ async fn summary_from_rows(api: &ApiClient, key: &str, as_of: DateTime<Utc>) -> 
         "failedAwaitingRetry": tally(failing),
         "startedLast30Days": started,
         "stoppedLast30Days": stopped,
-        "changeLast30Days": {"live": started - stopped, "cancelled": cancelled_30, "ended": ended_30},
+        "changeLast30Days": {
+            "trialing": moves.get("trialing").copied().unwrap_or(0),
+            "active": moves.get("active").copied().unwrap_or(0),
+            "pastDue": moves.get("pastDue").copied().unwrap_or(0),
+            "cancelling": moves.get("cancelling").copied().unwrap_or(0),
+            "cancelled": moves.get("cancelled").copied().unwrap_or(0),
+            "ended": moves.get("ended").copied().unwrap_or(0),
+            "live": live_change,
+        },
         "liveByWeek": weeks,
     })
 }
