@@ -32,6 +32,12 @@ CREATE FUNCTION subscription_state_moves_follow_events() RETURNS trigger LANGUAG
 DECLARE
     changed TEXT := CASE TG_OP WHEN 'INSERT' THEN 'new_rows' ELSE 'old_rows' END;
     sign INTEGER := CASE TG_OP WHEN 'INSERT' THEN 1 ELSE -1 END;
+    -- The days that came to zero (a move and its undoing in two statements of one day):
+    -- deleted, as a fresh index would not have them.
+    zero_chain BIGINT[];
+    zero_merchant BYTEA[];
+    zero_day DATE[];
+    zero_state TEXT[];
 BEGIN
     EXECUTE format($q$
         WITH ev AS (
@@ -51,22 +57,28 @@ BEGIN
                         WHERE p.chain_id = ev.chain_id AND p.subscription_id = ev.subscription_id
                           AND p.id < ev.id AND p.snap_status IS NOT NULL
                         ORDER BY p.id DESC LIMIT 1) END AS before
-              FROM ev)
-        INSERT INTO subscription_state_moves AS t (chain_id, merchant_wallet, day, state, subscriptions)
-        SELECT chain_id, merchant_wallet, day, state, %2$s * sum(n)
-          FROM (SELECT chain_id, merchant_wallet, day, state, 1 AS n
-                  FROM moves WHERE state IS DISTINCT FROM before
-                UNION ALL
-                SELECT chain_id, merchant_wallet, day, before, -1
-                  FROM moves WHERE before IS NOT NULL AND state IS DISTINCT FROM before) m
-         GROUP BY 1, 2, 3, 4
-        HAVING sum(n) <> 0
-        ON CONFLICT (chain_id, merchant_wallet, day, state) DO UPDATE SET
-            subscriptions = t.subscriptions + EXCLUDED.subscriptions$q$, changed, sign);
-    IF TG_OP = 'DELETE' THEN
+              FROM ev),
+        up AS (
+            INSERT INTO subscription_state_moves AS t (chain_id, merchant_wallet, day, state, subscriptions)
+            SELECT chain_id, merchant_wallet, day, state, %2$s * sum(n)
+              FROM (SELECT chain_id, merchant_wallet, day, state, 1 AS n
+                      FROM moves WHERE state IS DISTINCT FROM before
+                    UNION ALL
+                    SELECT chain_id, merchant_wallet, day, before, -1
+                      FROM moves WHERE before IS NOT NULL AND state IS DISTINCT FROM before) m
+             GROUP BY 1, 2, 3, 4
+            HAVING sum(n) <> 0
+            ON CONFLICT (chain_id, merchant_wallet, day, state) DO UPDATE SET
+                subscriptions = t.subscriptions + EXCLUDED.subscriptions
+            RETURNING t.chain_id, t.merchant_wallet, t.day, t.state, t.subscriptions)
+        SELECT array_agg(chain_id), array_agg(merchant_wallet), array_agg(day), array_agg(state)
+          FROM up WHERE subscriptions = 0$q$, changed, sign)
+        INTO zero_chain, zero_merchant, zero_day, zero_state;
+    IF zero_chain IS NOT NULL THEN
         DELETE FROM subscription_state_moves t
-         WHERE t.subscriptions = 0
-           AND (t.chain_id, t.merchant_wallet) IN (SELECT chain_id, merchant_wallet FROM old_rows);
+         USING unnest(zero_chain, zero_merchant, zero_day, zero_state) AS z(chain_id, merchant_wallet, day, state)
+         WHERE t.chain_id = z.chain_id AND t.merchant_wallet = z.merchant_wallet
+           AND t.day = z.day AND t.state = z.state AND t.subscriptions = 0;
     END IF;
     RETURN NULL;
 END $$;
@@ -80,23 +92,18 @@ CREATE TRIGGER chain_events_state_moves_deleted AFTER DELETE ON chain_events
 
 -- The events indexed so far.
 INSERT INTO subscription_state_moves (chain_id, merchant_wallet, day, state, subscriptions)
+WITH ev AS (
+    SELECT e.chain_id, e.merchant_wallet, (e.block_time AT TIME ZONE 'UTC')::date AS day,
+           subscription_state(e.snap_status, e.snap_cancel_at_period_end) AS state,
+           lag(subscription_state(e.snap_status, e.snap_cancel_at_period_end))
+               OVER (PARTITION BY e.chain_id, e.subscription_id ORDER BY e.id) AS before
+      FROM chain_events e
+     WHERE e.snap_status IS NOT NULL AND e.subscription_id IS NOT NULL)
 SELECT chain_id, merchant_wallet, day, state, sum(n)
-  FROM (SELECT chain_id, merchant_wallet, day, state, 1 AS n FROM (
-            SELECT e.chain_id, e.merchant_wallet, (e.block_time AT TIME ZONE 'UTC')::date AS day,
-                   subscription_state(e.snap_status, e.snap_cancel_at_period_end) AS state,
-                   lag(subscription_state(e.snap_status, e.snap_cancel_at_period_end))
-                       OVER (PARTITION BY e.chain_id, e.subscription_id ORDER BY e.id) AS before
-              FROM chain_events e
-             WHERE e.snap_status IS NOT NULL AND e.subscription_id IS NOT NULL) a
+  FROM (SELECT chain_id, merchant_wallet, day, state, 1 AS n FROM ev
          WHERE state IS DISTINCT FROM before
         UNION ALL
-        SELECT chain_id, merchant_wallet, day, before, -1 FROM (
-            SELECT e.chain_id, e.merchant_wallet, (e.block_time AT TIME ZONE 'UTC')::date AS day,
-                   subscription_state(e.snap_status, e.snap_cancel_at_period_end) AS state,
-                   lag(subscription_state(e.snap_status, e.snap_cancel_at_period_end))
-                       OVER (PARTITION BY e.chain_id, e.subscription_id ORDER BY e.id) AS before
-              FROM chain_events e
-             WHERE e.snap_status IS NOT NULL AND e.subscription_id IS NOT NULL) b
+        SELECT chain_id, merchant_wallet, day, before, -1 FROM ev
          WHERE before IS NOT NULL AND state IS DISTINCT FROM before) m
  GROUP BY 1, 2, 3, 4
 HAVING sum(n) <> 0;

@@ -101,12 +101,8 @@ pub struct SummaryView {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangeView {
-    pub trialing: i64,
-    pub active: i64,
-    pub past_due: i64,
-    pub cancelling: i64,
-    pub cancelled: i64,
-    pub ended: i64,
+    #[serde(flatten)]
+    pub states: StatusCountsView,
     pub live: i64,
 }
 
@@ -137,12 +133,7 @@ impl SummaryView {
             change_last_30_days: {
                 let c = s.changes_30_days;
                 ChangeView {
-                    trialing: c.trialing,
-                    active: c.active,
-                    past_due: c.past_due,
-                    cancelling: c.cancelling,
-                    cancelled: c.cancelled,
-                    ended: c.ended,
+                    states: c.into(),
                     live: c.trialing + c.active + c.past_due + c.cancelling,
                 }
             },

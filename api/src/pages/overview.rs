@@ -200,13 +200,14 @@ pub fn render(session: &Session, s: &SummaryView, revenue: &RevenueView) -> Resp
     let mut status_rows: String = by_status
         .iter()
         .map(|(label, n, status)| {
+            let c = &change.states;
             let delta = signed(match *label {
-                "Trialing" => change.trialing,
-                "Active" => change.active,
-                "Past due" => change.past_due,
-                "Cancelling" => change.cancelling,
-                "Cancelled" => change.cancelled,
-                _ => change.ended,
+                "Trialing" => c.trialing,
+                "Active" => c.active,
+                "Past due" => c.past_due,
+                "Cancelling" => c.cancelling,
+                "Cancelled" => c.cancelled,
+                _ => c.ended,
             });
             format!(
                 "<tr data-status=\"{label}\"><th scope=\"row\"><a href=\"{href}\">{label}</a></th><td>{n}</td><td>{delta}</td></tr>",

@@ -291,10 +291,7 @@ pub async fn orphan_outbox(client: &Client) -> Result<Vec<(i64, String, String, 
             &[],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect())
+    Ok(columns4(&rows))
 }
 
 /// Webhook attempts whose outbox row does not exist (no foreign key keeps that link since
@@ -400,10 +397,7 @@ pub async fn revenue_months_drift(
             &[&chain_id],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect())
+    Ok(columns4(&rows))
 }
 
 /// The buckets of `subscription_tallies` and the days of `subscription_starts` (migration
@@ -456,10 +450,7 @@ pub async fn subscription_tallies_drift(
             &[&chain_id],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect())
+    Ok(columns4(&rows))
 }
 
 /// The days of `subscription_state_moves` (migration 0034) that differ from the moves the
@@ -499,10 +490,20 @@ pub async fn state_moves_drift(
             &[&chain_id],
         )
         .await?;
-    Ok(rows
-        .iter()
+    Ok(columns4(&rows))
+}
+
+/// Each row's first four columns: a drift finding's (merchant, key, stored, recomputed).
+fn columns4<A, B, C, D>(rows: &[tokio_postgres::Row]) -> Vec<(A, B, C, D)>
+where
+    A: for<'a> tokio_postgres::types::FromSql<'a>,
+    B: for<'a> tokio_postgres::types::FromSql<'a>,
+    C: for<'a> tokio_postgres::types::FromSql<'a>,
+    D: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    rows.iter()
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect())
+        .collect()
 }
 
 /// The highest block any stored event of `chain_id` is in.
