@@ -72,6 +72,20 @@ impl PlanRow {
             || self.provision_status == ProvisionStatus::Active
     }
 
+    /// The plan's state as the API names it: `deactivated` (its `PlanDeactivated` indexed),
+    /// `active`, `failed` or `pending`.
+    pub fn status(&self) -> &'static str {
+        if self.deactivated.is_some() {
+            "deactivated"
+        } else if self.is_active() {
+            "active"
+        } else if self.provision_status == ProvisionStatus::Failed {
+            "failed"
+        } else {
+            "pending"
+        }
+    }
+
     fn from_row(r: &Row) -> Result<Self> {
         let id: &str = r.try_get("public_id")?;
         let amount: &str = r.try_get("amount")?;

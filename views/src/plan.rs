@@ -59,15 +59,7 @@ impl<'a> PlanView<'a> {
     /// `contract` (the configured one).
     pub fn new(r: &'a PlanRow, chain_id: chainsub_core::ChainId, contract: Address) -> Self {
         let active = r.is_active();
-        let status = if r.deactivated.is_some() {
-            "deactivated"
-        } else if active {
-            "active"
-        } else if r.provision_status == ProvisionStatus::Failed {
-            "failed"
-        } else {
-            "pending"
-        };
+        let status = r.status();
         let chain = r.created_on_chain.as_ref().map(|c| ChainView {
             chain_id,
             contract: c.contract.unwrap_or(contract),

@@ -16,17 +16,16 @@ use crate::auth::session::{CSRF_HEADER, Session};
 use crate::config::Config;
 use crate::http::reply::Resp;
 
-/// A plan's state as the API names it (`PlanView::status`), and as a merchant reads it.
+/// A plan's state as the API names it (`PlanRow::status`), and as a merchant reads it.
 fn state(p: &PlanRow) -> (&'static str, &'static str) {
-    if p.deactivated.is_some() {
-        ("deactivated", "deactivated (no new subscriptions)")
-    } else if p.is_active() {
-        ("active", "active")
-    } else if p.provision_status == chainsub_core::ProvisionStatus::Failed {
-        ("failed", "provisioning failed")
-    } else {
-        ("pending", "provisioning on chain…")
-    }
+    let status = p.status();
+    let label = match status {
+        "deactivated" => "deactivated (no new subscriptions)",
+        "active" => "active",
+        "failed" => "provisioning failed",
+        _ => "provisioning on chain…",
+    };
+    (status, label)
 }
 
 /// One row of the plans table (the script adds rows of the same shape).

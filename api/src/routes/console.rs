@@ -30,6 +30,14 @@ use crate::routes::subscriptions as api;
 pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
     // For reads only (the refund's limits), as the API's refund route.
     let provider = crate::pages::checkout::read_provider(&ctx.cfg.rpc_url).ok();
+    // A JSON object body, or its 4xx.
+    let json_body = || {
+        warp::header::optional::<String>("content-type")
+            .and(body_bytes())
+            .and_then(|ct: Option<String>, body: Bytes| async move {
+                parse_json_object(ct.as_deref(), &body).map_err(warp::reject::custom)
+            })
+    };
     let action = |name: &'static str| {
         warp::path("dashboard")
             .and(warp::path("api"))
@@ -40,17 +48,7 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
             .and(warp::post())
             .and(with_ctx(ctx.clone()))
             .and(require_session(ctx.clone()))
-            .and(warp::header::optional::<String>("content-type"))
-            .and(body_bytes())
-            .and_then(
-                |id: String, ctx: Ctx, s: Session, ct: Option<String>, body: Bytes| async move {
-                    match parse_json_object(ct.as_deref(), &body) {
-                        Ok(body) => Ok((id, ctx, s, body)),
-                        Err(e) => Err(warp::reject::custom(e)),
-                    }
-                },
-            )
-            .untuple_one()
+            .and(json_body())
     };
     let refund = action("refunds").then(
         move |id: String, ctx: Ctx, s: Session, body: Map<String, Value>| {
@@ -83,13 +81,6 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
                 ctx,
                 merchant: s.merchant,
                 idempotency_key: key,
-            })
-    };
-    let json_body = || {
-        warp::header::optional::<String>("content-type")
-            .and(body_bytes())
-            .and_then(|ct: Option<String>, body: Bytes| async move {
-                parse_json_object(ct.as_deref(), &body).map_err(warp::reject::custom)
             })
     };
     let plan_create = warp::path!("dashboard" / "api" / "plans")

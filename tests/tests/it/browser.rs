@@ -611,16 +611,8 @@ async fn a_merchant_creates_a_plan_watches_it_provisioned_links_it_and_deactivat
             ("API_KEY", key.clone()),
         ],
     );
-    let plans: Value = s
-        .http
-        .get(format!("{}/api/v1/plans", s.base))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let api = chainsub_tests::merchant::ApiClient::new(&s.base);
+    let plans = api.get_ok("/api/v1/plans", &key).await.unwrap();
     let starter = plans["data"]
         .as_array()
         .unwrap()
@@ -629,15 +621,14 @@ async fn a_merchant_creates_a_plan_watches_it_provisioned_links_it_and_deactivat
         .expect("the plan made on the page")
         .clone();
     assert_eq!(starter["status"], "deactivated", "{starter}");
-    let res = s
-        .http
-        .post(format!("{}/api/v1/checkouts", s.base))
-        .bearer_auth(&key)
-        .json(&serde_json::json!({"planId": starter["id"]}))
-        .send()
+    let (status, body) = api
+        .post(
+            "/api/v1/checkouts",
+            &key,
+            &serde_json::json!({"planId": starter["id"]}),
+        )
         .await
         .unwrap();
-    assert_eq!(res.status(), 409);
-    let body: Value = res.json().await.unwrap();
+    assert_eq!(status, 409);
     assert_eq!(body["error"]["code"], "plan_inactive", "{body}");
 }
