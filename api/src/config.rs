@@ -11,6 +11,15 @@ pub struct Config {
     /// Postgres connection string.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
+    /// A hot-standby streaming replica of `DATABASE_URL`: the lists and gets of subscriptions
+    /// and events, the reports and the ledger export read there while its replayed index is
+    /// within `READ_MAX_LAG_BLOCKS` of the primary's (everything else, and every read when it
+    /// is behind or down, uses the primary). Unset: every read uses the primary.
+    #[arg(long, env = "READ_DATABASE_URL")]
+    pub read_database_url: Option<String>,
+    /// How many blocks the replica's index may be behind the primary's for reads to use it.
+    #[arg(long, env = "READ_MAX_LAG_BLOCKS", default_value_t = 2)]
+    pub read_max_lag_blocks: u64,
     /// Maximum Postgres connections in the pool.
     #[arg(long, env = "DATABASE_POOL_SIZE", default_value_t = 16)]
     pub database_pool_size: usize,
@@ -253,6 +262,7 @@ impl std::fmt::Debug for Config {
             .field("chain_id", &self.chain_id)
             .field("contract_address", &self.contract_address)
             .field("listen", &self.listen)
+            .field("read_replica", &self.read_database_url.is_some())
             .field("base_url", &self.base_url.as_str())
             .field("relayer", &self.relayer_private_key.is_some())
             .finish_non_exhaustive()

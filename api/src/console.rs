@@ -39,7 +39,7 @@ pub async fn list(
         plan: None,
         customer_external_id: q.customer,
     };
-    let (rows, more) =
+    let (rows, more, _) =
         crate::routes::subscriptions::list_page(ctx, merchant, &filter, &page).await?;
     let next = more.then(|| rows.last().map(|r| r.id.as_str())).flatten();
     Ok(view::list(session, q, &rows, next))

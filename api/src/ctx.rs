@@ -15,6 +15,8 @@ use crate::relayer::Relayer;
 pub struct AppState {
     pub cfg: Config,
     pub pool: Pool,
+    /// Where reads of the chain index run (primary or replica).
+    pub reads: crate::reads::Reads,
     pub limits: Arc<Limits>,
     /// Sends createPlan; `None` when no RELAYER_PRIVATE_KEY is configured.
     pub relayer: Option<Arc<Relayer>>,
@@ -30,6 +32,23 @@ pub struct AppState {
     pub live_keys: Arc<crate::auth::key_cache::LiveKeys>,
     /// Public webhook delivery ids.
     pub delivery_ids: crate::webhook_settings::DeliveryIds,
+}
+
+impl AppState {
+    /// A connection to read the chain index on, with the height it read ([`crate::reads`]).
+    pub async fn read_conn(&self) -> crate::http::error::Result<crate::reads::ReadConn> {
+        self.reads.conn(&self.pool, self.cfg.chain_id, None).await
+    }
+
+    /// [`AppState::read_conn`] on a database whose index has reached `height`, if either has.
+    pub async fn read_conn_at_least(
+        &self,
+        height: i64,
+    ) -> crate::http::error::Result<crate::reads::ReadConn> {
+        self.reads
+            .conn(&self.pool, self.cfg.chain_id, Some(height))
+            .await
+    }
 }
 
 /// Cheap to clone.

@@ -91,19 +91,23 @@ impl Slot {
     }
 }
 
-/// The highest block that can no longer be reorganized away (by `CONFIRMATIONS`): -1
-/// (nothing) before the indexer has gone that far.
-pub async fn confirmed_height(ctx: &Ctx) -> Result<i64> {
-    let conn = ctx.pool.get().await?;
-    let indexed = chainsub_store::chain::cursor(&conn, ctx.cfg.chain_id)
-        .await?
-        .map_or(-1, |c| c.indexed_block);
-    Ok((indexed - ctx.cfg.confirmations.max(1) as i64 + 1).max(-1))
+/// The highest block that can no longer be reorganized away (by `CONFIRMATIONS`) with the
+/// index at `indexed`: -1 (nothing) before the indexer has gone that far.
+pub fn confirmed_height(ctx: &Ctx, indexed: Option<i64>) -> i64 {
+    (indexed.unwrap_or(-1) - ctx.cfg.confirmations.max(1) as i64 + 1).max(-1)
 }
 
 /// The export's response: its body is written by a task that holds `slot` until the export
-/// ends, however it ends (totals written, client gone, stalled, out of time, failed).
-pub fn stream(ctx: &Ctx, merchant: Merchant, range: Range, format: Format, slot: Slot) -> Resp {
+/// ends, however it ends (totals written, client gone, stalled, out of time, failed). Its pages
+/// are read from `pool` (the database `crate::reads` chose).
+pub fn stream(
+    ctx: &Ctx,
+    pool: crate::db::Pool,
+    merchant: Merchant,
+    range: Range,
+    format: Format,
+    slot: Slot,
+) -> Resp {
     let stall = std::time::Duration::from_secs(ctx.cfg.ledger_export_stall_secs.max(1));
     let deadline = tokio::time::Instant::now()
         + std::time::Duration::from_secs(ctx.cfg.ledger_export_max_secs.max(1));
@@ -111,7 +115,6 @@ pub fn stream(ctx: &Ctx, merchant: Merchant, range: Range, format: Format, slot:
     let chain_id = ctx.cfg.chain_id;
     let (mut tx, body) = StreamBody::channel(DEPTH);
     let contract = ctx.cfg.contract_address;
-    let pool = ctx.pool.clone();
     let bounds = Bounds { stall, deadline };
     tokio::spawn(async move {
         let _slot = slot;

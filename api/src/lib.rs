@@ -20,6 +20,7 @@ pub mod pages;
 pub mod pagination;
 pub mod plan_change;
 pub mod plan_deactivation;
+pub mod reads;
 pub mod refunds;
 pub mod relayer;
 pub mod reports;

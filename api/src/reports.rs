@@ -11,8 +11,8 @@ use crate::merchants::Merchant;
 /// The summary now.
 pub async fn summary(ctx: &Ctx, merchant: &Merchant) -> Result<SummaryView> {
     let now = Utc::now();
-    let conn = ctx.pool.get().await?;
-    let s = chainsub_store::reports::summary(&conn, merchant, ctx.cfg.chain_id, now).await?;
+    let conn = ctx.read_conn().await?;
+    let s = chainsub_store::reports::summary(&*conn, merchant, ctx.cfg.chain_id, now).await?;
     Ok(SummaryView::new(s, now))
 }
 
@@ -23,15 +23,10 @@ pub async fn revenue(
     from: NaiveDate,
     to: NaiveDate,
 ) -> Result<RevenueView> {
-    let conn = ctx.pool.get().await?;
+    let conn = ctx.read_conn().await?;
     let months =
-        chainsub_store::reports::revenue_months(&conn, merchant, ctx.cfg.chain_id, from, to)
+        chainsub_store::reports::revenue_months(&*conn, merchant, ctx.cfg.chain_id, from, to)
             .await?;
-    let cursor = chainsub_store::chain::cursor(&conn, ctx.cfg.chain_id).await?;
-    Ok(RevenueView::monthly(
-        from,
-        to,
-        &months,
-        cursor.map(|c| c.indexed_block),
-    ))
+    // The height the read began at: the months cover at least that far.
+    Ok(RevenueView::monthly(from, to, &months, conn.height))
 }

@@ -35,6 +35,13 @@ pub struct Running {
 pub fn build_ctx(cfg: Config) -> Result<Ctx> {
     let pool = crate::db::pool(&cfg.database_url, cfg.database_pool_size)?;
     let relayer = Relayer::from_config(&cfg)?.map(Arc::new);
+    let reads = match &cfg.read_database_url {
+        Some(url) => crate::reads::Reads::with_replica(
+            crate::db::pool(url, cfg.database_pool_size)?,
+            cfg.read_max_lag_blocks,
+        ),
+        None => crate::reads::Reads::primary_only(),
+    };
     let limits = Limits::new(
         (cfg.rate_limit_key_per_sec, cfg.rate_limit_key_burst),
         (cfg.rate_limit_ip_per_sec, cfg.rate_limit_ip_burst),
@@ -46,6 +53,7 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
     );
     Ok(Arc::new(AppState {
         pool,
+        reads,
         limits,
         relayer,
         metrics: crate::metrics::install(),
@@ -67,8 +75,13 @@ pub fn build_ctx(cfg: Config) -> Result<Ctx> {
 /// everything else — rate limits, the relayer and its nonces, export permits — shared, so
 /// limits stay per process.
 fn shard_ctx(base: &Ctx, pool_size: usize) -> Result<Ctx> {
+    let replica = match &base.cfg.read_database_url {
+        Some(url) => Some(crate::db::pool(url, pool_size)?),
+        None => None,
+    };
     Ok(Arc::new(AppState {
         pool: crate::db::pool(&base.cfg.database_url, pool_size)?,
+        reads: base.reads.for_loop(replica),
         ..AppState::clone(base)
     }))
 }
@@ -145,6 +158,12 @@ pub async fn start_sharded(
     // Hears key revocations; the key cache serves only while it does.
     let key_listener = tokio::spawn(ctx.keys.clone().listen(ctx.cfg.database_url.clone()));
     let live_keys = tokio::spawn(ctx.live_keys.clone().refresh(ctx.pool.clone()));
+    // Measures the read replica's lag for every request loop.
+    tokio::spawn(ctx.reads.clone().monitor(
+        ctx.pool.clone(),
+        ctx.cfg.chain_id,
+        Duration::from_millis(200),
+    ));
     if let Some(r) = &ctx.relayer {
         // The relayer's balance at start (a warning in /health and the metric if low);
         // later checks happen before each send.

@@ -183,6 +183,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "subscription_state_moves",
         sql: include_str!("../sql/0034_subscription_state_moves.sql"),
     },
+    Migration {
+        version: 35,
+        name: "shared_key_budgets",
+        sql: include_str!("../sql/0035_shared_key_budgets.sql"),
+    },
 ];
 
 /// A Postgres error as an operator reads it: the server's message and SQLSTATE

@@ -53,6 +53,7 @@ pub mod export;
 pub mod idempotency;
 pub mod index;
 pub mod keeper;
+pub mod key_budgets;
 pub mod listen;
 pub mod merchants;
 pub mod outbox;

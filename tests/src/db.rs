@@ -15,6 +15,8 @@ pub fn admin_url() -> String {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// The server's administrative database, where it is created and dropped.
+    admin: String,
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -22,7 +24,13 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 impl TestDb {
     /// Creates and migrates a new database.
     pub async fn create() -> Self {
-        let db = Self::create_empty().await;
+        Self::create_on(&admin_url()).await
+    }
+
+    /// Creates and migrates a new database on the server of `admin` (its administrative
+    /// database's URL).
+    pub async fn create_on(admin: &str) -> Self {
+        let db = Self::create_empty_on(admin).await;
         let mut client = db.connect().await;
         chainsub_migrations::migrate(&mut client)
             .await
@@ -32,6 +40,10 @@ impl TestDb {
 
     /// Creates a new database without applying migrations.
     pub async fn create_empty() -> Self {
+        Self::create_empty_on(&admin_url()).await
+    }
+
+    async fn create_empty_on(base: &str) -> Self {
         let name = format!(
             "chainsub_test_{}_{}_{}",
             std::process::id(),
@@ -41,17 +53,20 @@ impl TestDb {
                 .unwrap()
                 .subsec_nanos()
         );
-        let admin = connect(&admin_url()).await;
+        let admin = connect(base).await;
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .expect("create database");
-        let base = admin_url();
         let url = match base.rfind('/') {
             Some(i) => format!("{}/{name}", &base[..i]),
             None => panic!("admin url without a database: {base}"),
         };
-        Self { name, url }
+        Self {
+            name,
+            url,
+            admin: base.to_string(),
+        }
     }
 
     /// A new connection to this database.
@@ -130,7 +145,7 @@ pub async fn connect(url: &str) -> Client {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let name = self.name.clone();
+        let (name, admin) = (self.name.clone(), self.admin.clone());
         // Drop runs inside or outside a runtime; a thread with its own runtime works in both.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -138,7 +153,7 @@ impl Drop for TestDb {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                if let Ok((client, conn)) = tokio_postgres::connect(&admin_url(), NoTls).await {
+                if let Ok((client, conn)) = tokio_postgres::connect(&admin, NoTls).await {
                     tokio::spawn(conn);
                     let _ = client
                         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))

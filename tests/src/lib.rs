@@ -9,6 +9,7 @@ pub mod db;
 pub mod flood;
 pub mod merchant;
 pub mod net;
+pub mod pg_cluster;
 pub mod process;
 pub mod proxy;
 pub mod receiver;

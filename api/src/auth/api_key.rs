@@ -175,7 +175,10 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
     let hash = key.hash();
     if let Some(hit) = ctx.keys.get(&hash) {
         let (merchant, key_id) = hit.found;
-        let rate = ctx.limits.per_key.check(merchant.public_id().as_str())?;
+        let rate = ctx
+            .limits
+            .check_key(&ctx.pool, merchant.public_id().as_str())
+            .await?;
         if hit.touch {
             let conn = ctx.pool.get().await?;
             chainsub_store::merchants::touch_api_key(&**conn, &merchant, key_id).await?;
@@ -205,11 +208,16 @@ pub async fn authenticate(ctx: &Ctx, caller: &Caller) -> Result<Authed> {
     if !ct_eq(&found.key_hash, &hash) {
         return Err(ApiError::bad_key());
     }
-    let rate = ctx.limits.per_key.check(merchant.public_id().as_str())?;
     if found.stale {
         // last_used_at at minute resolution: one write per key per minute, not per request.
         chainsub_store::merchants::touch_api_key(&**conn, &merchant, found.key_id).await?;
     }
+    // Given back first: the key's shared budget may take a pooled connection of its own.
+    drop(conn);
+    let rate = ctx
+        .limits
+        .check_key(&ctx.pool, merchant.public_id().as_str())
+        .await?;
     ctx.keys.insert(
         before,
         hash,

@@ -22,6 +22,7 @@ pub struct Limiter {
     name: &'static str,
     inner: Inner,
     burst: u32,
+    per_sec: u32,
     window_secs: u64,
     /// Time for one request's token to come back.
     interval: Duration,
@@ -101,6 +102,7 @@ impl Limiter {
             name,
             inner: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
             burst: burst_nz.get(),
+            per_sec: per_sec.get(),
             // Time for an empty bucket to refill completely.
             window_secs: (burst_nz.get() as u64)
                 .div_ceil(per_sec.get() as u64)
@@ -192,14 +194,62 @@ fn ceil_secs(d: Duration) -> u64 {
     s.max(1)
 }
 
+/// How long a process may keep tokens it took from a key's shared budget: a token unused by
+/// then is dropped (it was counted when taken), so a process never spends an old lease on a
+/// burst of its own.
+const LEASE_TTL: Duration = Duration::from_secs(1);
+
+/// Tokens this process took from keys' shared budgets and has not spent yet.
+#[derive(Default)]
+struct Leases {
+    by_key: Mutex<HashMap<String, (u32, Instant)>>,
+}
+
+impl Leases {
+    /// Spends one of `key`'s leased tokens, if a live one is left.
+    fn spend(&self, key: &str, now: Instant) -> bool {
+        let mut by_key = self.by_key.lock().expect("leases lock");
+        match by_key.get_mut(key) {
+            Some((left, until)) if *left > 0 && *until > now => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Keeps `tokens` more of `key`'s budget until `LEASE_TTL` after `now`.
+    fn keep(&self, key: &str, tokens: u32, now: Instant) {
+        if tokens == 0 {
+            return;
+        }
+        let mut by_key = self.by_key.lock().expect("leases lock");
+        let entry = by_key.entry(key.to_string()).or_insert((0, now));
+        if entry.1 <= now {
+            entry.0 = 0;
+        }
+        *entry = (entry.0 + tokens, now + LEASE_TTL);
+    }
+
+    fn retain(&self, now: Instant) {
+        self.by_key
+            .lock()
+            .expect("leases lock")
+            .retain(|_, (left, until)| *left > 0 && *until > now);
+    }
+}
+
 /// The limiters of one server.
 pub struct Limits {
+    /// The in-process fast path of the per-key limit: what one process may accept on its own.
+    /// Its shared part is [`Limits::check_key`].
     pub per_key: Limiter,
     pub per_ip: Limiter,
     /// `GET /api/v1/health`'s own per-client bucket.
     pub health: Limiter,
     proxies: Proxies,
     key_guessers: Refusals,
+    leases: Leases,
 }
 
 impl Limits {
@@ -217,6 +267,7 @@ impl Limits {
             health: Limiter::new("health", health.0, health.1),
             proxies,
             key_guessers: Refusals::default(),
+            leases: Leases::default(),
         });
         let weak = Arc::downgrade(&limits);
         tokio::spawn(async move {
@@ -228,9 +279,52 @@ impl Limits {
                 l.per_ip.retain_recent();
                 l.health.retain_recent();
                 l.key_guessers.retain(Instant::now());
+                l.leases.retain(Instant::now());
             }
         });
         limits
+    }
+
+    /// Counts a request against an API key's limit, which holds across every API process of
+    /// the deployment: this process's own limiter first (a flood one process sees is refused
+    /// without a database round trip), then a token of the key's budget in Postgres, taken
+    /// a tenth of a second's worth at a time and kept for [`LEASE_TTL`]. Tokens taken and not
+    /// spent are lost, never spent twice: across processes a key gets at most its rate plus
+    /// one burst. When the budget cannot be read (the database is down), the process's own
+    /// limit stands alone.
+    pub async fn check_key(
+        &self,
+        pool: &deadpool_postgres::Pool,
+        key: &str,
+    ) -> Result<Allowed, Limited> {
+        let allowed = self.per_key.check(key)?;
+        if self.leases.spend(key, Instant::now()) {
+            return Ok(allowed);
+        }
+        let l = &self.per_key;
+        let want = l.per_sec.div_ceil(10).clamp(1, l.burst);
+        let took = match pool.get().await {
+            Ok(conn) => chainsub_store::key_budgets::take(&conn, key, want, l.interval, l.burst)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match took {
+            Ok(t) if t.granted > 0 => {
+                metrics::counter!("api_key_budget_takes_total", "result" => "granted").increment(1);
+                self.leases.keep(key, t.granted - 1, Instant::now());
+                Ok(allowed)
+            }
+            Ok(t) => {
+                metrics::counter!("api_key_budget_takes_total", "result" => "refused").increment(1);
+                Err(l.limited(t.wait))
+            }
+            Err(e) => {
+                metrics::counter!("api_key_budget_takes_total", "result" => "error").increment(1);
+                tracing::warn!(error = %e, "the shared key budget could not be read; the process's own limit stands");
+                Ok(allowed)
+            }
+        }
     }
 
     /// Counts a request against its client's per-IP bucket (the client as resolved through

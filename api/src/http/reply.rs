@@ -163,6 +163,15 @@ impl Resp {
         }
     }
 
+    /// `Chainsub-Indexed-Block`: the indexer's last block as the read that made this response
+    /// saw it when it began (`crate::reads`); none before anything is indexed.
+    pub fn indexed_at(self, height: Option<i64>) -> Self {
+        match height {
+            Some(h) => self.header("chainsub-indexed-block", &h.to_string()),
+            None => self,
+        }
+    }
+
     /// Adds a header; invalid values are dropped (they are all built by us).
     pub fn header(mut self, name: &str, value: &str) -> Self {
         if let (Ok(n), Ok(v)) = (

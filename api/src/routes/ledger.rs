@@ -47,10 +47,16 @@ struct ExportQuery {
 async fn export(s: Scope, (q, accept): (ExportQuery, Option<String>)) -> Result<Resp> {
     let format = Format::choose(q.format.as_deref(), accept.as_deref())?;
     let slot = Slot::claim(&s.ctx, &s.merchant)?;
+    let mut read = s.ctx.read_conn().await?;
     let to_block = match q.to_block {
         Some(Block(b)) => b,
-        None => ledger_export::confirmed_height(&s.ctx).await?,
+        None => ledger_export::confirmed_height(&s.ctx, read.height),
     };
+    if to_block > read.height.unwrap_or(-1) {
+        // Blocks past what this database has indexed: the primary's, if it has them.
+        drop(read);
+        read = s.ctx.read_conn_at_least(to_block).await?;
+    }
     // An empty range (toBlock below fromBlock, `to` not after `from`) exports nothing but
     // its totals, as the events list answers an empty page: the request is well-formed.
     let range = Range {
@@ -59,7 +65,7 @@ async fn export(s: Scope, (q, accept): (ExportQuery, Option<String>)) -> Result<
         from_time: q.from.map(|t| t.0),
         to_time: q.to.map(|t| t.0),
     };
-    Ok(ledger_export::stream(
-        &s.ctx, s.merchant, range, format, slot,
-    ))
+    let (pool, height) = (read.pool.clone(), read.height);
+    drop(read);
+    Ok(ledger_export::stream(&s.ctx, pool, s.merchant, range, format, slot).indexed_at(height))
 }

@@ -33,9 +33,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 struct SummaryQuery {}
 
 async fn summary(s: Scope, _: SummaryQuery) -> Result<Resp> {
-    Ok(Resp::view(
-        &crate::reports::summary(&s.ctx, &s.merchant).await?,
-    ))
+    let summary = crate::reports::summary(&s.ctx, &s.merchant).await?;
+    Ok(Resp::view(&summary).indexed_at(summary.indexed_block))
 }
 
 /// A calendar month, `YYYY-MM`, of the years 2000 to 2099 (a report spans at most 1,200
@@ -98,7 +97,7 @@ async fn revenue(s: Scope, q: RevenueQuery) -> Result<Resp> {
     let report = match q.interval.unwrap_or(Interval::Month) {
         Interval::Month => crate::reports::revenue(&s.ctx, &s.merchant, from, to).await?,
     };
-    Ok(Resp::view(&report))
+    Ok(Resp::view(&report).indexed_at(report.indexed_block))
 }
 
 #[cfg(test)]

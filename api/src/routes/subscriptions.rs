@@ -88,23 +88,24 @@ async fn list(s: Scope, q: ListSubscriptions) -> Result<Resp> {
         plan: q.plan_id.as_ref().map(|t| t.0.as_str()),
         customer_external_id: q.customer_external_id.as_ref().map(|t| t.0.as_str()),
     };
-    let (rows, more) = list_page(&s.ctx, &s.merchant, &filter, &page).await?;
+    let (rows, more, height) = list_page(&s.ctx, &s.merchant, &filter, &page).await?;
     let data = rows.iter().map(SubscriptionView::from).collect();
     // A listed subscription is under 1024 bytes of JSON.
     let size = 256 + rows.len() * 1024;
-    Ok(Resp::written(&ListView::new(data, more), size))
+    Ok(Resp::written(&ListView::new(data, more), size).indexed_at(height))
 }
 
 /// A page of `merchant`'s subscriptions matching `filter` from the page's cursor (a
-/// subscription id; unknown: 400): the API's list and the dashboard's.
+/// subscription id; unknown: 400): the API's list and the dashboard's, with the index height
+/// it read at.
 pub async fn list_page(
     ctx: &Ctx,
     merchant: &crate::merchants::Merchant,
     filter: &store::Filter<'_>,
     page: &Page,
-) -> Result<(Vec<store::SubscriptionRow>, bool)> {
-    let conn = ctx.pool.get().await?;
-    let (c, m) = (&conn, merchant);
+) -> Result<(Vec<store::SubscriptionRow>, bool, Option<i64>)> {
+    let conn = ctx.read_conn().await?;
+    let (c, m) = (&*conn, merchant);
     let key = cursor_key(
         page,
         "subscription",
@@ -112,30 +113,31 @@ pub async fn list_page(
         |id| async move { Ok(store::cursor_key(c, m, &id).await?) },
     )
     .await?;
-    Ok(store::list(
-        &conn,
+    let (rows, more) = store::list(
+        &*conn,
         merchant,
         ctx.cfg.chain_id,
         filter,
         page.store_page(key),
     )
-    .await?)
+    .await?;
+    Ok((rows, more, conn.height))
 }
 
 async fn get_one(s: Scope, id: String) -> Result<Resp> {
     let not_found = || ApiError::not_found("subscription", Some("id"));
     let id = SubscriptionId::parse(&id).ok_or_else(not_found)?;
-    let conn = s.ctx.pool.get().await?;
+    let conn = s.ctx.read_conn().await?;
     let chain_id = s.ctx.cfg.chain_id;
-    let row = store::get(&conn, &s.merchant, chain_id, &id)
+    let row = store::get(&*conn, &s.merchant, chain_id, &id)
         .await?
         .ok_or_else(not_found)?;
-    let ledger = store::ledger(&conn, &s.merchant, chain_id, &id).await?;
+    let ledger = store::ledger(&*conn, &s.merchant, chain_id, &id).await?;
     let body = SubscriptionWithLedger {
         subscription: SubscriptionView::from(&row),
         ledger: chainsub_views::LedgerEntryView::list(&ledger),
     };
-    Ok(Resp::view(&body))
+    Ok(Resp::view(&body).indexed_at(conn.height))
 }
 
 /// The body of a refund request.

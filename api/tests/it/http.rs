@@ -276,6 +276,71 @@ async fn rate_limit_answers_429_with_retry_after_and_ratelimit_headers() {
     assert_eq!(last, 429);
 }
 
+/// A key's limit holds across API processes: two replicas over one database, one key
+/// hammered through both, accept at most its rate over the run plus one burst more than a
+/// single process would (each process keeps its own limiter as a fast path, and both take
+/// the key's tokens from the one budget in Postgres).
+#[tokio::test]
+async fn a_keys_limit_is_shared_by_every_replica() {
+    const PER_SEC: u32 = 20;
+    const BURST: u32 = 10;
+    let opts = Opts {
+        key_per_sec: PER_SEC,
+        key_burst: BURST,
+        ..Opts::default()
+    };
+    let app = spawn(opts.clone()).await;
+    let (_replica, other) = crate::api_common::spawn_replica(&app, opts).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let started = std::time::Instant::now();
+    let run = std::time::Duration::from_secs(3);
+    let hammer = |api: chainsub_tests::merchant::ApiClient| {
+        let key = key.clone();
+        tokio::spawn(async move {
+            let (mut ok, mut limited) = (0u32, 0u32);
+            while started.elapsed() < run {
+                match api
+                    .get_res("/api/v1/plans", &key)
+                    .await
+                    .expect("GET")
+                    .status
+                {
+                    200 => ok += 1,
+                    429 => limited += 1,
+                    other => panic!("unexpected status {other}"),
+                }
+            }
+            (ok, limited)
+        })
+    };
+    let loops = [
+        hammer(app.api.clone()),
+        hammer(app.api.clone()),
+        hammer(other.clone()),
+        hammer(other.clone()),
+    ];
+    let (mut accepted, mut limited) = (0, 0);
+    for l in loops {
+        let (ok, no) = l.await.unwrap();
+        accepted += ok;
+        limited += no;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    // One process alone accepts at most BURST + PER_SEC * elapsed; two sharing the budget
+    // may add one burst (each one's own limiter starts full), never a second rate.
+    let bound = (f64::from(BURST) * 2.0 + f64::from(PER_SEC) * elapsed).ceil() as u32;
+    assert!(limited > 0, "the run must go past the limit");
+    assert!(
+        accepted <= bound,
+        "{accepted} requests accepted across two replicas in {elapsed:.2} s, over the key's \
+         limit plus one burst ({bound}); {limited} refused"
+    );
+    assert!(
+        accepted >= BURST,
+        "at least the burst is accepted: {accepted}"
+    );
+}
+
 /// Issue 10, point 8: `/metrics` is on its own listener, never the public port, and its
 /// labels stay bounded whatever clients send.
 #[tokio::test]

@@ -16,6 +16,7 @@ mod ledger_export;
 mod openapi;
 mod plans;
 mod reads;
+mod replica_reads;
 mod subscription_cancel;
 mod webhooks_bench;
 mod webhooks_dashboard;

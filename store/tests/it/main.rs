@@ -1133,3 +1133,47 @@ async fn an_events_page_is_the_merged_page_for_every_filter_direction_and_cursor
         "the chain-events statement alone answered only {answered_alone} of {compared} pages"
     );
 }
+
+#[tokio::test]
+async fn a_key_budget_grants_its_burst_then_one_token_per_interval_to_all_takers() {
+    use chainsub_store::key_budgets::take;
+    use std::time::Duration;
+    let db = TestDb::create().await;
+    let pool = db.pool();
+    let (a, b) = (pool.get().await.unwrap(), pool.get().await.unwrap());
+    // One token per 10 s, five at once: the clock cannot refill it during the test.
+    let interval = Duration::from_secs(10);
+    let first = take(&a, "mer_1", 3, interval, 5).await.unwrap();
+    assert_eq!(first.granted, 3);
+    // Another process, the same key: what is left of the burst, not a burst of its own.
+    let second = take(&b, "mer_1", 3, interval, 5).await.unwrap();
+    assert_eq!(second.granted, 2);
+    let refused = take(&a, "mer_1", 1, interval, 5).await.unwrap();
+    assert_eq!(refused.granted, 0);
+    assert!(
+        refused.wait > Duration::from_secs(9) && refused.wait <= interval,
+        "the next token is one interval away: {:?}",
+        refused.wait
+    );
+    // Keys are independent.
+    assert_eq!(take(&b, "mer_2", 9, interval, 5).await.unwrap().granted, 5);
+    // Concurrent takers of one key never get more than the burst between them.
+    let interval = Duration::from_secs(3600);
+    drop((a, b));
+    let takers = (0..8).map(|_| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let c = pool.get().await.unwrap();
+            let mut got = 0;
+            for _ in 0..10 {
+                got += take(&c, "mer_3", 2, interval, 25).await.unwrap().granted;
+            }
+            got
+        })
+    });
+    let mut total = 0;
+    for t in takers {
+        total += t.await.unwrap();
+    }
+    assert_eq!(total, 25);
+}
