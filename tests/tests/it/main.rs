@@ -16,6 +16,7 @@ mod browser_support;
 mod artifacts;
 mod browser;
 mod browser_pages;
+mod cluster;
 mod contract_batch;
 mod contract_billing;
 mod contract_calendar;

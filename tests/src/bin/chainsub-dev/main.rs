@@ -14,6 +14,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 
 mod chain;
+mod cluster;
 mod db;
 mod demo;
 mod services;
@@ -42,6 +43,19 @@ enum Cmd {
     /// Stop a stack started by `up` (SIGTERM to the pid in <dev-dir>/stack.pid).
     Down,
     /// Show whether the stack is up and what it runs on.
+    Status,
+    /// The whole service as a cluster on this machine (`scripts/cluster`).
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCmd {
+    /// Start the cluster and hold it in the foreground until Ctrl-C.
+    Up(cluster::ClusterArgs),
+    /// Stop a cluster started by `up`.
+    Down,
+    /// Show whether the cluster is up and each process's health.
     Status,
 }
 
@@ -95,6 +109,9 @@ async fn main() -> Result<()> {
         Cmd::Up(args) => up(args, dev_dir).await,
         Cmd::Down => stack::down(&dev_dir),
         Cmd::Status => stack::status(&dev_dir).await,
+        Cmd::Cluster(ClusterCmd::Up(args)) => cluster::up(args, dev_dir).await,
+        Cmd::Cluster(ClusterCmd::Down) => stack::down(&dev_dir),
+        Cmd::Cluster(ClusterCmd::Status) => cluster::status(&dev_dir).await,
     }
 }
 
@@ -125,7 +142,7 @@ async fn up(args: UpArgs, dev_dir: PathBuf) -> Result<()> {
     stack.write_pid()?;
     println!("{summary}");
     println!("Ctrl-C (or `scripts/dev down`) stops it");
-    let outcome = stack.hold().await;
+    let outcome = stack.hold(true).await;
     stack.shutdown();
     outcome
 }
@@ -257,7 +274,7 @@ impl std::fmt::Display for Summary {
 }
 
 /// `scripts/chain-tools` (npm ci from the lock) when the chain tools are not installed.
-fn ensure_npm_tools() -> Result<()> {
+pub(crate) fn ensure_npm_tools() -> Result<()> {
     let root = workspace_root();
     if root.join("node_modules/.bin/anvil").exists() && root.join("node_modules/solc").exists() {
         return Ok(());

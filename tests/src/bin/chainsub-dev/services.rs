@@ -25,7 +25,7 @@ pub(crate) const DEV_EXTRAS: [(&str, &str); 6] = [
 ];
 
 /// Where `scripts/dev` put the workspace binaries: next to this one.
-fn bin(name: &str) -> Result<PathBuf> {
+pub(crate) fn bin(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let path = exe
         .parent()

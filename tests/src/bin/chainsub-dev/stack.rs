@@ -83,22 +83,45 @@ impl Stack {
         Ok(())
     }
 
-    /// Waits for Ctrl-C or SIGTERM (Ok) or for a child to die (Err).
-    pub(crate) async fn hold(&mut self) -> Result<()> {
+    /// Waits for Ctrl-C or SIGTERM (Ok) or, with `stop_on_exit`, for a child to die (Err);
+    /// without it a child that dies is reported once and the others go on.
+    pub(crate) async fn hold(&mut self, stop_on_exit: bool) -> Result<()> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut reported = std::collections::HashSet::new();
         loop {
             tokio::select! {
                 _ = int.recv() => { println!("interrupted: stopping"); return Ok(()) }
                 _ = term.recv() => { println!("terminated: stopping"); return Ok(()) }
                 _ = tick.tick() => {
-                    if let Some(name) = self.exited() {
-                        bail!("{name} exited unexpectedly; see {}", self.dir.display());
+                    for name in self.all_exited() {
+                        if stop_on_exit {
+                            bail!("{name} exited unexpectedly; see {}", self.dir.display());
+                        }
+                        if reported.insert(name) {
+                            println!("{name} exited; see {}/{name}.log", self.dir.display());
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// The children that have exited.
+    fn all_exited(&mut self) -> Vec<&'static str> {
+        self.children
+            .iter_mut()
+            .filter_map(|(name, c)| matches!(c.0.try_wait(), Ok(Some(_))).then_some(*name))
+            .collect()
+    }
+
+    /// The pid of the child `name`.
+    pub(crate) fn pid(&self, name: &str) -> Option<u32> {
+        self.children
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| c.0.id())
     }
 
     /// Stops every child (SIGTERM, then SIGKILL after 10 s), newest first.
