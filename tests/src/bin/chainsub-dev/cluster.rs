@@ -43,9 +43,29 @@ pub(crate) struct ClusterArgs {
     /// Start the cluster but skip the demo.
     #[arg(long)]
     no_demo: bool,
+    /// Restart a process that died after this many seconds, as the systemd units do
+    /// (`Restart=on-failure`, `RestartSec=2`), on the same address. 0: leave it dead.
+    #[arg(long, default_value_t = 2)]
+    restart_after_secs: u64,
+    /// A setting for every process, `NAME=VALUE` (written to stack.env), e.g.
+    /// `--set RATE_LIMIT_KEY_PER_SEC=20`; repeat for more.
+    #[arg(long = "set", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
     /// The demo's webhook receiver's listen address (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     webhook_receiver_listen: std::net::SocketAddr,
+}
+
+fn parse_setting(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or("expected NAME=VALUE")?;
+    if k.is_empty()
+        || !k
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err(format!("{k}: a setting's name is upper case"));
+    }
+    Ok((k.to_string(), v.to_string()))
 }
 
 /// One process of the cluster: its name, binary, arguments, the setting its socket (handed
@@ -118,8 +138,8 @@ const ROLES: [Role; 8] = [
 ];
 
 /// Brings the cluster up, runs the demo through the balancer and holds it until Ctrl-C or
-/// `scripts/cluster down`. A process that dies is reported and left dead (its stand-by or
-/// the other replica carries on): a fault rehearsal kills them on purpose.
+/// `scripts/cluster down`. A process that dies is reported and restarted after
+/// `--restart-after-secs` (meanwhile its stand-by or the other replica carries on).
 pub(crate) async fn up(args: ClusterArgs, dir: PathBuf) -> Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     if let Some(pid) = crate::stack::running_pid(&dir) {
@@ -137,7 +157,8 @@ pub(crate) async fn up(args: ClusterArgs, dir: PathBuf) -> Result<()> {
         "postgres primary on {}, standby on {}",
         pg.primary.port, pg.standby.port
     );
-    let booted = boot(&args, &dir, &mut stack, &pg).await;
+    let mut procs = Vec::new();
+    let booted = boot(&args, &dir, &mut stack, &pg, &mut procs).await;
     let summary = match booted {
         Ok(s) => s,
         Err(e) => {
@@ -148,7 +169,7 @@ pub(crate) async fn up(args: ClusterArgs, dir: PathBuf) -> Result<()> {
     stack.write_pid()?;
     println!("{}", summary.text);
     println!("Ctrl-C (or `scripts/cluster down`) stops it");
-    let outcome = stack.hold(false).await;
+    let outcome = supervise(&mut stack, &procs, &dir, args.restart_after_secs).await;
     stack.shutdown();
     drop(pg);
     println!("stopped postgres primary and standby");
@@ -160,11 +181,115 @@ struct Summary {
     _demo: Option<demo::DemoOutcome>,
 }
 
+/// A role's process as the cluster runs it: its settings and the address it listens on. Each
+/// start binds that address and hands the socket over; the cluster keeps no copy, so while
+/// the process is dead its port refuses connections (HAProxy retries them on the other
+/// replica) rather than queueing them for a process that will first answer `503 starting`.
+struct Proc {
+    role: &'static Role,
+    vars: Vec<(String, String)>,
+    addr: std::net::SocketAddr,
+    /// `/metrics` of an API replica (its public socket serves the API).
+    metrics: Option<u16>,
+}
+
+impl Proc {
+    fn start(&self, stack: &mut Stack) -> Result<()> {
+        let socket = Reserved::bind(&self.addr.to_string())
+            .with_context(|| format!("{}: bind {}", self.role.name, self.addr))?;
+        let log = stack.append_log(self.role.name)?;
+        let mut cmd = service_command(&services::bin(self.role.bin)?, self.role.args, &self.vars);
+        cmd.stdin(socket.stdin())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        stack.spawn(self.role.name, cmd)
+    }
+
+    fn line(&self, stack: &Stack) -> String {
+        format!(
+            "{} {} http://{}{}{}",
+            self.role.name,
+            stack.pid(self.role.name).unwrap_or(0),
+            self.addr,
+            self.role.health,
+            self.metrics
+                .map(|m| format!(" metrics=127.0.0.1:{m}"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+/// Writes the processes' names, pids and health addresses for `status` (and a rehearsal).
+fn list(stack: &Stack, procs: &[Proc], extra: &str, dir: &Path) -> Result<String> {
+    let mut text: String = procs.iter().map(|p| p.line(stack) + "\n").collect();
+    text.push_str(extra);
+    let tmp = dir.join(format!("{PROCESSES_FILE}.tmp"));
+    std::fs::write(&tmp, &text)?;
+    std::fs::rename(&tmp, dir.join(PROCESSES_FILE))?;
+    Ok(text)
+}
+
+/// Holds the cluster until Ctrl-C or SIGTERM. A role's process that dies is reported and,
+/// `restart_after` seconds later, started again on the same address (0: left dead); anvil and
+/// HAProxy are not restarted.
+async fn supervise(
+    stack: &mut Stack,
+    procs: &[Proc],
+    dir: &Path,
+    restart_after: u64,
+) -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut dead: std::collections::HashMap<&'static str, Instant> = Default::default();
+    let extra = std::fs::read_to_string(dir.join(PROCESSES_FILE))?
+        .lines()
+        .filter(|l| l.starts_with("haproxy "))
+        .map(|l| l.to_string() + "\n")
+        .collect::<String>();
+    loop {
+        tokio::select! {
+            _ = int.recv() => { println!("interrupted: stopping"); return Ok(()) }
+            _ = term.recv() => { println!("terminated: stopping"); return Ok(()) }
+            _ = tick.tick() => {}
+        }
+        for name in stack.all_exited() {
+            if dead.contains_key(name) {
+                continue;
+            }
+            dead.insert(name, Instant::now());
+            println!("{name} exited; see {}/{name}.log", dir.display());
+        }
+        if restart_after == 0 {
+            continue;
+        }
+        let due: Vec<&'static str> = dead
+            .iter()
+            .filter(|(_, at)| at.elapsed() >= Duration::from_secs(restart_after))
+            .map(|(n, _)| *n)
+            .collect();
+        for name in due {
+            let Some(p) = procs.iter().find(|p| p.role.name == name) else {
+                continue;
+            };
+            if let Err(e) = p.start(stack) {
+                println!("{name} not restarted yet: {e:#}");
+                continue;
+            }
+            dead.remove(name);
+            list(stack, procs, &extra, dir)?;
+            println!("restarted {name}");
+        }
+    }
+}
+
 async fn boot(
     args: &ClusterArgs,
     dir: &Path,
     stack: &mut Stack,
     pg: &ReplicatedPg,
+    procs: &mut Vec<Proc>,
 ) -> Result<Summary> {
     crate::ensure_npm_tools()?;
     let rpc_url = chain::start_anvil(stack, args.anvil_port)?;
@@ -196,9 +321,12 @@ async fn boot(
     env.push("NO_DISPATCHER", "true".into());
     // HAProxy writes the client's address in X-Forwarded-For.
     env.push("TRUSTED_PROXIES", "127.0.0.1/32".into());
+    for (k, v) in &args.settings {
+        // `StackEnv` keeps names as static strings; a setting given here lives as long.
+        env.push(Box::leak(k.clone().into_boxed_str()), v.clone());
+    }
     let env_file = env.write(dir)?;
 
-    let mut listed = String::new();
     let mut apis = Vec::new();
     for role in &ROLES {
         let socket = Reserved::new();
@@ -215,23 +343,15 @@ async fn boot(
             metrics = Some(m);
             apis.push((role.name, socket.port));
         }
-        let log = stack.log_file(role.name)?;
-        let mut cmd = service_command(&services::bin(role.bin)?, role.args, &vars);
-        cmd.stdin(socket.stdin())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log));
-        stack.spawn(role.name, cmd)?;
-        let pid = stack.pid(role.name).unwrap_or(0);
-        writeln!(
-            listed,
-            "{} {pid} http://{}{}{}",
-            role.name,
-            socket.addr,
-            role.health,
-            metrics
-                .map(|m| format!(" metrics=127.0.0.1:{m}"))
-                .unwrap_or_default()
-        )?;
+        let p = Proc {
+            role,
+            vars,
+            addr: socket.addr,
+            metrics,
+        };
+        drop(socket);
+        p.start(stack)?;
+        procs.push(p);
     }
     for (name, port) in &apis {
         wait_healthy(stack, name, &format!("http://127.0.0.1:{port}")).await?;
@@ -251,12 +371,11 @@ async fn boot(
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log));
     stack.spawn("haproxy", cmd)?;
-    writeln!(
-        listed,
-        "haproxy {} {base}/api/v1/health",
+    let haproxy = format!(
+        "haproxy {} {base}/api/v1/health\n",
         stack.pid("haproxy").unwrap_or(0)
-    )?;
-    std::fs::write(dir.join(PROCESSES_FILE), &listed)?;
+    );
+    let listed = list(stack, procs, &haproxy, dir)?;
     wait_healthy(stack, "haproxy", &base).await?;
     println!("haproxy answering at {base}");
 
@@ -294,8 +413,12 @@ async fn boot(
 }
 
 /// HAProxy's configuration: one frontend, the API replicas round-robin with health checks on
-/// the API's readiness (`/api/v1/health` answers 503 while its database is unreachable),
-/// a connection refused retried on the other replica.
+/// the API's readiness (`/api/v1/health` answers 503 while it starts or its database is
+/// unreachable), a refused connection retried on the other replica and its server marked
+/// down at once (up again at its next good health check). Server-side connections close after
+/// each response (`http-server-close`; clients keep theirs alive): a client connection tied
+/// to a replica's idle connection would otherwise be closed with it when that replica dies,
+/// under a request the client was just sending.
 fn haproxy_config(frontend: &str, stats: &str, apis: &[(&str, u16)]) -> String {
     let mut servers = String::new();
     for (name, port) in apis {
@@ -303,9 +426,9 @@ fn haproxy_config(frontend: &str, stats: &str, apis: &[(&str, u16)]) -> String {
     }
     format!(
         "global\n    maxconn 4096\n    log stdout format raw local0\n\n\
-         defaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 75s\n    timeout server 60s\n    timeout http-keep-alive 75s\n    option redispatch\n    retries 3\n    retry-on conn-failure\n\n\
+         defaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 75s\n    timeout server 60s\n    timeout http-keep-alive 75s\n    option redispatch\n    option http-server-close\n    retries 3\n    retry-on conn-failure\n\n\
          frontend api\n    bind {frontend}\n    option forwardfor\n    default_backend apis\n\n\
-         backend apis\n    balance roundrobin\n    option httpchk GET /api/v1/health\n    http-check expect status 200\n    default-server inter 1s fall 2 rise 1\n{servers}\n\
+         backend apis\n    balance roundrobin\n    option httpchk GET /api/v1/health\n    http-check expect status 200\n    default-server inter 1s fall 2 rise 1 observe layer4 error-limit 1 on-error mark-down\n{servers}\n\
          listen stats\n    bind {stats}\n    stats enable\n    stats uri /\n"
     )
 }

@@ -48,6 +48,16 @@ impl Stack {
         File::create(&path).with_context(|| format!("create {}", path.display()))
     }
 
+    /// `<dir>/<name>.log`, appended to (a restarted process's log follows its last run's).
+    pub(crate) fn append_log(&self, name: &str) -> Result<File> {
+        let path = self.dir.join(format!("{name}.log"));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("open {}", path.display()))
+    }
+
     /// Starts `cmd` as a child of the stack.
     pub(crate) fn spawn(&mut self, name: &'static str, mut cmd: Command) -> Result<()> {
         // Its own process group: Ctrl-C reaches only this command, which then stops the
@@ -55,7 +65,11 @@ impl Stack {
         cmd.process_group(0);
         let child = cmd.spawn().with_context(|| format!("start {name}"))?;
         println!("started {name} (pid {})", child.id());
-        self.children.push((name, ChildGuard(child)));
+        // A restart takes the place of the child that died (and the stopping order with it).
+        match self.children.iter_mut().find(|(n, _)| *n == name) {
+            Some(entry) => entry.1 = ChildGuard(child),
+            None => self.children.push((name, ChildGuard(child))),
+        }
         Ok(())
     }
 
@@ -109,7 +123,7 @@ impl Stack {
     }
 
     /// The children that have exited.
-    fn all_exited(&mut self) -> Vec<&'static str> {
+    pub(crate) fn all_exited(&mut self) -> Vec<&'static str> {
         self.children
             .iter_mut()
             .filter_map(|(name, c)| matches!(c.0.try_wait(), Ok(Some(_))).then_some(*name))
