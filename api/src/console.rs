@@ -28,8 +28,12 @@ pub async fn list(
         .customer
         .and_then(|c| c.parse::<alloy::primitives::Address>().ok())
     {
-        let conn = ctx.pool.get().await?;
-        let mut rows = store::of_wallet(&conn, merchant, ctx.cfg.chain_id, wallet).await?;
+        let chain_id = ctx.cfg.chain_id;
+        let (mut rows, _) =
+            ctx.read(|conn| async move {
+                Ok(store::of_wallet(&conn, merchant, chain_id, wallet).await?)
+            })
+            .await?;
         rows.retain(|r| q.status.is_none_or(|s| r.status == s));
         return Ok(view::list(session, q, &rows, None));
     }
@@ -51,21 +55,29 @@ pub async fn detail(ctx: &Ctx, session: &Session, id: &str) -> Result<Resp> {
     let not_found = || ApiError::not_found("subscription", None);
     let id = SubscriptionId::parse(id).ok_or_else(not_found)?;
     let chain_id = ctx.cfg.chain_id;
+    let id = &id;
+    // The subscription, its ledger and its events: a read of the index (`crate::reads`).
+    let ((row, ledger, rows), _) = ctx
+        .read(|conn| async move {
+            let row = store::get(&conn, merchant, chain_id, id)
+                .await?
+                .ok_or_else(not_found)?;
+            let ledger = store::ledger(&conn, merchant, chain_id, id).await?;
+            let filter = events::Filter {
+                kind: None,
+                subscription: Some(id),
+                from_block: None,
+                to_block: None,
+                created_gte: None,
+                created_lt: None,
+            };
+            let page = Page::new(Some(Limit(100)), None, None)?;
+            let (rows, _) =
+                events::list(&conn, merchant, chain_id, &filter, page.store_page(None)).await?;
+            Ok((row, ledger, rows))
+        })
+        .await?;
     let conn = ctx.pool.get().await?;
-    let row = store::get(&conn, merchant, chain_id, &id)
-        .await?
-        .ok_or_else(not_found)?;
-    let ledger = store::ledger(&conn, merchant, chain_id, &id).await?;
-    let filter = events::Filter {
-        kind: None,
-        subscription: Some(&id),
-        from_block: None,
-        to_block: None,
-        created_gte: None,
-        created_lt: None,
-    };
-    let page = Page::new(Some(Limit(100)), None, None)?;
-    let (rows, _) = events::list(&conn, merchant, chain_id, &filter, page.store_page(None)).await?;
     let lines: Vec<EventLine> = rows
         .iter()
         .map(|e| EventLine {

@@ -40,6 +40,16 @@ impl AppState {
         self.reads.conn(&self.pool, self.cfg.chain_id, None).await
     }
 
+    /// Runs `read` where [`crate::reads::Reads::run`] chooses (replica or primary, again on
+    /// the primary when the replica's answer will not do), with the height to report.
+    pub async fn read<T, F, Fut>(&self, read: F) -> crate::http::error::Result<(T, Option<i64>)>
+    where
+        F: Fn(crate::db::Conn) -> Fut,
+        Fut: Future<Output = crate::http::error::Result<T>>,
+    {
+        self.reads.run(&self.pool, self.cfg.chain_id, read).await
+    }
+
     /// [`AppState::read_conn`] on a database whose index has reached `height`, if either has.
     pub async fn read_conn_at_least(
         &self,

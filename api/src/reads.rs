@@ -3,11 +3,14 @@
 //!
 //! The lists and gets of subscriptions and events, the reports and the ledger export read
 //! here; writes, idempotency, API keys, sessions and plans (which the API itself writes, and
-//! a merchant reads right after) always use the primary. Each read first reads the indexer's
-//! cursor on the connection it will use and reports that height (`Chainsub-Indexed-Block`):
-//! the index it then reads is at least that far. A process never reports a lower height than
-//! it reported before (barring a reorg on the primary itself): a replica behind what this
-//! process already served is passed over for the primary.
+//! a merchant reads right after) always use the primary. Each response reports a height
+//! (`Chainsub-Indexed-Block`) that the index it read had reached: a read on the replica reads
+//! the indexer's cursor on its connection first (it needs it to check the bound); a read on
+//! the primary reports the primary's height as the monitor last read it (every 200 ms), or
+//! what this process already reported if that is higher — the primary is never behind a
+//! height any replica showed — so a read on the primary costs no extra statement. A process
+//! never reports a lower height than it reported before (barring a reorg on the primary
+//! itself): a replica behind what this process already served is passed over for the primary.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -17,6 +20,10 @@ use chainsub_core::ChainId;
 
 use crate::db::{Conn, Pool};
 use crate::http::error::Result;
+
+/// A read on the replica that takes longer than this is run on the primary instead (a standby
+/// that stopped answering must not hold requests).
+pub const REPLICA_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What every request loop of a process shares about the replica.
 #[derive(Debug)]
@@ -107,32 +114,107 @@ impl Reads {
 
     /// A connection to read the index on: the replica's when it is usable, within the bound
     /// now, not behind what this process already reported and at least at `min` (a read that
-    /// needs blocks up to a height), else the primary's.
+    /// needs blocks up to a height), else the primary's. For reads that hold a connection
+    /// while they stream (the ledger export); a request's read uses [`Reads::run`].
     pub async fn conn(
         &self,
         primary: &Pool,
         chain_id: ChainId,
         min: Option<i64>,
     ) -> Result<ReadConn> {
-        if let Some(replica) = &self.replica
-            && self.shared.replica_usable.load(Ordering::Relaxed)
-        {
-            match on(replica, chain_id).await {
-                Ok(read)
-                    if self.within_bound(read.height)
-                        && read.height.unwrap_or(-1) >= min.unwrap_or(-1) =>
+        let read = match self.replica_conn(chain_id, min).await {
+            Some(read) => read,
+            None => self.primary_conn(primary, chain_id).await?,
+        };
+        self.report(read.source, read.height);
+        Ok(read)
+    }
+
+    /// Runs `read` on the replica when it is usable, within the bound and not behind what
+    /// this process already reported, and on the primary otherwise — or again on the primary
+    /// when the replica's answer was an error (a row not there yet: the replica may lag by
+    /// the bound; a query cancelled by replay; the standby gone), took over
+    /// [`REPLICA_READ_TIMEOUT`], or finished behind a height this process reported meanwhile.
+    /// Reads are idempotent, so running one twice changes nothing. Returns its answer and
+    /// the height to report.
+    pub async fn run<T, F, Fut>(
+        &self,
+        primary: &Pool,
+        chain_id: ChainId,
+        read: F,
+    ) -> Result<(T, Option<i64>)>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        if let Some(r) = self.replica_conn(chain_id, None).await {
+            let height = r.height;
+            match tokio::time::timeout(REPLICA_READ_TIMEOUT, read(r.conn)).await {
+                Ok(Ok(answer))
+                    if height.unwrap_or(-1) >= self.shared.served.load(Ordering::Relaxed) =>
                 {
-                    return Ok(self.served(read));
+                    self.report(Source::Replica, height);
+                    return Ok((answer, height));
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "replica read failed; reading on the primary");
+                Ok(Ok(_)) => tracing::debug!(
+                    "replica read fell behind a reported height; reading on the primary"
+                ),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "replica read failed; reading on the primary")
                 }
+                Err(_) => tracing::warn!("replica read timed out; reading on the primary"),
             }
         }
-        let mut read = on(primary, chain_id).await?;
-        read.source = Source::Primary;
-        Ok(self.served(read))
+        let r = self.primary_conn(primary, chain_id).await?;
+        let height = r.height;
+        let answer = read(r.conn).await?;
+        self.report(Source::Primary, height);
+        Ok((answer, height))
+    }
+
+    /// A replica connection and its height, when the replica is usable and within the bound
+    /// now (and at least at `min`).
+    async fn replica_conn(&self, chain_id: ChainId, min: Option<i64>) -> Option<ReadConn> {
+        let replica = self.replica.as_ref()?;
+        if !self.shared.replica_usable.load(Ordering::Relaxed) {
+            return None;
+        }
+        match tokio::time::timeout(REPLICA_READ_TIMEOUT, on(replica, chain_id)).await {
+            Ok(Ok(read))
+                if self.within_bound(read.height)
+                    && read.height.unwrap_or(-1) >= min.unwrap_or(-1) =>
+            {
+                Some(read)
+            }
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "replica unavailable; reading on the primary");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// A primary connection, with the primary's height as last measured (or what this
+    /// process already reported, if higher: the primary is never behind a replica).
+    async fn primary_conn(&self, primary: &Pool, chain_id: ChainId) -> Result<ReadConn> {
+        let conn = primary.get().await?;
+        let s = &self.shared;
+        let known = s.primary.load(Ordering::Relaxed);
+        let height = if known < 0 {
+            // Not measured yet (the process just started): read it here.
+            chainsub_store::chain::cursor(&conn, chain_id)
+                .await?
+                .map(|c| c.indexed_block)
+        } else {
+            Some(known.max(s.served.load(Ordering::Relaxed)))
+        };
+        Ok(ReadConn {
+            conn,
+            height,
+            source: Source::Primary,
+            pool: primary.clone(),
+        })
     }
 
     fn within_bound(&self, height: Option<i64>) -> bool {
@@ -141,20 +223,18 @@ impl Reads {
         s.primary.load(Ordering::Relaxed) - h <= s.max_lag && h >= s.served.load(Ordering::Relaxed)
     }
 
-    fn served(&self, read: ReadConn) -> ReadConn {
-        if let Some(h) = read.height {
+    /// Records a read's source and the height it reports.
+    fn report(&self, source: Source, height: Option<i64>) {
+        if let Some(h) = height {
             self.shared.served.fetch_max(h, Ordering::Relaxed);
         }
-        metrics::counter!("api_index_reads_total", "source" => read.source.label()).increment(1);
-        read
+        metrics::counter!("api_index_reads_total", "source" => source.label()).increment(1);
     }
 
-    /// Measures the replica every `every` against the primary until the process ends:
-    /// usable while it answers and its index is within the bound (`api_read_replica_lag_blocks`).
+    /// Reads the primary's height every `every` until the process ends, and measures the
+    /// replica against it: usable while it answers and its index is within the bound
+    /// (`api_read_replica_lag_blocks`).
     pub async fn monitor(self, primary: Pool, chain_id: ChainId, every: Duration) {
-        let Some(replica) = self.replica.clone() else {
-            return;
-        };
         let s = &self.shared;
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -168,7 +248,10 @@ impl Reads {
             let primary_height = p.height.unwrap_or(-1);
             s.primary.store(primary_height, Ordering::Relaxed);
             drop(p);
-            let usable = match tokio::time::timeout(limit, on(&replica, chain_id)).await {
+            let Some(replica) = &self.replica else {
+                continue;
+            };
+            let usable = match tokio::time::timeout(limit, on(replica, chain_id)).await {
                 Ok(Ok(r)) => {
                     let lag = primary_height - r.height.unwrap_or(-1);
                     metrics::gauge!("api_read_replica_lag_blocks").set(lag as f64);

@@ -8,12 +8,16 @@ use crate::ctx::Ctx;
 use crate::http::error::Result;
 use crate::merchants::Merchant;
 
-/// The summary now.
-pub async fn summary(ctx: &Ctx, merchant: &Merchant) -> Result<SummaryView> {
+/// The summary now, and the height to report for it.
+pub async fn summary(ctx: &Ctx, merchant: &Merchant) -> Result<(SummaryView, Option<i64>)> {
     let now = Utc::now();
-    let conn = ctx.read_conn().await?;
-    let s = chainsub_store::reports::summary(&*conn, merchant, ctx.cfg.chain_id, now).await?;
-    Ok(SummaryView::new(s, now))
+    let chain_id = ctx.cfg.chain_id;
+    let (s, height) = ctx
+        .read(|conn| async move {
+            Ok(chainsub_store::reports::summary(&conn, merchant, chain_id, now).await?)
+        })
+        .await?;
+    Ok((SummaryView::new(s, now), height))
 }
 
 /// The revenue of the months `from ..= to` (first days).
@@ -23,10 +27,15 @@ pub async fn revenue(
     from: NaiveDate,
     to: NaiveDate,
 ) -> Result<RevenueView> {
-    let conn = ctx.read_conn().await?;
-    let months =
-        chainsub_store::reports::revenue_months(&*conn, merchant, ctx.cfg.chain_id, from, to)
-            .await?;
-    // The height the read began at: the months cover at least that far.
-    Ok(RevenueView::monthly(from, to, &months, conn.height))
+    let chain_id = ctx.cfg.chain_id;
+    let (months, height) = ctx
+        .read(|conn| async move {
+            Ok(
+                chainsub_store::reports::revenue_months(&conn, merchant, chain_id, from, to)
+                    .await?,
+            )
+        })
+        .await?;
+    // A height the index had reached when the read began: the months cover at least that far.
+    Ok(RevenueView::monthly(from, to, &months, height))
 }

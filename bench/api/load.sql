@@ -1,10 +1,15 @@
--- Bench data set shaped like the indexer's rows: one merchant with 100,000 subscriptions
--- and 1,000,000 chain events (10 per subscription: created + 9 charges), their delivered
+-- Bench data set shaped like the indexer's rows: one merchant with :subs subscriptions
+-- (default 100,000) and ten times as many chain events (10 per subscription: created + 9
+-- charges; 1,000,000 by default), their delivered
 -- webhook outbox rows, plus the plan rows that resolve planId. Subscription ids have the
 -- opaque shape (`sub_<32 hex>`). Every subscription has a subscriber wallet of its own (as
 -- live data does: a page of one wallet's subscriptions would let the API reuse one EIP-55
 -- checksum for every row). :wallet is the merchant wallet as a bytea literal.
 \set ON_ERROR_STOP on
+\if :{?subs}
+\else
+\set subs 100000
+\endif
 BEGIN;
 INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, head_number)
 VALUES (31337, '\xcccccccccccccccccccccccccccccccccccccccc', 200000, '\x00', 200000);
@@ -43,7 +48,7 @@ SELECT 'evt_' || md5('e' || g),
        'cust-' || (g / 10 + 1), 9990000,
        (g / 10) % 5 + 1,
        g % 10 + 1
-FROM generate_series(0, 999999) g;
+FROM generate_series(0, :subs * 10 - 1) g;
 
 -- Five on-chain plans (their PlanCreated logs) tied to API plans by planRef.
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
@@ -75,7 +80,7 @@ SELECT 31337, s, 'sub_' || md5('s' || s), :wallet,
        CASE WHEN s % 50 = 0 THEN 'past_due' ELSE 'active' END, 10,
        timestamptz '2026-01-01', timestamptz '2026-02-01',
        e.id, e.id + 9, e.block_time, e.block_time, 10
-FROM generate_series(1, 100000) s
+FROM generate_series(1, :subs) s
 JOIN chain_events e ON e.public_id = 'evt_' || md5('e' || ((s - 1) * 10));
 
 INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,

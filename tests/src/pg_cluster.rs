@@ -101,6 +101,11 @@ impl ReplicatedPg {
                 "-D",
                 path(&standby.data),
                 "-R",
+                // A replication slot: the primary keeps the WAL a stopped standby has not
+                // replayed yet, so it catches up when it starts again.
+                "-C",
+                "-S",
+                "standby",
                 "-X",
                 "stream",
                 "--no-sync",

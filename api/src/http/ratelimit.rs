@@ -203,7 +203,20 @@ const LEASE_TTL: Duration = Duration::from_secs(1);
 #[derive(Default)]
 struct Leases {
     by_key: Mutex<HashMap<String, (u32, Instant)>>,
+    /// One take from the database at a time per key: requests that find the lease empty
+    /// together wait for one take and share it, instead of each taking a batch (which would
+    /// spend the key's budget on tokens nobody uses and starve it).
+    takes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Until when the budget is not asked after it could not be read (the database down or
+    /// the pool exhausted): meanwhile the process's own limit stands alone, without each
+    /// request waiting for a connection first.
+    unreadable_until: Mutex<Option<Instant>>,
 }
+
+/// How long a take may wait for a pooled connection.
+const TAKE_WAIT: Duration = Duration::from_millis(100);
+/// How long the budget is left alone after it could not be read.
+const TAKE_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Leases {
     /// Spends one of `key`'s leased tokens, if a live one is left.
@@ -231,11 +244,25 @@ impl Leases {
         *entry = (entry.0 + tokens, now + LEASE_TTL);
     }
 
+    /// The lock `key`'s takes from the database queue on.
+    fn take_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.takes
+            .lock()
+            .expect("leases lock")
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+
     fn retain(&self, now: Instant) {
         self.by_key
             .lock()
             .expect("leases lock")
             .retain(|_, (left, until)| *left > 0 && *until > now);
+        self.takes
+            .lock()
+            .expect("leases lock")
+            .retain(|_, lock| Arc::strong_count(lock) > 1);
     }
 }
 
@@ -290,7 +317,8 @@ impl Limits {
     /// without a database round trip), then a token of the key's budget in Postgres, taken
     /// a tenth of a second's worth at a time and kept for [`LEASE_TTL`]. Tokens taken and not
     /// spent are lost, never spent twice: across processes a key gets at most its rate plus
-    /// one burst. When the budget cannot be read (the database is down), the process's own
+    /// one burst. When the budget cannot be read (the database is down, or no pooled connection
+    /// within 100 ms), it is not asked for a second and the process's own
     /// limit stands alone.
     pub async fn check_key(
         &self,
@@ -301,14 +329,31 @@ impl Limits {
         if self.leases.spend(key, Instant::now()) {
             return Ok(allowed);
         }
+        let lock = self.leases.take_lock(key);
+        let _taking = lock.lock().await;
+        // A take that finished while this request waited may have left tokens.
+        if self.leases.spend(key, Instant::now()) {
+            return Ok(allowed);
+        }
         let l = &self.per_key;
         let want = l.per_sec.div_ceil(10).clamp(1, l.burst);
-        let took = match pool.get().await {
-            Ok(conn) => chainsub_store::key_budgets::take(&conn, key, want, l.interval, l.burst)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+        let unreadable = *self.leases.unreadable_until.lock().expect("leases lock");
+        let took = match unreadable {
+            Some(until) if until > Instant::now() => Err("not read again yet".to_string()),
+            _ => match tokio::time::timeout(TAKE_WAIT, pool.get()).await {
+                Ok(Ok(conn)) => {
+                    chainsub_store::key_budgets::take(&conn, key, want, l.interval, l.burst)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no pooled connection within {TAKE_WAIT:?}")),
+            },
         };
+        if took.is_err() && unreadable.is_none_or(|u| u <= Instant::now()) {
+            *self.leases.unreadable_until.lock().expect("leases lock") =
+                Some(Instant::now() + TAKE_BACKOFF);
+        }
         match took {
             Ok(t) if t.granted > 0 => {
                 metrics::counter!("api_key_budget_takes_total", "result" => "granted").increment(1);

@@ -88,27 +88,36 @@ async fn list(s: Scope, q: ListEvents) -> Result<Resp> {
         created_gte: q.created_gte.map(|t| t.0),
         created_lt: q.created_lt.map(|t| t.0),
     };
-    let conn = s.ctx.read_conn().await?;
-    let (c, m) = (&*conn, &s.merchant);
-    let key = cursor_key(&page, "event", EventId::parse, |id| async move {
-        Ok(store::cursor_key(c, m, &id).await?)
-    })
-    .await?;
     let chain_id = s.ctx.cfg.chain_id;
-    let (rows, more) =
-        store::list(&*conn, &s.merchant, chain_id, &filter, page.store_page(key)).await?;
+    let (merchant, page, filter) = (&s.merchant, &page, &filter);
+    let ((rows, more), height) = s
+        .ctx
+        .read(|conn| async move {
+            let (c, m) = (&conn, merchant);
+            let key = cursor_key(page, "event", EventId::parse, |id| async move {
+                Ok(store::cursor_key(c, m, &id).await?)
+            })
+            .await?;
+            Ok(store::list(&conn, merchant, chain_id, filter, page.store_page(key)).await?)
+        })
+        .await?;
     let data = rows.iter().map(EventView::listed).collect();
     // A listed event is under 1536 bytes of JSON.
     let size = 256 + rows.len() * 1536;
-    Ok(Resp::written(&ListView::new(data, more), size).indexed_at(conn.height))
+    Ok(Resp::written(&ListView::new(data, more), size).indexed_at(height))
 }
 
 async fn get_one(s: Scope, id: String) -> Result<Resp> {
     let not_found = || ApiError::not_found("event", Some("id"));
     let id = EventId::parse(&id).ok_or_else(not_found)?;
-    let conn = s.ctx.read_conn().await?;
-    let row = store::get(&*conn, &s.merchant, s.ctx.cfg.chain_id, &id)
-        .await?
-        .ok_or_else(not_found)?;
-    Ok(Resp::view(&EventView::listed(&row)).indexed_at(conn.height))
+    let (m, id, chain_id) = (&s.merchant, &id, s.ctx.cfg.chain_id);
+    let (row, height) = s
+        .ctx
+        .read(|conn| async move {
+            store::get(&conn, m, chain_id, id)
+                .await?
+                .ok_or_else(not_found)
+        })
+        .await?;
+    Ok(Resp::view(&EventView::listed(&row)).indexed_at(height))
 }

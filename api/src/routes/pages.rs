@@ -584,7 +584,7 @@ async fn overview(ctx: &Ctx, cookie: Option<&str>, remote: &ClientAddr) -> Resul
         Ok(s) => s,
         Err(page) => return Ok(page),
     };
-    let summary = crate::reports::summary(ctx, &s.merchant).await?;
+    let (summary, _) = crate::reports::summary(ctx, &s.merchant).await?;
     let this_month = summary.as_of.date_naive().with_day(1).unwrap_or_default();
     let from = this_month
         .checked_sub_months(chrono::Months::new(11))

@@ -33,8 +33,8 @@ pub fn routes(ctx: Ctx) -> BoxedFilter<(Resp,)> {
 struct SummaryQuery {}
 
 async fn summary(s: Scope, _: SummaryQuery) -> Result<Resp> {
-    let summary = crate::reports::summary(&s.ctx, &s.merchant).await?;
-    Ok(Resp::view(&summary).indexed_at(summary.indexed_block))
+    let (summary, height) = crate::reports::summary(&s.ctx, &s.merchant).await?;
+    Ok(Resp::view(&summary).indexed_at(height))
 }
 
 /// A calendar month, `YYYY-MM`, of the years 2000 to 2099 (a report spans at most 1,200

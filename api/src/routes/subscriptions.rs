@@ -104,40 +104,42 @@ pub async fn list_page(
     filter: &store::Filter<'_>,
     page: &Page,
 ) -> Result<(Vec<store::SubscriptionRow>, bool, Option<i64>)> {
-    let conn = ctx.read_conn().await?;
-    let (c, m) = (&*conn, merchant);
-    let key = cursor_key(
-        page,
-        "subscription",
-        SubscriptionId::parse,
-        |id| async move { Ok(store::cursor_key(c, m, &id).await?) },
-    )
-    .await?;
-    let (rows, more) = store::list(
-        &*conn,
-        merchant,
-        ctx.cfg.chain_id,
-        filter,
-        page.store_page(key),
-    )
-    .await?;
-    Ok((rows, more, conn.height))
+    let chain_id = ctx.cfg.chain_id;
+    let ((rows, more), height) = ctx
+        .read(|conn| async move {
+            let (c, m) = (&conn, merchant);
+            let key = cursor_key(
+                page,
+                "subscription",
+                SubscriptionId::parse,
+                |id| async move { Ok(store::cursor_key(c, m, &id).await?) },
+            )
+            .await?;
+            Ok(store::list(&conn, merchant, chain_id, filter, page.store_page(key)).await?)
+        })
+        .await?;
+    Ok((rows, more, height))
 }
 
 async fn get_one(s: Scope, id: String) -> Result<Resp> {
     let not_found = || ApiError::not_found("subscription", Some("id"));
     let id = SubscriptionId::parse(&id).ok_or_else(not_found)?;
-    let conn = s.ctx.read_conn().await?;
     let chain_id = s.ctx.cfg.chain_id;
-    let row = store::get(&*conn, &s.merchant, chain_id, &id)
-        .await?
-        .ok_or_else(not_found)?;
-    let ledger = store::ledger(&*conn, &s.merchant, chain_id, &id).await?;
+    let (m, id) = (&s.merchant, &id);
+    let ((row, ledger), height) = s
+        .ctx
+        .read(|conn| async move {
+            let row = store::get(&conn, m, chain_id, id)
+                .await?
+                .ok_or_else(not_found)?;
+            Ok((row, store::ledger(&conn, m, chain_id, id).await?))
+        })
+        .await?;
     let body = SubscriptionWithLedger {
         subscription: SubscriptionView::from(&row),
         ledger: chainsub_views::LedgerEntryView::list(&ledger),
     };
-    Ok(Resp::view(&body).indexed_at(conn.height))
+    Ok(Resp::view(&body).indexed_at(height))
 }
 
 /// The body of a refund request.

@@ -415,7 +415,9 @@ async fn boot(
 /// HAProxy's configuration: one frontend, the API replicas round-robin with health checks on
 /// the API's readiness (`/api/v1/health` answers 503 while it starts or its database is
 /// unreachable), a refused connection retried on the other replica and its server marked
-/// down at once (up again at its next good health check). Server-side connections close after
+/// down at once (up again at its next good health check). A GET (or HEAD) whose replica died
+/// before answering is retried on the other (`empty-response`); any other method only when
+/// its connection was refused, since it may have been carried out. Server-side connections close after
 /// each response (`http-server-close`; clients keep theirs alive): a client connection tied
 /// to a replica's idle connection would otherwise be closed with it when that replica dies,
 /// under a request the client was just sending.
@@ -426,9 +428,9 @@ fn haproxy_config(frontend: &str, stats: &str, apis: &[(&str, u16)]) -> String {
     }
     format!(
         "global\n    maxconn 4096\n    log stdout format raw local0\n\n\
-         defaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 75s\n    timeout server 60s\n    timeout http-keep-alive 75s\n    option redispatch\n    option http-server-close\n    retries 3\n    retry-on conn-failure\n\n\
+         defaults\n    mode http\n    log global\n    option httplog\n    timeout connect 2s\n    timeout client 75s\n    timeout server 60s\n    timeout http-keep-alive 75s\n    option redispatch\n    option http-server-close\n    retries 3\n    retry-on conn-failure empty-response response-timeout\n\n\
          frontend api\n    bind {frontend}\n    option forwardfor\n    default_backend apis\n\n\
-         backend apis\n    balance roundrobin\n    option httpchk GET /api/v1/health\n    http-check expect status 200\n    default-server inter 1s fall 2 rise 1 observe layer4 error-limit 1 on-error mark-down\n{servers}\n\
+         backend apis\n    balance roundrobin\n    http-request disable-l7-retry if !METH_GET\n    option httpchk GET /api/v1/health\n    http-check expect status 200\n    default-server inter 1s fall 2 rise 1 observe layer4 error-limit 1 on-error mark-down\n{servers}\n\
          listen stats\n    bind {stats}\n    stats enable\n    stats uri /\n"
     )
 }
