@@ -17,13 +17,19 @@ pub type Conn = deadpool_postgres::Object;
 /// data, becomes a Gather Merge over a parallel index scan and runs ~10x slower (5,000
 /// executions: 37.7–41.1 s against 3.5–3.7 s serial) — today's statements plan serially,
 /// this keeps any of them from ever doing otherwise.
+///
+/// And no JIT: a generic plan does not know a page's `LIMIT $n`, so at a million
+/// subscriptions its cost estimate for the subscriptions list (182,160) passes
+/// `jit_above_cost` (100,000), and every execution compiled 53 functions — 20 ms for a query
+/// that runs in 0.4 ms (auto_explain on `bench/large-tables.sh`'s data). No statement the API
+/// sends runs long enough for JIT to pay.
 pub const GENERIC_PLANS: &str =
-    "-c plan_cache_mode=force_generic_plan -c max_parallel_workers_per_gather=0";
+    "-c plan_cache_mode=force_generic_plan -c max_parallel_workers_per_gather=0 -c jit=off";
 /// The session settings of the dispatcher's connections: custom plans for its cached
-/// statements, and bookkeeping (claims, attempt records) that commits without waiting for the
+/// statements, no JIT (its statements are short, as the API's), and bookkeeping (claims, attempt records) that commits without waiting for the
 /// WAL flush.
 pub const DISPATCHER_SESSION: &str =
-    "-c plan_cache_mode=force_custom_plan -c synchronous_commit=off";
+    "-c plan_cache_mode=force_custom_plan -c synchronous_commit=off -c jit=off";
 
 /// The API's pool: its connections use generic plans ([`GENERIC_PLANS`]). Connections are
 /// made lazily, so this succeeds while the database is down; waits are bounded so an outage

@@ -546,7 +546,8 @@ fn delivery_ids() -> settings::DeliveryIds {
 
 /// The dispatcher's connections commit asynchronously (its bookkeeping is re-done by
 /// redelivery if Postgres loses it) and plan each execution; the API's connections keep
-/// synchronous commit and generic plans, and never plan a parallel query.
+/// synchronous commit and generic plans, and never plan a parallel query; neither compiles a
+/// statement with JIT (a generic plan's cost passes `jit_above_cost` on large tables).
 #[tokio::test]
 async fn only_the_dispatchers_pool_commits_asynchronously() {
     let db = TestDb::create().await;
@@ -555,7 +556,7 @@ async fn only_the_dispatchers_pool_commits_asynchronously() {
         let row = c
             .query_one(
                 "SELECT current_setting('synchronous_commit'), current_setting('plan_cache_mode'),
-                     current_setting('max_parallel_workers_per_gather')",
+                     current_setting('max_parallel_workers_per_gather'), current_setting('jit')",
                 &[],
             )
             .await
@@ -564,18 +565,24 @@ async fn only_the_dispatchers_pool_commits_asynchronously() {
             row.get::<_, String>(0),
             row.get::<_, String>(1),
             row.get::<_, String>(2),
+            row.get::<_, String>(3),
         )
     };
     let dispatcher = chainsub_api::db::dispatcher_pool(&db.url, 1).unwrap();
     let api = chainsub_api::db::pool(&db.url, 1).unwrap();
-    let (commit, plans, _) = settings(dispatcher).await;
+    let (commit, plans, _, jit) = settings(dispatcher).await;
     assert_eq!(
-        (commit.as_str(), plans.as_str()),
-        ("off", "force_custom_plan")
+        (commit.as_str(), plans.as_str(), jit.as_str()),
+        ("off", "force_custom_plan", "off")
     );
     assert_eq!(
         settings(api).await,
-        ("on".into(), "force_generic_plan".into(), "0".into())
+        (
+            "on".into(),
+            "force_generic_plan".into(),
+            "0".into(),
+            "off".into()
+        )
     );
 }
 
