@@ -220,7 +220,7 @@ impl Services {
 
 /// Runs the `indexer` binary to completion with `args` and `env`: (exit code, stdout then
 /// stderr).
-fn run_indexer(args: &[&str], env: &[(String, String)]) -> (i32, String) {
+pub fn run_indexer(args: &[&str], env: &[(String, String)]) -> (i32, String) {
     let out = service_command(&bin_path("indexer"), args, env)
         .output()
         .unwrap_or_else(|e| panic!("run indexer {args:?}: {e}"));

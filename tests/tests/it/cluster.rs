@@ -555,23 +555,17 @@ async fn a_cluster_rides_out_killed_processes_and_a_restarted_replica_under_load
     })
     .await
     .unwrap();
-    let out = Command::new(bin_path("indexer"))
-        .args([
+    let (code, text) = chainsub_tests::services::run_indexer(
+        &[
             "verify",
             "--from",
             cluster.var("START_BLOCK"),
             "--to",
             &head.to_string(),
-        ])
-        .envs(cluster.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        &cluster.env,
     );
-    assert!(out.status.success(), "indexer verify:\n{text}");
+    assert_eq!(code, 0, "indexer verify:\n{text}");
 
     // Every event listed arrived as a signed webhook, each subscription's in chain order.
     let events = all_events(&api, &key, head).await;

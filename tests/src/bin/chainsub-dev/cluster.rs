@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use chainsub_tests::Reserved;
-use chainsub_tests::merchant::ApiClient;
 use chainsub_tests::pg_cluster::ReplicatedPg;
 use chainsub_tests::services::service_command;
 use clap::Args;
@@ -354,7 +353,7 @@ async fn boot(
         procs.push(p);
     }
     for (name, port) in &apis {
-        wait_healthy(stack, name, &format!("http://127.0.0.1:{port}")).await?;
+        services::wait_healthy(stack, name, &format!("http://127.0.0.1:{port}")).await?;
     }
 
     let stats = Reserved::bind(&args.stats_listen)
@@ -376,7 +375,7 @@ async fn boot(
         stack.pid("haproxy").unwrap_or(0)
     );
     let listed = list(stack, procs, &haproxy, dir)?;
-    wait_healthy(stack, "haproxy", &base).await?;
+    services::wait_healthy(stack, "haproxy", &base).await?;
     println!("haproxy answering at {base}");
 
     let demo = if args.no_demo {
@@ -433,27 +432,6 @@ fn haproxy_config(frontend: &str, stats: &str, apis: &[(&str, u16)]) -> String {
          backend apis\n    balance roundrobin\n    http-request disable-l7-retry if !METH_GET\n    option httpchk GET /api/v1/health\n    http-check expect status 200\n    default-server inter 1s fall 2 rise 1 observe layer4 error-limit 1 on-error mark-down\n{servers}\n\
          listen stats\n    bind {stats}\n    stats enable\n    stats uri /\n"
     )
-}
-
-async fn wait_healthy(stack: &mut Stack, name: &str, base: &str) -> Result<()> {
-    let api = ApiClient::new(base);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !api.healthy().await {
-        if let Some(dead) = stack.exited() {
-            bail!(
-                "{dead} exited during start-up; see {}/{dead}.log",
-                stack.dir().display()
-            );
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{name} at {base} did not answer within 60 s; see {}/{name}.log",
-                stack.dir().display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
 }
 
 fn which(program: &str, install: &str) -> Result<()> {

@@ -71,7 +71,15 @@ pub(crate) async fn start(stack: &mut Stack, env: &StackEnv, sockets: &Sockets) 
             .stderr(Stdio::from(log));
         stack.spawn(name, cmd)?;
     }
-    let api = ApiClient::new(&api_base);
+    wait_healthy(stack, "api", &api_base).await?;
+    println!("api answering at {api_base}");
+    Ok(())
+}
+
+/// Waits until `GET {base}/api/v1/health` answers 200 (an API, or the balancer in front of
+/// some), failing early when a child of the stack died and after 60 s.
+pub(crate) async fn wait_healthy(stack: &mut Stack, name: &str, base: &str) -> Result<()> {
+    let api = ApiClient::new(base);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !api.healthy().await {
         if let Some(dead) = stack.exited() {
@@ -81,10 +89,12 @@ pub(crate) async fn start(stack: &mut Stack, env: &StackEnv, sockets: &Sockets) 
             );
         }
         if Instant::now() > deadline {
-            bail!("the API at {api_base} did not answer within 60 s; see .dev/api.log");
+            bail!(
+                "{name} at {base} did not answer within 60 s; see {}/{name}.log",
+                stack.dir().display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    println!("api answering at {api_base}");
     Ok(())
 }
