@@ -71,13 +71,6 @@ pub struct ReadConn {
     pub pool: Pool,
 }
 
-impl std::ops::Deref for ReadConn {
-    type Target = Conn;
-    fn deref(&self) -> &Conn {
-        &self.conn
-    }
-}
-
 impl Reads {
     /// Reads on the primary only.
     pub fn primary_only() -> Self {

@@ -214,6 +214,54 @@ impl ApiClient {
         Self::read(self.http.get(self.url("/api/v1/health")).send().await?).await
     }
 
+    /// Waits (up to `secs`) until the API's health says the index reached block `target`.
+    pub async fn wait_indexed_to(&self, target: u64, secs: u64) -> Result<()> {
+        wait_for("the index to reach the head", secs, || async {
+            let (_, h) = self.health().await?;
+            Ok(h["chain"]["indexedBlock"]
+                .as_u64()
+                .is_some_and(|b| b >= target)
+                .then_some(()))
+        })
+        .await
+    }
+
+    /// Every event of the merchant of `key`, following the cursor, from pages that each
+    /// report (`Chainsub-Indexed-Block`) an index at `indexed_at_least` or later: a page read
+    /// from a standby a block or two behind starts the listing again.
+    pub async fn all_events(&self, key: &str, indexed_at_least: u64) -> Result<Vec<Value>> {
+        'listing: loop {
+            let mut out = Vec::new();
+            let mut path = "/api/v1/events?limit=100".to_string();
+            loop {
+                let page = self.get_res(&path, key).await?;
+                if page.status != 200 {
+                    return Err(anyhow!("GET {path}: {} {}", page.status, page.body));
+                }
+                let height: u64 = page
+                    .header("chainsub-indexed-block")
+                    .and_then(|h| h.parse().ok())
+                    .unwrap_or(0);
+                if height < indexed_at_least {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue 'listing;
+                }
+                let data = page.body["data"].as_array().cloned().unwrap_or_default();
+                let last = data
+                    .last()
+                    .and_then(|e| e["id"].as_str())
+                    .map(str::to_string);
+                out.extend(data);
+                match (page.body["hasMore"].as_bool(), last) {
+                    (Some(true), Some(id)) => {
+                        path = format!("/api/v1/events?limit=100&startingAfter={id}")
+                    }
+                    _ => return Ok(out),
+                }
+            }
+        }
+    }
+
     /// Signs in to the dashboard with `signer` (SIWE): nonce, `personal_sign`, session.
     pub async fn sign_in(&self, signer: &PrivateKeySigner) -> Result<Session> {
         let (status, nonce) = Self::read(

@@ -184,11 +184,14 @@ fn run(program: &str, args: &[&str]) {
 }
 
 fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.trim_ascii() == b"0")
-        .unwrap_or(false)
+    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ROOT.get_or_init(|| {
+        Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout.trim_ascii() == b"0")
+            .unwrap_or(false)
+    })
 }
 
 fn chown_to_postgres(dir: &Path) {

@@ -179,15 +179,9 @@ impl Services {
         use alloy::providers::Provider;
         self.assert_alive();
         let target = chain.provider.get_block_number().await.expect("head");
-        crate::merchant::wait_for("the index to reach the head", 60, || async {
-            let (_, h) = api.health().await?;
-            Ok(h["chain"]["indexedBlock"]
-                .as_u64()
-                .is_some_and(|b| b >= target)
-                .then_some(()))
-        })
-        .await
-        .expect("the index reaches the head");
+        api.wait_indexed_to(target, 60)
+            .await
+            .expect("the index reaches the head");
     }
 
     /// `indexer verify --from START_BLOCK --to <to>` with the same settings: whether it

@@ -19,6 +19,14 @@ async fn reads_from(app: &App, source: &str) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
+/// The height a response reports (`Chainsub-Indexed-Block`).
+fn indexed_block(r: &crate::api_common::Res) -> i64 {
+    r.header("chainsub-indexed-block")
+        .expect("the height it read")
+        .parse()
+        .unwrap()
+}
+
 /// The requests of the test, with every height a response reported, in order.
 struct Reader<'a> {
     app: &'a App,
@@ -31,11 +39,7 @@ impl Reader<'_> {
     async fn list(&mut self) -> (i64, Vec<String>) {
         let r = self.app.get("/api/v1/subscriptions", &self.key).await;
         assert_eq!(r.status, 200, "{:?}", r.body);
-        let height: i64 = r
-            .header("chainsub-indexed-block")
-            .expect("the height it read")
-            .parse()
-            .unwrap();
+        let height = indexed_block(&r);
         if let Some(last) = self.heights.last() {
             assert!(
                 height >= *last,
@@ -126,12 +130,7 @@ async fn reads_leave_a_replica_past_the_lag_bound_or_down_and_come_back_to_it() 
         .get(&format!("/api/v1/subscriptions/{third}"), &reader.key)
         .await;
     assert_eq!(got.status, 200, "{:?}", got.body);
-    reader.heights.push(
-        got.header("chainsub-indexed-block")
-            .unwrap()
-            .parse()
-            .unwrap(),
-    );
+    reader.heights.push(indexed_block(&got));
 
     // An export to a block only the primary has reported from there: later reads must not
     // report less, though the paused replica is still within the bound.
@@ -139,11 +138,7 @@ async fn reads_leave_a_replica_past_the_lag_bound_or_down_and_come_back_to_it() 
     tokio::time::sleep(Duration::from_millis(600)).await;
     let export = app.get("/api/v1/ledger?toBlock=112", &reader.key).await;
     assert_eq!(export.status, 200, "{:?}", export.body);
-    let h: i64 = export
-        .header("chainsub-indexed-block")
-        .expect("the export's height")
-        .parse()
-        .unwrap();
+    let h = indexed_block(&export);
     assert_eq!(
         h, 112,
         "the replica has not got block 112: the primary answered"

@@ -342,36 +342,6 @@ fn charged_periods(s: &Value) -> Vec<i64> {
         .collect()
 }
 
-/// Every event of the merchant, following the cursor, from pages that each read an index
-/// at `head` or later (a page read from the standby may be a block or two behind).
-async fn all_events(api: &ApiClient, key: &str, head: u64) -> Vec<Value> {
-    'listing: loop {
-        let mut out = Vec::new();
-        let mut path = "/api/v1/events?limit=100".to_string();
-        loop {
-            let page = api.get_res(&path, key).await.unwrap();
-            assert_eq!(page.status, 200, "{:?}", page.body);
-            let height: u64 = page
-                .header("chainsub-indexed-block")
-                .and_then(|h| h.parse().ok())
-                .unwrap_or(0);
-            if height < head {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue 'listing;
-            }
-            let data = page.body["data"].as_array().unwrap().clone();
-            let last = data.last().map(|e| e["id"].as_str().unwrap().to_string());
-            out.extend(data);
-            match (page.body["hasMore"].as_bool(), last) {
-                (Some(true), Some(id)) => {
-                    path = format!("/api/v1/events?limit=100&startingAfter={id}")
-                }
-                _ => return out,
-            }
-        }
-    }
-}
-
 /// Index reads the API replicas served from the standby (`api_index_reads_total`).
 async fn replica_reads(cluster: &Cluster) -> u64 {
     let mut total = 0;
@@ -546,15 +516,7 @@ async fn a_cluster_rides_out_killed_processes_and_a_restarted_replica_under_load
 
     // The index at the head, equal to what the chain says.
     let head = chain.get_block_number().await.unwrap();
-    wait_for("the index at the head", 90, || async {
-        let (_, h) = api.health().await?;
-        Ok(h["chain"]["indexedBlock"]
-            .as_u64()
-            .is_some_and(|b| b >= head)
-            .then_some(()))
-    })
-    .await
-    .unwrap();
+    api.wait_indexed_to(head, 90).await.unwrap();
     let (code, text) = chainsub_tests::services::run_indexer(
         &[
             "verify",
@@ -568,7 +530,7 @@ async fn a_cluster_rides_out_killed_processes_and_a_restarted_replica_under_load
     assert_eq!(code, 0, "indexer verify:\n{text}");
 
     // Every event listed arrived as a signed webhook, each subscription's in chain order.
-    let events = all_events(&api, &key, head).await;
+    let events = api.all_events(&key, head).await.unwrap();
     let listed: HashSet<String> = events
         .iter()
         .map(|e| e["id"].as_str().unwrap().to_string())

@@ -64,22 +64,6 @@ fn ledger_count(s: &Value, kind: &str) -> usize {
         .map_or(0, |l| l.iter().filter(|e| e["type"] == kind).count())
 }
 
-/// Every event of the merchant, following the cursor to the end.
-async fn all_events(api: &ApiClient, key: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut path = "/api/v1/events?limit=100".to_string();
-    loop {
-        let page = api.get_ok(&path, key).await.unwrap();
-        let data = page["data"].as_array().unwrap().clone();
-        let last = data.last().map(|e| e["id"].as_str().unwrap().to_string());
-        out.extend(data);
-        match (page["hasMore"].as_bool(), last) {
-            (Some(true), Some(id)) => path = format!("/api/v1/events?limit=100&startingAfter={id}"),
-            _ => return out,
-        }
-    }
-}
-
 /// Moves chain time past `rfc3339` and mines a block.
 async fn advance_past(chain: &DevChain, rfc3339: &str) {
     let target = chrono::DateTime::parse_from_rfc3339(rfc3339)
@@ -304,7 +288,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
     assert_eq!(subscription(&api, &key, &b).await["status"], "cancelled");
 
     // Every event the API lists arrives as a verified webhook with the same id and type.
-    let events = all_events(&api, &key).await;
+    let events = api.all_events(&key, 0).await.unwrap();
     let listed: BTreeMap<String, String> = events
         .iter()
         .map(|e| {
@@ -363,7 +347,7 @@ async fn whole_lifecycle_through_three_processes_delivers_all_six_kinds_survives
     // outcomes in batches), so the list read above, before the webhooks arrived, may still
     // show some as pending or delivering: read it again until every one is recorded.
     let events = wait_for("every listed event's delivery recorded", 60, || async {
-        let now = all_events(&api, &key).await;
+        let now = api.all_events(&key, 0).await.unwrap();
         Ok(now
             .iter()
             .all(|e| e["delivery"]["status"] == "delivered")

@@ -168,7 +168,14 @@ pub(crate) async fn up(args: ClusterArgs, dir: PathBuf) -> Result<()> {
     stack.write_pid()?;
     println!("{}", summary.text);
     println!("Ctrl-C (or `scripts/cluster down`) stops it");
-    let outcome = supervise(&mut stack, &procs, &dir, args.restart_after_secs).await;
+    let outcome = supervise(
+        &mut stack,
+        &procs,
+        &summary.haproxy,
+        &dir,
+        args.restart_after_secs,
+    )
+    .await;
     stack.shutdown();
     drop(pg);
     println!("stopped postgres primary and standby");
@@ -177,6 +184,8 @@ pub(crate) async fn up(args: ClusterArgs, dir: PathBuf) -> Result<()> {
 
 struct Summary {
     text: String,
+    /// HAProxy's line of the processes file (it is not restarted, so its line never changes).
+    haproxy: String,
     _demo: Option<demo::DemoOutcome>,
 }
 
@@ -234,6 +243,7 @@ fn list(stack: &Stack, procs: &[Proc], extra: &str, dir: &Path) -> Result<String
 async fn supervise(
     stack: &mut Stack,
     procs: &[Proc],
+    extra: &str,
     dir: &Path,
     restart_after: u64,
 ) -> Result<()> {
@@ -242,11 +252,6 @@ async fn supervise(
     let mut int = signal(SignalKind::interrupt())?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut dead: std::collections::HashMap<&'static str, Instant> = Default::default();
-    let extra = std::fs::read_to_string(dir.join(PROCESSES_FILE))?
-        .lines()
-        .filter(|l| l.starts_with("haproxy "))
-        .map(|l| l.to_string() + "\n")
-        .collect::<String>();
     loop {
         tokio::select! {
             _ = int.recv() => { println!("interrupted: stopping"); return Ok(()) }
@@ -277,7 +282,7 @@ async fn supervise(
                 continue;
             }
             dead.remove(name);
-            list(stack, procs, &extra, dir)?;
+            list(stack, procs, extra, dir)?;
             println!("restarted {name}");
         }
     }
@@ -408,7 +413,11 @@ async fn boot(
             d.receiver.url()
         );
     }
-    Ok(Summary { text, _demo: demo })
+    Ok(Summary {
+        text,
+        haproxy,
+        _demo: demo,
+    })
 }
 
 /// HAProxy's configuration: one frontend, the API replicas round-robin with health checks on
