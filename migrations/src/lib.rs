@@ -188,6 +188,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "shared_key_budgets",
         sql: include_str!("../sql/0035_shared_key_budgets.sql"),
     },
+    Migration {
+        version: 36,
+        name: "key_budget_left",
+        sql: include_str!("../sql/0036_key_budget_left.sql"),
+    },
 ];
 
 /// A Postgres error as an operator reads it: the server's message and SQLSTATE

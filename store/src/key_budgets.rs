@@ -13,6 +13,8 @@ pub struct Take {
     pub granted: u32,
     /// When none was granted: how long until one is free.
     pub wait: Duration,
+    /// Whole tokens the budget has left now, after this take.
+    pub remaining: u32,
 }
 
 /// Takes up to `want` tokens from `key`'s budget of one token per `interval`, at most
@@ -25,7 +27,7 @@ pub async fn take(
     burst: u32,
 ) -> Result<Take> {
     let stmt = client
-        .prepare_cached("SELECT granted, wait_us FROM key_budget_take($1, $2, $3, $4)")
+        .prepare_cached("SELECT granted, wait_us, remaining FROM key_budget_take($1, $2, $3, $4)")
         .await?;
     let interval_us = i64::try_from(interval.as_micros())
         .unwrap_or(i64::MAX)
@@ -43,8 +45,10 @@ pub async fn take(
         .await?;
     let granted: i32 = row.get("granted");
     let wait_us: i64 = row.get("wait_us");
+    let remaining: i32 = row.get("remaining");
     Ok(Take {
         granted: u32::try_from(granted).unwrap_or(0),
         wait: Duration::from_micros(u64::try_from(wait_us).unwrap_or(0)),
+        remaining: u32::try_from(remaining).unwrap_or(0),
     })
 }

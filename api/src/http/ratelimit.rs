@@ -199,10 +199,18 @@ fn ceil_secs(d: Duration) -> u64 {
 /// burst of its own.
 const LEASE_TTL: Duration = Duration::from_secs(1);
 
+/// Tokens this process took from a key's shared budget and has not spent yet.
+struct Lease {
+    tokens: u32,
+    until: Instant,
+    /// What the shared budget had left at the take that leased them.
+    shared_left: u32,
+}
+
 /// Tokens this process took from keys' shared budgets and has not spent yet.
 #[derive(Default)]
 struct Leases {
-    by_key: Mutex<HashMap<String, (u32, Instant)>>,
+    by_key: Mutex<HashMap<String, Lease>>,
     /// One take from the database at a time per key: requests that find the lease empty
     /// together wait for one take and share it, instead of each taking a batch (which would
     /// spend the key's budget on tokens nobody uses and starve it).
@@ -219,29 +227,40 @@ const TAKE_WAIT: Duration = Duration::from_millis(100);
 const TAKE_BACKOFF: Duration = Duration::from_secs(1);
 
 impl Leases {
-    /// Spends one of `key`'s leased tokens, if a live one is left.
-    fn spend(&self, key: &str, now: Instant) -> bool {
+    /// Spends one of `key`'s leased tokens, if a live one is left, and answers how many
+    /// requests the key has left as far as this process knows: its unspent lease plus what
+    /// the shared budget had left at the take (other processes may have spent some since).
+    fn spend(&self, key: &str, now: Instant) -> Option<u32> {
         let mut by_key = self.by_key.lock().expect("leases lock");
         match by_key.get_mut(key) {
-            Some((left, until)) if *left > 0 && *until > now => {
-                *left -= 1;
-                true
+            Some(lease) if lease.tokens > 0 && lease.until > now => {
+                lease.tokens -= 1;
+                Some(lease.tokens.saturating_add(lease.shared_left))
             }
-            _ => false,
+            _ => None,
         }
     }
 
-    /// Keeps `tokens` more of `key`'s budget until `LEASE_TTL` after `now`.
-    fn keep(&self, key: &str, tokens: u32, now: Instant) {
+    /// Keeps `tokens` more of `key`'s budget until `LEASE_TTL` after `now`; the budget had
+    /// `shared_left` after they were taken.
+    fn keep(&self, key: &str, tokens: u32, shared_left: u32, now: Instant) {
         if tokens == 0 {
             return;
         }
         let mut by_key = self.by_key.lock().expect("leases lock");
-        let entry = by_key.entry(key.to_string()).or_insert((0, now));
-        if entry.1 <= now {
-            entry.0 = 0;
+        let lease = by_key.entry(key.to_string()).or_insert(Lease {
+            tokens: 0,
+            until: now,
+            shared_left,
+        });
+        if lease.until <= now {
+            lease.tokens = 0;
         }
-        *entry = (entry.0 + tokens, now + LEASE_TTL);
+        *lease = Lease {
+            tokens: lease.tokens + tokens,
+            until: now + LEASE_TTL,
+            shared_left,
+        };
     }
 
     /// The lock `key`'s takes from the database queue on.
@@ -258,7 +277,7 @@ impl Leases {
         self.by_key
             .lock()
             .expect("leases lock")
-            .retain(|_, (left, until)| *left > 0 && *until > now);
+            .retain(|_, lease| lease.tokens > 0 && lease.until > now);
         self.takes
             .lock()
             .expect("leases lock")
@@ -319,21 +338,26 @@ impl Limits {
     /// spent are lost, never spent twice: across processes a key gets at most its rate plus
     /// one burst. When the budget cannot be read (the database is down, or no pooled connection
     /// within 100 ms), it is not asked for a second and the process's own
-    /// limit stands alone.
+    /// limit stands alone. An allowed request's `remaining` is the smaller of this process's
+    /// bucket and what the shared budget had left at the last take plus the unspent lease.
     pub async fn check_key(
         &self,
         pool: &deadpool_postgres::Pool,
         key: &str,
     ) -> Result<Allowed, Limited> {
         let allowed = self.per_key.check(key)?;
-        if self.leases.spend(key, Instant::now()) {
-            return Ok(allowed);
+        let shared = |allowed: Allowed, left: u32| Allowed {
+            remaining: allowed.remaining.min(left),
+            ..allowed
+        };
+        if let Some(left) = self.leases.spend(key, Instant::now()) {
+            return Ok(shared(allowed, left));
         }
         let lock = self.leases.take_lock(key);
         let _taking = lock.lock().await;
         // A take that finished while this request waited may have left tokens.
-        if self.leases.spend(key, Instant::now()) {
-            return Ok(allowed);
+        if let Some(left) = self.leases.spend(key, Instant::now()) {
+            return Ok(shared(allowed, left));
         }
         let l = &self.per_key;
         let want = l.per_sec.div_ceil(10).clamp(1, l.burst);
@@ -357,8 +381,9 @@ impl Limits {
         match took {
             Ok(t) if t.granted > 0 => {
                 metrics::counter!("api_key_budget_takes_total", "result" => "granted").increment(1);
-                self.leases.keep(key, t.granted - 1, Instant::now());
-                Ok(allowed)
+                let leased = t.granted - 1;
+                self.leases.keep(key, leased, t.remaining, Instant::now());
+                Ok(shared(allowed, leased.saturating_add(t.remaining)))
             }
             Ok(t) => {
                 metrics::counter!("api_key_budget_takes_total", "result" => "refused").increment(1);

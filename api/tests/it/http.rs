@@ -371,6 +371,47 @@ async fn a_keys_limit_is_shared_by_every_replica() {
     );
 }
 
+/// The `RateLimit` header a replica sends counts what the other replicas spent of the key's
+/// shared budget, not only its own bucket: a client that paces itself by `r=` is not refused
+/// when the header said it had requests left.
+#[tokio::test]
+async fn the_ratelimit_header_counts_what_other_replicas_spent() {
+    const BURST: u32 = 10;
+    let opts = Opts {
+        key_per_sec: 1,
+        key_burst: BURST,
+        ..Opts::default()
+    };
+    let app = spawn(opts.clone()).await;
+    let (_replica, other) = crate::api_common::spawn_replica(&app, opts).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let started = std::time::Instant::now();
+    let left = |r: &chainsub_tests::merchant::Res| -> u32 {
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let header = r.header("ratelimit").expect("RateLimit header");
+        let r_part = header
+            .split(';')
+            .find_map(|p| p.strip_prefix("r="))
+            .expect("r= in the RateLimit header");
+        r_part.parse().expect("r= is a count")
+    };
+    for _ in 0..5 {
+        left(&app.api.get_res("/api/v1/plans", &key).await.unwrap());
+    }
+    let r = other.get_res("/api/v1/plans", &key).await.unwrap();
+    let seen = left(&r);
+    // Six of the burst spent across both replicas; one token comes back per second.
+    let bound = BURST - 6 + started.elapsed().as_secs_f64().ceil() as u32;
+    assert!(
+        seen <= bound,
+        "the second replica said {seen} requests left after six of {BURST} were spent (at most {bound})"
+    );
+    // And its own next request still agrees with what it said: no refusal while r > 0.
+    if seen > 0 {
+        left(&other.get_res("/api/v1/plans", &key).await.unwrap());
+    }
+}
+
 /// Issue 10, point 8: `/metrics` is on its own listener, never the public port, and its
 /// labels stay bounded whatever clients send.
 #[tokio::test]

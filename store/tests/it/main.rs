@@ -1144,12 +1144,12 @@ async fn a_key_budget_grants_its_burst_then_one_token_per_interval_to_all_takers
     // One token per 10 s, five at once: the clock cannot refill it during the test.
     let interval = Duration::from_secs(10);
     let first = take(&a, "mer_1", 3, interval, 5).await.unwrap();
-    assert_eq!(first.granted, 3);
+    assert_eq!((first.granted, first.remaining), (3, 2));
     // Another process, the same key: what is left of the burst, not a burst of its own.
     let second = take(&b, "mer_1", 3, interval, 5).await.unwrap();
-    assert_eq!(second.granted, 2);
+    assert_eq!((second.granted, second.remaining), (2, 0));
     let refused = take(&a, "mer_1", 1, interval, 5).await.unwrap();
-    assert_eq!(refused.granted, 0);
+    assert_eq!((refused.granted, refused.remaining), (0, 0));
     assert!(
         refused.wait > Duration::from_secs(9) && refused.wait <= interval,
         "the next token is one interval away: {:?}",
