@@ -1,18 +1,23 @@
 -- Bench data set shaped like the indexer's rows: one merchant with :subs subscriptions
 -- (default 100,000) and ten times as many chain events (10 per subscription: created + 9
--- charges; 1,000,000 by default), their delivered
--- webhook outbox rows, plus the plan rows that resolve planId. Subscription ids have the
--- opaque shape (`sub_<32 hex>`). Every subscription has a subscriber wallet of its own (as
--- live data does: a page of one wallet's subscriptions would let the API reuse one EIP-55
--- checksum for every row). :wallet is the merchant wallet as a bytea literal.
+-- charges; 1,000,000 by default), their delivered webhook outbox rows, plus the plan rows
+-- that resolve planId, all on chain :chain (default 31337; the indexer bench loads it on
+-- another chain beside the one its sink writes). Subscription ids have the opaque shape
+-- (`sub_<32 hex>`). Every subscription has a subscriber wallet of its own (as live data
+-- does: a page of one wallet's subscriptions would let the API reuse one EIP-55 checksum
+-- for every row). :wallet is the merchant wallet as a bytea literal.
 \set ON_ERROR_STOP on
 \if :{?subs}
 \else
 \set subs 100000
 \endif
+\if :{?chain}
+\else
+\set chain 31337
+\endif
 BEGIN;
 INSERT INTO indexer_cursor (chain_id, contract, block_number, block_hash, head_number)
-VALUES (31337, '\xcccccccccccccccccccccccccccccccccccccccc', 200000, '\x00', 200000);
+VALUES (:chain, '\xcccccccccccccccccccccccccccccccccccccccc', 200000, '\x00', 200000);
 
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
     transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, subscription_id,
@@ -21,7 +26,7 @@ INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_has
     snap_next_payment_at, snap_failed_attempts, snap_subscriber, snap_customer_external_id,
     snap_amount, snap_plan_onchain_id, sequence)
 SELECT 'evt_' || md5('e' || g),
-       31337,
+       :chain,
        '\xcccccccccccccccccccccccccccccccccccccccc'::bytea,
        g / 10 + 1,
        decode(md5('b' || (g / 10 + 1)) || md5('B' || (g / 10 + 1)), 'hex'),
@@ -54,13 +59,13 @@ FROM generate_series(0, :subs * 10 - 1) g;
 INSERT INTO chain_events (public_id, chain_id, contract, block_number, block_hash, block_time,
     transaction_hash, transaction_index, log_index, name, kind, merchant_wallet, plan_id,
     topics, data, log_amount)
-SELECT 'evt_plan' || p, 31337, '\xcccccccccccccccccccccccccccccccccccccccc'::bytea, 1,
+SELECT 'evt_plan' || p, :chain, '\xcccccccccccccccccccccccccccccccccccccccc'::bytea, 1,
        decode(md5('b1') || md5('B1'), 'hex'), timestamptz '2026-01-01',
        decode(md5('pt' || p) || md5('PT' || p), 'hex'), 0, 100 + p, 'PlanCreated', NULL,
        :wallet, p, ARRAY['\x00'::bytea], '\x'::bytea, 9990000
 FROM generate_series(1, 5) p;
 INSERT INTO chain_plans (chain_id, onchain_id, merchant_wallet, plan_ref, amount, created_by, event_id)
-SELECT 31337, p, :wallet, decode(md5('ref' || p) || md5('REF' || p), 'hex'), 9990000, :wallet,
+SELECT :chain, p, :wallet, decode(md5('ref' || p) || md5('REF' || p), 'hex'), 9990000, :wallet,
        (SELECT id FROM chain_events WHERE public_id = 'evt_plan' || p)
 FROM generate_series(1, 5) p;
 INSERT INTO plans (public_id, merchant_id, name, amount, currency, interval, slug, plan_ref,
@@ -74,7 +79,7 @@ INSERT INTO subscriptions (chain_id, onchain_id, public_id, merchant_wallet, sub
     plan_onchain_id, amount, customer_ref, customer_external_id, status, period,
     current_period_start, current_period_end, created_event_id, last_event_id, created_at,
     updated_at, event_count)
-SELECT 31337, s, 'sub_' || md5('s' || s), :wallet,
+SELECT :chain, s, 'sub_' || md5('s' || s), :wallet,
        decode(md5('w' || s) || left(md5('W' || s), 8), 'hex'),
        (s - 1) % 5 + 1, 9990000, ('\x' || repeat('00', 32))::bytea, 'cust-' || s,
        CASE WHEN s % 50 = 0 THEN 'past_due' ELSE 'active' END, 10,
@@ -85,7 +90,7 @@ JOIN chain_events e ON e.public_id = 'evt_' || md5('e' || ((s - 1) * 10));
 
 INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, period,
     period_start, period_end, attempt, block_time)
-SELECT id, 31337, subscription_id, 'charge', 9990000, log_period,
+SELECT id, :chain, subscription_id, 'charge', 9990000, log_period,
        timestamptz '2026-01-01', timestamptz '2026-02-01', 1, block_time
 FROM chain_events WHERE kind = 'subscription.charged';
 

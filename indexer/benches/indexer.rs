@@ -8,7 +8,9 @@
 //! events emitted directly by `contracts/LogFlood.sol`, seconds to build; `contract`: real
 //! `subscribe`/`charge` transactions, ~40 minutes for 100k events on 2 cores),
 //! BENCH_BINARY_ONLY=1 (only the release `indexer` binary's backfill and its own peak RSS),
-//! BENCH_INDEXER_WRAPPER (a profiler command to run that binary under). Not a test: no
+//! BENCH_INDEXER_WRAPPER (a profiler command to run that binary under), BENCH_SINK_PREFILL
+//! (subscription counts, ten events each, e.g. `100000,1000000`: the sink alone again onto
+//! an index already holding that many rows, with its `\copy` limit there). Not a test: no
 //! timing is asserted.
 
 use std::sync::Arc;
@@ -432,46 +434,79 @@ async fn copy_limit(url: &str) -> (f64, f64, i64) {
     (t0.elapsed().as_secs_f64(), events_secs, bytes)
 }
 
-/// The limit a user would measure: every row the sink wrote, written to files with `psql
-/// \copy ... TO` in `format` (`binary` or `text`), then loaded with `psql \copy ... FROM`
-/// into empty tables of the same definitions (`LIKE ... INCLUDING ALL`: columns, defaults,
-/// constraints, indexes) in one transaction, timed around the `psql` process. Seconds.
-fn psql_copy_limit(url: &str, format: &str) -> f64 {
+/// Runs `script` with `psql -f` against `url`; stops the bench on any error.
+fn psql(url: &str, script: &str) {
+    let file = std::env::temp_dir().join(format!("chainsub-bench-{}.sql", std::process::id()));
+    std::fs::write(&file, script).unwrap();
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f"])
+        .arg(&file)
+        .output()
+        .expect("psql (Debian's postgresql-client)");
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every row the sink wrote, written to files in `format` (`binary` or `text`) with `psql
+/// \copy ... TO`: one file per table of [`SINK_TABLES`] in the returned directory.
+fn dump_sink_rows(url: &str, format: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("chainsub-copy-{}-{format}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let psql = |script: &str| {
-        let file = dir.join("script.sql");
-        std::fs::write(&file, script).unwrap();
-        let out = std::process::Command::new("psql")
-            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f"])
-            .arg(&file)
-            .output()
-            .expect("psql (Debian's postgresql-client)");
-        assert!(
-            out.status.success(),
-            "psql: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let path = |t: &str| dir.join(format!("{t}.{format}")).display().to_string();
     let mut dump = String::new();
-    let mut load = String::from("BEGIN;\n");
     for t in SINK_TABLES {
         dump.push_str(&format!(
-            "CREATE TABLE psql_{format}_{t} (LIKE {t} INCLUDING ALL);\n\\copy {t} TO '{}' (FORMAT {format})\n",
-            path(t)
+            "\\copy {t} TO '{}' (FORMAT {format})\n",
+            dir.join(t).display()
+        ));
+    }
+    psql(url, &dump);
+    dir
+}
+
+/// The limit a user would measure: the files of [`dump_sink_rows`] loaded with `psql \copy
+/// ... FROM` into empty tables of the same definitions (`LIKE ... INCLUDING ALL`: columns,
+/// defaults, constraints, indexes) in one transaction, timed around the `psql` process.
+/// Seconds.
+fn psql_copy_limit(url: &str, dir: &std::path::Path, format: &str) -> f64 {
+    let mut create = String::new();
+    let mut load = String::from("BEGIN;\n");
+    for t in SINK_TABLES {
+        create.push_str(&format!(
+            "CREATE TABLE psql_{format}_{t} (LIKE {t} INCLUDING ALL);\n"
         ));
         load.push_str(&format!(
             "\\copy psql_{format}_{t} FROM '{}' (FORMAT {format})\n",
-            path(t)
+            dir.join(t).display()
         ));
     }
     load.push_str("COMMIT;\n");
-    psql(&dump);
+    psql(url, &create);
     let t0 = Instant::now();
-    psql(&load);
+    psql(url, &load);
+    t0.elapsed().as_secs_f64()
+}
+
+/// The same limit on a loaded index: the files of [`dump_sink_rows`] loaded with `psql
+/// \copy ... FROM` into the database's own tables, which already hold the rows of another
+/// chain, with triggers and foreign keys off (`session_replication_role = replica`, as in
+/// the empty tables of [`psql_copy_limit`]), in one transaction that is rolled back; timed
+/// around the `psql` process. The dead rows are vacuumed away after. Seconds.
+fn psql_copy_into_loaded(url: &str, dir: &std::path::Path, format: &str) -> f64 {
+    let mut load = String::from("BEGIN;\nSET LOCAL session_replication_role = replica;\n");
+    for t in SINK_TABLES {
+        load.push_str(&format!(
+            "\\copy {t} FROM '{}' (FORMAT {format})\n",
+            dir.join(t).display()
+        ));
+    }
+    load.push_str("ROLLBACK;\n");
+    let t0 = Instant::now();
+    psql(url, &load);
     let secs = t0.elapsed().as_secs_f64();
-    let _ = std::fs::remove_dir_all(&dir);
+    psql(url, &format!("VACUUM {};", SINK_TABLES.join(", ")));
     secs
 }
 
@@ -514,7 +549,8 @@ async fn index_costs(url: &str) -> Vec<(String, f64)> {
 
 /// What a lean event row would cost (issue 13, point 1, not built): the same events as typed
 /// columns only — no snapshot columns, no text ids, no log fields — with just the primary
-/// key and the idempotency key (chain, block hash, log index), copied the same way. Seconds.
+/// key and the idempotency key (chain, block number, block hash, log index), copied the same
+/// way. Seconds.
 async fn copy_lean(url: &str) -> f64 {
     use futures::{SinkExt, TryStreamExt};
     let client = chainsub_tests::db::connect(url).await;
@@ -526,7 +562,7 @@ async fn copy_lean(url: &str) -> f64 {
                  transaction_hash BYTEA NOT NULL, transaction_index INTEGER NOT NULL,
                  log_index INTEGER NOT NULL, kind SMALLINT, merchant_wallet BYTEA,
                  subscription_id BIGINT, plan_id BIGINT, topics BYTEA[] NOT NULL, data BYTEA NOT NULL,
-                 UNIQUE (chain_id, block_hash, log_index))",
+                 UNIQUE (chain_id, block_number, block_hash, log_index))",
         )
         .await
         .unwrap();
@@ -553,6 +589,158 @@ async fn copy_lean(url: &str) -> f64 {
     t0.elapsed().as_secs_f64()
 }
 
+/// First ids of every sequence in a bench database. The sink's rows get ids above what
+/// [`prefill`] loads, as new rows do in a live index, and the same ids in every database, so
+/// the files of [`dump_sink_rows`] load into a prefilled one without clashing.
+const SINK_FIRST_ID: i64 = 1_000_000_000;
+
+/// Decodes and writes `recorded` (the blocks after `genesis`, up to `to`) into the database at
+/// `url`, in batches of up to 2000 blocks / 20000 events (what backfill batches hold).
+/// Returns the seconds, the number of batches, where the time went by step and the WAL bytes
+/// the server wrote meanwhile.
+async fn sink_alone(
+    url: &str,
+    cfg: &IndexerConfig,
+    genesis: Cursor,
+    recorded: &[Block],
+    to: u64,
+) -> (f64, usize, String, i64) {
+    let client = writer::connect(url).await.unwrap();
+    client
+        .batch_execute(&format!(
+            "SELECT setval(c.oid::regclass, {SINK_FIRST_ID}, false) FROM pg_class c WHERE c.relkind = 'S'"
+        ))
+        .await
+        .unwrap();
+    let epoch = writer::claim_cursor(&client, cfg.chain_id, cfg.contract, genesis)
+        .await
+        .unwrap();
+    let mut sink = Sink::new(client, cfg.chain_id, cfg.contract, epoch, 0);
+    let mut batches: Vec<&[Block]> = Vec::new();
+    let mut start = 0;
+    let mut events = 0;
+    for (i, b) in recorded.iter().enumerate() {
+        events += b.logs.len();
+        if events >= 20_000 || i + 1 - start >= 2000 || i + 1 == recorded.len() {
+            batches.push(&recorded[start..=i]);
+            start = i + 1;
+            events = 0;
+        }
+    }
+    let lsn = || async {
+        let c = chainsub_tests::db::connect(url).await;
+        let row = c
+            .query_one("SELECT pg_current_wal_lsn()::TEXT", &[])
+            .await
+            .unwrap();
+        row.get::<_, String>(0)
+    };
+    let wal_before = lsn().await;
+    let t = Instant::now();
+    for batch in &batches {
+        sink.apply(batch, to, to.saturating_sub(64)).await.unwrap();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let wal_after = lsn().await;
+    let c = chainsub_tests::db::connect(url).await;
+    let wal: i64 = c
+        .query_one(
+            "SELECT pg_wal_lsn_diff($1::TEXT::pg_lsn, $2::TEXT::pg_lsn)::BIGINT",
+            &[&wal_after, &wal_before],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let stages = sink
+        .stage_times()
+        .0
+        .iter()
+        .map(|(s, d)| format!("{s} {:.0} %", 100.0 * d.as_secs_f64() / secs))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (secs, batches.len(), stages, wal)
+}
+
+/// BENCH_SINK_PREFILL: subscription counts (ten events each) to load before a second and
+/// further sink runs, e.g. `100000,1000000` for 1M and 10M events. None by default.
+fn prefill_sizes() -> Vec<u64> {
+    std::env::var("BENCH_SINK_PREFILL")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("BENCH_SINK_PREFILL: subscription counts")
+        })
+        .collect()
+}
+
+/// The chain the prefilled rows are on: beside the sink's (31337), as a second chain of the
+/// same index would be; the sink's tables are keyed by chain, so its rows never meet them.
+const PREFILL_CHAIN: u64 = 31338;
+
+/// Loads `subs` subscriptions with ten chain events each, their ledger and delivered outbox
+/// rows (`bench/api/load.sql`, the API benchmark's data set) on [`PREFILL_CHAIN`], then
+/// vacuums and analyzes. Returns the events now in the database and the seconds it took.
+fn prefill(url: &str, subs: u64) -> (i64, f64) {
+    let wallet = "'\\xbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb'::bytea";
+    let t = Instant::now();
+    psql(
+        url,
+        &format!(
+            "INSERT INTO merchants (public_id, wallet, code) VALUES ('mer_prefill', {wallet}, 'prefill');"
+        ),
+    );
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-q", "-d", url, "-v"])
+        .arg(format!("chain={PREFILL_CHAIN}"))
+        .arg("-v")
+        .arg(format!("subs={subs}"))
+        .arg("-v")
+        .arg(format!("wallet={wallet}"))
+        .arg("-f")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../bench/api/load.sql"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "load.sql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    psql(url, "VACUUM ANALYZE;");
+    let secs = t.elapsed().as_secs_f64();
+    let out = std::process::Command::new("psql")
+        .args([
+            "-X",
+            "-tA",
+            "-d",
+            url,
+            "-c",
+            "SELECT count(*) FROM chain_events",
+        ])
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    (events, secs)
+}
+
+/// The sink on a database already holding `events` rows of another chain.
+struct Loaded {
+    events: i64,
+    load_secs: f64,
+    /// [`psql_copy_into_loaded`]: the sink's rows through `psql \copy` into those tables.
+    limit_secs: f64,
+    sink_secs: f64,
+    batches: usize,
+    stages: String,
+    /// WAL bytes written during the sink run.
+    wal: i64,
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -569,6 +757,10 @@ struct Row {
     sink_batches: usize,
     /// Where the sink's time went, by step (share of `sink_secs`).
     stages: String,
+    /// WAL bytes written during the sink run.
+    sink_wal: i64,
+    /// The sink again, into databases already holding other rows (BENCH_SINK_PREFILL).
+    loaded: Vec<Loaded>,
     /// A plain binary COPY of every row the sink wrote into empty tables of the same
     /// definitions (indexes included), in one transaction: the physical limit of the sink.
     copy_secs: f64,
@@ -705,47 +897,45 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
     let decode_secs = t.elapsed().as_secs_f64();
     assert_eq!(mapped as u64, built.events);
 
-    // Sink alone: decode + write the recorded blocks into a fresh database, in batches of up
-    // to 2000 blocks / 20000 events (what backfill batches hold).
-    let sink_db = TestDb::create().await;
-    let sink_client = writer::connect(&sink_db.url).await.unwrap();
+    // Sink alone: decode + write the recorded blocks into a fresh database.
     let before = source.headers(from - 1, from - 1).await.unwrap().remove(0);
     let genesis = Cursor {
         number: before.number,
         hash: before.hash,
     };
-    let epoch = writer::claim_cursor(&sink_client, cfg.chain_id, cfg.contract, genesis)
-        .await
-        .unwrap();
-    let mut sink = Sink::new(sink_client, cfg.chain_id, cfg.contract, epoch, 0);
-    let mut batches: Vec<&[Block]> = Vec::new();
-    let mut start = 0;
-    let mut events = 0;
-    for (i, b) in recorded.iter().enumerate() {
-        events += b.logs.len();
-        if events >= 20_000 || i + 1 - start >= 2000 || i + 1 == recorded.len() {
-            batches.push(&recorded[start..=i]);
-            start = i + 1;
-            events = 0;
-        }
-    }
-    let t = Instant::now();
-    for batch in &batches {
-        sink.apply(batch, to, to.saturating_sub(64)).await.unwrap();
-    }
-    let sink_secs = t.elapsed().as_secs_f64();
-    let stages = sink
-        .stage_times()
-        .0
-        .iter()
-        .map(|(s, d)| format!("{s} {:.0} %", 100.0 * d.as_secs_f64() / sink_secs))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let sink_db = TestDb::create().await;
+    let (sink_secs, sink_batches, stages, sink_wal) =
+        sink_alone(&sink_db.url, &cfg, genesis, &recorded, to).await;
     eprintln!("[{shape}] sink alone {sink_secs:.2}s: {stages}");
     let (copy_secs, copy_events_secs, bytes) = copy_limit(&sink_db.url).await;
-    let psql_binary_secs = psql_copy_limit(&sink_db.url, "binary");
-    let psql_text_secs = psql_copy_limit(&sink_db.url, "text");
+    let binary_rows = dump_sink_rows(&sink_db.url, "binary");
+    let text_rows = dump_sink_rows(&sink_db.url, "text");
+    let psql_binary_secs = psql_copy_limit(&sink_db.url, &binary_rows, "binary");
+    let psql_text_secs = psql_copy_limit(&sink_db.url, &text_rows, "text");
+    let _ = std::fs::remove_dir_all(&text_rows);
     let lean_secs = copy_lean(&sink_db.url).await;
+
+    // The same sink into indexes that already hold BENCH_SINK_PREFILL subscriptions' rows.
+    let mut loaded = Vec::new();
+    for subs in prefill_sizes() {
+        let db = TestDb::create().await;
+        let (events, load_secs) = prefill(&db.url, subs);
+        eprintln!("[{shape}] loaded {events} events of another chain in {load_secs:.0}s");
+        let limit_secs = psql_copy_into_loaded(&db.url, &binary_rows, "binary");
+        let (sink_secs, batches, stages, wal) =
+            sink_alone(&db.url, &cfg, genesis, &recorded, to).await;
+        eprintln!("[{shape}] sink alone onto {events} events {sink_secs:.2}s: {stages}");
+        loaded.push(Loaded {
+            events,
+            load_secs,
+            limit_secs,
+            sink_secs,
+            batches,
+            stages,
+            wal,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&binary_rows);
     let indexes = index_costs(&sink_db.url)
         .await
         .iter()
@@ -762,8 +952,10 @@ async fn bench_shape(shape: &str, accounts: u64, plans: u64, samples: usize) -> 
         source_secs,
         decode_secs,
         sink_secs,
-        sink_batches: batches.len(),
+        sink_batches,
         stages,
+        sink_wal,
+        loaded,
         copy_secs,
         copy_events_secs,
         psql_binary_secs,
@@ -839,6 +1031,59 @@ async fn main() {
             ev / r.copy_secs,
             r.bytes_per_event,
             r.e2e_peak_rss_mb,
+        );
+    }
+    if rows.iter().any(|r| !r.loaded.is_empty()) {
+        println!();
+        println!(
+            "| shape | events already in the index | sink alone ev/s (batches) | psql \\copy binary ev/s | sink / binary | sink's WAL bytes/event |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for r in &rows {
+            let ev = r.events as f64;
+            println!(
+                "| {} | 0 | {:.0} ({}) | {:.0} | {:.0} % | {:.0} |",
+                r.shape,
+                ev / r.sink_secs,
+                r.sink_batches,
+                ev / r.psql_binary_secs,
+                100.0 * r.psql_binary_secs / r.sink_secs,
+                r.sink_wal as f64 / ev
+            );
+            for l in &r.loaded {
+                println!(
+                    "| {} | {} | {:.0} ({}) | {:.0} | {:.0} % | {:.0} |",
+                    r.shape,
+                    l.events,
+                    ev / l.sink_secs,
+                    l.batches,
+                    ev / l.limit_secs,
+                    100.0 * l.limit_secs / l.sink_secs,
+                    l.wal as f64 / ev
+                );
+            }
+        }
+        for r in &rows {
+            for l in &r.loaded {
+                println!(
+                    "sink alone onto {} events, {} (loaded in {:.0} s): {}",
+                    l.events, r.shape, l.load_secs, l.stages
+                );
+            }
+        }
+        let setting = |name: &str| {
+            let out = std::process::Command::new("psql")
+                .args(["-X", "-tA", "-d", &chainsub_tests::db::admin_url(), "-c"])
+                .arg(format!("SHOW {name}"))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        println!(
+            "Already in the index: bench/api/load.sql's rows on another chain of the same tables; their \\copy limit: the sink's \
+             rows loaded into those tables with triggers and foreign keys off, rolled back. Postgres: shared_buffers {}, max_wal_size {}.",
+            setting("shared_buffers"),
+            setting("max_wal_size")
         );
     }
     println!();
