@@ -549,8 +549,7 @@ async fn index_costs(url: &str) -> Vec<(String, f64)> {
 
 /// What a lean event row would cost (issue 13, point 1, not built): the same events as typed
 /// columns only — no snapshot columns, no text ids, no log fields — with just the primary
-/// key and the idempotency key (chain, block number, block hash, log index), copied the same
-/// way. Seconds.
+/// key and the idempotency key (chain, block hash, log index), copied the same way. Seconds.
 async fn copy_lean(url: &str) -> f64 {
     use futures::{SinkExt, TryStreamExt};
     let client = chainsub_tests::db::connect(url).await;
@@ -562,7 +561,7 @@ async fn copy_lean(url: &str) -> f64 {
                  transaction_hash BYTEA NOT NULL, transaction_index INTEGER NOT NULL,
                  log_index INTEGER NOT NULL, kind SMALLINT, merchant_wallet BYTEA,
                  subscription_id BIGINT, plan_id BIGINT, topics BYTEA[] NOT NULL, data BYTEA NOT NULL,
-                 UNIQUE (chain_id, block_number, block_hash, log_index))",
+                 UNIQUE (chain_id, block_hash, log_index))",
         )
         .await
         .unwrap();
