@@ -1040,25 +1040,27 @@ async fn main() {
         println!("|---|---|---|---|---|---|");
         for r in &rows {
             let ev = r.events as f64;
-            println!(
-                "| {} | 0 | {:.0} ({}) | {:.0} | {:.0} % | {:.0} |",
-                r.shape,
-                ev / r.sink_secs,
+            let fresh = (
+                0,
+                r.sink_secs,
                 r.sink_batches,
-                ev / r.psql_binary_secs,
-                100.0 * r.psql_binary_secs / r.sink_secs,
-                r.sink_wal as f64 / ev
+                r.psql_binary_secs,
+                r.sink_wal,
             );
-            for l in &r.loaded {
+            let loaded = r
+                .loaded
+                .iter()
+                .map(|l| (l.events, l.sink_secs, l.batches, l.limit_secs, l.wal));
+            for (events, sink_secs, batches, limit_secs, wal) in
+                std::iter::once(fresh).chain(loaded)
+            {
                 println!(
-                    "| {} | {} | {:.0} ({}) | {:.0} | {:.0} % | {:.0} |",
+                    "| {} | {events} | {:.0} ({batches}) | {:.0} | {:.0} % | {:.0} |",
                     r.shape,
-                    l.events,
-                    ev / l.sink_secs,
-                    l.batches,
-                    ev / l.limit_secs,
-                    100.0 * l.limit_secs / l.sink_secs,
-                    l.wal as f64 / ev
+                    ev / sink_secs,
+                    ev / limit_secs,
+                    100.0 * limit_secs / sink_secs,
+                    wal as f64 / ev
                 );
             }
         }

@@ -301,6 +301,28 @@ async fn concurrent_requests_of_a_key_share_one_take_of_its_budget() {
     }
 }
 
+/// Two API processes over one database with a per-key limit of `per_sec`/`burst`: the first
+/// (its client is `app.api`), the second's server and client, and a merchant's key.
+async fn two_replicas(
+    per_sec: u32,
+    burst: u32,
+) -> (
+    crate::api_common::App,
+    chainsub_api::server::Running,
+    chainsub_tests::merchant::ApiClient,
+    String,
+) {
+    let opts = Opts {
+        key_per_sec: per_sec,
+        key_burst: burst,
+        ..Opts::default()
+    };
+    let app = spawn(opts.clone()).await;
+    let (replica, other) = crate::api_common::spawn_replica(&app, opts).await;
+    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    (app, replica, other, key)
+}
+
 /// A key's limit holds across API processes: two replicas over one database, one key
 /// hammered through both, accept at most its rate over the run plus one burst more than a
 /// single process would (each process keeps its own limiter as a fast path, and both take
@@ -309,14 +331,7 @@ async fn concurrent_requests_of_a_key_share_one_take_of_its_budget() {
 async fn a_keys_limit_is_shared_by_every_replica() {
     const PER_SEC: u32 = 20;
     const BURST: u32 = 10;
-    let opts = Opts {
-        key_per_sec: PER_SEC,
-        key_burst: BURST,
-        ..Opts::default()
-    };
-    let app = spawn(opts.clone()).await;
-    let (_replica, other) = crate::api_common::spawn_replica(&app, opts).await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let (app, _replica, other, key) = two_replicas(PER_SEC, BURST).await;
     let started = std::time::Instant::now();
     let run = std::time::Duration::from_secs(3);
     let hammer = |api: chainsub_tests::merchant::ApiClient| {
@@ -377,14 +392,7 @@ async fn a_keys_limit_is_shared_by_every_replica() {
 #[tokio::test]
 async fn the_ratelimit_header_counts_what_other_replicas_spent() {
     const BURST: u32 = 10;
-    let opts = Opts {
-        key_per_sec: 1,
-        key_burst: BURST,
-        ..Opts::default()
-    };
-    let app = spawn(opts.clone()).await;
-    let (_replica, other) = crate::api_common::spawn_replica(&app, opts).await;
-    let key = app.merchant_key(DevChain::address(MERCHANT)).await;
+    let (app, _replica, other, key) = two_replicas(1, BURST).await;
     let started = std::time::Instant::now();
     let left = |r: &chainsub_tests::merchant::Res| -> u32 {
         assert_eq!(r.status, 200, "{:?}", r.body);
