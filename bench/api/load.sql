@@ -92,12 +92,12 @@ INSERT INTO ledger_entries (event_id, chain_id, subscription_id, kind, amount, p
     period_start, period_end, attempt, block_time)
 SELECT id, :chain, subscription_id, 'charge', 9990000, log_period,
        timestamptz '2026-01-01', timestamptz '2026-02-01', 1, block_time
-FROM chain_events WHERE kind = 'subscription.charged';
+FROM chain_events WHERE kind = 'subscription.charged' AND chain_id = :chain;
 
 -- Every event confirmed and its webhook delivered, as in a live system: the events list
 -- reads each event's delivery state.
 INSERT INTO webhook_outbox (event_id, event_public_id, merchant_wallet, status, attempts, delivered_at)
 SELECT id, public_id, merchant_wallet, 'delivered', 1, block_time + interval '1 second'
-FROM chain_events WHERE kind IS NOT NULL;
+FROM chain_events WHERE kind IS NOT NULL AND chain_id = :chain;
 COMMIT;
 ANALYZE;

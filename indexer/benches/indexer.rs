@@ -1082,9 +1082,12 @@ async fn main() {
         };
         println!(
             "Already in the index: bench/api/load.sql's rows on another chain of the same tables; their \\copy limit: the sink's \
-             rows loaded into those tables with triggers and foreign keys off, rolled back. Postgres: shared_buffers {}, max_wal_size {}.",
+             rows loaded into those tables with triggers and foreign keys off, rolled back (before the sink, in the same database). \
+             WAL: the server's, all databases. Postgres: shared_buffers {}, max_wal_size {}, checkpoint_timeout {}, full_page_writes {}.",
             setting("shared_buffers"),
-            setting("max_wal_size")
+            setting("max_wal_size"),
+            setting("checkpoint_timeout"),
+            setting("full_page_writes")
         );
     }
     println!();

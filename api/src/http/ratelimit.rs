@@ -454,6 +454,25 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_answers_its_tokens_left_plus_the_shared_budget_until_it_expires() {
+        let leases = Leases::default();
+        let now = Instant::now();
+        assert_eq!(leases.spend("k", now), None, "nothing leased yet");
+        leases.keep("k", 3, 7, now);
+        assert_eq!(leases.spend("k", now), Some(2 + 7));
+        assert_eq!(leases.spend("k", now), Some(1 + 7));
+        // A later take replaces what the shared budget had left and adds its tokens.
+        leases.keep("k", 2, 4, now);
+        assert_eq!(leases.spend("k", now), Some(2 + 4));
+        // Past its time a lease is worth nothing; a new take starts from its own tokens.
+        let later = now + LEASE_TTL;
+        assert_eq!(leases.spend("k", later), None);
+        leases.keep("k", 1, 0, later);
+        assert_eq!(leases.spend("k", later), Some(0));
+        assert_eq!(leases.spend("k", later), None, "spent");
+    }
+
+    #[test]
     fn burst_is_allowed_then_limited_with_headers() {
         let l = Limiter::new("key", 1, 2);
         assert!(l.check("a").is_ok());

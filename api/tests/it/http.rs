@@ -408,8 +408,9 @@ async fn the_ratelimit_header_counts_what_other_replicas_spent() {
     }
     let r = other.get_res("/api/v1/plans", &key).await.unwrap();
     let seen = left(&r);
-    // Six of the burst spent across both replicas; one token comes back per second.
-    let bound = BURST - 6 + started.elapsed().as_secs_f64().ceil() as u32;
+    // Six of the burst spent across both replicas; one token comes back per whole second
+    // since the first was taken (GCRA: the sixth take leaves at most BURST - 6 + floor(t)).
+    let bound = BURST - 6 + started.elapsed().as_secs_f64().floor() as u32;
     assert!(
         seen <= bound,
         "the second replica said {seen} requests left after six of {BURST} were spent (at most {bound})"
