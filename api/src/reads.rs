@@ -8,7 +8,9 @@
 //! the indexer's cursor on its connection first (it needs it to check the bound); a read on
 //! the primary reports the primary's height as the monitor last read it (every 200 ms), or
 //! what this process already reported if that is higher — the primary is never behind a
-//! height any replica showed — so a read on the primary costs no extra statement. A process
+//! height any replica showed — so a read on the primary costs no extra statement (except a
+//! streaming read, the ledger export, whose default range ends at the height it reads: it
+//! reads the cursor on its connection). A process
 //! never reports a lower height than it reported before (barring a reorg on the primary
 //! itself): a replica behind what this process already served is passed over for the primary.
 
@@ -117,7 +119,19 @@ impl Reads {
     ) -> Result<ReadConn> {
         let read = match self.replica_conn(chain_id, min).await {
             Some(read) => read,
-            None => self.primary_conn(primary, chain_id).await?,
+            None => {
+                // The export's default range ends at the height it reads: the monitor's last
+                // reading (up to 200 ms old) could leave out blocks the index, and /health,
+                // already have. One cursor read on the connection, per export.
+                let mut read = self.primary_conn(primary, chain_id).await?;
+                if let Some(now) = chainsub_store::chain::cursor(&read.conn, chain_id)
+                    .await?
+                    .map(|c| c.indexed_block)
+                {
+                    read.height = Some(read.height.map_or(now, |h| h.max(now)));
+                }
+                read
+            }
         };
         self.report(read.source, read.height);
         Ok(read)

@@ -445,3 +445,41 @@ async fn an_export_ends_after_its_maximum_duration() {
     .await;
     trickle.abort();
 }
+
+/// The default export ends at the confirmed height the index has when it is asked, not at the
+/// API's last periodic reading of it: an export right after `/health` showed a block covers
+/// that block's confirmed entries.
+#[tokio::test]
+async fn the_default_export_ends_at_the_height_the_index_has_now() {
+    let app = export_app(&[], false).await;
+    let key = app.merchant_key(wallet(MERCHANT)).await;
+    let db = app.db().await;
+    seed_cursor(&db, 10).await;
+    // Past the API's periodic reading of the primary's height (every 200 ms).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for block in 11..16 {
+        seed_cursor(&db, block).await;
+        let r = reqwest::Client::new()
+            .get(app.url("/api/v1/ledger"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let height = r.headers()["chainsub-indexed-block"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let body = r.text().await.unwrap();
+        assert_eq!(
+            height,
+            block.to_string(),
+            "the export read the index at {block}"
+        );
+        let totals = lines(&body);
+        assert!(
+            totals.iter().all(|t| t["toBlock"] == block),
+            "with one confirmation the range ends at {block}: {body}"
+        );
+    }
+}
