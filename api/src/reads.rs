@@ -119,19 +119,10 @@ impl Reads {
     ) -> Result<ReadConn> {
         let read = match self.replica_conn(chain_id, min).await {
             Some(read) => read,
-            None => {
-                // The export's default range ends at the height it reads: the monitor's last
-                // reading (up to 200 ms old) could leave out blocks the index, and /health,
-                // already have. One cursor read on the connection, per export.
-                let mut read = self.primary_conn(primary, chain_id).await?;
-                if let Some(now) = chainsub_store::chain::cursor(&read.conn, chain_id)
-                    .await?
-                    .map(|c| c.indexed_block)
-                {
-                    read.height = Some(read.height.map_or(now, |h| h.max(now)));
-                }
-                read
-            }
+            // The export's default range ends at the height it reads: the monitor's last
+            // reading (up to 200 ms old) could leave out blocks the index, and /health,
+            // already have. One cursor read on the connection, per export.
+            None => self.primary_conn(primary, chain_id, true).await?,
         };
         self.report(read.source, read.height);
         Ok(read)
@@ -172,7 +163,7 @@ impl Reads {
                 Err(_) => tracing::warn!("replica read timed out; reading on the primary"),
             }
         }
-        let r = self.primary_conn(primary, chain_id).await?;
+        let r = self.primary_conn(primary, chain_id, false).await?;
         let height = r.height;
         let answer = read(r.conn).await?;
         self.report(Source::Primary, height);
@@ -202,19 +193,25 @@ impl Reads {
         }
     }
 
-    /// A primary connection, with the primary's height as last measured (or what this
-    /// process already reported, if higher: the primary is never behind a replica).
-    async fn primary_conn(&self, primary: &Pool, chain_id: ChainId) -> Result<ReadConn> {
+    /// A primary connection, with the primary's height as last measured — or read on the
+    /// connection when `fresh` (or not measured yet) — or what this process already reported,
+    /// if higher: the primary is never behind a replica.
+    async fn primary_conn(
+        &self,
+        primary: &Pool,
+        chain_id: ChainId,
+        fresh: bool,
+    ) -> Result<ReadConn> {
         let conn = primary.get().await?;
         let s = &self.shared;
         let known = s.primary.load(Ordering::Relaxed);
-        let height = if known < 0 {
-            // Not measured yet (the process just started): read it here.
+        let served = s.served.load(Ordering::Relaxed);
+        let height = if fresh || known < 0 {
             chainsub_store::chain::cursor(&conn, chain_id)
                 .await?
-                .map(|c| c.indexed_block)
+                .map(|c| c.indexed_block.max(served))
         } else {
-            Some(known.max(s.served.load(Ordering::Relaxed)))
+            Some(known.max(served))
         };
         Ok(ReadConn {
             conn,

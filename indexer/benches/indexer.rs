@@ -626,26 +626,22 @@ async fn sink_alone(
             events = 0;
         }
     }
-    let lsn = || async {
-        let c = chainsub_tests::db::connect(url).await;
-        let row = c
-            .query_one("SELECT pg_current_wal_lsn()::TEXT", &[])
-            .await
-            .unwrap();
-        row.get::<_, String>(0)
-    };
-    let wal_before = lsn().await;
+    // The server's WAL position before and after, on a connection of its own.
+    let probe = chainsub_tests::db::connect(url).await;
+    let wal_before: String = probe
+        .query_one("SELECT pg_current_wal_lsn()::TEXT", &[])
+        .await
+        .unwrap()
+        .get(0);
     let t = Instant::now();
     for batch in &batches {
         sink.apply(batch, to, to.saturating_sub(64)).await.unwrap();
     }
     let secs = t.elapsed().as_secs_f64();
-    let wal_after = lsn().await;
-    let c = chainsub_tests::db::connect(url).await;
-    let wal: i64 = c
+    let wal: i64 = probe
         .query_one(
-            "SELECT pg_wal_lsn_diff($1::TEXT::pg_lsn, $2::TEXT::pg_lsn)::BIGINT",
-            &[&wal_after, &wal_before],
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::TEXT::pg_lsn)::BIGINT",
+            &[&wal_before],
         )
         .await
         .unwrap()
